@@ -1,0 +1,172 @@
+"""The OOM frontier by model: scheduler simulator + planners + memory model.
+
+For a workload (concurrency x ISL x OSL ...) the simulator yields every prefill
+step; each strategy and budget plans every step; the memory model finds the
+worst step.  A point is OOM when the worst step's transient bytes exceed the
+memory free at run time.  Every number here is modelled, never measured.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import asdict, dataclass
+
+from .memory import memory_report
+from .padding import DEFAULT_DEEPGEMM_VERSION
+from .plan import check_strategy, make_plan
+from .shapes import GIB, MIB, budget_bytes_from_mb, free_bytes_from_gib, get_model
+from .workload import ClosedLoopWorkload, SchedulerConfig, StepBatch, simulate
+
+
+def prefill_batches(workload: ClosedLoopWorkload, config: SchedulerConfig) -> list[StepBatch]:
+    """The step batches the indexer's prefill path sees over the whole schedule."""
+    return [s.batch for s in simulate(workload, config) if s.batch is not None]
+
+
+@dataclass(frozen=True)
+class WorstStep:
+    """A strategy and budget over a whole schedule, summarised by its worst step."""
+
+    strategy: str
+    budget_bytes: int | None
+    worst_step: int  # engine step index of the step with the largest transient peak
+    worst_rows: int  # M of that step
+    worst_kv_tokens: int  # N of that step
+    worst_chunks: int  # chunks that step needs
+    peak_bytes: int  # persistent + transient peak of that step
+    peak_transient_bytes: int
+    max_chunks: int  # most chunks any step needs
+    total_chunks: int  # chunks over the whole schedule
+    over_budget: bool  # some chunk could not meet the budget
+
+
+def worst_step(
+    batches: list[StepBatch],
+    strategy: str,
+    budget_bytes: int | None,
+    model: str = "deepseek-v3.2",
+    deepgemm_version: str = DEFAULT_DEEPGEMM_VERSION,
+    padded: bool = True,
+    workspace_tokens: int | None = None,
+    topk_rows: int | None = None,
+) -> WorstStep:
+    if not batches:
+        raise ValueError("no prefill steps: the schedule has nothing for the indexer to do")
+    seen: dict[tuple, tuple[int, int, bool, int]] = {}  # identical steps recur: plan each once
+    best = None
+    max_chunks = total_chunks = 0
+    over = False
+    for batch in batches:
+        key = batch.requests
+        if key not in seen:
+            plan = make_plan(batch, strategy, budget_bytes, workspace_tokens, model,
+                             deepgemm_version, padded)
+            report = memory_report(plan, topk_rows=topk_rows)
+            seen[key] = (plan.num_chunks, report.peak_transient, plan.over_budget, report.peak)
+        chunks, transient, over_step, peak = seen[key]
+        max_chunks = max(max_chunks, chunks)
+        total_chunks += chunks
+        over = over or over_step
+        if best is None or transient > best[1]:
+            best = (batch, transient, chunks, peak)
+    batch, transient, chunks, peak = best
+    return WorstStep(strategy, budget_bytes, batch.step, batch.num_rows, batch.num_kv_tokens,
+                     chunks, peak, transient, max_chunks, total_chunks, over)
+
+
+@dataclass(frozen=True)
+class FrontierGrid:
+    model: str = "glm-5"
+    concurrency: tuple[int, ...] = (1, 4, 8, 16, 24, 32, 48, 64)
+    isl: tuple[int, ...] = (2048, 4096, 8192, 10240, 16384, 32768)
+    osl: int = 64
+    budget_mb: tuple[float, ...] = (64, 128, 256, 512, 1024, 2048)
+    strategy: tuple[str, ...] = ("n-only", "vllm", "per-request", "causal")
+    free_gib: tuple[float, ...] = (2.63,)
+    shared_prefix: int = 0
+    max_num_batched_tokens: int = 8192
+    max_num_seqs: int = 256
+    long_prefill_token_threshold: int = 256
+    deepgemm_version: str = DEFAULT_DEEPGEMM_VERSION
+    padded: bool = True
+
+    def __post_init__(self):
+        get_model(self.model)
+        for s in self.strategy:
+            check_strategy(s)
+        for b in self.budget_mb:
+            budget_bytes_from_mb(b)
+        for f in self.free_gib:
+            free_bytes_from_gib(f)
+        for name in ("concurrency", "isl", "budget_mb", "strategy", "free_gib"):
+            if not getattr(self, name):
+                raise ValueError(f"{name} is empty: the grid needs at least one value")
+
+    @property
+    def scheduler(self) -> SchedulerConfig:
+        return SchedulerConfig(
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            max_num_seqs=self.max_num_seqs,
+            long_prefill_token_threshold=self.long_prefill_token_threshold,
+            block_size=get_model(self.model).kv_block,
+        )
+
+    @property
+    def num_points(self) -> int:
+        return (len(self.concurrency) * len(self.isl) * len(self.budget_mb)
+                * len(self.strategy) * len(self.free_gib))
+
+
+def frontier_rows(grid: FrontierGrid, progress=None):
+    """Yield one tidy row per concurrency x ISL x budget x strategy x free GiB.
+
+    ``progress``: an optional callable taking the number of workloads done.
+    """
+    model = get_model(grid.model)
+    max_len = model.max_model_len
+    for conc, isl in itertools.product(grid.concurrency, grid.isl):
+        if isl > max_len:
+            raise ValueError(f"isl {isl} > max_model_len {max_len} of {grid.model}")
+        workload = ClosedLoopWorkload(conc, isl, grid.osl, grid.shared_prefix)
+        batches = prefill_batches(workload, grid.scheduler)
+        for strategy in grid.strategy:
+            # n-only has no budget: plan once, report it under every budget
+            budget_free = strategy == "n-only"
+            cached = None
+            for budget_mb in grid.budget_mb:
+                budget = None if budget_free else budget_bytes_from_mb(budget_mb)
+                if cached is None or not budget_free:
+                    cached = worst_step(batches, strategy, budget, grid.model,
+                                        grid.deepgemm_version, grid.padded,
+                                        topk_rows=grid.max_num_batched_tokens)
+                for free_gib in grid.free_gib:
+                    yield frontier_row(grid, conc, isl, budget_mb, free_gib, cached)
+        if progress:
+            progress(1)
+
+
+def frontier_row(grid: FrontierGrid, conc: int, isl: int, budget_mb: float, free_gib: float,
+                 w: WorstStep) -> dict:
+    free = free_bytes_from_gib(free_gib)
+    row = {
+        "mode": "model",
+        "model": grid.model,
+        "concurrency": conc,
+        "isl": isl,
+        "osl": grid.osl,
+        "shared_prefix": grid.shared_prefix,
+        "max_num_batched_tokens": grid.max_num_batched_tokens,
+        "long_prefill_token_threshold": grid.long_prefill_token_threshold,
+        "deepgemm_version": grid.deepgemm_version,
+        "padded_budget": grid.padded,
+        "budget_mb": budget_mb,
+        "free_gib": free_gib,
+    }
+    row.update(asdict(w))
+    row["budget_bytes"] = w.budget_bytes if w.budget_bytes is not None else -1
+    row["oom"] = w.peak_transient_bytes > free
+    row["peak_transient_gib"] = w.peak_transient_bytes / GIB
+    return row
+
+
+def format_bytes(n: int) -> str:
+    return f"{n / GIB:.2f} GiB" if n >= GIB else f"{n / MIB:.1f} MiB"

@@ -1,0 +1,116 @@
+"""Exact bytes of a plan on the GPU (per GPU, per indexer call).
+
+Two kinds of memory:
+- persistent, reserved once by the engine before it sizes its KV cache: the K
+  gather workspace (workspace_tokens x (D + 4) bytes) and the top-k output
+  buffer ([max_num_batched_tokens, topk] int32);
+- transient, per chunk: DeepGEMM's padded logits allocation, the chunk's
+  metadata (ks, ke, token->request map, cumulative offsets) and whatever
+  temporaries the executor creates (a slot the executor fills).
+
+``fits(plan, free_bytes)`` compares the transient peak with the memory free at
+run time, because the persistent buffers were taken before "free" was read.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from .padding import get_rules, unpadded_logits_bytes
+from .plan import Chunk, Plan
+from .shapes import ModelPreset, get_model
+
+INT32_BYTES = 4
+
+# bytes of executor temporaries for one chunk (filled in by the executor)
+TemporariesFn = Callable[[Chunk, ModelPreset], int]
+
+
+def logits_bytes(chunk: Chunk, plan: Plan, padded: bool = True) -> int:
+    if not padded:
+        return unpadded_logits_bytes(chunk.num_rows, chunk.logits_cols)
+    rules = get_rules(plan.deepgemm_version)
+    heads = get_model(plan.model).index_heads
+    return rules.logits_bytes(chunk.num_rows, chunk.logits_cols, heads, chunk.compressed)
+
+
+def metadata_bytes(chunk: Chunk) -> int:
+    """ks and ke per row, the token->request map per gathered token, cu offsets per request."""
+    return INT32_BYTES * (2 * chunk.num_rows + chunk.kv_tokens + chunk.num_requests + 1)
+
+
+def workspace_bytes(plan: Plan) -> int:
+    return plan.workspace_tokens * get_model(plan.model).k_bytes_per_token
+
+
+def topk_buffer_bytes(plan: Plan, topk_rows: int | None = None) -> int:
+    rows = plan.batch.num_rows if topk_rows is None else topk_rows
+    return rows * get_model(plan.model).topk * INT32_BYTES
+
+
+@dataclass(frozen=True)
+class ChunkMemory:
+    logits: int
+    metadata: int
+    temporaries: int
+
+    @property
+    def total(self) -> int:
+        return self.logits + self.metadata + self.temporaries
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    workspace: int
+    topk_buffer: int
+    chunks: tuple[ChunkMemory, ...]
+
+    @property
+    def persistent(self) -> int:
+        return self.workspace + self.topk_buffer
+
+    @property
+    def peak_transient(self) -> int:
+        return max((c.total for c in self.chunks), default=0)
+
+    @property
+    def worst_chunk(self) -> int:
+        totals = [c.total for c in self.chunks]
+        return totals.index(max(totals))
+
+    @property
+    def peak(self) -> int:
+        return self.persistent + self.peak_transient
+
+
+def memory_report(
+    plan: Plan,
+    topk_rows: int | None = None,
+    temporaries: TemporariesFn | None = None,
+    padded: bool = True,
+) -> MemoryReport:
+    """Bytes of every buffer the plan needs.
+
+    ``topk_rows``: rows of the persistent top-k buffer (vLLM: max_num_batched_tokens;
+    default: the step's rows).  ``padded=False`` counts logits as plain M x N x 4.
+    """
+    model = get_model(plan.model)
+    chunks = tuple(
+        ChunkMemory(
+            logits_bytes(c, plan, padded),
+            metadata_bytes(c),
+            temporaries(c, model) if temporaries else 0,
+        )
+        for c in plan.chunks
+    )
+    return MemoryReport(workspace_bytes(plan), topk_buffer_bytes(plan, topk_rows), chunks)
+
+
+def peak_bytes(plan: Plan, **kwargs) -> int:
+    """Peak bytes of the indexer call: persistent buffers plus the largest chunk."""
+    return memory_report(plan, **kwargs).peak
+
+
+def fits(plan: Plan, free_bytes: int, **kwargs) -> bool:
+    """Whether every chunk's transient bytes fit in memory free at run time."""
+    return memory_report(plan, **kwargs).peak_transient <= free_bytes

@@ -1,0 +1,296 @@
+"""Chunk plans as plain data, and the strategies that make them.
+
+A plan splits one step batch into chunks.  Each chunk gathers (or reuses) the K
+of a range of requests into the workspace, computes one logits tensor for a
+range of query rows and runs top-k on it.  No strategy knows about tensors.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+from .padding import DEFAULT_DEEPGEMM_VERSION, PaddingRules, get_rules, unpadded_logits_bytes
+from .shapes import ModelPreset, get_model
+from .workload import StepBatch, check_int
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One logits allocation.  All ranges are half-open."""
+
+    requests: tuple[int, int]  # [r0, r1): requests of the step batch in this chunk
+    rows: tuple[int, int]  # [q0, q1): rows within the chunk requests' concatenated rows
+    token_start: int  # absolute query row of the step where the chunk starts
+    token_end: int
+    kv_tokens: int  # tokens gathered into the workspace for these requests (N)
+    logits_cols: int  # width of the logits tensor it allocates (N, a KV prefix, or max_seqlen_k)
+    logits_bytes: int  # bytes DeepGEMM really allocates for it (padding of the plan's version)
+    gather: bool  # False: reuses the previous chunk's workspace (a later row slice)
+    over_budget: bool  # no split of this chunk meets the budget (or the workspace)
+    compressed: bool = False  # DeepGEMM's max_seqlen_k layout: column c of row i is KV ks[i] + c
+    kv_start: int = 0  # first workspace column scored; non-zero only for column-split chunks
+
+    @property
+    def num_rows(self) -> int:
+        return self.rows[1] - self.rows[0]
+
+    @property
+    def num_requests(self) -> int:
+        return self.requests[1] - self.requests[0]
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["requests"] = list(self.requests)
+        d["rows"] = list(self.rows)
+        return d
+
+
+@dataclass(frozen=True)
+class Plan:
+    strategy: str
+    batch: StepBatch
+    model: str
+    deepgemm_version: str
+    padded: bool  # budgets counted with DeepGEMM's padding (False: vLLM's M x N x 4)
+    budget_bytes: int | None  # None: no logits budget (n-only)
+    workspace_tokens: int
+    chunks: tuple[Chunk, ...]
+
+    @property
+    def num_chunks(self) -> int:
+        return len(self.chunks)
+
+    @property
+    def num_gathers(self) -> int:
+        return sum(c.gather for c in self.chunks)
+
+    @property
+    def over_budget(self) -> bool:
+        return any(c.over_budget for c in self.chunks)
+
+
+@dataclass(frozen=True)
+class Budgeting:
+    """How a planner counts a logits allocation against the budget."""
+
+    model: ModelPreset
+    rules: PaddingRules
+    padded: bool
+    budget: int | None
+    workspace: int
+
+    def allocated(self, rows: int, cols: int, compressed: bool = False) -> int:
+        return self.rules.logits_bytes(rows, cols, self.model.index_heads, compressed)
+
+    def counted(self, rows: int, cols: int, compressed: bool = False) -> int:
+        if self.padded:
+            return self.allocated(rows, cols, compressed)
+        return unpadded_logits_bytes(rows, cols)
+
+    def within(self, rows: int, cols: int, compressed: bool = False) -> bool:
+        return self.budget is None or self.counted(rows, cols, compressed) <= self.budget
+
+    def max_rows(self, cols: int, compressed: bool = False) -> int:
+        """Most rows of width ``cols`` within the budget (0 when not even one fits)."""
+        if self.padded:
+            per_row = self.rules.row_stride(cols, compressed) * 4
+            multiple = self.rules.row_multiple(self.model.index_heads)
+            return self.budget // per_row // multiple * multiple
+        # vLLM: E = budget // 4 elements, max(1, E // N) rows per slice
+        return self.budget // 4 // max(cols, 1)
+
+
+class _Builder:
+    """Collects chunks while tracking absolute row offsets of the batch."""
+
+    def __init__(self, batch: StepBatch, b: Budgeting):
+        self.batch, self.b = batch, b
+        self.row_offset = [0]
+        for r in batch.requests:
+            self.row_offset.append(self.row_offset[-1] + r.query_len)
+        self.chunks: list[Chunk] = []
+
+    def add(self, r0, r1, q0, q1, cols, gather, over, compressed=False, kv_tokens=None):
+        reqs = self.batch.requests[r0:r1]
+        n = sum(r.seq_len for r in reqs) if kv_tokens is None else kv_tokens
+        over = over or n > self.b.workspace
+        self.chunks.append(
+            Chunk(
+                requests=(r0, r1),
+                rows=(q0, q1),
+                token_start=self.row_offset[r0] + q0,
+                token_end=self.row_offset[r0] + q1,
+                kv_tokens=n,
+                logits_cols=cols,
+                logits_bytes=self.b.allocated(q1 - q0, cols, compressed),
+                gather=gather,
+                over_budget=over,
+                compressed=compressed,
+            )
+        )
+
+
+def _pack(batch: StepBatch, b: Budgeting, may_join, slice_alone, build: _Builder,
+          pack_width=None, compressed: bool = False) -> None:
+    """Greedy packing in order; a request that alone breaks a limit is sliced by ``slice_alone``.
+
+    ``may_join(r0, r1, rows, kv)`` says whether requests [r0, r1) may share a chunk;
+    ``pack_width(r0, r1, kv)`` is a packed chunk's logits width (default: all kv).
+    """
+    reqs = batch.requests
+    i = 0
+    while i < len(reqs):
+        j, rows, kv = i, 0, 0
+        while j < len(reqs):
+            q, s = reqs[j].query_len, reqs[j].seq_len
+            if kv + s <= b.workspace and may_join(i, j + 1, rows + q, kv + s):
+                rows, kv, j = rows + q, kv + s, j + 1
+            else:
+                break
+        if j == i:
+            slice_alone(i, build)
+            i += 1
+        else:
+            width = kv if pack_width is None else pack_width(i, j, kv)
+            build.add(i, j, 0, rows, width, gather=True, over=False,
+                      compressed=compressed, kv_tokens=kv)
+            i = j
+
+
+def _slice_equal_rows(i: int, build: _Builder) -> None:
+    """vLLM: slices of max(1, rows-within-budget) rows at the request's full width."""
+    b, r = build.b, build.batch.requests[i]
+    n = r.seq_len
+    per = b.max_rows(n) if b.budget is not None else r.query_len
+    over = per < 1
+    per = max(1, per)
+    for q0 in range(0, r.query_len, per):
+        build.add(i, i + 1, q0, min(q0 + per, r.query_len), n, gather=q0 == 0, over=over)
+
+
+def _slice_causal(i: int, build: _Builder, compressed: bool) -> None:
+    """Each slice is as wide as its last row's ke (a KV prefix): early slices take more rows."""
+    b, r = build.b, build.batch.requests[i]
+    q0 = 0
+    while q0 < r.query_len:
+        # largest m with the slice [q0, q0 + m) of width context + q0 + m within budget
+        lo, hi = 0, r.query_len - q0
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if b.within(mid, r.context_len + q0 + mid, compressed):
+                lo = mid
+            else:
+                hi = mid - 1
+        over = lo == 0
+        q1 = q0 + max(lo, 1)
+        build.add(i, i + 1, q0, q1, r.context_len + q1, gather=q0 == 0, over=over,
+                  compressed=compressed, kv_tokens=r.seq_len)
+        q0 = q1
+
+
+def _useful_area(batch: StepBatch, r0: int, r1: int) -> int:
+    """Logits each row really reads: sum over rows of ke - ks."""
+    return sum(r.query_len * r.context_len + r.query_len * (r.query_len + 1) // 2
+               for r in batch.requests[r0:r1])
+
+
+def plan_n_only(batch: StepBatch, b: Budgeting, **_) -> list[Chunk]:
+    build = _Builder(batch, b)
+    unbudgeted = Budgeting(b.model, b.rules, b.padded, None, b.workspace)
+    build.b = unbudgeted
+    _pack(batch, unbudgeted, lambda r0, r1, m, n: True, _slice_equal_rows, build)
+    return build.chunks
+
+
+def plan_vllm(batch: StepBatch, b: Budgeting, **_) -> list[Chunk]:
+    build = _Builder(batch, b)
+    _pack(batch, b, lambda r0, r1, m, n: b.within(m, n), _slice_equal_rows, build)
+    return build.chunks
+
+
+def plan_per_request(batch: StepBatch, b: Budgeting, pack_factor: float = 1.0, **_) -> list[Chunk]:
+    if not pack_factor >= 1.0:
+        raise ValueError(f"pack_factor {pack_factor!r}: must be >= 1 (allocated / useful area)")
+
+    def may_join(r0, r1, m, n):
+        if r1 - r0 == 1:
+            return b.within(m, n)
+        return b.within(m, n) and m * n <= pack_factor * _useful_area(batch, r0, r1)
+
+    build = _Builder(batch, b)
+    _pack(batch, b, may_join, _slice_equal_rows, build)
+    return build.chunks
+
+
+def plan_causal(batch: StepBatch, b: Budgeting, compressed: bool | None = None, **_) -> list[Chunk]:
+    # DeepGEMM 2.8 has only the compressed layout; older versions only the full one
+    if compressed is None:
+        compressed = not b.rules.full_width
+    if compressed and not b.rules.has_compressed:
+        raise ValueError(
+            f"DeepGEMM {b.rules.version} has no compressed (max_seqlen_k) layout: "
+            "it needs version 2.2 or later"
+        )
+    if not compressed and not b.rules.full_width:
+        raise ValueError(f"DeepGEMM {b.rules.version} has only the compressed layout")
+    reqs = batch.requests
+    build = _Builder(batch, b)
+
+    def may_join(r0, r1, m, n):
+        width = max(r.seq_len for r in reqs[r0:r1]) if compressed else n
+        return b.within(m, width, compressed)
+
+    def pack_width(r0, r1, n):
+        return max(r.seq_len for r in reqs[r0:r1]) if compressed else n
+
+    # same greedy packing as vLLM, but a request alone is sliced causally
+    _pack(batch, b, may_join, lambda i, bld: _slice_causal(i, bld, compressed), build,
+          pack_width, compressed)
+    return build.chunks
+
+
+STRATEGIES: dict[str, Callable[..., list[Chunk]]] = {
+    "n-only": plan_n_only,
+    "vllm": plan_vllm,
+    "per-request": plan_per_request,
+    "causal": plan_causal,
+}
+
+
+def check_strategy(name: str) -> str:
+    if name not in STRATEGIES:
+        raise ValueError(f"unknown strategy {name!r}: must be one of {', '.join(STRATEGIES)}")
+    return name
+
+
+def make_plan(
+    batch: StepBatch,
+    strategy: str,
+    budget_bytes: int | None,
+    workspace_tokens: int | None = None,
+    model: str = "deepseek-v3.2",
+    deepgemm_version: str = DEFAULT_DEEPGEMM_VERSION,
+    padded: bool = True,
+    **options,
+) -> Plan:
+    """Split ``batch`` into chunks with the named strategy.
+
+    ``budget_bytes`` bounds each chunk's logits (padded bytes of ``deepgemm_version``
+    unless ``padded`` is False); ``workspace_tokens`` bounds the K gathered per
+    chunk (default: vLLM's 40 x max_model_len).
+    """
+    check_strategy(strategy)
+    preset = get_model(model)
+    rules = get_rules(deepgemm_version)
+    if budget_bytes is None:
+        if strategy != "n-only":
+            raise ValueError(f"strategy {strategy!r} needs a logits budget: budget_bytes must be > 0")
+    else:
+        check_int("budget_bytes", budget_bytes, 1)
+    if workspace_tokens is None:
+        workspace_tokens = preset.default_workspace_tokens
+    check_int("workspace_tokens", workspace_tokens, 1)
+    b = Budgeting(preset, rules, padded, budget_bytes, workspace_tokens)
+    chunks = STRATEGIES[strategy](batch, b, **options)
+    return Plan(strategy, batch, model, deepgemm_version, padded, budget_bytes,
+                workspace_tokens, tuple(chunks))

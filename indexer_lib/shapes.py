@@ -1,0 +1,87 @@
+"""Model and GPU presets: the shapes the indexer works with.
+
+Numbers come from the models' public configs (DESIGN.md section 2); capacity is
+what torch reports as ``total_memory`` for an H200 (139.8 GiB).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GIB = 2**30
+MIB = 2**20
+# fp32 scale stored next to each token's fp8 key in the gather workspace
+K_SCALE_BYTES = 4
+
+
+@dataclass(frozen=True)
+class ModelPreset:
+    name: str
+    index_heads: int  # H
+    head_dim: int  # D
+    topk: int
+    kv_block: int  # tokens per KV cache block (prefix-cache granularity)
+    max_model_len: int
+
+    @property
+    def k_bytes_per_token(self) -> int:
+        """Bytes one token occupies in the K gather workspace: fp8 values + fp32 scale."""
+        return self.head_dim + K_SCALE_BYTES
+
+    @property
+    def default_workspace_tokens(self) -> int:
+        """vLLM sizes the gather workspace at 40 x max_model_len tokens."""
+        return 40 * self.max_model_len
+
+
+MODELS: dict[str, ModelPreset] = {
+    "deepseek-v3.2": ModelPreset("deepseek-v3.2", 64, 128, 2048, 64, 163_840),
+    "glm-5": ModelPreset("glm-5", 32, 128, 2048, 64, 202_752),
+}
+
+
+@dataclass(frozen=True)
+class GpuPreset:
+    name: str
+    capacity_bytes: int
+
+
+GPUS: dict[str, GpuPreset] = {
+    # torch.cuda.get_device_properties(0).total_memory on an H200 reads 139.8 GiB
+    "h200": GpuPreset("h200", round(139.8 * GIB)),
+}
+
+
+def get_model(name: str) -> ModelPreset:
+    try:
+        return MODELS[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown model {name!r}: must be one of {', '.join(sorted(MODELS))}"
+        ) from None
+
+
+def get_gpu(name: str) -> GpuPreset:
+    try:
+        return GPUS[name]
+    except KeyError:
+        raise ValueError(f"unknown GPU {name!r}: must be one of {', '.join(sorted(GPUS))}") from None
+
+
+def free_bytes_from_gib(free_gib: float) -> int:
+    """'Free bytes for the indexer', stated directly in GiB (2^30 bytes).
+
+    This is memory free at run time, after the engine has loaded weights, sized
+    its KV cache and reserved its persistent indexer buffers (as vLLM does).
+    """
+    if not isinstance(free_gib, (int, float)) or isinstance(free_gib, bool) or free_gib < 0:
+        raise ValueError(f"free memory {free_gib!r} GiB: must be a number >= 0")
+    return int(free_gib * GIB)
+
+
+def budget_bytes_from_mb(budget_mb: float) -> int:
+    """A budget named in MB as vLLM names it (MiB, 2^20 bytes), in whole bytes."""
+    if isinstance(budget_mb, bool) or not isinstance(budget_mb, (int, float)):
+        raise ValueError(f"budget {budget_mb!r} MB: must be a number > 0")
+    if not budget_mb > 0:
+        raise ValueError(f"budget {budget_mb!r} MB: must be > 0")
+    return max(1, round(budget_mb * MIB))

@@ -1,0 +1,258 @@
+"""Prefill requests, step batches, and a simulator of vLLM V1's chunked prefill.
+
+The indexer's prefill path sees, per engine step, the requests that are still
+in their prompt: each brings ``context_len`` tokens already in the KV cache and
+``query_len`` new tokens (query rows).  Decoding requests use the token budget
+but go to the decode path, so they are not part of a step batch.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Iterator
+
+
+def check_int(name: str, value, minimum: int) -> int:
+    """A whole number >= minimum, or ValueError naming the value and the rule."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        else:
+            raise ValueError(f"{name} {value!r}: must be a whole number >= {minimum}")
+    if value < minimum:
+        raise ValueError(f"{name} {value!r}: must be a whole number >= {minimum}")
+    return value
+
+
+@dataclass(frozen=True)
+class PrefillRequest:
+    context_len: int  # tokens already cached (earlier chunks, prefix-cache hits)
+    query_len: int  # new tokens this step: the request's query rows
+
+    def __post_init__(self):
+        check_int("context_len", self.context_len, 0)
+        check_int("query_len", self.query_len, 1)
+
+    @property
+    def seq_len(self) -> int:
+        return self.context_len + self.query_len
+
+    @classmethod
+    def from_lengths(cls, query_len: int, seq_len: int) -> "PrefillRequest":
+        check_int("query_len", query_len, 1)
+        check_int("seq_len", seq_len, 1)
+        if query_len > seq_len:
+            raise ValueError(
+                f"query_len {query_len} > seq_len {seq_len}: a request's new tokens "
+                "cannot exceed its sequence length"
+            )
+        return cls(seq_len - query_len, query_len)
+
+
+@dataclass(frozen=True)
+class StepBatch:
+    """The prefill requests of one engine step, in the scheduler's order."""
+
+    requests: tuple[PrefillRequest, ...]
+    step: int = 0  # engine step index in the schedule that produced it
+
+    def __post_init__(self):
+        object.__setattr__(self, "requests", tuple(self.requests))
+
+    @property
+    def num_rows(self) -> int:
+        return sum(r.query_len for r in self.requests)
+
+    @property
+    def num_kv_tokens(self) -> int:
+        return sum(r.seq_len for r in self.requests)
+
+    @property
+    def query_lens(self) -> list[int]:
+        return [r.query_len for r in self.requests]
+
+    @property
+    def seq_lens(self) -> list[int]:
+        return [r.seq_len for r in self.requests]
+
+    @classmethod
+    def from_lengths(cls, query_lens, seq_lens, step: int = 0) -> "StepBatch":
+        query_lens, seq_lens = list(query_lens), list(seq_lens)
+        if len(query_lens) != len(seq_lens):
+            raise ValueError(
+                f"{len(query_lens)} query lengths and {len(seq_lens)} sequence lengths: "
+                "the lists must have the same length"
+            )
+        if not query_lens:
+            raise ValueError("no requests: a step batch needs at least one request")
+        return cls(
+            tuple(PrefillRequest.from_lengths(q, s) for q, s in zip(query_lens, seq_lens)),
+            step,
+        )
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """The vLLM V1 scheduler settings that shape prefill batches."""
+
+    max_num_batched_tokens: int = 8192
+    max_num_seqs: int = 256
+    long_prefill_token_threshold: int = 0  # 0: no cap per request
+    enable_prefix_caching: bool = True
+    block_size: int = 64
+    async_scheduling: bool = False  # the async scheduler learns of finishes one step later
+
+    def __post_init__(self):
+        check_int("max_num_batched_tokens", self.max_num_batched_tokens, 1)
+        check_int("max_num_seqs", self.max_num_seqs, 1)
+        check_int("long_prefill_token_threshold", self.long_prefill_token_threshold, 0)
+        check_int("block_size", self.block_size, 1)
+
+
+@dataclass(frozen=True)
+class ClosedLoopWorkload:
+    """C clients, each sending a prompt of ``isl`` tokens and waiting for ``osl``
+    output tokens before sending the next, until ``num_prompts`` were sent."""
+
+    concurrency: int
+    isl: int
+    osl: int = 1
+    shared_prefix: int = 0  # leading tokens every prompt shares (prefix cache)
+    num_prompts: int | None = None  # default: two waves, 2 x concurrency
+
+    def __post_init__(self):
+        check_int("concurrency", self.concurrency, 1)
+        check_int("isl", self.isl, 1)
+        check_int("osl", self.osl, 1)
+        check_int("shared_prefix", self.shared_prefix, 0)
+        if self.shared_prefix > self.isl:
+            raise ValueError(
+                f"shared_prefix {self.shared_prefix} > isl {self.isl}: "
+                "the shared prefix is part of the prompt"
+            )
+        if self.num_prompts is not None:
+            check_int("num_prompts", self.num_prompts, 1)
+
+    @property
+    def total_prompts(self) -> int:
+        return self.num_prompts if self.num_prompts is not None else 2 * self.concurrency
+
+
+@dataclass
+class _Request:
+    rid: int
+    prompt_len: int
+    computed: int = 0  # tokens whose KV is computed (or cached)
+    outputs: int = 0  # output tokens sampled
+
+
+@dataclass
+class ScheduledStep:
+    """One engine step: its prefill batch and how many decode tokens rode along."""
+
+    step: int
+    batch: StepBatch | None  # None when the step had no prefill rows
+    num_decode: int
+    request_ids: tuple[int, ...] = field(default=())  # ids of the prefill requests, in order
+
+
+def simulate(workload: ClosedLoopWorkload, config: SchedulerConfig = SchedulerConfig()) -> Iterator[ScheduledStep]:
+    """Simulate vLLM V1's scheduler, step by step, until every prompt is done.
+
+    Per step (DESIGN.md section 5): running requests first, in order, each takes
+    min(remaining, budget left, threshold); a decoding request takes 1 token.
+    Then waiting requests are admitted while fewer than max_num_seqs run and
+    budget is left; a prefix-cache hit becomes context, rounded down to whole
+    blocks and never the whole prompt (the last token is always recomputed);
+    blocks count as cached from the step that schedules them.
+    The threshold caps each chunk except when only one request is running or
+    waiting.  A finished request's replacement arrives before the next step
+    (sync) or one step later (async).
+    """
+    block = config.block_size
+    waiting: deque[_Request] = deque()
+    running: list[_Request] = []
+    sent = 0
+    # tokens of the shared prefix whose blocks are in the prefix cache
+    cached_prefix = 0
+    arrivals: deque[tuple[int, int]] = deque()  # (step at which it arrives, count)
+
+    def send(n: int) -> None:
+        nonlocal sent
+        for _ in range(min(n, workload.total_prompts - sent)):
+            waiting.append(_Request(sent, workload.isl))
+            sent += 1
+
+    def cacheable_prefix(req: _Request, n: int) -> int:
+        # vLLM caches the full blocks of scheduled tokens when it schedules them,
+        # so a request admitted later in the same step can already hit them
+        if not (config.enable_prefix_caching and workload.shared_prefix):
+            return 0
+        return min(req.computed + n, workload.shared_prefix) // block * block
+
+    send(workload.concurrency)
+    step = 0
+    while waiting or running or arrivals:
+        while arrivals and arrivals[0][0] <= step:
+            send(arrivals.popleft()[1])
+        budget = config.max_num_batched_tokens
+        threshold = config.long_prefill_token_threshold
+        cap_chunks = threshold > 0 and len(running) + len(waiting) > 1
+        prefill: list[tuple[_Request, int]] = []
+        decoding: list[_Request] = []
+
+        for req in running:
+            if budget <= 0:
+                break
+            if req.computed >= req.prompt_len:
+                decoding.append(req)
+                budget -= 1
+                continue
+            n = req.prompt_len - req.computed
+            if cap_chunks:
+                n = min(n, threshold)
+            n = min(n, budget)
+            prefill.append((req, n))
+            budget -= n
+            cached_prefix = max(cached_prefix, cacheable_prefix(req, n))
+
+        while waiting and budget > 0 and len(running) < config.max_num_seqs:
+            req = waiting.popleft()
+            if config.enable_prefix_caching and workload.shared_prefix:
+                hit = min(cached_prefix, workload.shared_prefix, req.prompt_len - 1)
+                req.computed = hit // block * block
+            n = req.prompt_len - req.computed
+            if cap_chunks:
+                n = min(n, threshold)
+            n = min(n, budget)
+            running.append(req)
+            prefill.append((req, n))
+            budget -= n
+            cached_prefix = max(cached_prefix, cacheable_prefix(req, n))
+
+        batch = None
+        if prefill:
+            batch = StepBatch(tuple(PrefillRequest(r.computed, n) for r, n in prefill), step)
+        yield ScheduledStep(step, batch, len(decoding), tuple(r.rid for r, _ in prefill))
+
+        # advance: prefill chunks compute KV and sample a token when the prompt completes;
+        # each decoding request that got budget computes one token and samples the next
+        for req, n in prefill:
+            req.computed += n
+            if req.computed == req.prompt_len:
+                req.outputs = 1
+        for req in decoding:
+            req.computed += 1
+            req.outputs += 1
+        finished = 0
+        still_running = []
+        for req in running:
+            if req.outputs >= workload.osl:
+                finished += 1
+            else:
+                still_running.append(req)
+        running = still_running
+        if finished:
+            delay = 2 if config.async_scheduling else 1
+            arrivals.append((step + delay, finished))
+        step += 1

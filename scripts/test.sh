@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The whole test suite in its own environment: bash scripts/test.sh [pytest args]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup_env.sh "test,notebooks" || exit 1
+.venv/bin/python -m pytest "$@"
+rc=$?
+if [ "$rc" -eq 5 ]; then
+    echo "pytest collected no tests: failing on purpose" >&2
+    exit 1
+fi
+exit "$rc"
