@@ -39,38 +39,77 @@ class WorstStep:
     over_budget: bool  # some chunk could not meet the budget
 
 
-def worst_step(
-    batches: list[StepBatch],
+class Schedule:
+    """A schedule's prefill steps, with identical steps grouped so each is planned once."""
+
+    def __init__(self, batches: list[StepBatch]):
+        if not batches:
+            raise ValueError("no prefill steps: the schedule has nothing for the indexer to do")
+        self.batches = batches
+        first: dict[tuple, int] = {}
+        self.unique: list[StepBatch] = []  # first occurrence of each distinct step
+        self.count: list[int] = []  # how often each distinct step occurs
+        for batch in batches:
+            k = first.setdefault(batch.requests, len(self.unique))
+            if k == len(self.unique):
+                self.unique.append(batch)
+                self.count.append(0)
+            self.count[k] += 1
+
+
+def worst_steps(
+    batches: list[StepBatch] | Schedule,
     strategy: str,
-    budget_bytes: int | None,
+    budgets: list[int | None],
     model: str = "deepseek-v3.2",
     deepgemm_version: str = DEFAULT_DEEPGEMM_VERSION,
     padded: bool = True,
     workspace_tokens: int | None = None,
     topk_rows: int | None = None,
-) -> WorstStep:
-    if not batches:
-        raise ValueError("no prefill steps: the schedule has nothing for the indexer to do")
-    seen: dict[tuple, tuple[int, int, bool, int]] = {}  # identical steps recur: plan each once
-    best = None
-    max_chunks = total_chunks = 0
-    over = False
-    for batch in batches:
-        key = batch.requests
-        if key not in seen:
-            plan = make_plan(batch, strategy, budget_bytes, workspace_tokens, model,
-                             deepgemm_version, padded)
-            report = memory_report(plan, topk_rows=topk_rows)
-            seen[key] = (plan.num_chunks, report.peak_transient, plan.over_budget, report.peak)
-        chunks, transient, over_step, peak = seen[key]
-        max_chunks = max(max_chunks, chunks)
-        total_chunks += chunks
-        over = over or over_step
-        if best is None or transient > best[1]:
-            best = (batch, transient, chunks, peak)
-    batch, transient, chunks, peak = best
-    return WorstStep(strategy, budget_bytes, batch.step, batch.num_rows, batch.num_kv_tokens,
-                     chunks, peak, transient, max_chunks, total_chunks, over)
+) -> list[WorstStep]:
+    """``worst_step`` for several budgets; a step's plan is reused for every budget
+    inside the interval over which the planner's decisions do not change."""
+    schedule = batches if isinstance(batches, Schedule) else Schedule(batches)
+    # per distinct step: (stable interval, chunks, transient peak, peak, over budget)
+    known: list[tuple | None] = [None] * len(schedule.unique)
+    results = []
+    for budget in budgets:
+        best = None
+        max_chunks = total_chunks = 0
+        over = False
+        for k, (batch, count) in enumerate(zip(schedule.unique, schedule.count)):
+            entry = known[k]
+            if entry is None or not _in_interval(budget, entry[0]):
+                plan = make_plan(batch, strategy, budget, workspace_tokens, model,
+                                 deepgemm_version, padded)
+                report = memory_report(plan, topk_rows=topk_rows)
+                entry = known[k] = (plan.budget_stable, plan.num_chunks, report.peak_transient,
+                                    report.peak, plan.over_budget)
+            _, chunks, transient, peak, over_step = entry
+            max_chunks = max(max_chunks, chunks)
+            total_chunks += chunks * count
+            over = over or over_step
+            # ties go to the earliest step (distinct steps are in order of first occurrence)
+            if best is None or transient > best[1]:
+                best = (batch, transient, chunks, peak)
+        batch, transient, chunks, peak = best
+        results.append(WorstStep(strategy, budget, batch.step, batch.num_rows,
+                                 batch.num_kv_tokens, chunks, peak, transient, max_chunks,
+                                 total_chunks, over))
+    return results
+
+
+def _in_interval(budget: int | None, interval: tuple[int, int | None]) -> bool:
+    low, high = interval
+    if budget is None:
+        return high is None
+    return low <= budget and (high is None or budget < high)
+
+
+def worst_step(batches: list[StepBatch] | Schedule, strategy: str, budget_bytes: int | None,
+               **kwargs) -> WorstStep:
+    """The step with the largest transient peak over a schedule, for one strategy and budget."""
+    return worst_steps(batches, strategy, [budget_bytes], **kwargs)[0]
 
 
 @dataclass(frozen=True)
@@ -127,19 +166,17 @@ def frontier_rows(grid: FrontierGrid, progress=None):
         if isl > max_len:
             raise ValueError(f"isl {isl} > max_model_len {max_len} of {grid.model}")
         workload = ClosedLoopWorkload(conc, isl, grid.osl, grid.shared_prefix)
-        batches = prefill_batches(workload, grid.scheduler)
+        batches = Schedule(prefill_batches(workload, grid.scheduler))
         for strategy in grid.strategy:
-            # n-only has no budget: plan once, report it under every budget
-            budget_free = strategy == "n-only"
-            cached = None
-            for budget_mb in grid.budget_mb:
-                budget = None if budget_free else budget_bytes_from_mb(budget_mb)
-                if cached is None or not budget_free:
-                    cached = worst_step(batches, strategy, budget, grid.model,
-                                        grid.deepgemm_version, grid.padded,
-                                        topk_rows=grid.max_num_batched_tokens)
+            # n-only has no budget: one plan per step, reported under every budget
+            budgets = [None if strategy == "n-only" else budget_bytes_from_mb(b)
+                       for b in grid.budget_mb]
+            outcomes = worst_steps(batches, strategy, budgets, grid.model,
+                                   grid.deepgemm_version, grid.padded,
+                                   topk_rows=grid.max_num_batched_tokens)
+            for budget_mb, outcome in zip(grid.budget_mb, outcomes):
                 for free_gib in grid.free_gib:
-                    yield frontier_row(grid, conc, isl, budget_mb, free_gib, cached)
+                    yield frontier_row(grid, conc, isl, budget_mb, free_gib, outcome)
         if progress:
             progress(1)
 

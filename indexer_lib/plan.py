@@ -55,6 +55,8 @@ class Plan:
     budget_bytes: int | None  # None: no logits budget (n-only)
     workspace_tokens: int
     chunks: tuple[Chunk, ...]
+    # the same chunks come out for any budget b with low <= b < high (high None: no limit)
+    budget_stable: tuple[int, int | None] = (0, None)
 
     @property
     def num_chunks(self) -> int:
@@ -69,35 +71,74 @@ class Plan:
         return any(c.over_budget for c in self.chunks)
 
 
-@dataclass(frozen=True)
 class Budgeting:
-    """How a planner counts a logits allocation against the budget."""
+    """How a planner counts a logits allocation against the budget.
 
-    model: ModelPreset
-    rules: PaddingRules
-    padded: bool
-    budget: int | None
-    workspace: int
+    It also records the budget interval over which every decision the planner
+    asked it would come out the same: the plan is then identical for any
+    budget b with ``stable_low <= b < stable_high`` (sweeps reuse plans so).
+    """
+
+    def __init__(self, model: ModelPreset, rules: PaddingRules, padded: bool,
+                 budget: int | None, workspace: int):
+        self.model, self.rules, self.padded = model, rules, padded
+        self.budget, self.workspace = budget, workspace
+        # planners ask millions of times in a sweep: keep the constant at hand
+        self.row_multiple = rules.row_multiple(model.index_heads)
+        self.stable_low = 0  # most bytes counted and accepted
+        self.stable_high: int | None = None  # fewest bytes counted and refused
 
     def allocated(self, rows: int, cols: int, compressed: bool = False) -> int:
-        return self.rules.logits_bytes(rows, cols, self.model.index_heads, compressed)
+        m = self.row_multiple
+        return -(-rows // m) * m * self.rules.row_stride(cols, compressed) * 4
 
     def counted(self, rows: int, cols: int, compressed: bool = False) -> int:
         if self.padded:
             return self.allocated(rows, cols, compressed)
         return unpadded_logits_bytes(rows, cols)
 
+    def _accept(self, nbytes: int) -> None:
+        self.stable_low = max(self.stable_low, nbytes)
+
+    def _refuse(self, nbytes: int) -> None:
+        if self.stable_high is None or nbytes < self.stable_high:
+            self.stable_high = nbytes
+
     def within(self, rows: int, cols: int, compressed: bool = False) -> bool:
-        return self.budget is None or self.counted(rows, cols, compressed) <= self.budget
+        budget = self.budget
+        if budget is None:
+            return True
+        # the hot path of every planner: counted() spelled out without calls
+        if not self.padded:
+            nbytes = rows * cols * 4
+        else:
+            if compressed:
+                stride = -(-cols // 256) * 256
+            else:
+                a = self.rules.stride_align
+                stride = -(-(cols + self.rules.stride_extra) // a) * a
+            m = self.row_multiple
+            nbytes = -(-rows // m) * m * stride * 4
+        if nbytes <= budget:
+            if nbytes > self.stable_low:
+                self.stable_low = nbytes
+            return True
+        if self.stable_high is None or nbytes < self.stable_high:
+            self.stable_high = nbytes
+        return False
 
     def max_rows(self, cols: int, compressed: bool = False) -> int:
         """Most rows of width ``cols`` within the budget (0 when not even one fits)."""
         if self.padded:
             per_row = self.rules.row_stride(cols, compressed) * 4
-            multiple = self.rules.row_multiple(self.model.index_heads)
-            return self.budget // per_row // multiple * multiple
-        # vLLM: E = budget // 4 elements, max(1, E // N) rows per slice
-        return self.budget // 4 // max(cols, 1)
+            step = self.row_multiple
+        else:
+            # vLLM: E = budget // 4 elements, max(1, E // N) rows per slice
+            per_row, step = 4 * max(cols, 1), 1
+        rows = self.budget // per_row // step * step
+        self._accept(rows * per_row)
+        self._refuse((rows + step) * per_row)
+        return rows
 
 
 class _Builder:
@@ -137,13 +178,14 @@ def _pack(batch: StepBatch, b: Budgeting, may_join, slice_alone, build: _Builder
     ``may_join(r0, r1, rows, kv)`` says whether requests [r0, r1) may share a chunk;
     ``pack_width(r0, r1, kv)`` is a packed chunk's logits width (default: all kv).
     """
-    reqs = batch.requests
+    query_lens, seq_lens = batch.query_lens, batch.seq_lens
+    n_req, workspace = len(query_lens), b.workspace
     i = 0
-    while i < len(reqs):
+    while i < n_req:
         j, rows, kv = i, 0, 0
-        while j < len(reqs):
-            q, s = reqs[j].query_len, reqs[j].seq_len
-            if kv + s <= b.workspace and may_join(i, j + 1, rows + q, kv + s):
+        while j < n_req:
+            q, s = query_lens[j], seq_lens[j]
+            if kv + s <= workspace and may_join(i, j + 1, rows + q, kv + s):
                 rows, kv, j = rows + q, kv + s, j + 1
             else:
                 break
@@ -196,7 +238,7 @@ def _useful_area(batch: StepBatch, r0: int, r1: int) -> int:
 
 def plan_n_only(batch: StepBatch, b: Budgeting, **_) -> list[Chunk]:
     build = _Builder(batch, b)
-    unbudgeted = Budgeting(b.model, b.rules, b.padded, None, b.workspace)
+    unbudgeted = Budgeting(b.model, b.rules, b.padded, None, b.workspace)  # never refuses
     build.b = unbudgeted
     _pack(batch, unbudgeted, lambda r0, r1, m, n: True, _slice_equal_rows, build)
     return build.chunks
@@ -213,9 +255,12 @@ def plan_per_request(batch: StepBatch, b: Budgeting, pack_factor: float = 1.0, *
         raise ValueError(f"pack_factor {pack_factor!r}: must be >= 1 (allocated / useful area)")
 
     def may_join(r0, r1, m, n):
+        if not b.within(m, n):
+            return False
+        # two or more requests always allocate more than they read: skip the sum at factor 1
         if r1 - r0 == 1:
-            return b.within(m, n)
-        return b.within(m, n) and m * n <= pack_factor * _useful_area(batch, r0, r1)
+            return True
+        return pack_factor > 1.0 and m * n <= pack_factor * _useful_area(batch, r0, r1)
 
     build = _Builder(batch, b)
     _pack(batch, b, may_join, _slice_equal_rows, build)
@@ -293,4 +338,4 @@ def make_plan(
     b = Budgeting(preset, rules, padded, budget_bytes, workspace_tokens)
     chunks = STRATEGIES[strategy](batch, b, **options)
     return Plan(strategy, batch, model, deepgemm_version, padded, budget_bytes,
-                workspace_tokens, tuple(chunks))
+                workspace_tokens, tuple(chunks), (b.stable_low, b.stable_high))
