@@ -193,8 +193,11 @@ def simulate(workload: ClosedLoopWorkload, config: SchedulerConfig = SchedulerCo
     send(workload.concurrency)
     step = 0
     while waiting or running or arrivals:
-        while arrivals and arrivals[0][0] <= step:
+        # an idle engine runs no step: the next client request starts the next one
+        while arrivals and (arrivals[0][0] <= step or not (waiting or running)):
             send(arrivals.popleft()[1])
+        if not (waiting or running):
+            break
         budget = config.max_num_batched_tokens
         threshold = config.long_prefill_token_threshold
         cap_chunks = threshold > 0 and len(running) + len(waiting) > 1
@@ -252,7 +255,7 @@ def simulate(workload: ClosedLoopWorkload, config: SchedulerConfig = SchedulerCo
             else:
                 still_running.append(req)
         running = still_running
-        if finished:
+        if finished and sent < workload.total_prompts:
             delay = 2 if config.async_scheduling else 1
             arrivals.append((step + delay, finished))
         step += 1

@@ -1,0 +1,236 @@
+"""Planner properties on random batches, and hand-worked cases of vLLM's rules."""
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from indexer_lib.padding import DEEPGEMM_RULES
+from indexer_lib.plan import STRATEGIES, make_plan
+from indexer_lib.shapes import MIB
+from indexer_lib.workload import PrefillRequest, StepBatch
+
+BUDGETED = [s for s in STRATEGIES if s != "n-only"]
+
+requests = st.builds(
+    PrefillRequest,
+    context_len=st.integers(0, 5000),
+    query_len=st.integers(1, 600),
+)
+batches = st.lists(requests, min_size=1, max_size=12).map(lambda rs: StepBatch(tuple(rs)))
+versions = st.sampled_from([v for v in DEEPGEMM_RULES if DEEPGEMM_RULES[v].full_width])
+
+
+def row_windows(batch, chunk):
+    """(ks, ke) of every row of a chunk, in the chunk's own workspace columns."""
+    reqs = batch.requests[chunk.requests[0]:chunk.requests[1]]
+    windows, cu = [], 0
+    for r in reqs:
+        for i in range(r.query_len):
+            windows.append((cu, cu + r.context_len + i + 1))
+        cu += r.seq_len
+    return windows[chunk.rows[0]:chunk.rows[1]]
+
+
+def check_plan(plan):
+    batch = plan.batch
+    # every query row covered exactly once, in order
+    assert plan.chunks[0].token_start == 0
+    for a, b in zip(plan.chunks, plan.chunks[1:]):
+        assert b.token_start == a.token_end
+    assert plan.chunks[-1].token_end == batch.num_rows
+    offsets = [0]
+    for r in batch.requests:
+        offsets.append(offsets[-1] + r.query_len)
+    previous = None
+    for c in plan.chunks:
+        r0, r1 = c.requests
+        assert 0 <= r0 < r1 <= len(batch.requests)
+        assert c.token_start == offsets[r0] + c.rows[0]
+        assert c.token_end == offsets[r0] + c.rows[1]
+        assert 0 <= c.rows[0] < c.rows[1] <= offsets[r1] - offsets[r0]
+        assert c.kv_tokens == sum(r.seq_len for r in batch.requests[r0:r1])
+        # the logits are wide enough for every row's window
+        windows = row_windows(batch, c)
+        if c.compressed:
+            assert c.logits_cols >= max(ke - ks for ks, ke in windows)
+        else:
+            assert c.logits_cols >= max(ke for _, ke in windows)
+            assert c.logits_cols <= c.kv_tokens
+        # limits held unless flagged
+        if not c.over_budget:
+            assert c.kv_tokens <= plan.workspace_tokens
+        # a later slice of the same request set reuses the workspace
+        same_set = previous is not None and previous.requests == c.requests
+        assert c.gather == (not same_set)
+        previous = c
+
+
+def counted(plan, chunk):
+    if plan.padded:
+        return chunk.logits_bytes
+    return chunk.num_rows * chunk.logits_cols * 4
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batch=batches, strategy=st.sampled_from(BUDGETED), budget=st.integers(1, 64 * MIB),
+       workspace=st.integers(1, 30_000), padded=st.booleans(), version=versions,
+       model=st.sampled_from(["deepseek-v3.2", "glm-5"]))
+def test_budgeted_strategies_hold_every_limit(batch, strategy, budget, workspace, padded,
+                                               version, model):
+    plan = make_plan(batch, strategy, budget, workspace, model, version, padded)
+    check_plan(plan)
+    for c in plan.chunks:
+        if not c.over_budget:
+            assert counted(plan, c) <= budget
+        else:
+            # flagged only when even one row breaks the budget, or the requests outgrow the workspace
+            assert (c.num_rows == 1 and counted(plan, c) > budget) or c.kv_tokens > workspace
+
+
+@settings(max_examples=100, deadline=None)
+@given(batch=batches, strategy=st.sampled_from(BUDGETED), budget=st.integers(1, 64 * MIB),
+       padded=st.booleans(), data=st.data())
+def test_plan_is_the_same_across_its_stable_budget_interval(batch, strategy, budget, padded, data):
+    plan = make_plan(batch, strategy, budget, padded=padded)
+    low, high = plan.budget_stable
+    assert low <= budget and (high is None or budget < high)
+    other = data.draw(st.integers(max(low, 1), (high - 1) if high else budget * 4))
+    assert make_plan(batch, strategy, other, padded=padded).chunks == plan.chunks
+
+
+@settings(max_examples=100, deadline=None)
+@given(batch=batches, workspace=st.integers(1, 30_000))
+def test_n_only_is_bounded_by_the_workspace_alone(batch, workspace):
+    plan = make_plan(batch, "n-only", None, workspace)
+    check_plan(plan)
+    # greedy: each chunk could not take the next request
+    for c in plan.chunks:
+        nxt = c.requests[1]
+        if c.kv_tokens <= workspace and nxt < len(batch.requests) and c.rows[0] == 0:
+            assert c.kv_tokens + batch.requests[nxt].seq_len > workspace
+    assert all(c.over_budget == (c.kv_tokens > workspace) for c in plan.chunks)
+
+
+def spans(plan):
+    return [(c.requests, c.rows, c.gather) for c in plan.chunks]
+
+
+def test_vllm_slices_a_request_that_alone_breaks_the_budget():
+    # E = 1000 // 4 = 250 elements; one request of 10 x 100 = 1000 > 250:
+    # its own chunk, in slices of max(1, 250 // 100) = 2 rows, later slices reuse K
+    batch = StepBatch.from_lengths([10, 10, 10], [100, 100, 100])
+    plan = make_plan(batch, "vllm", 1000, padded=False)
+    assert plan.num_chunks == 15
+    assert spans(plan)[:6] == [
+        ((0, 1), (0, 2), True), ((0, 1), (2, 4), False), ((0, 1), (4, 6), False),
+        ((0, 1), (6, 8), False), ((0, 1), (8, 10), False), ((1, 2), (0, 2), True),
+    ]
+    assert all(c.logits_cols == 100 and not c.over_budget for c in plan.chunks)
+
+
+def test_vllm_packs_greedily_while_the_product_fits():
+    # E = 100: two requests (4 rows x 20 kv = 80) fit, three (6 x 30 = 180) do not
+    batch = StepBatch.from_lengths([2, 2, 2], [10, 10, 10])
+    plan = make_plan(batch, "vllm", 400, padded=False)
+    assert spans(plan) == [((0, 2), (0, 4), True), ((2, 3), (0, 2), True)]
+    assert [c.logits_cols for c in plan.chunks] == [20, 10]
+
+
+def test_vllm_packs_within_the_workspace():
+    batch = StepBatch.from_lengths([1, 1, 1], [10, 10, 10])
+    plan = make_plan(batch, "vllm", MIB, workspace_tokens=25, padded=False)
+    assert spans(plan) == [((0, 2), (0, 2), True), ((2, 3), (0, 1), True)]
+
+
+def test_a_request_longer_than_the_workspace_is_flagged():
+    batch = StepBatch.from_lengths([4], [10])
+    for strategy in STRATEGIES:
+        budget = None if strategy == "n-only" else MIB
+        plan = make_plan(batch, strategy, budget, workspace_tokens=5)
+        assert plan.over_budget, strategy
+
+
+def test_budget_below_one_row_gives_one_row_per_chunk_flagged():
+    batch = StepBatch.from_lengths([3], [1000])
+    for strategy in BUDGETED:
+        plan = make_plan(batch, strategy, 100)
+        assert [c.num_rows for c in plan.chunks] == [1, 1, 1], strategy
+        assert all(c.over_budget for c in plan.chunks), strategy
+
+
+def test_padded_budget_takes_fewer_rows_than_vllms_arithmetic():
+    batch = StepBatch.from_lengths([4096], [4096])
+    unpadded = make_plan(batch, "vllm", 16 * MIB, padded=False)
+    padded = make_plan(batch, "vllm", 16 * MIB, deepgemm_version="2.6")
+    assert unpadded.chunks[0].num_rows == 16 * MIB // 4 // 4096 == 1024
+    # stride align(4096 + 256, 256) = 4352: 16 MiB / (4352 x 4) = 963 rows, even for H = 64
+    assert padded.chunks[0].num_rows == 962
+    # the unpadded plan really allocates more than its budget
+    assert unpadded.chunks[0].logits_bytes > 16 * MIB
+    assert padded.chunks[0].logits_bytes <= 16 * MIB
+
+
+def test_causal_needs_about_half_the_chunks_of_vllm_for_a_64k_prompt():
+    batch = StepBatch.from_lengths([65_536], [65_536])
+    vllm = make_plan(batch, "vllm", 512 * MIB)
+    causal = make_plan(batch, "causal", 512 * MIB)
+    assert vllm.num_chunks == 33
+    assert causal.num_chunks == 18
+    # early slices are narrower and take more rows
+    rows = [c.num_rows for c in causal.chunks]
+    assert rows == sorted(rows, reverse=True)[:1] + rows[1:] and rows[0] > rows[-1]
+    assert [c.logits_cols for c in causal.chunks] == [c.token_end for c in causal.chunks]
+
+
+def test_causal_compressed_packs_by_the_longest_request():
+    batch = StepBatch.from_lengths([100, 100], [1000, 1000])
+    full = make_plan(batch, "causal", 2 * 256 * 1200 * 4, deepgemm_version="2.6")
+    compressed = make_plan(batch, "causal", 2 * 256 * 1200 * 4, deepgemm_version="2.6",
+                           compressed=True)
+    assert compressed.num_chunks == 1 and compressed.chunks[0].logits_cols == 1000
+    assert compressed.chunks[0].compressed
+    assert full.chunks[0].logits_cols == 2000 or full.num_chunks > 1
+
+
+def test_causal_compressed_needs_deepgemm_2_2():
+    batch = StepBatch.from_lengths([1], [1])
+    with pytest.raises(ValueError, match="2.1 has no compressed"):
+        make_plan(batch, "causal", MIB, deepgemm_version="2.1", compressed=True)
+    # 2.8 has only the compressed layout
+    assert make_plan(batch, "causal", MIB, deepgemm_version="2.8").chunks[0].compressed
+
+
+def test_per_request_never_packs_at_factor_one_and_packs_small_ones_above():
+    batch = StepBatch.from_lengths([4, 4, 4], [4, 4, 4])
+    assert make_plan(batch, "per-request", MIB).num_chunks == 3
+    # two fresh 4-token prompts allocate 8 x 8 = 64 and read 2 x 10 = 20 (3.2x);
+    # three allocate 144 and read 30 (4.8x)
+    plan = make_plan(batch, "per-request", MIB, pack_factor=3.5)
+    assert spans(plan) == [((0, 2), (0, 8), True), ((2, 3), (0, 4), True)]
+    with pytest.raises(ValueError, match="pack_factor 0.5"):
+        make_plan(batch, "per-request", MIB, pack_factor=0.5)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(strategy="bogus", budget_bytes=1), "unknown strategy 'bogus'"),
+    (dict(strategy="vllm", budget_bytes=0), "budget_bytes 0"),
+    (dict(strategy="vllm", budget_bytes=-5), "budget_bytes -5"),
+    (dict(strategy="vllm", budget_bytes=None), "needs a logits budget"),
+    (dict(strategy="vllm", budget_bytes=1, workspace_tokens=0), "workspace_tokens 0"),
+    (dict(strategy="vllm", budget_bytes=1, model="llama"), "unknown model 'llama'"),
+])
+def test_bad_plan_arguments_name_the_value(kwargs, message):
+    batch = StepBatch.from_lengths([1], [1])
+    with pytest.raises(ValueError, match=message):
+        make_plan(batch, **kwargs)
+
+
+@pytest.mark.parametrize("q, s, message", [
+    ([5], [4], "query_len 5 > seq_len 4"),
+    ([-1], [4], "query_len -1"),
+    ([1.5], [4], "query_len 1.5"),
+    ([1, 2], [4], "2 query lengths and 1 sequence lengths"),
+    ([], [], "no requests"),
+])
+def test_bad_batches_name_the_value(q, s, message):
+    with pytest.raises(ValueError, match=message):
+        StepBatch.from_lengths(q, s)

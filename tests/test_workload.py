@@ -1,0 +1,104 @@
+"""The scheduler simulator on small schedules traced by hand."""
+import pytest
+
+from indexer_lib.workload import ClosedLoopWorkload, SchedulerConfig, simulate
+
+
+def trace(workload, config, steps=None):
+    out = []
+    for s in simulate(workload, config):
+        reqs = [] if s.batch is None else [(r.context_len, r.query_len) for r in s.batch.requests]
+        out.append((reqs, s.num_decode))
+        if steps is not None and len(out) == steps:
+            break
+    return out
+
+
+def test_chunked_prefill_with_decodes_sync():
+    # 2 clients, prompts of 100 tokens, 2 output tokens, 64 tokens per step, 4 prompts in all
+    w = ClosedLoopWorkload(concurrency=2, isl=100, osl=2, num_prompts=4)
+    c = SchedulerConfig(max_num_batched_tokens=64)
+    assert trace(w, c, 5) == [
+        ([(0, 64)], 0),  # r0 takes the whole budget: r1 waits
+        ([(64, 36), (0, 28)], 0),  # r0 finishes its prompt (samples token 1), r1 starts
+        ([(28, 63)], 1),  # r0 decodes token 2 and finishes
+        ([(91, 9), (0, 55)], 0),  # r0's replacement r2 arrived before this step
+        ([(55, 45)], 1),  # r1 finished its prompt last step and decodes
+    ]
+
+
+def test_whole_schedule_ends_with_every_prompt_done():
+    w = ClosedLoopWorkload(concurrency=3, isl=50, osl=4, num_prompts=7)
+    steps = list(simulate(w, SchedulerConfig(max_num_batched_tokens=40)))
+    prompt_tokens = sum(s.batch.num_rows for s in steps if s.batch)
+    assert prompt_tokens == 7 * 50
+    # each prompt's last chunk samples its first token; the other 3 are decode steps
+    assert sum(s.num_decode for s in steps) == 7 * 3
+    assert len({rid for s in steps for rid in s.request_ids}) == 7
+
+
+def test_threshold_caps_chunks_only_when_several_requests_compete():
+    c = SchedulerConfig(max_num_batched_tokens=64, long_prefill_token_threshold=32)
+    many = trace(ClosedLoopWorkload(3, 100, 1), c, 1)
+    assert many == [([(0, 32), (0, 32)], 0)]
+    alone = trace(ClosedLoopWorkload(1, 100, 1), c, 1)
+    assert alone == [([(0, 64)], 0)]
+
+
+def test_max_num_seqs_limits_admission():
+    c = SchedulerConfig(max_num_batched_tokens=1000, max_num_seqs=2)
+    assert trace(ClosedLoopWorkload(3, 10, 5), c, 1) == [([(0, 10), (0, 10)], 0)]
+
+
+def test_shared_prefix_hits_are_whole_blocks_and_never_the_whole_prompt():
+    c = SchedulerConfig(max_num_batched_tokens=1000, block_size=64)
+    # r0 schedules 200 tokens: the 128 tokens of full prefix blocks are cached at once
+    w = ClosedLoopWorkload(2, 200, 1, shared_prefix=150)
+    assert trace(w, c, 1) == [([(0, 200), (128, 72)], 0)]
+    # a prompt that is all shared prefix still recomputes its last block's tokens
+    w = ClosedLoopWorkload(2, 128, 1, shared_prefix=128)
+    assert trace(w, c, 1) == [([(0, 128), (64, 64)], 0)]
+    # without prefix caching nothing hits
+    off = SchedulerConfig(max_num_batched_tokens=1000, enable_prefix_caching=False)
+    assert trace(ClosedLoopWorkload(2, 200, 1, shared_prefix=150), off, 1) == [
+        ([(0, 200), (0, 200)], 0)]
+
+
+def test_async_scheduling_delays_the_replacement_by_one_step():
+    # r0 finishes at step 1 while r1 keeps the engine busy
+    w = ClosedLoopWorkload(concurrency=2, isl=10, osl=2, num_prompts=3)
+    sync = trace(w, SchedulerConfig(max_num_batched_tokens=10))
+    asyn = trace(w, SchedulerConfig(max_num_batched_tokens=10, async_scheduling=True))
+    assert sync[:3] == [([(0, 10)], 0), ([(0, 9)], 1), ([(9, 1), (0, 9)], 0)]
+    # async: r0's replacement is seen one step later
+    assert asyn[:4] == [([(0, 10)], 0), ([(0, 9)], 1), ([(9, 1)], 0), ([(0, 9)], 1)]
+
+
+def test_an_idle_engine_waits_for_the_next_request_without_empty_steps():
+    w = ClosedLoopWorkload(concurrency=1, isl=10, osl=1, num_prompts=2)
+    for async_scheduling in (False, True):
+        c = SchedulerConfig(max_num_batched_tokens=64, async_scheduling=async_scheduling)
+        assert trace(w, c) == [([(0, 10)], 0), ([(0, 10)], 0)]
+
+
+def test_the_reported_oom_step_shape():
+    # 64 requests of 10,240 tokens, 8,192 tokens per step, 256-token threshold:
+    # steps of 32 requests x 256 new rows; at 9,984 cached each, N = 327,680
+    w = ClosedLoopWorkload(64, 10_240, 1)
+    c = SchedulerConfig(max_num_batched_tokens=8192, long_prefill_token_threshold=256)
+    worst = max((s.batch for s in simulate(w, c) if s.batch),
+                key=lambda b: b.num_rows * b.num_kv_tokens)
+    assert worst.num_rows == 8192
+    assert worst.num_kv_tokens == 327_680
+    assert {(r.context_len, r.query_len) for r in worst.requests} == {(9984, 256)}
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(concurrency=0, isl=10), "concurrency 0"),
+    (dict(concurrency=-3, isl=10), "concurrency -3"),
+    (dict(concurrency=1, isl=10, shared_prefix=11), "shared_prefix 11 > isl 10"),
+    (dict(concurrency=1, isl=2.5), "isl 2.5"),
+])
+def test_bad_workloads_name_the_value(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        ClosedLoopWorkload(**kwargs)
