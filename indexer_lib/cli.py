@@ -135,8 +135,9 @@ def cmd_plan(args) -> int:
 
 
 def cmd_frontier(args) -> int:
-    from .results import write_table  # pandas import only for this command
+    from .results import check_table_path, write_table  # pandas only for this command
 
+    check_table_path(args.out)  # before the work, so a bad path loses nothing
     grid = FrontierGrid(
         model=args.model, concurrency=tuple(args.concurrency), isl=tuple(args.isl),
         osl=args.osl, budget_mb=tuple(args.budget_mb), strategy=tuple(args.strategy),

@@ -4,13 +4,18 @@ from __future__ import annotations
 from pathlib import Path
 
 
+def check_table_path(path: str | Path) -> Path:
+    path = Path(path)
+    if path.suffix not in (".csv", ".parquet"):
+        raise ValueError(f"table path {str(path)!r}: must end in .csv or .parquet")
+    return path
+
+
 def write_table(rows: list[dict], path: str | Path) -> Path:
     """Write rows as CSV or Parquet, chosen by the file's suffix."""
     import pandas as pd
 
-    path = Path(path)
-    if path.suffix not in (".csv", ".parquet"):
-        raise ValueError(f"table path {str(path)!r}: must end in .csv or .parquet")
+    path = check_table_path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     frame = pd.DataFrame(rows)
     tmp = path.with_name(path.name + ".tmp")

@@ -1,0 +1,121 @@
+"""The indexer-lab command line: JSON plans, the frontier table, one-line errors."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from indexer_lib.cli import main
+
+
+def run(capsys, *args):
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_plan_json_has_the_documented_fields(capsys):
+    code, out, err = run(capsys, "plan", "--strategy", "vllm", "--budget-mb",
+                         "0.00095367431640625", "--workspace-tokens", "1000",
+                         "--query-lens", "10,10,10", "--seq-lens", "100,100,100",
+                         "--no-padding", "--json")
+    assert code == 0 and err == ""
+    plan = json.loads(out)
+    assert plan["budget_bytes"] == 1000
+    assert plan["num_chunks"] == 15 == len(plan["chunks"])
+    assert {"strategy", "budget_bytes", "num_chunks", "peak_bytes", "chunks"} <= plan.keys()
+    first = plan["chunks"][0]
+    assert {"requests", "rows", "token_start", "token_end", "kv_tokens", "logits_cols",
+            "logits_bytes", "gather", "over_budget"} <= first.keys()
+    assert first["requests"] == [0, 1] and first["rows"] == [0, 2]
+    assert plan["chunks"][1]["gather"] is False
+    assert plan["chunks"][-1]["token_end"] == 30
+
+
+def test_budget_bytes_equals_fractional_budget_mb(capsys):
+    args = ["plan", "--query-lens", "10,10", "--seq-lens", "100,100", "--json"]
+    _, by_mb, _ = run(capsys, *args, "--budget-mb", "0.00095367431640625")
+    _, by_bytes, _ = run(capsys, *args, "--budget-bytes", "1000")
+    assert json.loads(by_mb) == json.loads(by_bytes)
+
+
+def test_plan_table_lists_every_chunk(capsys):
+    code, out, _ = run(capsys, "plan", "--strategy", "causal", "--budget-mb", "512",
+                       "--query-lens", "65536", "--seq-lens", "65536")
+    assert code == 0
+    assert out.startswith("causal: 18 chunks")
+    assert len(out.strip().splitlines()) == 2 + 18
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--strategy", "bogus"], "unknown strategy 'bogus'"),
+    (["--model", "llama"], "unknown model 'llama'"),
+    (["--deepgemm-version", "9"], "unknown DeepGEMM version '9'"),
+    (["--budget-mb", "0"], "budget 0.0 MB: must be > 0"),
+    (["--budget-mb", "-1"], "budget -1.0 MB"),
+    (["--budget-bytes", "0"], "--budget-bytes 0"),
+    (["--workspace-tokens", "0"], "workspace_tokens 0"),
+    (["--query-lens", "5", "--seq-lens", "4"], "query_len 5 > seq_len 4"),
+    (["--query-lens", "1,2", "--seq-lens", "4"], "2 query lengths and 1 sequence lengths"),
+    (["--query-lens", "-1", "--seq-lens", "4"], "query_len -1"),
+    (["--query-lens", "x", "--seq-lens", "4"], "'x' is not a whole number"),
+    (["--query-lens", "1.5", "--seq-lens", "4"], "'1.5' is not a whole number"),
+])
+def test_bad_input_is_one_line_and_exit_2(capsys, args, message):
+    base = {"--query-lens": "1", "--seq-lens": "4"}
+    merged = list(args)
+    for k, v in base.items():
+        if k not in args:
+            merged += [k, v]
+    code, out, err = run(capsys, "plan", *merged)
+    assert code == 2
+    assert out == ""
+    assert len(err.strip().splitlines()) == 1, err
+    assert message in err
+    assert "Traceback" not in err
+
+
+def test_budget_below_one_row_is_flagged_not_an_error(capsys):
+    code, out, _ = run(capsys, "plan", "--budget-bytes", "1", "--query-lens", "3",
+                       "--seq-lens", "10", "--json")
+    plan = json.loads(out)
+    assert code == 0 and plan["num_chunks"] == 3
+    assert all(c["over_budget"] for c in plan["chunks"])
+
+
+def test_frontier_writes_a_tidy_table(tmp_path, capsys):
+    import pandas as pd
+
+    out = tmp_path / "f.parquet"
+    code, stdout, _ = run(capsys, "frontier", "--concurrency", "8,64", "--isl", "10240",
+                          "--budget-mb", "256,512", "--strategy", "n-only,vllm",
+                          "--free-gib", "2.63,20", "--osl", "4", "--out", str(out))
+    assert code == 0
+    table = pd.read_parquet(out)
+    assert len(table) == 2 * 1 * 2 * 2 * 2
+    assert set(table["mode"]) == {"model"}
+    no_budget = table[(table.strategy == "n-only") & (table.concurrency == 64)
+                      & (table.free_gib == 2.63)]
+    assert no_budget["oom"].all()  # the reported OOM: ~10 GiB of logits with 2.63 GiB free
+    assert (no_budget["worst_kv_tokens"] == 327_680).all()
+    budgeted = table[(table.strategy == "vllm") & (table.budget_mb == 512)]
+    assert not budgeted["oom"].any()
+    assert "largest ISL without OOM" in stdout and str(out) in stdout
+
+
+def test_frontier_bad_value_is_one_line(capsys, tmp_path):
+    code, _, err = run(capsys, "frontier", "--concurrency", "0", "--out", str(tmp_path / "x.csv"))
+    assert code == 2 and "concurrency 0" in err and len(err.strip().splitlines()) == 1
+    code, _, err = run(capsys, "frontier", "--out", str(tmp_path / "x.txt"), "--isl", "64",
+                       "--concurrency", "1")
+    assert code == 2 and "must end in .csv or .parquet" in err
+
+
+def test_console_script_and_module_entry_point():
+    result = subprocess.run([sys.executable, "-m", "indexer_lib", "plan", "--strategy", "x",
+                             "--query-lens", "1", "--seq-lens", "1"],
+                            capture_output=True, text=True)
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "indexer-lab plan: error: unknown strategy 'x': must be one of "
+        "n-only, vllm, per-request, causal")
