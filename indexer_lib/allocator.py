@@ -1,0 +1,163 @@
+"""A model of PyTorch's CUDA caching allocator (default settings), to predict
+``memory_reserved`` for a sequence of allocations and frees.
+
+What it models, from PyTorch's documented design:
+- request sizes round up to multiples of 512 bytes;
+- small requests (<= 1 MiB) come from 2 MiB segments, large ones from their
+  own pool: a new large segment is 20 MiB for requests under 10 MiB, else the
+  request rounded up to 2 MiB;
+- a request takes the smallest cached free block of its pool that fits (ties:
+  the lowest address), split when the remainder is worth keeping (small pool:
+  >= 512 bytes; large pool: > 1 MiB);
+- freed blocks merge with free neighbours of the same segment;
+- nothing goes back to the driver until ``empty_cache`` (segments wholly free).
+Streams, expandable segments and the retry-after-OOM path are not modelled.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+KB = 1024
+MB = 1024 * 1024
+MIN_BLOCK = 512
+SMALL_SIZE = 1 * MB  # largest "small" request
+SMALL_BUFFER = 2 * MB  # segment size of the small pool
+LARGE_BUFFER = 20 * MB  # segment for large requests under MIN_LARGE_ALLOC
+MIN_LARGE_ALLOC = 10 * MB
+ROUND_LARGE = 2 * MB
+
+
+def round_size(size: int) -> int:
+    if size < MIN_BLOCK:
+        return MIN_BLOCK
+    return -(-size // MIN_BLOCK) * MIN_BLOCK
+
+
+def segment_size(size: int) -> int:
+    """Bytes the allocator asks cudaMalloc for when no cached block fits."""
+    if size <= SMALL_SIZE:
+        return SMALL_BUFFER
+    if size < MIN_LARGE_ALLOC:
+        return LARGE_BUFFER
+    return -(-size // ROUND_LARGE) * ROUND_LARGE
+
+
+@dataclass(eq=False)  # blocks are compared by identity
+class _Block:
+    segment: int
+    offset: int
+    size: int
+    free: bool = True
+
+
+@dataclass
+class _Segment:
+    small: bool
+    size: int
+    blocks: list[_Block] = field(default_factory=list)  # in address order
+
+
+class CachingAllocatorModel:
+    """Replay allocations and frees; read ``allocated`` and ``reserved`` bytes."""
+
+    def __init__(self, max_split_size: int | None = None):
+        self.segments: list[_Segment | None] = []
+        self.live: dict[int, _Block] = {}
+        self.next_handle = 0
+        self.allocated = 0
+        self.reserved = 0
+        self.peak_allocated = 0
+        self.peak_reserved = 0
+        self.max_split_size = max_split_size  # None: PyTorch's default, no limit
+
+    def malloc(self, nbytes: int) -> int:
+        """Allocate; returns a handle for ``free``."""
+        size = round_size(nbytes)
+        small = size <= SMALL_SIZE
+        block = self._best_fit(size, small)
+        if block is None:
+            seg_bytes = segment_size(size)
+            self.segments.append(_Segment(small, seg_bytes))
+            block = _Block(len(self.segments) - 1, 0, seg_bytes)
+            self.segments[-1].blocks.append(block)
+            self.reserved += seg_bytes
+        self._split(block, size, small)
+        block.free = False
+        handle = self.next_handle
+        self.next_handle += 1
+        self.live[handle] = block
+        self.allocated += block.size
+        self.peak_allocated = max(self.peak_allocated, self.allocated)
+        self.peak_reserved = max(self.peak_reserved, self.reserved)
+        return handle
+
+    def free(self, handle: int) -> None:
+        block = self.live.pop(handle)
+        self.allocated -= block.size
+        block.free = True
+        blocks = self.segments[block.segment].blocks
+        i = blocks.index(block)
+        # merge with the free neighbours: the next one first, then the previous one
+        if i + 1 < len(blocks) and blocks[i + 1].free:
+            block.size += blocks.pop(i + 1).size
+        if i > 0 and blocks[i - 1].free:
+            blocks[i - 1].size += blocks.pop(i).size
+
+    def empty_cache(self) -> None:
+        """Return wholly free segments to the driver."""
+        for k, seg in enumerate(self.segments):
+            if seg is not None and len(seg.blocks) == 1 and seg.blocks[0].free:
+                self.reserved -= seg.size
+                self.segments[k] = None
+
+    def _best_fit(self, size: int, small: bool) -> _Block | None:
+        best = None
+        for seg in self.segments:
+            if seg is None or seg.small != small:
+                continue
+            for b in seg.blocks:
+                if not b.free or b.size < size or not self._may_use(b, size):
+                    continue
+                if best is None or (b.size, b.segment, b.offset) < (best.size, best.segment, best.offset):
+                    best = b
+        return best
+
+    def _may_use(self, block: _Block, size: int) -> bool:
+        limit = self.max_split_size
+        if limit is None:
+            return True
+        # oversize cached blocks serve only requests that are oversize and close in size
+        if size < limit and block.size >= limit:
+            return False
+        return not (size >= limit and block.size >= size + LARGE_BUFFER)
+
+    def _split(self, block: _Block, size: int, small: bool) -> None:
+        remaining = block.size - size
+        worth = remaining >= MIN_BLOCK if small else remaining > SMALL_SIZE
+        if self.max_split_size is not None and block.size >= self.max_split_size:
+            worth = False
+        if not worth:
+            return
+        blocks = self.segments[block.segment].blocks
+        rest = _Block(block.segment, block.offset + size, remaining)
+        blocks.insert(blocks.index(block) + 1, rest)
+        block.size = size
+
+
+def replay(events) -> list[tuple[int, int]]:
+    """Replay ``("malloc", key, nbytes)`` / ``("free", key)`` events.
+
+    Returns (allocated, reserved) after each event.
+    """
+    model = CachingAllocatorModel()
+    handles = {}
+    curve = []
+    for event in events:
+        if event[0] == "malloc":
+            handles[event[1]] = model.malloc(event[2])
+        elif event[0] == "free":
+            model.free(handles.pop(event[1]))
+        else:
+            raise ValueError(f"unknown allocator event {event[0]!r}: must be 'malloc' or 'free'")
+        curve.append((model.allocated, model.reserved))
+    return curve
