@@ -238,3 +238,31 @@ def test_compressed_width_must_hold_every_window():
         check(ks=ks, ke=ke, max_seqlen_k=29)
     # values unchecked on request (no device sync)
     check(ks=ks, ke=ke, max_seqlen_k=29, check_values=False)
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+@pytest.mark.parametrize("seed", range(3))
+def test_agrees_with_the_reference_backend(seed, compressed):
+    """Same contract as ReferenceBackend.topk, bit for bit, on tie-heavy logits."""
+    import numpy as np
+
+    from indexer_lib.kernels.reference import ReferenceBackend
+
+    g = torch.Generator().manual_seed(seed)
+    # two requests back to back, causal windows, values from a few levels (ties everywhere)
+    seq, qlen = [70, 50], [30, 50]
+    ks, ke, cu = [], [], 0
+    for s, ql in zip(seq, qlen):
+        ks += [cu] * ql
+        ke += [cu + s - ql + i + 1 for i in range(ql)]
+        cu += s
+    ks_t, ke_t = torch.tensor(ks, dtype=torch.int32), torch.tensor(ke, dtype=torch.int32)
+    m = len(ks)
+    width = max(e - b for b, e in zip(ks, ke)) if compressed else cu
+    x = torch.randint(-3, 4, (m, width), generator=g).to(torch.float32) * 0.5
+    host = (np.array(ks, dtype=np.int32), np.array(ke, dtype=np.int32))
+    ref = ReferenceBackend().topk(x.clone(), ks_t, ke_t, 16, compressed=compressed, host_windows=host)
+    mine = window_topk(x.clone(), ks_t, ke_t, 16, compressed=compressed, block_bytes=4096)
+    mine_host = window_topk(x.clone(), ks_t, ke_t, 16, compressed=compressed, host_windows=host)
+    assert torch.equal(mine, ref)
+    assert torch.equal(mine_host, ref)

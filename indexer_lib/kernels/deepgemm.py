@@ -37,8 +37,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from ..padding import DEEPGEMM_RULES, PaddingRules, get_rules
-from ..plan import Chunk
-from ..shapes import ModelPreset
+from ..plan import Chunk, Plan
 from .base import Backend
 from .checks import arch_major_of, check_mqa_logits_inputs
 from .topk import DEFAULT_BLOCK_BYTES, topk_temporaries_bytes, window_topk
@@ -353,7 +352,7 @@ class DeepGemmBackend(Backend):
         # compressed only: no clean_logits argument
         return fn((q, None), kv, weights, ks, ke, max_seqlen_k)
 
-    def logits(self, q, k, k_scale, weights, ks, ke, width: int, compressed: bool = False):
+    def logits(self, q, k, k_scale, weights, ks, ke, width: int, compressed: bool = False, **hints):
         self._check_layout(compressed)
         n = k.shape[0] if isinstance(k, torch.Tensor) and k.dim() >= 1 else 0
         if not compressed:
@@ -387,13 +386,19 @@ class DeepGemmBackend(Backend):
             })
         return out
 
-    def topk(self, logits, ks, ke, k: int, compressed: bool = False):
-        return window_topk(logits, ks, ke, k, compressed=compressed, block_bytes=self.topk_block_bytes)
+    def topk(self, logits, ks, ke, k: int, compressed: bool = False, out=None, **hints):
+        return window_topk(logits, ks, ke, k, compressed=compressed, block_bytes=self.topk_block_bytes,
+                           out=out, host_windows=hints.get("host_windows"))
 
-    def temporaries_bytes(self, chunk: Chunk, model: ModelPreset, topk: int) -> int:
-        """window_topk's temporaries plus its [m, k] int32 result (the executor copies it out)."""
-        rows, width = chunk.num_rows, chunk.logits_cols
-        return topk_temporaries_bytes(rows, width, topk, self.topk_block_bytes) + rows * topk * 4
+    def temporaries_bytes(self, plan: Plan, chunk: Chunk, topk: int) -> int:
+        """window_topk's temporaries (an upper bound without tie repair; the logits and
+        the [m, k] result, written into the executor's buffer, are counted elsewhere).
+
+        DeepGEMM's own allocation is the padded logits tensor alone (its kernels
+        keep their work in shared memory); a first call also JIT-compiles and may
+        allocate once, which the device script keeps out of the measured peaks.
+        """
+        return topk_temporaries_bytes(chunk.num_rows, chunk.logits_cols, topk, self.topk_block_bytes)
 
 
 def probe_padding(backend: DeepGemmBackend, heads: int, device="cuda") -> dict:

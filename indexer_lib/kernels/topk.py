@@ -85,13 +85,15 @@ def _order(vals: torch.Tensor, idx: torch.Tensor):
 
 def window_topk(logits: torch.Tensor, ks: torch.Tensor, ke: torch.Tensor, k: int,
                 compressed: bool = False, block_bytes: int = DEFAULT_BLOCK_BYTES,
-                out: torch.Tensor | None = None) -> torch.Tensor:
+                out: torch.Tensor | None = None, host_windows=None) -> torch.Tensor:
     """Top-k of each row's window; overwrites the columns outside the windows with -inf.
 
     Full layout: row i's window is columns [ks[i], ke[i]).  Compressed layout
     (DeepGEMM's ``max_seqlen_k``): columns [0, ke[i] - ks[i]).  ``out``: an
     optional ``[m, k]`` int32 tensor to write into (e.g. a slice of a persistent
-    top-k buffer).
+    top-k buffer).  ``host_windows``: optional (ks, ke) host arrays (numpy or
+    lists) with the same values, which spare one device synchronisation per row
+    block.
     """
     if logits.dim() != 2:
         raise ValueError(f"logits: must be 2-D [m, width], got shape {tuple(logits.shape)}")
@@ -115,7 +117,12 @@ def window_topk(logits: torch.Tensor, ks: torch.Tensor, ke: torch.Tensor, k: int
         r1 = min(m, r0 + rb)
         lo, hi, offset = lo_all[r0:r1], hi_all[r0:r1], offset_all[r0:r1]
         # only the columns some row of the block reads
-        c0, c1 = (int(v) for v in torch.stack([lo.min(), hi.max()]).clamp(0, width).tolist())
+        if host_windows is not None:
+            hks, hke = (list(map(int, a[r0:r1])) for a in host_windows)
+            c0, c1 = (0, max(e - b for b, e in zip(hks, hke))) if compressed else (min(hks), max(hke))
+            c0, c1 = max(0, c0), min(width, c1)
+        else:
+            c0, c1 = (int(v) for v in torch.stack([lo.min(), hi.max()]).clamp(0, width).tolist())
         if c1 <= c0:
             continue
         x = logits[r0:r1, c0:c1]
