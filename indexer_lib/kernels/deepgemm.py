@@ -60,7 +60,7 @@ API_FP8_FP4 = "fp8_fp4"
 API_FP8_FP4_COMPRESSED_ONLY = "fp8_fp4-compressed"
 
 
-class DeepGemmUnavailable(ImportError):
+class DeepGemmUnavailable(ImportError, ValueError):
     """No usable DeepGEMM is installed (the message says what was tried)."""
 
 
