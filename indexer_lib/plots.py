@@ -1,0 +1,293 @@
+"""Figures from sweep and step tables (DESIGN.md section 10).
+
+Each figure's title is the question it answers; axes carry units; colour maps
+are perceptually uniform and readable in grey (cividis); modelled data are
+dashed lines with hollow markers, measured data solid lines with filled
+markers, and the legend says which.  Functions return a matplotlib ``Figure``
+(no pyplot state); ``save`` writes PNG (150 dpi) and SVG with the parameters
+in the file name and the metadata.
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+from matplotlib.colors import LogNorm
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
+CMAP = "cividis"
+GIB = 2**30
+# how each mode is drawn: line style, marker fill, legend word
+STYLE = {
+    "model": {"linestyle": "--", "markerfacecolor": "none", "word": "modelled"},
+    "trace": {"linestyle": ":", "markerfacecolor": "none", "word": "traced"},
+    "measure": {"linestyle": "-", "markerfacecolor": None, "word": "measured"},
+}
+
+
+def mode_word(mode: str) -> str:
+    return STYLE[mode]["word"]
+
+
+def _line_style(mode: str) -> dict:
+    s = STYLE[mode]
+    style = {"linestyle": s["linestyle"]}
+    if s["markerfacecolor"] is not None:
+        style["markerfacecolor"] = s["markerfacecolor"]
+    return style
+
+
+def _modes_word(frame) -> str:
+    return " + ".join(mode_word(m) for m in sorted(set(frame["mode"])))
+
+
+def _budget_label(strategy: str, budget_mb: float) -> str:
+    return "no budget" if strategy == "n-only" else f"{budget_mb:g} MiB"
+
+
+def _select(frame, **equal):
+    for k, v in equal.items():
+        if v is not None:
+            frame = frame[frame[k] == v]
+    return frame
+
+
+def frontier_heatmap(frame, by: str = "budget_mb", strategy: str = "vllm",
+                     budget_mb: float = 512, free_gib: float | None = None,
+                     model: str | None = None, mode: str = "model") -> Figure:
+    """Worst-step transient GiB over concurrency x ISL, the free-memory line drawn,
+    one panel per budget (``by="budget_mb"``) or per strategy (``by="strategy"``)."""
+    model = model or frame["model"].iloc[0]
+    free_gib = free_gib if free_gib is not None else float(frame["free_gib"].iloc[0])
+    data = _select(frame, model=model, free_gib=free_gib, mode=mode)
+    if by == "budget_mb":
+        data = data[data["strategy"] == strategy]
+        panels = sorted(data["budget_mb"].unique())
+        if strategy == "n-only":
+            panels = panels[:1]
+    elif by == "strategy":
+        data = data[data["budget_mb"] == budget_mb]
+        panels = [s for s in dict.fromkeys(frame["strategy"]) if s in set(data["strategy"])]
+    else:
+        raise ValueError(f"by {by!r}: must be 'budget_mb' or 'strategy'")
+    if data.empty:
+        raise ValueError(f"no {mode} rows for {model} at {free_gib} GiB free with these filters")
+    concs = sorted(data["concurrency"].unique())
+    isls = sorted(data["isl"].unique())
+    gib = data["peak_transient_bytes"].astype(float) / GIB
+    norm = LogNorm(vmin=max(gib.min(), 1e-3), vmax=max(gib.max(), 2e-3))
+
+    ncols = min(3, len(panels))
+    nrows = -(-len(panels) // ncols)
+    fig = Figure(figsize=(max(7.0, 4.2 * ncols + 1.2), 3.4 * nrows + 1.0), layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False)
+    image = None
+    for ax, panel in zip(axes.flat, panels):
+        cells = data[data[by] == panel]
+        grid = np.full((len(concs), len(isls)), np.nan)
+        oom = np.zeros_like(grid, dtype=bool)
+        for r in cells.itertuples(index=False):
+            i, j = concs.index(r.concurrency), isls.index(r.isl)
+            grid[i, j] = r.peak_transient_bytes / GIB
+            oom[i, j] = bool(r.oom)
+        image = ax.imshow(np.clip(grid, norm.vmin, None), origin="lower", aspect="auto",
+                          cmap=CMAP, norm=norm)
+        if len(concs) > 1 and len(isls) > 1 and np.nanmin(grid) < free_gib < np.nanmax(grid):
+            ax.contour(np.arange(len(isls)), np.arange(len(concs)), grid, levels=[free_gib],
+                       colors="red", linewidths=2)
+        for i, j in zip(*np.nonzero(oom)):
+            # dark text on light cells, light on dark: readable in grey too
+            light = norm(grid[i, j]) > 0.6
+            ax.text(j, i, "OOM", ha="center", va="center", fontsize=7, fontweight="bold",
+                    color="black" if light else "white")
+        ax.set_xticks(range(len(isls)), [f"{v // 1024}K" if v >= 1024 else str(v) for v in isls])
+        ax.set_yticks(range(len(concs)), [str(v) for v in concs])
+        ax.set_xlabel("input length, ISL (tokens)")
+        ax.set_ylabel("concurrency (requests)")
+        title = (_budget_label(strategy, panel) if by == "budget_mb"
+                 else f"{panel} ({_budget_label(panel, budget_mb)})")
+        ax.set_title(title)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    bar = fig.colorbar(image, ax=axes, shrink=0.9)
+    bar.set_label(f"worst-step transient peak (GiB, {mode_word(mode)})")
+    fig.legend(handles=[Line2D([], [], color="red", linewidth=2,
+                               label=f"free memory: {free_gib:g} GiB")],
+               loc="outside lower center")
+    what = f"strategy {strategy}" if by == "budget_mb" else f"budget {budget_mb:g} MiB"
+    fig.suptitle(f"Where does {model}'s indexer run out of memory?\n"
+                 f"({free_gib:g} GiB free, {what}, {mode_word(mode)})")
+    return fig
+
+
+def frontier_table(frame, strategy: str, free_gib: float | None = None):
+    """Largest ISL without OOM, per budget (rows) and concurrency (columns); 0: none fits."""
+    free_gib = free_gib if free_gib is not None else float(frame["free_gib"].iloc[0])
+    data = _select(frame, strategy=strategy, free_gib=free_gib)
+    fits = data[~data["oom"].astype(bool)]
+    table = fits.pivot_table(index="budget_mb", columns="concurrency", values="isl",
+                             aggfunc="max")
+    table = table.reindex(index=sorted(data["budget_mb"].unique()),
+                          columns=sorted(data["concurrency"].unique()))
+    return table.fillna(0).astype(int)
+
+
+def frontier_curves(frame, strategy: str = "vllm", budgets_mb=None,
+                    free_gib: float | None = None, model: str | None = None) -> Figure:
+    """Largest ISL without OOM vs concurrency, one curve per budget (and per mode)."""
+    model = model or frame["model"].iloc[0]
+    free_gib = free_gib if free_gib is not None else float(frame["free_gib"].iloc[0])
+    data = _select(frame, model=model, free_gib=free_gib)
+    fig = Figure(figsize=(7.5, 4.8), layout="constrained")
+    ax = fig.subplots()
+    isls = sorted(data["isl"].unique())
+    colours = {}
+    import matplotlib
+
+    cmap = matplotlib.colormaps[CMAP]
+    curves = [("n-only", None)] if "n-only" in set(data["strategy"]) else []
+    budgets = budgets_mb if budgets_mb is not None else sorted(data["budget_mb"].unique())
+    curves += [(strategy, b) for b in budgets]
+    for k, (s, b) in enumerate(curves):
+        colours[(s, b)] = cmap(k / max(1, len(curves) - 1) * 0.9)
+    for (s, b), colour in colours.items():
+        for mode in [m for m in ("model", "trace", "measure") if m in set(data["mode"])]:
+            rows = data[(data["strategy"] == s) & (data["mode"] == mode)]
+            if b is not None:
+                rows = rows[rows["budget_mb"] == b]
+            if rows.empty:
+                continue
+            concs = sorted(rows["concurrency"].unique())
+            best = []
+            for c in concs:
+                ok = rows[(rows["concurrency"] == c) & ~rows["oom"].astype(bool)]["isl"]
+                best.append(ok.max() if len(ok) else np.nan)
+            label = f"{_budget_label(s, b or 0)} ({mode_word(mode)})"
+            ax.plot(concs, best, marker="o", color=colour, label=label, **_line_style(mode))
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log", base=2)
+    ax.set_yticks(isls, [f"{v // 1024}K" if v >= 1024 else str(v) for v in isls])
+    concs_all = sorted(data["concurrency"].unique())
+    ax.set_xticks(concs_all, [str(c) for c in concs_all])
+    ax.minorticks_off()
+    ax.set_xlabel("concurrency (requests)")
+    ax.set_ylabel("largest ISL without OOM (tokens)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(title=f"{strategy} budget (missing point: every ISL OOMs)", fontsize=8,
+              title_fontsize=8, loc="best")
+    ax.set_title(f"How long can prompts get before {model}'s indexer OOMs, per logits budget?\n"
+                 f"({free_gib:g} GiB free, strategy {strategy}, {_modes_word(data)})")
+    return fig
+
+
+def chunk_overhead(table, measured=None, steps=None) -> Figure:
+    """Chunks and time overhead vs budget, per strategy, one column per step.
+
+    ``table``: rows of ``timemodel.overhead_table`` with a ``step`` column
+    (``time_source`` "modelled"); ``measured``: the same columns, "measured".
+    """
+    import pandas as pd
+
+    frames = [table] if measured is None or len(measured) == 0 else [table, measured]
+    data = pd.concat(frames, ignore_index=True)
+    steps = steps or list(dict.fromkeys(data["step"]))
+    fig = Figure(figsize=(3.6 * len(steps) + 1, 6.4), layout="constrained")
+    axes = fig.subplots(2, len(steps), squeeze=False, sharex=True)
+    import matplotlib
+
+    strategies = list(dict.fromkeys(data["strategy"]))
+    cmap = matplotlib.colormaps[CMAP]
+    colour = {s: cmap(k / max(1, len(strategies) - 1) * 0.9) for k, s in enumerate(strategies)}
+    markers = dict(zip(strategies, "osD^v<>"))
+    for col, step in enumerate(steps):
+        for source in ("modelled", "measured"):
+            mode = "model" if source == "modelled" else "measure"
+            rows = data[(data["step"] == step) & (data["time_source"] == source)]
+            for s in strategies:
+                r = rows[rows["strategy"] == s].sort_values("budget_mb")
+                if r.empty:
+                    continue
+                kw = dict(color=colour[s], marker=markers[s], label=f"{s} ({source})",
+                          **_line_style(mode))
+                axes[0, col].plot(r["budget_mb"], r["chunks"], **kw)
+                axes[1, col].plot(r["budget_mb"], 100 * r["overhead"], **kw)
+        axes[0, col].set_title(step, fontsize=9)
+        axes[0, col].set_ylabel("chunks in the step")
+        axes[0, col].set_yscale("log")
+        axes[1, col].set_ylabel("time overhead vs one chunk (%)")
+        axes[1, col].set_xlabel("logits budget (MiB)")
+        axes[1, col].set_xscale("log", base=2)
+        for ax in axes[:, col]:
+            ax.grid(True, alpha=0.3)
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    seen = dict(zip(labels, handles))
+    for ax in axes.flat:
+        for h, l in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(l, h)
+    fig.legend(list(seen.values()), list(seen.keys()), loc="outside lower center",
+               ncol=min(4, len(seen)), fontsize=8)
+    sources = " + ".join(sorted(set(data["time_source"])))
+    fig.suptitle(f"What does each smaller logits budget cost in chunks and time? ({sources} time)")
+    return fig
+
+
+def strategy_comparison(table, title_detail: str = "") -> Figure:
+    """Strategies side by side on one step or workload: peak (padding included),
+    allocated vs useful logits, chunks, gathers.  ``table``: one row per strategy
+    with ``strategy, peak_transient_bytes, allocated_logits_bytes,
+    useful_logits_bytes, chunks, gathers, mode``."""
+    fig = Figure(figsize=(12, 3.8), layout="constrained")
+    axes = fig.subplots(1, 4)
+    names = list(table["strategy"])
+    x = np.arange(len(names))
+    import matplotlib
+
+    cmap = matplotlib.colormaps[CMAP]
+    word = _modes_word(table)
+    axes[0].bar(x, table["peak_transient_bytes"] / GIB, color=cmap(0.2),
+                label=f"peak incl. padding ({word})")
+    axes[0].set_ylabel("worst-chunk transient peak (GiB)")
+    axes[1].bar(x - 0.2, table["allocated_logits_bytes"] / GIB, 0.4, color=cmap(0.2),
+                label=f"allocated ({word})")
+    axes[1].bar(x + 0.2, table["useful_logits_bytes"] / GIB, 0.4, color=cmap(0.85),
+                hatch="//", edgecolor="black", label=f"read by top-k ({word})")
+    axes[1].set_ylabel("logits over the step (GiB)")
+    axes[2].bar(x, table["chunks"], color=cmap(0.5))
+    axes[2].set_ylabel("chunks (count)")
+    axes[3].bar(x, table["gathers"], color=cmap(0.7))
+    axes[3].set_ylabel("K gathers (count)")
+    for ax in axes:
+        ax.set_xticks(x, names, rotation=20)
+        ax.set_xlabel("strategy")
+        ax.grid(True, axis="y", alpha=0.3)
+    axes[0].legend(fontsize=8)
+    axes[1].legend(fontsize=8)
+    fig.suptitle(f"Which splitting strategy allocates least for the same work? {title_detail}")
+    return fig
+
+
+def _slug(params: dict) -> str:
+    parts = []
+    for k, v in params.items():
+        v = ",".join(f"{x:g}" if isinstance(x, float) else str(x) for x in v) \
+            if isinstance(v, (list, tuple)) else (f"{v:g}" if isinstance(v, float) else str(v))
+        parts.append(f"{k}-{v}")
+    return re.sub(r"[^A-Za-z0-9.,_-]+", "_", "_".join(parts))[:120]
+
+
+def save(fig: Figure, out_dir: str | Path, name: str, params: dict) -> list[Path]:
+    """Write ``fig`` as PNG (150 dpi) and SVG; the parameters go in the file name
+    (shortened) and in full in the files' metadata.  Returns the two paths."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = f"{name}__{_slug(params)}" if params else name
+    title = fig.get_suptitle() if hasattr(fig, "get_suptitle") else name
+    description = json.dumps(params, sort_keys=True, default=str)
+    png, svg = out_dir / f"{stem}.png", out_dir / f"{stem}.svg"
+    fig.savefig(png, dpi=150, metadata={"Title": title or name, "Description": description,
+                                        "Software": "indexer-lab"})
+    fig.savefig(svg, metadata={"Title": title or name, "Description": description})
+    return [png, svg]
