@@ -6,7 +6,7 @@ range of query rows and runs top-k on it.  No strategy knows about tensors.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Callable
 
 from .padding import DEFAULT_DEEPGEMM_VERSION, PaddingRules, get_rules, unpadded_logits_bytes
@@ -29,10 +29,16 @@ class Chunk:
     over_budget: bool  # no split of this chunk meets the budget (or the workspace)
     compressed: bool = False  # DeepGEMM's max_seqlen_k layout: column c of row i is KV ks[i] + c
     kv_start: int = 0  # first workspace column scored; non-zero only for column-split chunks
+    alloc_rows: int | None = None  # rows the logits allocate when padded up (fixed-shape)
 
     @property
     def num_rows(self) -> int:
         return self.rows[1] - self.rows[0]
+
+    @property
+    def logits_rows(self) -> int:
+        """Rows of the logits allocation, before DeepGEMM's own row alignment."""
+        return self.num_rows if self.alloc_rows is None else self.alloc_rows
 
     @property
     def num_requests(self) -> int:
@@ -151,10 +157,12 @@ class _Builder:
             self.row_offset.append(self.row_offset[-1] + r.query_len)
         self.chunks: list[Chunk] = []
 
-    def add(self, r0, r1, q0, q1, cols, gather, over, compressed=False, kv_tokens=None):
+    def add(self, r0, r1, q0, q1, cols, gather, over, compressed=False, kv_tokens=None,
+            kv_start=0, alloc_rows=None):
         reqs = self.batch.requests[r0:r1]
         n = sum(r.seq_len for r in reqs) if kv_tokens is None else kv_tokens
         over = over or n > self.b.workspace
+        rows = q1 - q0 if alloc_rows is None else alloc_rows
         self.chunks.append(
             Chunk(
                 requests=(r0, r1),
@@ -163,20 +171,23 @@ class _Builder:
                 token_end=self.row_offset[r0] + q1,
                 kv_tokens=n,
                 logits_cols=cols,
-                logits_bytes=self.b.allocated(q1 - q0, cols, compressed),
+                logits_bytes=self.b.allocated(rows, cols, compressed),
                 gather=gather,
                 over_budget=over,
                 compressed=compressed,
+                kv_start=kv_start,
+                alloc_rows=alloc_rows,
             )
         )
 
 
 def _pack(batch: StepBatch, b: Budgeting, may_join, slice_alone, build: _Builder,
-          pack_width=None, compressed: bool = False) -> None:
+          pack_width=None, compressed: bool = False, alloc_rows: int | None = None) -> None:
     """Greedy packing in order; a request that alone breaks a limit is sliced by ``slice_alone``.
 
     ``may_join(r0, r1, rows, kv)`` says whether requests [r0, r1) may share a chunk;
-    ``pack_width(r0, r1, kv)`` is a packed chunk's logits width (default: all kv).
+    ``pack_width(r0, r1, kv)`` is a packed chunk's logits width (default: all kv);
+    ``alloc_rows`` pads a packed chunk's logits rows up (fixed-shape).
     """
     query_lens, seq_lens = batch.query_lens, batch.seq_lens
     n_req, workspace = len(query_lens), b.workspace
@@ -195,7 +206,7 @@ def _pack(batch: StepBatch, b: Budgeting, may_join, slice_alone, build: _Builder
         else:
             width = kv if pack_width is None else pack_width(i, j, kv)
             build.add(i, j, 0, rows, width, gather=True, over=False,
-                      compressed=compressed, kv_tokens=kv)
+                      compressed=compressed, kv_tokens=kv, alloc_rows=alloc_rows)
             i = j
 
 
@@ -294,11 +305,102 @@ def plan_causal(batch: StepBatch, b: Budgeting, compressed: bool | None = None, 
     return build.chunks
 
 
+KV_SPLIT_ALIGN = 256  # column chunks start at multiples of 256 tokens: K-scale slices stay 16-byte aligned
+
+
+def plan_kv_split(batch: StepBatch, b: Budgeting, **_) -> list[Chunk]:
+    """Causal row slicing; where even one row is wider than the budget allows, the
+    rows are cut into the smallest allocation (DeepGEMM's row multiple) and the
+    KV columns into ranges, whose top-k results the executor merges per row."""
+    build = _Builder(batch, b)
+
+    def slice_alone(i: int, bld: _Builder) -> None:
+        r = batch.requests[i]
+        if b.within(1, r.context_len + 1):
+            # the first row fits, so causal slicing meets the budget everywhere it can
+            probe = _Builder(batch, b)
+            _slice_causal(i, probe, compressed=False)
+            if not any(c.over_budget for c in probe.chunks):
+                bld.chunks.extend(probe.chunks)
+                return
+        _split_columns(i, bld)
+
+    _pack(batch, b, lambda r0, r1, m, n: b.within(m, n), slice_alone, build)
+    return build.chunks
+
+
+def _split_columns(i: int, build: _Builder) -> None:
+    """Row slices of the allocation's row multiple, each scored over column ranges."""
+    b, r = build.b, build.batch.requests[i]
+    rows = b.row_multiple if b.padded else 1
+    # widest column range (a multiple of the alignment) whose logits meet the budget
+    lo, hi = 0, -(-r.seq_len // KV_SPLIT_ALIGN)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if b.within(rows, mid * KV_SPLIT_ALIGN):
+            lo = mid
+        else:
+            hi = mid - 1
+    over = lo == 0
+    width = max(lo, 1) * KV_SPLIT_ALIGN
+    first = True
+    for q0 in range(0, r.query_len, rows):
+        q1 = min(q0 + rows, r.query_len)
+        last_ke = r.context_len + q1  # the slice's widest window
+        for kv_start in range(0, last_ke, width):
+            cols = min(width, last_ke - kv_start)
+            build.add(i, i + 1, q0, q1, cols, gather=first, over=over, kv_tokens=r.seq_len,
+                      kv_start=kv_start)
+            first = False
+
+
+def plan_fixed_shape(batch: StepBatch, b: Budgeting, fixed_width: int | None = None,
+                     **_) -> list[Chunk]:
+    """Every chunk allocates one logits shape [R, W], rows and width padded up, so a
+    caching allocator reuses one block.  W is the widest request set of the step, or
+    ``fixed_width`` (e.g. the prompt's full length, for one shape over a whole long
+    prefill); R is the most rows of width W within the budget."""
+    width = max(batch.seq_lens)
+    if fixed_width is not None:
+        check_int("fixed_width", fixed_width, 1)
+        if fixed_width < width:
+            raise ValueError(f"fixed_width {fixed_width} < the step's longest sequence "
+                             f"{width}: the fixed shape must hold every request")
+        width = fixed_width
+    max_rows = b.max_rows(width)
+    over = max_rows < 1
+    rows_per = max(1, max_rows)
+    build = _Builder(batch, b)
+
+    def may_join(r0, r1, m, n):
+        return m <= rows_per and n <= width
+
+    def slice_alone(i: int, bld: _Builder) -> None:
+        r = batch.requests[i]
+        for q0 in range(0, r.query_len, rows_per):
+            bld.add(i, i + 1, q0, min(q0 + rows_per, r.query_len), width, gather=q0 == 0,
+                    over=over, kv_tokens=r.seq_len, alloc_rows=rows_per)
+
+    _pack(batch, b, may_join, slice_alone, build, lambda r0, r1, kv: width,
+          alloc_rows=rows_per)
+    if over:  # not even one row of the fixed shape meets the budget
+        return [replace(c, over_budget=True) for c in build.chunks]
+    return build.chunks
+
+
 STRATEGIES: dict[str, Callable[..., list[Chunk]]] = {
     "n-only": plan_n_only,
     "vllm": plan_vllm,
     "per-request": plan_per_request,
     "causal": plan_causal,
+}
+
+
+# strategies beyond the field (issue 9): registered into STRATEGIES once the
+# executor merges column-split top-k and allocates fixed shapes
+BEYOND_STRATEGIES: dict[str, Callable[..., list[Chunk]]] = {
+    "kv-split": plan_kv_split,
+    "fixed-shape": plan_fixed_shape,
 }
 
 
