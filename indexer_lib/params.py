@@ -43,7 +43,8 @@ SPECS = {
     "02_chunk_overhead": {**_COMMON, "budget_mb": ("numbers", ">0"),
                           "strategies": ("strs", tuple(STRATEGIES)),
                           "max_overhead": ("number", ">0")},
-    "03_strategies": {**_COMMON, **_GRID, "budget": ("number", ">0")},
+    "03_strategies": {**_COMMON, **{k: v for k, v in _GRID.items() if k != "budget_mb"},
+                      "budget": ("number", ">0")},
 }
 
 

@@ -178,7 +178,7 @@ def frontier_curves(frame, strategy: str = "vllm", budgets_mb=None,
     ax.grid(True, alpha=0.3)
     ax.legend(title=f"{strategy} budget (missing point: every ISL OOMs)", fontsize=8,
               title_fontsize=8, loc="best")
-    ax.set_title(f"How long can prompts get before {model}'s indexer OOMs, per logits budget?\n"
+    fig.suptitle(f"How long can prompts get before {model}'s indexer OOMs, per logits budget?\n"
                  f"({free_gib:g} GiB free, strategy {strategy}, {_modes_word(data)})")
     return fig
 
@@ -215,7 +215,8 @@ def chunk_overhead(table, measured=None, steps=None) -> Figure:
                 axes[0, col].plot(r["budget_mb"], r["chunks"], **kw)
                 axes[1, col].plot(r["budget_mb"], 100 * r["overhead"], **kw)
         axes[0, col].set_title(step, fontsize=9)
-        axes[0, col].set_ylabel("chunks in the step")
+        axes[0, col].set_ylabel("chunks in the step (count)")
+        axes[0, col].set_xlabel("logits budget (MiB)")
         axes[0, col].set_yscale("log")
         axes[1, col].set_ylabel("time overhead vs one chunk (%)")
         axes[1, col].set_xlabel("logits budget (MiB)")

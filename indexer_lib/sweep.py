@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from . import frontier
-from .memory import memory_report, topk_buffer_bytes, workspace_bytes
+from .memory import topk_buffer_bytes, workspace_bytes
 from .padding import DEFAULT_DEEPGEMM_VERSION, get_rules
 from .plan import check_strategy, make_plan
 from .shapes import GIB, budget_bytes_from_mb, free_bytes_from_gib, get_model
@@ -304,11 +304,16 @@ def trace_task(grid, settings, model, workload, config, strategy, budgets_mb, fr
     tracer = load_tracer()
     (mb,) = budgets_mb
     detail, plan = _model_worst(grid, model, workload, config, strategy, mb, time_model)
-    traced = int(tracer.trace_peak_bytes(plan, topk_rows=config.max_num_batched_tokens,
-                                         backend=settings.backend))
-    # the tracer counts the whole call, persistent buffers included (like memory.peak_bytes)
-    persistent = workspace_bytes(plan) + topk_buffer_bytes(plan, config.max_num_batched_tokens)
-    transient = traced - persistent
+    if hasattr(tracer, "trace"):  # the full result: the executor's own persistent bytes
+        result = tracer.trace(plan, topk_rows=config.max_num_batched_tokens,
+                              backend=settings.backend)
+        traced, transient = int(result.peak_bytes), int(result.peak_transient)
+    else:
+        traced = int(tracer.trace_peak_bytes(plan, topk_rows=config.max_num_batched_tokens,
+                                             backend=settings.backend))
+        # the traced peak includes the persistent buffers (like memory.peak_bytes)
+        transient = traced - workspace_bytes(plan) - topk_buffer_bytes(
+            plan, config.max_num_batched_tokens)
     rows = []
     for free in frees:
         row = base_row(grid, model, workload, config, strategy, mb, free, "trace")
@@ -358,19 +363,21 @@ class Measurer:
         if ballast_bytes < 0:
             return {"oom": None, "error": f"only {free_now / GIB:.2f} GiB free on the GPU, "
                     f"{free_gib} GiB + persistent buffers requested"}
-        ballast = inputs = None
+        ballast = inputs = run = None
         try:
             ballast = torch.empty(ballast_bytes, dtype=torch.uint8, device="cuda")
             inputs = self.make_inputs(plan.batch, plan.model, self.settings.seed, "cuda")
             base = torch.cuda.memory_allocated()
-            self.execute(plan, inputs, backend=self.settings.backend, device="cuda")  # warm-up
+            run = functools.partial(self.execute, plan, inputs, backend=self.settings.backend,
+                                    device="cuda", topk_rows=topk_rows)
+            run()  # warm-up: kernels compiled, allocator primed
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
             times = []
             for _ in range(self.settings.repeats):
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 start.record()
-                self.execute(plan, inputs, backend=self.settings.backend, device="cuda")
+                run()
                 end.record()
                 torch.cuda.synchronize()
                 times.append(start.elapsed_time(end))
@@ -381,7 +388,7 @@ class Measurer:
         except torch.OutOfMemoryError as e:
             return {"oom": True, "error": f"OutOfMemoryError: {str(e).splitlines()[0]}"}
         finally:
-            del ballast, inputs
+            del ballast, inputs, run
             self._free()
 
 

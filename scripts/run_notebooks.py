@@ -1,0 +1,118 @@
+#!/usr/bin/env python
+"""Execute the notebooks headless with papermill, from a YAML parameter file.
+
+    python scripts/run_notebooks.py notebooks/params/default.yaml [--run-name NAME]
+        [--results DIR] [--only 01_oom_frontier]
+
+Writes results/<run-name>/notebooks/*.ipynb (executed), figures/ (PNG + SVG) and
+tables/, then prints where they are and a three-line summary.  Parameters are
+checked before any kernel starts: a bad one is reported in one line, exit 2;
+a notebook that fails is reported in one line, exit 1.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+NOTEBOOKS = REPO / "notebooks"
+sys.path.insert(0, str(REPO))  # run from a checkout without installing, too
+
+from indexer_lib.params import SPECS, ParameterError, check_values  # noqa: E402
+
+
+def load_run(path: Path) -> dict:
+    try:
+        spec = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise ParameterError(f"{path}: cannot read it as YAML ({e})") from None
+    if not isinstance(spec, dict) or not isinstance(spec.get("notebooks"), dict):
+        raise ParameterError(f"{path}: needs a 'notebooks' mapping (name: parameters)")
+    unknown = set(spec) - {"run_name", "common", "notebooks"}
+    if unknown:
+        raise ParameterError(f"{path}: unknown top-level key(s) {', '.join(sorted(unknown))} "
+                             "(known: run_name, common, notebooks)")
+    return spec
+
+
+def notebook_parameters(spec: dict, name: str, out_dir: Path) -> dict:
+    """common (where the notebook takes the name) + the notebook's own block, checked."""
+    if name not in SPECS:
+        raise ParameterError(f"unknown notebook {name!r}: must be one of {', '.join(SPECS)}")
+    common = spec.get("common") or {}
+    own = spec["notebooks"].get(name) or {}
+    if not isinstance(common, dict) or not isinstance(own, dict):
+        raise ParameterError(f"parameters of {name}: must be a mapping of name: value")
+    params = {k: v for k, v in common.items() if k in SPECS[name]}
+    unknown_common = [k for k in common if not any(k in s for s in SPECS.values())]
+    if unknown_common:
+        raise ParameterError(f"common parameter {unknown_common[0]!r}: no notebook takes it")
+    params.update(own)
+    params["output_dir"] = str(out_dir)
+    data_dir = Path(params.get("data_dir", "data/h200"))
+    params["data_dir"] = str(data_dir if data_dir.is_absolute() else REPO / data_dir)
+    return check_values(name, params)
+
+
+def run(params_file: Path, run_name: str | None, results: Path, only: list[str]) -> int:
+    import papermill as pm
+
+    spec = load_run(params_file)
+    run_name = run_name or spec.get("run_name") or params_file.stem
+    out_dir = (results / run_name).resolve()
+    names = [n for n in spec["notebooks"] if not only or n in only]
+    if only and set(only) - set(names):
+        raise ParameterError(f"--only {', '.join(sorted(set(only) - set(names)))}: "
+                             f"not in {params_file}")
+    # every notebook's parameters are checked before the first kernel starts
+    plan = [(name, notebook_parameters(spec, name, out_dir)) for name in names]
+    (out_dir / "notebooks").mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    for name, params in plan:
+        t0 = time.perf_counter()
+        try:
+            pm.execute_notebook(NOTEBOOKS / f"{name}.ipynb", out_dir / "notebooks" / f"{name}.ipynb",
+                                parameters=params, cwd=str(NOTEBOOKS), kernel_name="python3",
+                                progress_bar=False, log_output=False)
+        except pm.PapermillExecutionError as e:
+            print(f"{name}: failed in cell {e.exec_count}: {e.ename}: {e.evalue}",
+                  file=sys.stderr)
+            print(f"the executed notebook, with the error: {out_dir / 'notebooks' / name}.ipynb",
+                  file=sys.stderr)
+            return 1
+        print(f"{name}: done in {time.perf_counter() - t0:.1f} s")
+    summary = [p.read_text().strip() for p in sorted((out_dir / "tables").glob("summary_*.txt"))]
+    (out_dir / "summary.txt").write_text("\n".join(summary) + "\n")
+    figures = sorted((out_dir / "figures").glob("*.png")) if (out_dir / "figures").exists() else []
+    rel = out_dir.relative_to(REPO) if out_dir.is_relative_to(REPO) else out_dir
+    print(f"\n{len(plan)} notebooks in {time.perf_counter() - start:.1f} s -> {rel}/")
+    print(f"  executed notebooks: {rel}/notebooks/")
+    print(f"  figures (PNG + SVG): {rel}/figures/ ({len(figures)} figures)")
+    print(f"  tables: {rel}/tables/")
+    print("Summary:")
+    for line in summary:
+        print(f"  {line}")
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("params", type=Path, help="YAML parameter file (notebooks/params/*.yaml)")
+    parser.add_argument("--run-name", help="results/<run-name>/ (default: the file's run_name)")
+    parser.add_argument("--results", type=Path, default=REPO / "results",
+                        help="folder that holds the runs (default: results/)")
+    parser.add_argument("--only", action="append", default=[], help="run only this notebook")
+    args = parser.parse_args(argv)
+    try:
+        return run(args.params, args.run_name, args.results, args.only)
+    except ParameterError as e:
+        print(f"run_notebooks: parameter error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

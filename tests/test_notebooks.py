@@ -1,0 +1,84 @@
+"""CI runs every notebook headless (papermill, small parameters) and checks what it wrote."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+RUNNER = REPO / "scripts" / "run_notebooks.py"
+
+
+@pytest.fixture(scope="module")
+def ci_run(tmp_path_factory):
+    results = tmp_path_factory.mktemp("results")
+    proc = subprocess.run([sys.executable, str(RUNNER), str(REPO / "notebooks/params/ci.yaml"),
+                           "--results", str(results)], capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return results / "ci", proc.stdout
+
+
+def test_every_notebook_ran_and_wrote_figures_and_tables(ci_run):
+    out, stdout = ci_run
+    for name in ("01_oom_frontier", "02_chunk_overhead", "03_strategies"):
+        assert (out / "notebooks" / f"{name}.ipynb").exists()
+        pngs = list((out / "figures").glob(f"{name[:2]}_*.png"))
+        assert pngs, name
+        for png in pngs:  # every figure in both formats
+            assert png.with_suffix(".svg").exists()
+    tables = out / "tables"
+    for table in ("reproductions.csv", "frontier-model.parquet", "01_largest_isl_vllm.csv",
+                  "02_chunk_overhead.csv", "02_budget_payoff.csv", "03_strategies_steps.csv",
+                  "03_strategies_workloads.csv"):
+        assert (tables / table).exists(), table
+    frame = pd.read_parquet(tables / "frontier-model.parquet")
+    assert len(frame) == 3 * 2 * 2 * 3 and set(frame["mode"]) == {"model"}
+    summary = (out / "summary.txt").read_text().splitlines()
+    assert len(summary) == 3
+    assert "Summary:" in stdout and str(out.name) in stdout
+    assert "modelled" in summary[0] and "modelled" in summary[1]
+
+
+def test_reproduced_allocations_match_published(ci_run):
+    out, _ = ci_run
+    repro = pd.read_csv(out / "tables" / "reproductions.csv").set_index("case")
+    assert repro["matches"].all()
+    assert repro.loc["prompt-64k-one-step", "reproduced_gib"] == 16.0
+    assert round(repro.loc["prompt-64k-mnbt32768-dg2.1", "reproduced_gib"], 2) == 8.03
+    assert abs(repro.loc["glm5-c64-isl10240", "reproduced_gib"] - 9.89) / 9.89 < 0.02
+    assert abs(repro.loc["glm5-c48-isl10240", "reproduced_gib"] - 9.89) / 9.89 < 0.02
+
+
+def test_overhead_without_measurements_says_modelled(ci_run):
+    out, _ = ci_run
+    overhead = pd.read_csv(out / "tables" / "02_chunk_overhead.csv")
+    assert set(overhead["time_source"]) == {"modelled"}
+    nb = (out / "notebooks" / "02_chunk_overhead.ipynb").read_text()
+    assert "every time below is modelled" in nb
+
+
+def test_runner_rejects_a_bad_parameter_before_any_kernel(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("notebooks:\n  01_oom_frontier:\n    concurrency: [-4]\n")
+    proc = subprocess.run([sys.executable, str(RUNNER), str(bad), "--results", str(tmp_path)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == ("run_notebooks: parameter error: 01_oom_frontier.ipynb "
+                                   "parameter 'concurrency' = -4: must be > 0")
+    assert not (tmp_path / "bad").exists()
+
+
+def test_notebook_stops_at_its_parameters_cell(tmp_path):
+    """Run by papermill directly (no runner): the check cell stops with one clear line."""
+    import papermill as pm
+
+    with pytest.raises(pm.PapermillExecutionError) as e:
+        pm.execute_notebook(REPO / "notebooks" / "03_strategies.ipynb", tmp_path / "out.ipynb",
+                            parameters={"strategy": "vllm", "output_dir": str(tmp_path)},
+                            cwd=str(REPO / "notebooks"), progress_bar=False)
+    assert e.value.ename == "ParameterError"
+    assert e.value.evalue.startswith("03_strategies.ipynb parameter 'strategy': unknown name")
+    assert not (tmp_path / "tables").exists()  # stopped before any work

@@ -1,0 +1,95 @@
+"""Notebook parameters fail in one clear line; the time model says where its numbers come from."""
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from indexer_lib import timemodel
+from indexer_lib.params import ParameterError, ParameterHandler, check_values
+from indexer_lib.plan import make_plan
+from indexer_lib.reported import reproductions
+from indexer_lib.workload import PrefillRequest, StepBatch
+
+
+@pytest.mark.parametrize("name, value, message", [
+    ("concurency", [1], "unknown name"),
+    ("concurrency", [-1], "must be > 0"),
+    ("concurrency", 8, "must be a non-empty list of whole numbers"),
+    ("budget_mb", [0], "must be > 0"),
+    ("strategies", ["vllm", "fastest"], "'fastest': must be one of"),
+    ("model", "llama", "must be one of deepseek-v3.2, glm-5"),
+    ("free_gib", "2.6", "must be a number"),
+    ("dashboard", 1, "must be true or false"),
+    ("mode", "guess", "must be one of model, trace, measure"),
+])
+def test_bad_parameters_name_the_notebook_parameter_and_rule(name, value, message):
+    with pytest.raises(ParameterError, match=message) as e:
+        check_values("01_oom_frontier", {name: value})
+    assert str(e.value).startswith(f"01_oom_frontier.ipynb parameter {name!r}")
+    assert "\n" not in str(e.value)
+
+
+def test_handler_sees_what_the_parameters_cell_defined():
+    ns = {"__name__": "__main__", "pd": pd}
+    handler = ParameterHandler(ns)
+    ns.update(budget=512, model="glm-5", free_gib=2.63, concurrency=[1], isl=[2048], osl=64,
+              strategies=["vllm"], max_num_batched_tokens=8192, long_prefill_token_threshold=256,
+              shared_prefix=0, deepgemm_version="2.6", output_dir="x", data_dir="y")
+    assert handler.check("03_strategies", ns)["budget"] == 512
+    ns["typo"] = 1
+    with pytest.raises(ParameterError, match="'typo': unknown name"):
+        handler.check("03_strategies", ns)
+    del ns["typo"], ns["budget"]
+    with pytest.raises(ParameterError, match="parameters cell lacks budget"):
+        handler.check("03_strategies", ns)
+
+
+def test_reproduced_allocations_match_the_published_numbers():
+    repro = reproductions().set_index("case")
+    assert repro["matches"].all()
+    assert repro.loc["prompt-64k-one-step", "reproduced_gib"] == 16.0
+    assert round(repro.loc["prompt-64k-mnbt32768-dg2.1", "reproduced_gib"], 2) == 8.03
+    for case in ("glm5-c48-isl10240", "glm5-c64-isl10240"):
+        assert repro.loc[case, "rows"] == 8192 and abs(repro.loc[case, "reproduced_gib"] - 9.89) < 0.2
+
+
+def one_prompt(n):
+    return make_plan(StepBatch((PrefillRequest(0, n),)), "n-only", None, model="deepseek-v3.2")
+
+
+def test_published_time_model_hits_its_anchors():
+    tm = timemodel.TimeModel.published()
+    assert "modelled" in tm.source and "not measured" in tm.source
+    assert tm.plan_ms(one_prompt(65536)) == pytest.approx(114.7)
+    assert tm.plan_ms(one_prompt(32768)) == pytest.approx(28.4, rel=0.05)
+    assert tm.plan_ms(one_prompt(16384)) == pytest.approx(6.5, rel=0.15)
+    assert tm.per_chunk_us == pytest.approx((402 - 37.7) / 8)
+
+
+def test_useful_elements_count_the_causal_window():
+    batch = StepBatch((PrefillRequest(10, 4), PrefillRequest(0, 3)))
+    plan = make_plan(batch, "n-only", None, model="glm-5")
+    # request 0: rows see 11, 12, 13, 14 columns; request 1: 1, 2, 3
+    assert timemodel.plan_features(plan)["useful_elements"] == 11 + 12 + 13 + 14 + 1 + 2 + 3
+    sliced = make_plan(StepBatch((PrefillRequest(0, 4096),)), "vllm", 2**20, model="glm-5")
+    assert sliced.num_chunks > 1
+    assert timemodel.plan_features(sliced)["useful_elements"] == 4096 * 4097 // 2
+
+
+def test_time_model_fits_measured_rows(tmp_path):
+    truth = timemodel.TimeModel(per_chunk_us=80.0, topk_ps_per_element=50.0, source="truth")
+    rows = []
+    for chunks, useful, kv in [(1, 10**8, 10**4), (20, 10**8, 10**4), (5, 10**9, 10**5),
+                               (40, 3 * 10**8, 10**4)]:
+        f = {"chunks": chunks, "useful_elements": useful, "gathered_kv_tokens": kv,
+             "heads": 32, "k_bytes_per_token": 132}
+        rows.append({"mode": "measure", "model": "glm-5", "oom": False,
+                     "time_ms": truth.features_ms(f), "worst_chunks": chunks,
+                     "worst_useful_elements": useful, "worst_gathered_kv_tokens": kv})
+    (tmp_path / "h200").mkdir()
+    pd.DataFrame(rows + [{**rows[0], "mode": "model"}]).to_parquet(tmp_path / "h200" / "m.parquet")
+    fitted = timemodel.TimeModel.from_data(tmp_path / "h200")
+    assert fitted.per_chunk_us == pytest.approx(80.0)
+    assert fitted.topk_ps_per_element == pytest.approx(50.0)
+    assert "fitted to 4 measured H200 steps" in fitted.source
+    assert timemodel.TimeModel.from_data(tmp_path / "nothing").source == timemodel.PUBLISHED_SOURCE

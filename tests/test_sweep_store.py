@@ -1,0 +1,197 @@
+"""The sweep's result store: durable, resumable, never overwrites what is not its own."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from indexer_lib import frontier, sweep
+from indexer_lib.store import ResultStore, StoreError
+
+SMALL = dict(concurrency=(1, 8, 32), isl=(2048, 10240), budget_mb=(128, 512),
+             strategy=("n-only", "vllm", "causal"))
+KEY = ["task", "concurrency", "isl", "strategy", "budget_mb", "free_gib"]
+RESULT_COLUMNS = ["peak_bytes", "peak_transient_bytes", "worst_chunks", "total_chunks", "oom"]
+
+
+def comparable(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame[KEY + RESULT_COLUMNS].sort_values(KEY).reset_index(drop=True)
+
+
+def test_model_rows_match_the_frontier(tmp_path):
+    grid = sweep.SweepGrid(**SMALL)
+    frame = sweep.run(grid, tmp_path / "s.parquet", progress=False)
+    ref = pd.DataFrame(list(frontier.frontier_rows(frontier.FrontierGrid(
+        concurrency=SMALL["concurrency"], isl=SMALL["isl"], budget_mb=SMALL["budget_mb"],
+        strategy=SMALL["strategy"]))))
+    merged = frame.merge(ref, on=["concurrency", "isl", "strategy", "budget_mb"], suffixes=("", "_f"))
+    assert len(merged) == len(frame) == grid.num_rows == 3 * 2 * 2 * 3
+    for col in ["peak_bytes", "peak_transient_bytes", "worst_chunks", "total_chunks", "oom"]:
+        assert (merged[col].astype(object) == merged[f"{col}_f"].astype(object)).all(), col
+    assert set(frame["mode"]) == {"model"}
+    for col in ("git_sha", "versions", "date", "device"):
+        assert frame[col].notna().all()
+
+
+def test_restart_skips_done_tasks_and_changes_nothing(tmp_path):
+    out = tmp_path / "s.parquet"
+    grid = sweep.SweepGrid(**SMALL)
+    first = sweep.run(grid, out, progress=False)
+    calls = []
+    second = sweep.run(grid, out, progress=False, after_task=calls.append)
+    assert calls == []  # nothing recomputed
+    pd.testing.assert_frame_equal(comparable(first), comparable(second))
+
+
+SWEEP_SCRIPT = textwrap.dedent("""
+    import sys, time
+    from indexer_lib import sweep
+    grid = sweep.SweepGrid(concurrency=(1, 8, 32), isl=(2048, 10240), budget_mb=(128, 512),
+                           strategy=("n-only", "vllm", "causal"))
+    # slow each task down so the parent can kill the sweep mid-way
+    sweep.run(grid, sys.argv[1], progress=False, after_task=lambda t: time.sleep(0.05))
+""")
+
+
+def journal_records(out: Path) -> int:
+    journal = out.with_name(out.name + ".journal")
+    return journal.read_bytes().count(b"\n") - 1 if journal.exists() else 0
+
+
+@pytest.mark.parametrize("kill_after", [2, 7, 13])
+def test_sigkill_mid_sweep_loses_and_duplicates_nothing(tmp_path, kill_after):
+    out = tmp_path / "s.parquet"
+    script = tmp_path / "run.py"
+    script.write_text(SWEEP_SCRIPT)
+    proc = subprocess.Popen([sys.executable, str(script), str(out)])
+    deadline = time.monotonic() + 60
+    while journal_records(out) < kill_after and proc.poll() is None:
+        assert time.monotonic() < deadline, "the sweep never got going"
+        time.sleep(0.005)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    done_before = journal_records(out)
+    assert proc.returncode == -signal.SIGKILL and done_before >= kill_after
+    assert not out.exists()  # killed before the end: only the journal holds the work
+
+    grid = sweep.SweepGrid(**SMALL)
+    recomputed = []
+    resumed = sweep.run(grid, out, progress=False, after_task=recomputed.append)
+    total_tasks = 3 * 2 * 3
+    assert len(recomputed) == total_tasks - done_before  # finished tasks were not redone
+    fresh = sweep.run(grid, tmp_path / "fresh.parquet", progress=False)
+    pd.testing.assert_frame_equal(comparable(resumed), comparable(fresh))
+    assert not resumed.duplicated(KEY).any()
+    assert journal_records(out) == total_tasks
+    # and the compacted table says the same
+    pd.testing.assert_frame_equal(comparable(pd.read_parquet(out)), comparable(fresh))
+
+
+def test_torn_last_line_is_cut_and_redone(tmp_path):
+    out = tmp_path / "s.parquet"
+    grid = sweep.SweepGrid(**SMALL)
+    full = sweep.run(grid, out, progress=False)
+    out.unlink()
+    journal = out.with_name(out.name + ".journal")
+    data = journal.read_bytes()
+    journal.write_bytes(data[:-40])  # a kill in the middle of the last write
+    redone = []
+    again = sweep.run(grid, out, progress=False, after_task=redone.append)
+    assert len(redone) == 1
+    pd.testing.assert_frame_equal(comparable(again), comparable(full))
+
+
+def test_damaged_middle_line_is_reported_and_kept(tmp_path):
+    out = tmp_path / "s.parquet"
+    grid = sweep.SweepGrid(**SMALL)
+    sweep.run(grid, out, progress=False)
+    out.unlink()
+    journal = out.with_name(out.name + ".journal")
+    lines = journal.read_bytes().split(b"\n")
+    lines[3] = lines[3][:20] + b"X" + lines[3][21:]
+    damaged = b"\n".join(lines)
+    journal.write_bytes(damaged)
+    with pytest.raises(StoreError, match="line 4 is damaged"):
+        sweep.run(grid, out, progress=False)
+    assert journal.read_bytes() == damaged
+
+
+def test_foreign_and_corrupt_files_are_reported_never_overwritten(tmp_path):
+    grid = sweep.SweepGrid(**SMALL)
+    foreign = tmp_path / "foreign.parquet"
+    pd.DataFrame({"a": [1, 2]}).to_parquet(foreign)
+    before = foreign.read_bytes()
+    with pytest.raises(StoreError, match="not an indexer-lab sweep result"):
+        sweep.run(grid, foreign, progress=False)
+    assert foreign.read_bytes() == before
+
+    corrupt = tmp_path / "corrupt.parquet"
+    corrupt.write_bytes(b"PAR1 this is not parquet")
+    with pytest.raises(StoreError, match="not a readable Parquet file"):
+        sweep.run(grid, corrupt, progress=False)
+    assert corrupt.read_bytes() == b"PAR1 this is not parquet"
+
+    journal = tmp_path / "j.parquet.journal"
+    journal.write_bytes(b"hello\n")
+    with pytest.raises(StoreError, match="does not start with an indexer-lab sweep header"):
+        sweep.run(grid, tmp_path / "j.parquet", progress=False)
+    assert journal.read_bytes() == b"hello\n"
+
+
+def test_a_different_grid_is_refused(tmp_path):
+    out = tmp_path / "s.parquet"
+    sweep.run(sweep.SweepGrid(**SMALL), out, progress=False)
+    before = out.read_bytes()
+    other = sweep.SweepGrid(**{**SMALL, "isl": (2048, 4096)})
+    with pytest.raises(StoreError, match=r"different sweep \(isl: \[2048, 10240\] there, \[2048, 4096\] now\)"):
+        sweep.run(other, out, progress=False)
+    assert out.read_bytes() == before
+
+
+def test_a_second_writer_is_refused(tmp_path):
+    header = {"grid_hash": "x", "spec": {}}
+    with ResultStore(tmp_path / "s.parquet", header):
+        with pytest.raises(StoreError, match="another sweep is writing it now"):
+            with ResultStore(tmp_path / "s.parquet", header):
+                pass
+
+
+def test_a_finished_table_without_its_journal_resumes(tmp_path):
+    out = tmp_path / "s.parquet"
+    grid = sweep.SweepGrid(**SMALL)
+    first = sweep.run(grid, out, progress=False)
+    out.with_name(out.name + ".journal").unlink()
+    calls = []
+    second = sweep.run(grid, out, progress=False, after_task=calls.append)
+    assert calls == []
+    pd.testing.assert_frame_equal(comparable(first), comparable(second))
+
+
+def test_trace_and_measure_modes_fail_clearly_or_run(tmp_path):
+    grid = sweep.SweepGrid(concurrency=(1,), isl=(2048,), budget_mb=(64,), strategy=("vllm",))
+    import torch
+
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="measure mode needs a CUDA GPU"):
+            sweep.run(grid, tmp_path / "m.parquet", sweep.RunSettings(mode="measure"),
+                      progress=False)
+        assert not (tmp_path / "m.parquet.journal").exists()  # refused before any work
+    try:
+        import indexer_lib.tracer  # noqa: F401
+    except ModuleNotFoundError:
+        with pytest.raises(NotImplementedError, match="trace mode needs indexer_lib.tracer"):
+            sweep.run(grid, tmp_path / "t.parquet", sweep.RunSettings(mode="trace"),
+                      progress=False)
+        return
+    frame = sweep.run(grid, tmp_path / "t.parquet", sweep.RunSettings(mode="trace"),
+                      progress=False)
+    assert list(frame["mode"]) == ["trace"]
+    # the executor allocates at least the modelled logits + metadata of its worst chunk
+    assert frame["peak_transient_bytes"].iloc[0] >= frame["model_peak_transient_bytes"].iloc[0] * 0.9
