@@ -15,7 +15,7 @@ from .memory import memory_report
 from .padding import DEEPGEMM_RULES, DEFAULT_DEEPGEMM_VERSION
 from .plan import STRATEGIES, make_plan
 from .shapes import MODELS, budget_bytes_from_mb
-from .workload import StepBatch
+from .workload import WORKLOAD_SOURCES, StepBatch
 
 # modules that add a subcommand with ``register(subparsers)``; each sets ``func``
 EXTRA_COMMANDS = ("indexer_lib.cli_run",)
@@ -145,6 +145,7 @@ def cmd_frontier(args) -> int:
         max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs,
         long_prefill_token_threshold=args.long_prefill_token_threshold,
         deepgemm_version=args.deepgemm_version, padded=not args.no_padding,
+        workload_source=args.workload_source,
     )
     for isl in grid.isl:
         if grid.shared_prefix > isl:
@@ -200,6 +201,9 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--long-prefill-token-threshold", type=int, default=g.long_prefill_token_threshold)
     f.add_argument("--deepgemm-version", default=g.deepgemm_version)
     f.add_argument("--no-padding", action="store_true")
+    f.add_argument("--workload-source", default=g.workload_source, choices=WORKLOAD_SOURCES,
+                   help="step batches from the built-in simulator or vLLM's own scheduler "
+                        "(needs vLLM: bash scripts/install_vllm.sh)")
     f.add_argument("--out", default="results/frontier/frontier.csv",
                    help="table to write (.csv or .parquet)")
     f.set_defaults(func=cmd_frontier)

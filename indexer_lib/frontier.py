@@ -14,12 +14,17 @@ from .memory import memory_report
 from .padding import DEFAULT_DEEPGEMM_VERSION
 from .plan import check_strategy, make_plan
 from .shapes import GIB, MIB, budget_bytes_from_mb, free_bytes_from_gib, get_model
-from .workload import ClosedLoopWorkload, SchedulerConfig, StepBatch, simulate
+from .workload import ClosedLoopWorkload, SchedulerConfig, StepBatch, check_source, scheduled_steps
 
 
-def prefill_batches(workload: ClosedLoopWorkload, config: SchedulerConfig) -> list[StepBatch]:
-    """The step batches the indexer's prefill path sees over the whole schedule."""
-    return [s.batch for s in simulate(workload, config) if s.batch is not None]
+def prefill_batches(workload: ClosedLoopWorkload, config: SchedulerConfig,
+                    source: str = "simulator") -> list[StepBatch]:
+    """The step batches the indexer's prefill path sees over the whole schedule.
+
+    ``source``: "simulator" (built-in, fast) or "vllm" (vLLM's own scheduler;
+    needs vLLM, see scripts/install_vllm.sh).
+    """
+    return [s.batch for s in scheduled_steps(workload, config, source) if s.batch is not None]
 
 
 @dataclass(frozen=True)
@@ -127,9 +132,11 @@ class FrontierGrid:
     long_prefill_token_threshold: int = 256
     deepgemm_version: str = DEFAULT_DEEPGEMM_VERSION
     padded: bool = True
+    workload_source: str = "simulator"  # or "vllm": vLLM's own scheduler
 
     def __post_init__(self):
         get_model(self.model)
+        check_source(self.workload_source)
         for s in self.strategy:
             check_strategy(s)
         for b in self.budget_mb:
@@ -166,7 +173,7 @@ def frontier_rows(grid: FrontierGrid, progress=None):
         if isl > max_len:
             raise ValueError(f"isl {isl} > max_model_len {max_len} of {grid.model}")
         workload = ClosedLoopWorkload(conc, isl, grid.osl, grid.shared_prefix)
-        batches = Schedule(prefill_batches(workload, grid.scheduler))
+        batches = Schedule(prefill_batches(workload, grid.scheduler, grid.workload_source))
         for strategy in grid.strategy:
             # n-only has no budget: one plan per step, reported under every budget
             budgets = [None if strategy == "n-only" else budget_bytes_from_mb(b)
@@ -195,6 +202,7 @@ def frontier_row(grid: FrontierGrid, conc: int, isl: int, budget_mb: float, free
         "long_prefill_token_threshold": grid.long_prefill_token_threshold,
         "deepgemm_version": grid.deepgemm_version,
         "padded_budget": grid.padded,
+        "workload_source": grid.workload_source,
         "budget_mb": budget_mb,
         "free_gib": free_gib,
     }

@@ -101,12 +101,15 @@ class SchedulerConfig:
     enable_prefix_caching: bool = True
     block_size: int = 64
     async_scheduling: bool = False  # the async scheduler learns of finishes one step later
+    # KV cache capacity in blocks; 0: enough for every running request (no preemption)
+    num_kv_blocks: int = 0
 
     def __post_init__(self):
         check_int("max_num_batched_tokens", self.max_num_batched_tokens, 1)
         check_int("max_num_seqs", self.max_num_seqs, 1)
         check_int("long_prefill_token_threshold", self.long_prefill_token_threshold, 0)
         check_int("block_size", self.block_size, 1)
+        check_int("num_kv_blocks", self.num_kv_blocks, 0)
 
 
 @dataclass(frozen=True)
@@ -156,6 +159,26 @@ class ScheduledStep:
     request_ids: tuple[int, ...] = field(default=())  # ids of the prefill requests, in order
 
 
+def kv_blocks_needed(workload: ClosedLoopWorkload, config: SchedulerConfig) -> int:
+    """KV blocks that hold every request the schedule can run at once, each to
+    its last token, counting no prefix block as shared (requests admitted while
+    the prefix is still being computed compute their own copy)."""
+    per_request = -(-(workload.isl + workload.osl) // config.block_size)
+    return min(workload.concurrency, config.max_num_seqs, workload.total_prompts) * per_request
+
+
+def check_kv_capacity(workload: ClosedLoopWorkload, config: SchedulerConfig) -> None:
+    """The simulator does not model KV-cache pressure (vLLM's admission gate and
+    preemption): refuse a capacity that could bring them into play."""
+    need = kv_blocks_needed(workload, config)
+    if config.num_kv_blocks and config.num_kv_blocks < need:
+        raise ValueError(
+            f"num_kv_blocks {config.num_kv_blocks}: below the {need} blocks the running "
+            f"requests of {workload.isl} + {workload.osl} tokens can hold; the simulator "
+            "does not model preemption (use source='vllm' for a smaller KV cache)"
+        )
+
+
 def simulate(workload: ClosedLoopWorkload, config: SchedulerConfig = SchedulerConfig()) -> Iterator[ScheduledStep]:
     """Simulate vLLM V1's scheduler, step by step, until every prompt is done.
 
@@ -168,14 +191,26 @@ def simulate(workload: ClosedLoopWorkload, config: SchedulerConfig = SchedulerCo
     The threshold caps each chunk except when only one request is running or
     waiting.  A finished request's replacement arrives before the next step
     (sync) or one step later (async).
+
+    Async scheduling, as vLLM's engine runs it: step k+1 is scheduled before
+    step k's output is processed, so a request that finished in step k is
+    still running (it takes no tokens, but it counts towards max_num_seqs and
+    towards "more than one request" for the threshold) while step k+1 is
+    scheduled, and its replacement is first seen by step k+2.
+
+    Steps are numbered as the engine executes them: a scheduling pass that
+    schedules nothing (an idle engine, or one whose running requests all wait
+    for outputs in flight) is neither yielded nor counted.  Checked step for
+    step against vLLM's own scheduler (``indexer_lib.vllm_source``).
     """
     block = config.block_size
+    check_kv_capacity(workload, config)
     waiting: deque[_Request] = deque()
     running: list[_Request] = []
     sent = 0
     # tokens of the shared prefix whose blocks are in the prefix cache
     cached_prefix = 0
-    arrivals: deque[tuple[int, int]] = deque()  # (step at which it arrives, count)
+    arrivals: deque[tuple[int, int]] = deque()  # (tick at which it arrives, count)
 
     def send(n: int) -> None:
         nonlocal sent
@@ -191,10 +226,11 @@ def simulate(workload: ClosedLoopWorkload, config: SchedulerConfig = SchedulerCo
         return min(req.computed + n, workload.shared_prefix) // block * block
 
     send(workload.concurrency)
-    step = 0
+    tick = 0  # scheduling passes, empty ones included (they pace async arrivals)
+    step = 0  # executed engine steps
     while waiting or running or arrivals:
         # an idle engine runs no step: the next client request starts the next one
-        while arrivals and (arrivals[0][0] <= step or not (waiting or running)):
+        while arrivals and (arrivals[0][0] <= tick or not (waiting or running)):
             send(arrivals.popleft()[1])
         if not (waiting or running):
             break
@@ -207,6 +243,8 @@ def simulate(workload: ClosedLoopWorkload, config: SchedulerConfig = SchedulerCo
         for req in running:
             if budget <= 0:
                 break
+            if req.outputs >= workload.osl:
+                continue  # async: finished in the step in flight, not yet removed
             if req.computed >= req.prompt_len:
                 decoding.append(req)
                 budget -= 1
@@ -233,29 +271,51 @@ def simulate(workload: ClosedLoopWorkload, config: SchedulerConfig = SchedulerCo
             budget -= n
             cached_prefix = max(cached_prefix, cacheable_prefix(req, n))
 
-        batch = None
-        if prefill:
-            batch = StepBatch(tuple(PrefillRequest(r.computed, n) for r, n in prefill), step)
-        yield ScheduledStep(step, batch, len(decoding), tuple(r.rid for r, _ in prefill))
+        # async: the requests that finished in the previous step leave now
+        running = [r for r in running if r.outputs < workload.osl]
+        if prefill or decoding:
+            batch = None
+            if prefill:
+                batch = StepBatch(tuple(PrefillRequest(r.computed, n) for r, n in prefill), step)
+            yield ScheduledStep(step, batch, len(decoding), tuple(r.rid for r, _ in prefill))
+            step += 1
 
         # advance: prefill chunks compute KV and sample a token when the prompt completes;
         # each decoding request that got budget computes one token and samples the next
+        finished = 0
         for req, n in prefill:
             req.computed += n
             if req.computed == req.prompt_len:
                 req.outputs = 1
+                finished += req.outputs >= workload.osl
         for req in decoding:
             req.computed += 1
             req.outputs += 1
-        finished = 0
-        still_running = []
-        for req in running:
-            if req.outputs >= workload.osl:
-                finished += 1
-            else:
-                still_running.append(req)
-        running = still_running
+            finished += req.outputs >= workload.osl
+        if not config.async_scheduling:
+            running = [r for r in running if r.outputs < workload.osl]
         if finished and sent < workload.total_prompts:
             delay = 2 if config.async_scheduling else 1
-            arrivals.append((step + delay, finished))
-        step += 1
+            arrivals.append((tick + delay, finished))
+        tick += 1
+
+
+WORKLOAD_SOURCES = ("simulator", "vllm")
+
+
+def check_source(source: str) -> str:
+    if source not in WORKLOAD_SOURCES:
+        raise ValueError(f"workload source {source!r}: must be one of {', '.join(WORKLOAD_SOURCES)}")
+    return source
+
+
+def scheduled_steps(workload: ClosedLoopWorkload, config: SchedulerConfig = SchedulerConfig(),
+                    source: str = "simulator") -> Iterator[ScheduledStep]:
+    """The engine steps of a workload, from the built-in simulator (fast, the
+    default) or from vLLM's own scheduler (``source="vllm"``, needs vLLM:
+    ``bash scripts/install_vllm.sh``)."""
+    if check_source(source) == "vllm":
+        from .vllm_source import schedule
+
+        return schedule(workload, config)
+    return simulate(workload, config)

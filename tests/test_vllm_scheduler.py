@@ -1,0 +1,165 @@
+"""vLLM's own V1 scheduler and the built-in simulator, side by side.
+
+Runs vLLM's Scheduler / AsyncScheduler (the optional ``vllm`` workload source)
+and ``indexer_lib.workload.simulate`` on the scenarios of issue 8 and prints,
+per scenario, the first step where they differ (or that none does).  The
+simulator must reproduce vLLM step for step; whatever happens, the worst step's
+M, N and M*N must agree.
+
+Without vLLM these tests skip locally and FAIL in CI (CI=true): install it with
+``bash scripts/install_vllm.sh`` (scripts/test.sh does).
+"""
+import os
+import sys
+
+import pytest
+
+from indexer_lib.workload import (
+    ClosedLoopWorkload,
+    SchedulerConfig,
+    check_source,
+    scheduled_steps,
+    simulate,
+)
+from indexer_lib import vllm_source
+
+IN_CI = os.environ.get("CI", "").lower() in ("true", "1", "yes")
+
+# (name, workload, scheduler settings but async): the scenarios of issue 8
+SCENARIOS = [
+    ("single prefill at a time",
+     ClosedLoopWorkload(64, 10_240, 512), dict(max_num_batched_tokens=8192)),
+    ("many partial prefills",
+     ClosedLoopWorkload(64, 10_240, 512),
+     dict(max_num_batched_tokens=8192, long_prefill_token_threshold=256)),
+    ("long shared prefix, prefix caching",
+     ClosedLoopWorkload(64, 115_000, 512, shared_prefix=111_500),
+     dict(max_num_batched_tokens=8192, enable_prefix_caching=True)),
+    ("large steps",
+     ClosedLoopWorkload(16, 16_384, 512), dict(max_num_batched_tokens=32_768)),
+]
+CASES = [pytest.param(w, SchedulerConfig(**kw, async_scheduling=a), id=f"{name} ({'async' if a else 'sync'})")
+         for name, w, kw in SCENARIOS for a in (False, True)]
+
+
+@pytest.fixture(scope="module")
+def vllm():
+    if not vllm_source.vllm_available():
+        try:
+            vllm_source.vllm_modules()
+        except vllm_source.VllmUnavailable as e:
+            reason = str(e)
+        if IN_CI:
+            pytest.fail(f"CI must run vLLM's scheduler: {reason}", pytrace=False)
+        pytest.skip(reason)
+    return vllm_source.vllm_version()
+
+
+def rows(steps) -> list[tuple]:
+    """One comparable record per step: step index, decodes, prefill rows."""
+    return [(s.step, s.num_decode, s.request_ids,
+             tuple((r.context_len, r.query_len) for r in s.batch.requests) if s.batch else ())
+            for s in steps]
+
+
+def first_difference(a: list, b: list) -> int | None:
+    for i in range(max(len(a), len(b))):
+        if i >= len(a) or i >= len(b) or a[i] != b[i]:
+            return i
+    return None
+
+
+def worst(records) -> tuple[int, int, int]:
+    """(M, N, M*N) of the step with the largest M*N."""
+    best = (0, 0, 0)
+    for _, _, _, reqs in records:
+        m = sum(q for _, q in reqs)
+        n = sum(c + q for c, q in reqs)
+        if m * n > best[2]:
+            best = (m, n, m * n)
+    return best
+
+
+def describe(record) -> str:
+    if record is None:
+        return "(no step)"
+    step, decode, _, reqs = record
+    shapes = sorted(set(reqs))
+    m, n = sum(q for _, q in reqs), sum(c + q for c, q in reqs)
+    return (f"step {step}: {len(reqs)} prefill rows M={m} N={n} decode={decode} "
+            f"(context, query) {shapes[:4]}{' ...' if len(shapes) > 4 else ''}")
+
+
+@pytest.mark.parametrize("workload, config", CASES)
+def test_simulator_reproduces_vllms_schedule(vllm, workload, config, request, capsys):
+    real = rows(vllm_source.schedule(workload, config))
+    sim = rows(simulate(workload, config))
+    i = first_difference(real, sim)
+    name = request.node.callspec.id
+    if i is None:
+        line = f"{name}: identical over {len(real)} steps (vLLM {vllm})"
+    else:
+        line = (f"{name}: FIRST DIFFERENCE at step {i} of {len(real)} (vLLM) / {len(sim)} "
+                f"(simulator)\n    vLLM      {describe(real[i] if i < len(real) else None)}"
+                f"\n    simulator {describe(sim[i] if i < len(sim) else None)}")
+    with capsys.disabled():  # printed whatever the outcome, -q included
+        print(f"\n[vllm-vs-simulator] {line}", file=sys.stdout, flush=True)
+    # whatever else differs, the step the frontier is decided by must not
+    assert worst(sim) == worst(real), f"worst step (M, N, M*N): {worst(sim)} vs vLLM {worst(real)}"
+    assert i is None, line
+
+
+def test_the_vllm_source_gives_the_frontier_its_step_batches(vllm):
+    from indexer_lib.frontier import prefill_batches
+
+    w = ClosedLoopWorkload(8, 3000, 4)
+    c = SchedulerConfig(max_num_batched_tokens=2048, long_prefill_token_threshold=256)
+    real = prefill_batches(w, c, source="vllm")
+    assert real == prefill_batches(w, c)  # same StepBatch values, step numbers included
+    assert sum(b.num_rows for b in real) == 8 * 2 * 3000
+
+
+def test_vllm_refuses_what_it_refuses_with_a_value_error(vllm):
+    # vLLM wants max_num_batched_tokens >= max_num_seqs
+    with pytest.raises(ValueError, match="vLLM refuses these scheduler settings"):
+        vllm_source.schedule(ClosedLoopWorkload(2, 100), SchedulerConfig(max_num_batched_tokens=16))
+
+
+# ---- without vLLM (these run everywhere) -----------------------------------------------
+
+@pytest.fixture
+def no_vllm(monkeypatch):
+    """Make ``import vllm`` fail, as on a machine without it."""
+    monkeypatch.setitem(sys.modules, "vllm", None)
+    vllm_source.vllm_modules.cache_clear()
+    yield
+    vllm_source.vllm_modules.cache_clear()
+
+
+def test_asking_for_vllm_without_it_says_how_to_install_it(no_vllm):
+    w, c = ClosedLoopWorkload(2, 100), SchedulerConfig()
+    with pytest.raises(vllm_source.VllmUnavailable, match="scripts/install_vllm.sh"):
+        scheduled_steps(w, c, source="vllm")  # raised at once, not at the first step
+    assert not vllm_source.vllm_available()
+    # the simulator does not need it
+    assert next(scheduled_steps(w, c)).batch is not None
+
+
+def test_the_cli_reports_a_missing_vllm_in_one_line(no_vllm, capsys, tmp_path):
+    from indexer_lib.cli import main
+
+    code = main(["frontier", "--concurrency", "2", "--isl", "1024", "--budget-mb", "512",
+                 "--strategy", "vllm", "--workload-source", "vllm",
+                 "--out", str(tmp_path / "f.csv")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1 and "install_vllm.sh" in err
+
+
+def test_unknown_sources_are_refused():
+    with pytest.raises(ValueError, match="workload source 'sglang'"):
+        check_source("sglang")
+    from indexer_lib.frontier import FrontierGrid
+
+    with pytest.raises(ValueError, match="workload source"):
+        FrontierGrid(workload_source="vLLM")
