@@ -29,8 +29,15 @@ def _bytes_per_row(width: int, kk: int) -> int:
     """Most bytes one row of a block holds at once (see ``topk_temporaries_bytes``)."""
     mask = 2 * width * BOOL_BYTES  # two [r, width] bool masks
     select = kk * (FP32_BYTES + INT64_BYTES) + width * BOOL_BYTES  # topk result + tie check
-    order = kk * (2 * (FP32_BYTES + INT64_BYTES) + INT64_BYTES)  # old and new pair + a permutation
+    # ordering: the pair, a stable sort's values and int64 permutation, one gathered copy
+    order = kk * (FP32_BYTES + INT64_BYTES + 2 * INT64_BYTES + INT64_BYTES)
     return max(mask, select, order)
+
+
+def _repair_bytes_per_row(width: int, kk: int) -> int:
+    """Tie repair per row: fp32 copy, bool masks, int64 running count; nonzero's int64
+    pairs and the gathered values of the kept columns."""
+    return width * REPAIR_BYTES_PER_ELEMENT + kk * (2 * INT64_BYTES + FP32_BYTES)
 
 
 def rows_per_block(width: int, k: int, block_bytes: int = DEFAULT_BLOCK_BYTES) -> int:
@@ -58,8 +65,8 @@ def _repair_ties(x: torch.Tensor, vals: torch.Tensor, idx: torch.Tensor, kk: int
     rows = torch.nonzero(bad).squeeze(1)
     if rows.numel() == 0:
         return
-    # sub-blocks of tied rows: a copy, two bool masks and an int64 running count per element
-    sub = max(1, block_bytes // max(1, x.shape[1] * REPAIR_BYTES_PER_ELEMENT))
+    # sub-blocks of tied rows, so the repair's own temporaries stay within the block size
+    sub = max(1, block_bytes // _repair_bytes_per_row(x.shape[1], kk))
     for s0 in range(0, rows.numel(), sub):
         part = rows[s0:s0 + sub]
         xs = x.index_select(0, part)
@@ -72,15 +79,6 @@ def _repair_ties(x: torch.Tensor, vals: torch.Tensor, idx: torch.Tensor, kk: int
         cols = torch.nonzero(keep)[:, 1].view(part.numel(), kk)
         idx.index_copy_(0, part, cols)
         vals.index_copy_(0, part, xs.gather(1, cols))
-
-
-def _order(vals: torch.Tensor, idx: torch.Tensor):
-    """Sort each row by value descending, equal values by index ascending."""
-    perm = torch.argsort(idx, dim=1, stable=True)
-    idx, vals = idx.gather(1, perm), vals.gather(1, perm)
-    del perm
-    perm = torch.argsort(vals, dim=1, descending=True, stable=True)
-    return vals.gather(1, perm), idx.gather(1, perm)
 
 
 def window_topk(logits: torch.Tensor, ks: torch.Tensor, ke: torch.Tensor, k: int,
@@ -134,13 +132,22 @@ def window_topk(logits: torch.Tensor, ks: torch.Tensor, ke: torch.Tensor, k: int
         kk = min(k, c1 - c0)
         vals, idx = torch.topk(x, kk, dim=1, largest=True, sorted=False)
         _repair_ties(x, vals, idx, kk, block_bytes)
-        pair = _order(vals, idx)
-        del vals, idx
-        vals, idx = pair
-        del pair
-        rel = idx + (c0 - offset)[:, None]
-        rel.masked_fill_(vals == -math.inf, -1)
-        out[r0:r1, :kk] = rel.to(torch.int32)
+        # order: value descending, equal values by index ascending (two stable sorts; each
+        # old tensor is dropped as soon as its reordered copy exists)
+        perm = torch.argsort(idx, dim=1, stable=True)
+        idx = idx.gather(1, perm)
+        vals = vals.gather(1, perm)
+        del perm
+        perm = torch.argsort(vals, dim=1, descending=True, stable=True)
+        idx = idx.gather(1, perm)
+        vals = vals.gather(1, perm)
+        del perm
+        missing = vals == -math.inf
+        del vals
+        idx += (c0 - offset)[:, None]
+        idx.masked_fill_(missing, -1)
+        out[r0:r1, :kk] = idx
+        del idx, missing
     return out
 
 
@@ -162,6 +169,7 @@ def topk_temporaries_bytes(rows: int, width: int, k: int,
     r = min(rows, rows_per_block(width, k, block_bytes))
     total = 5 * rows * INT64_BYTES + width * INT64_BYTES + r * _bytes_per_row(width, kk)
     if ties:
-        sub = min(r, max(1, block_bytes // (width * REPAIR_BYTES_PER_ELEMENT)))
-        total += sub * width * REPAIR_BYTES_PER_ELEMENT + 2 * sub * INT64_BYTES
+        # the repair runs while the block's topk values and indices are alive
+        sub = min(r, max(1, block_bytes // _repair_bytes_per_row(width, kk)))
+        total += sub * _repair_bytes_per_row(width, kk) + 3 * r * INT64_BYTES
     return total
