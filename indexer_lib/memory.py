@@ -5,8 +5,12 @@ Two kinds of memory:
   gather workspace (workspace_tokens x (D + 4) bytes) and the top-k output
   buffer ([max_num_batched_tokens, topk] int32);
 - transient, per chunk: DeepGEMM's padded logits allocation, the chunk's
-  metadata (ks, ke, token->request map, cumulative offsets) and whatever
-  temporaries the executor creates (a slot the executor fills).
+  metadata (ks and ke per row, and the gather's slot map per KV token when the
+  chunk gathers) and the temporaries of the backend that runs it (by default
+  the reference backend's bounded tiles, ``kernels.tiling``).
+
+This is what ``indexer_lib.prefill`` allocates; the tracer
+(``indexer_lib.tracer``) checks the two agree.
 
 ``fits(plan, free_bytes)`` compares the transient peak with the memory free at
 run time, because the persistent buffers were taken before "free" was read.
@@ -22,8 +26,9 @@ from .shapes import ModelPreset, get_model
 
 INT32_BYTES = 4
 
-# bytes of executor temporaries for one chunk (filled in by the executor)
+# bytes of executor temporaries for one chunk
 TemporariesFn = Callable[[Chunk, ModelPreset], int]
+DEFAULT_BACKEND = "reference"
 
 
 def logits_bytes(chunk: Chunk, plan: Plan, padded: bool = True) -> int:
@@ -35,17 +40,36 @@ def logits_bytes(chunk: Chunk, plan: Plan, padded: bool = True) -> int:
 
 
 def metadata_bytes(chunk: Chunk) -> int:
-    """ks and ke per row, the token->request map per gathered token, cu offsets per request."""
-    return INT32_BYTES * (2 * chunk.num_rows + chunk.kv_tokens + chunk.num_requests + 1)
+    """ks and ke per row; when the chunk gathers, one cache slot per gathered KV token."""
+    gathered = chunk.kv_tokens if chunk.gather else 0
+    return INT32_BYTES * (2 * chunk.num_rows + gathered)
 
 
-def workspace_bytes(plan: Plan) -> int:
-    return plan.workspace_tokens * get_model(plan.model).k_bytes_per_token
+def workspace_bytes(plan: Plan, workspace_tokens: int | None = None) -> int:
+    """fp8 K + fp32 scale per token (default: the plan's workspace, as vLLM reserves it)."""
+    tokens = plan.workspace_tokens if workspace_tokens is None else workspace_tokens
+    return tokens * get_model(plan.model).k_bytes_per_token
 
 
-def topk_buffer_bytes(plan: Plan, topk_rows: int | None = None) -> int:
+def topk_buffer_bytes(plan: Plan, topk_rows: int | None = None, topk: int | None = None) -> int:
     rows = plan.batch.num_rows if topk_rows is None else topk_rows
-    return rows * get_model(plan.model).topk * INT32_BYTES
+    k = get_model(plan.model).topk if topk is None else topk
+    return rows * k * INT32_BYTES
+
+
+def backend_temporaries(plan: Plan, backend, topk: int) -> TemporariesFn:
+    """A backend's temporaries as a per-chunk function.
+
+    The reference backend is counted without importing torch (``kernels.tiling``).
+    """
+    if backend == "reference":
+        from .kernels.tiling import reference_temporaries_bytes
+
+        return lambda chunk, model: reference_temporaries_bytes(plan, chunk, topk)
+    from .kernels import get_backend
+
+    b = get_backend(backend)
+    return lambda chunk, model: b.temporaries_bytes(plan, chunk, topk)
 
 
 @dataclass(frozen=True)
@@ -88,13 +112,24 @@ def memory_report(
     topk_rows: int | None = None,
     temporaries: TemporariesFn | None = None,
     padded: bool = True,
+    backend=DEFAULT_BACKEND,
+    topk: int | None = None,
+    workspace_tokens: int | None = None,
 ) -> MemoryReport:
     """Bytes of every buffer the plan needs.
 
     ``topk_rows``: rows of the persistent top-k buffer (vLLM: max_num_batched_tokens;
     default: the step's rows).  ``padded=False`` counts logits as plain M x N x 4.
+    Temporaries: ``temporaries(chunk, model)`` if given, else those of ``backend``
+    (a name or a Backend; default the reference backend that ``prefill`` runs;
+    None: no temporaries, as if logits and top-k were in-place kernels).
+    ``topk``: k (default: the model's).  ``workspace_tokens``: the K workspace
+    really allocated (default: the plan's, as on cuda and meta).
     """
     model = get_model(plan.model)
+    k = model.topk if topk is None else topk
+    if temporaries is None and backend is not None:
+        temporaries = backend_temporaries(plan, backend, k)
     chunks = tuple(
         ChunkMemory(
             logits_bytes(c, plan, padded),
@@ -103,7 +138,8 @@ def memory_report(
         )
         for c in plan.chunks
     )
-    return MemoryReport(workspace_bytes(plan), topk_buffer_bytes(plan, topk_rows), chunks)
+    return MemoryReport(workspace_bytes(plan, workspace_tokens), topk_buffer_bytes(plan, topk_rows, k),
+                        chunks)
 
 
 def peak_bytes(plan: Plan, **kwargs) -> int:

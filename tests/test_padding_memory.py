@@ -88,8 +88,8 @@ def test_memory_report_by_hand():
     rows_alloc = 8  # align(3 + 5, 4)
     stride = 288  # align(30 + 256, 8)
     assert report.chunks[0].logits == rows_alloc * stride * 4
-    # ks + ke per row, token->request per gathered token, cu offsets per request + 1
-    assert report.chunks[0].metadata == 4 * (2 * 8 + 30 + 2 + 1)
+    # ks + ke per row, one cache slot per gathered token (what prefill.execute allocates)
+    assert report.chunks[0].metadata == 4 * (2 * 8 + 30)
     assert report.workspace == 1000 * (128 + 4)
     assert report.topk_buffer == 8192 * 2048 * 4  # 64 MiB at 8192 tokens
     assert report.topk_buffer == 64 * MIB

@@ -1,0 +1,44 @@
+"""Logits + top-k backends, chosen by name.
+
+Backends are imported only when asked for: importing this package needs no
+torch, and a backend whose module or dependencies are missing (``deepgemm``
+without a GPU build) does not break the others.
+"""
+from __future__ import annotations
+
+import importlib
+
+from .base import Backend
+
+# name -> (module, class); modules are imported lazily by get_backend
+BACKENDS: dict[str, tuple[str, str]] = {
+    "reference": ("indexer_lib.kernels.reference", "ReferenceBackend"),
+    "deepgemm": ("indexer_lib.kernels.deepgemm", "DeepGemmBackend"),
+}
+
+
+def get_backend(name, **options) -> Backend:
+    """A backend instance by name (``options`` go to its constructor), or an instance as is."""
+    if isinstance(name, Backend):
+        return name
+    if name not in BACKENDS:
+        raise ValueError(f"unknown backend {name!r}: must be one of {', '.join(BACKENDS)}")
+    module_name, class_name = BACKENDS[name]
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ValueError(f"backend {name!r} is not available here: {e}") from e
+    registry: dict = {}
+    if hasattr(module, "register"):  # a module may register its factory itself
+        module.register(registry)
+    cls = registry.get(name) or getattr(module, class_name, None)
+    if cls is None:  # the module may name its class differently: find it by its ``name``
+        found = [v for v in vars(module).values()
+                 if isinstance(v, type) and issubclass(v, Backend) and v.name == name]
+        if not found:
+            raise ValueError(f"backend {name!r}: {module_name} defines no Backend named {name!r}")
+        cls = found[0]
+    return cls(**options)
+
+
+__all__ = ["BACKENDS", "Backend", "get_backend"]

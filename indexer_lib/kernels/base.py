@@ -4,13 +4,23 @@ A backend computes one chunk's logits the way DeepGEMM's ``fp8_mqa_logits``
 does (a ``[m, width]`` fp32 tensor whose row stride is padded like the DeepGEMM
 version it follows) and a per-row top-k over ``[ks, ke)`` with indices relative
 to ``ks``, padded with -1, ties broken towards the lower index.
+
+The executor (``indexer_lib.prefill``) calls, per chunk::
+
+    backend.check_plan(plan)                                   # once per plan
+    logits = backend.logits(q, k, k_scale, weights, ks, ke, width, compressed, **hints)
+    backend.topk(logits, ks, ke, topk, compressed, out=out_rows, **hints)
+
+``hints`` holds ``host_windows=(ks, ke)``: the same windows as int32 numpy
+arrays (the reference backend tiles by them; on the meta device the device
+tensors hold no values).  ``out_rows`` is the chunk's slice of the persistent
+top-k buffer, already filled with -1.
 """
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
-from ..plan import Chunk
-from ..shapes import ModelPreset
+from ..plan import Chunk, Plan
 
 
 class Backend(ABC):
@@ -19,8 +29,16 @@ class Backend(ABC):
     #: DeepGEMM version whose padding rules the logits allocation follows
     deepgemm_version: str = ""
 
+    def check_plan(self, plan: Plan) -> None:
+        """ValueError when this backend cannot run ``plan`` as it was planned
+        (its logits would not be padded like the plan's DeepGEMM version)."""
+        if self.deepgemm_version and plan.deepgemm_version != self.deepgemm_version:
+            raise ValueError(
+                f"plan padded for DeepGEMM {plan.deepgemm_version}, but backend {self.name!r} follows "
+                f"{self.deepgemm_version}: make the plan with deepgemm_version={self.deepgemm_version!r}")
+
     @abstractmethod
-    def logits(self, q, k, k_scale, weights, ks, ke, width: int, compressed: bool = False):
+    def logits(self, q, k, k_scale, weights, ks, ke, width: int, compressed: bool = False, **hints):
         """Logits of one chunk.
 
         q ``[m, H, D]`` float8_e4m3fn, k ``[n, D]`` float8_e4m3fn, k_scale ``[n]`` float32,
@@ -31,12 +49,17 @@ class Backend(ABC):
         """
 
     @abstractmethod
-    def topk(self, logits, ks, ke, k: int, compressed: bool = False):
+    def topk(self, logits, ks, ke, k: int, compressed: bool = False, out=None, **hints):
         """``[m, k]`` int32: indices of the k largest logits of each row's window,
         relative to ks; -1 where the window has fewer than k columns; equal
-        values: the lower index wins; sorted by value, descending."""
+        values: the lower index wins; sorted by value, descending.
 
-    def temporaries_bytes(self, chunk: Chunk, model: ModelPreset, topk: int) -> int:
-        """Bytes of temporaries this backend allocates for ``chunk`` beyond the
-        logits and the chunk metadata (the memory model adds them)."""
+        ``out``: an ``[m, k]`` int32 tensor already filled with -1 to write
+        into and return (the executor's persistent top-k buffer); None: allocate.
+        """
+
+    def temporaries_bytes(self, plan: Plan, chunk: Chunk, topk: int) -> int:
+        """Peak bytes of temporaries this backend holds while it runs ``chunk`` of
+        ``plan``, beyond the logits, the chunk metadata and the persistent
+        buffers (the memory model adds them)."""
         return 0

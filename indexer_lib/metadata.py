@@ -1,0 +1,89 @@
+"""Per-chunk row and column metadata, derived from a plan (never hand-filled).
+
+A chunk's requests sit back to back in the gather workspace from column 0:
+request b of the chunk starts at column ``cu[b]``.  Query row i of request b
+(request-local index) scores workspace columns ``[ks, ke)`` with
+``ks = cu[b]`` and ``ke = cu[b] + context_len_b + i + 1`` (DESIGN.md section 2).
+
+The executor turns these into int32 device tensors; the memory model reads the
+same runs to count the backend's tiles.  Pure Python + numpy, no torch.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from .plan import Chunk
+from .workload import StepBatch
+
+
+class Run(NamedTuple):
+    """Consecutive rows of one request inside a chunk: they share ``ks``, and
+    row t of the run has ``ke - ks = first_len + t`` (one more KV token per row)."""
+
+    row_start: int  # first row of the run, counted from the chunk's first row
+    rows: int
+    ks: int  # workspace column where the request starts
+    first_len: int  # window length ke - ks of the run's first row
+
+    @property
+    def max_len(self) -> int:
+        return self.first_len + self.rows - 1
+
+
+def chunk_runs(batch: StepBatch, chunk: Chunk) -> list[Run]:
+    """The chunk's rows grouped by request, in row order."""
+    r0, r1 = chunk.requests
+    q0, q1 = chunk.rows
+    runs = []
+    col = 0  # workspace column of the current request
+    row = 0  # request rows seen so far in the chunk's concatenated rows
+    out_row = 0
+    for req in batch.requests[r0:r1]:
+        if row >= q1:
+            break
+        lo, hi = max(q0, row), min(q1, row + req.query_len)
+        if lo < hi:
+            i0 = lo - row  # request-local index of the run's first row
+            runs.append(Run(out_row, hi - lo, col, req.context_len + i0 + 1))
+            out_row += hi - lo
+        row += req.query_len
+        col += req.seq_len
+    return runs
+
+
+def chunk_windows(batch: StepBatch, chunk: Chunk) -> tuple[np.ndarray, np.ndarray]:
+    """``ks`` and ``ke`` per row of the chunk (int32, workspace columns)."""
+    ks = np.empty(chunk.num_rows, dtype=np.int32)
+    ke = np.empty(chunk.num_rows, dtype=np.int32)
+    for run in chunk_runs(batch, chunk):
+        sl = slice(run.row_start, run.row_start + run.rows)
+        ks[sl] = run.ks
+        ke[sl] = run.ks + run.first_len + np.arange(run.rows, dtype=np.int32)
+    return ks, ke
+
+
+def cache_offsets(batch: StepBatch) -> list[int]:
+    """Where each request's tokens start in the flat K cache (requests back to back)."""
+    offsets, pos = [], 0
+    for req in batch.requests:
+        offsets.append(pos)
+        pos += req.seq_len
+    return offsets
+
+
+def kv_slots(batch: StepBatch, chunk: Chunk) -> np.ndarray:
+    """For each workspace token of the chunk, its slot in the flat K cache (int32).
+
+    This is what a serving gather kernel reads (block table expanded to tokens):
+    one int32 per gathered KV token.
+    """
+    r0, r1 = chunk.requests
+    offsets = cache_offsets(batch)
+    parts = [np.arange(offsets[b], offsets[b] + batch.requests[b].seq_len, dtype=np.int64)
+             for b in range(r0, r1)]
+    slots = np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+    if slots.size and slots[-1] > np.iinfo(np.int32).max:
+        raise ValueError(f"K cache slot {int(slots[-1])} does not fit int32")
+    return slots.astype(np.int32)
