@@ -5,13 +5,17 @@ Layout, for a table ``results/x/sweep.parquet``:
 - ``sweep.parquet.journal``: the source of truth.  Line 1 is a header naming the
   grid (and its hash); every further line is one finished task with its rows.
   Each line is ``<crc32 hex> <json>\\n``, written with one ``write`` on an
-  ``O_APPEND`` descriptor and ``fsync``'d before the sweep moves on.  A ``kill -9``
-  can only tear the last line; a torn last line (no newline or a bad checksum) is
-  cut off on the next open, every complete line survives.  A task id appears at
-  most once: a restart skips the tasks the journal already holds.
+  ``O_APPEND`` descriptor before the sweep moves on, so a ``kill -9`` loses no
+  finished task and can only tear the last line; a torn last line (no newline
+  or a bad checksum) is cut off on the next open, every complete line survives.
+  ``fsync`` (against a power loss) follows every task, or at most every
+  ``sync_seconds`` for cheap tasks (model mode), and always on close.  A task id
+  appears at most once: a restart skips the tasks the journal already holds.
 - ``sweep.parquet``: the tidy table, rewritten from the journal at the end
-  (temporary file + rename, so a reader never sees half a table).  Its schema
-  metadata carries the same header, so a finished table is recognised too.
+  (temporary file + rename, so a reader never sees half a table), streamed in
+  row groups: the store keeps only each task's place in the journal, never the
+  rows, so a grid of any size runs in bounded memory.  Its schema metadata
+  carries the same header, so a finished table is recognised too.
 - ``sweep.parquet.lock``: an ``flock`` held while a sweep writes, so two sweeps
   on one file refuse instead of interleaving.
 
@@ -23,6 +27,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import time
 import zlib
 from pathlib import Path
 
@@ -33,6 +38,9 @@ PARQUET_KEY = b"indexer_lab_sweep"  # schema-metadata key holding the header
 
 class StoreError(Exception):
     """The result file cannot be used: foreign, corrupt, another grid, or busy."""
+
+
+ROW_GROUP_ROWS = 4096  # rows per Parquet row group when compacting
 
 
 def _line(payload: dict) -> bytes:
@@ -69,18 +77,27 @@ def describe_difference(stored: dict, wanted: dict) -> str:
 
 class ResultStore:
     """Open with ``with ResultStore(path, header) as store``; ``store.done`` maps task
-    ids to their rows; ``store.append(task, rows)`` makes a task durable."""
+    ids to where their line is in the journal (``store.task_rows(task)`` reads the
+    rows back); ``store.append(task, rows)`` makes a task durable.
 
-    def __init__(self, path: str | Path, header: dict):
+    ``sync_seconds``: 0 fsyncs after every task; more lets cheap tasks share an
+    fsync (a kill still loses nothing written, a power cut at most that long).
+    """
+
+    def __init__(self, path: str | Path, header: dict, sync_seconds: float = 0.0):
         self.path = Path(path)
         if self.path.suffix != ".parquet":
             raise StoreError(f"result table {str(self.path)!r}: must end in .parquet")
         self.journal = self.path.with_name(self.path.name + ".journal")
         self.lockfile = self.path.with_name(self.path.name + ".lock")
         self.header = {"kind": JOURNAL_KIND, "schema": SCHEMA_VERSION, **header}
-        self.done: dict[str, list[dict]] = {}
+        self.done: dict[str, tuple[int, int]] = {}  # task -> (offset, length) of its line
         self.notes: list[str] = []  # what opening had to repair (a torn last line)
-        self._fd = self._lock_fd = None
+        self.sync_seconds = sync_seconds
+        self._fd = self._lock_fd = self._reader = None
+        self._size = 0  # bytes of the journal (we are its only writer while locked)
+        self._last_sync = 0.0
+        self._unsynced = False
 
     # -- opening ---------------------------------------------------------------
     def __enter__(self) -> "ResultStore":
@@ -93,6 +110,8 @@ class ResultStore:
             else:
                 self._create_journal()
             self._fd = os.open(self.journal, os.O_WRONLY | os.O_APPEND)
+            self._size = os.fstat(self._fd).st_size
+            self._last_sync = time.monotonic()
         except BaseException:
             self.close()
             raise
@@ -102,9 +121,17 @@ class ResultStore:
         self.close()
 
     def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
         if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+            try:
+                if self._unsynced:
+                    os.fsync(self._fd)
+                    self._unsynced = False
+            finally:
+                os.close(self._fd)
+                self._fd = None
         if self._lock_fd is not None:
             os.close(self._lock_fd)  # closing releases the flock
             self._lock_fd = None
@@ -123,9 +150,13 @@ class ResultStore:
         if not isinstance(found, dict) or found.get("kind") != JOURNAL_KIND:
             raise StoreError(f"{where} is not an indexer-lab sweep result: refusing to touch it "
                              "(move it away or choose another output)")
-        if found.get("schema") != SCHEMA_VERSION:
-            raise StoreError(f"{where} has result schema {found.get('schema')!r}, this version "
-                             f"writes {SCHEMA_VERSION}: left as it is (choose another output)")
+        schema = found.get("schema")
+        if schema != SCHEMA_VERSION:
+            known = isinstance(schema, int) and not isinstance(schema, bool)
+            age = ("an older" if schema < SCHEMA_VERSION else "a newer") if known else "an unknown"
+            raise StoreError(f"{where} is from {age} indexer-lab (result schema {schema!r}, this "
+                             f"version reads and writes {SCHEMA_VERSION}): left as it is "
+                             "(choose another output, or move it away to start over)")
         if found.get("grid_hash") != self.header.get("grid_hash"):
             diff = describe_difference(found.get("spec", {}), self.header.get("spec", {}))
             raise StoreError(f"{where} holds a different sweep ({diff}): refusing to mix them "
@@ -147,21 +178,35 @@ class ResultStore:
             found = json.loads(raw) if raw else None
         except ValueError:
             found = None
+        if found is None and {b"mode", b"strategy", b"budget_mb"} <= set(
+                name.encode() for name in pq.read_schema(self.path).names):
+            # indexer-lab's tables from before the store carried a header
+            found = {"kind": JOURNAL_KIND, "schema": 0}
         self._check_header(found, str(self.path))
         if not self.journal.exists():
             # a finished table whose journal was removed: its rows are done work
             self._create_journal()
-            table = pq.read_table(self.path).to_pandas()
-            for task, group in table.groupby("task", sort=False):
-                self.done[task] = group.to_dict("records")
             self._fd = os.open(self.journal, os.O_WRONLY | os.O_APPEND)
+            self._size = os.fstat(self._fd).st_size
+            sync_seconds, self.sync_seconds = self.sync_seconds, float("inf")  # one fsync below
             try:
-                for task, rows in list(self.done.items()):
-                    self._write({"task": task, "rows": _plain(rows)})
+                task, rows = None, []
+                for batch in pq.ParquetFile(self.path).iter_batches(batch_size=ROW_GROUP_ROWS):
+                    for row in batch.to_pandas().to_dict("records"):
+                        if row["task"] != task and rows:
+                            self.append(task, rows)
+                            rows = []
+                        task = row["task"]
+                        rows.append(row)
+                if rows:
+                    self.append(task, rows)
+                os.fsync(self._fd)
+                self._unsynced = False
             finally:
+                self.sync_seconds = sync_seconds
                 os.close(self._fd)
                 self._fd = None
-            self.done.clear()  # reloaded from the new journal, as plain values
+            self.done.clear()  # found again when the new journal is read
 
     def _create_journal(self) -> None:
         tmp = self.journal.with_name(self.journal.name + ".tmp")
@@ -173,25 +218,31 @@ class ResultStore:
         _fsync_dir(self.journal.parent)
 
     def _load_journal(self) -> None:
+        """Index the journal's tasks (line by line: memory does not grow with rows)."""
         with open(self.journal, "rb") as f:
-            lines = f.readlines()
-        header = _parse(lines[0]) if lines else None
-        if header is None:
-            raise StoreError(f"{self.journal} does not start with an indexer-lab sweep header: "
-                             "refusing to touch it (move it away or choose another output)")
-        self._check_header(header, str(self.journal))
-        good_bytes = len(lines[0])
-        for n, line in enumerate(lines[1:], start=2):
-            record = _parse(line)
-            if record is None or "task" not in record or "rows" not in record:
-                if n == len(lines):  # only the last line can be torn by a kill
-                    self._cut_torn_tail(good_bytes, n)
+            first = f.readline()
+            header = _parse(first) if first else None
+            if header is None:
+                raise StoreError(f"{self.journal} does not start with an indexer-lab sweep "
+                                 "header: refusing to touch it (move it away or choose "
+                                 "another output)")
+            self._check_header(header, str(self.journal))
+            offset, n = len(first), 1
+            while True:
+                line = f.readline()
+                if not line:
                     break
-                raise StoreError(f"{self.journal} line {n} is damaged (not a torn last line): "
-                                 "left as it is; move it away to start over")
-            # a task is written once; should a copy ever appear, the first one counts
-            self.done.setdefault(record["task"], record["rows"])
-            good_bytes += len(line)
+                n += 1
+                record = _parse(line)
+                if record is None or "task" not in record or "rows" not in record:
+                    if not f.read(1):  # only the last line can be torn by a kill
+                        self._cut_torn_tail(offset, n)
+                        break
+                    raise StoreError(f"{self.journal} line {n} is damaged (not a torn last "
+                                     "line): left as it is; move it away to start over")
+                # a task is written once; should a copy ever appear, the first one counts
+                self.done.setdefault(record["task"], (offset, len(line)))
+                offset += len(line)
 
     def _cut_torn_tail(self, good_bytes: int, line_no: int) -> None:
         os.truncate(self.journal, good_bytes)
@@ -199,41 +250,117 @@ class ResultStore:
                           "(a write interrupted by a kill); its task runs again")
 
     # -- writing ---------------------------------------------------------------
-    def _write(self, payload: dict) -> None:
+    def _write(self, payload: dict) -> tuple[int, int]:
         data = _line(payload)
         written = os.write(self._fd, data)
         if written != len(data):  # a short write would leave a torn line behind
             raise OSError(f"short write to {self.journal}: {written} of {len(data)} bytes")
-        os.fsync(self._fd)
+        where = (self._size, len(data))
+        self._size += len(data)
+        now = time.monotonic()
+        if now - self._last_sync >= self.sync_seconds:
+            os.fsync(self._fd)
+            self._last_sync, self._unsynced = now, False
+        else:
+            self._unsynced = True
+        return where
 
     def append(self, task: str, rows: list[dict]) -> None:
         """Make one finished task durable before the sweep starts the next."""
         if task in self.done:
             raise StoreError(f"task {task!r} is already in {self.journal}")
-        rows = _plain(rows)
-        self._write({"task": task, "rows": rows})
-        self.done[task] = rows
+        self.done[task] = self._write({"task": task, "rows": _plain(rows)})
 
-    def rows(self, order: list[str] | None = None) -> list[dict]:
-        tasks = order if order is not None else list(self.done)
-        return [row for t in tasks if t in self.done for row in self.done[t]]
+    def task_rows(self, task: str) -> list[dict]:
+        """The rows of a finished task, read back from the journal."""
+        offset, length = self.done[task]
+        if self._reader is None:
+            self._reader = open(self.journal, "rb")
+        self._reader.seek(offset)
+        record = _parse(self._reader.read(length))
+        if record is None or record.get("task") != task:
+            raise StoreError(f"{self.journal}: the line of task {task!r} changed under us")
+        return record["rows"]
 
-    def compact(self, frame) -> Path:
-        """Write ``frame`` (the journal's rows as a DataFrame) as the Parquet table."""
+    def iter_rows(self, order=None):
+        """Rows of the finished tasks, in ``order`` (task ids; default: journal order)."""
+        for t in (order if order is not None else list(self.done)):
+            if t in self.done:
+                yield from self.task_rows(t)
+
+    def rows(self, order=None) -> list[dict]:
+        return list(self.iter_rows(order))
+
+    def compact(self, order=None, to_frame=None, row_group_rows: int = ROW_GROUP_ROWS) -> Path:
+        """Write the journal's rows (in ``order``: task ids, an iterable that can be
+        iterated more than once) as the Parquet table, one row group at a time;
+        ``to_frame(rows)`` makes each group's DataFrame (column types)."""
+        import pandas as pd
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        table = pa.Table.from_pandas(frame, preserve_index=False)
-        meta = dict(table.schema.metadata or {})
-        meta[PARQUET_KEY] = json.dumps(self.header, sort_keys=True).encode()
-        table = table.replace_schema_metadata(meta)
+        to_frame = to_frame or pd.DataFrame
+        if self._fd is not None and self._unsynced:  # the table never gets ahead of the journal
+            os.fsync(self._fd)
+            self._unsynced = False
         tmp = self.path.with_name(self.path.name + ".tmp")
-        pq.write_table(table, tmp)
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        writer = schema = None
+        header = json.dumps(self.header, sort_keys=True).encode()
+
+        def groups():
+            rows = []
+            for row in self.iter_rows(order):
+                rows.append(row)
+                if len(rows) >= row_group_rows:
+                    yield rows
+                    rows = []
+            if rows or writer is None:
+                yield rows
+
+        try:
+            for rows in groups():
+                frame = to_frame(rows)
+                if schema is None:
+                    table = pa.Table.from_pandas(frame, preserve_index=False)
+                    nulls = [f.name for f in table.schema if pa.types.is_null(f.type)]
+                    if nulls:  # all-empty so far: take the type from a later value
+                        frame = _typed_like_later_rows(frame, nulls, self.iter_rows(order))
+                        table = pa.Table.from_pandas(frame, preserve_index=False)
+                    meta = dict(table.schema.metadata or {})
+                    meta[PARQUET_KEY] = header
+                    schema = table.schema.with_metadata(meta)
+                    writer = pq.ParquetWriter(tmp, schema)
+                table = pa.Table.from_pandas(frame, preserve_index=False)
+                table = table.select(schema.names).cast(schema)
+                writer.write_table(table, row_group_size=row_group_rows)
+            writer.close()
+            writer = None
+            with open(tmp, "rb") as f:
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        finally:
+            if writer is not None:
+                writer.close()
+            if tmp.exists():
+                tmp.unlink()
         _fsync_dir(self.path.parent)
         return self.path
+
+
+def _typed_like_later_rows(frame, names: list[str], rows):
+    """Give columns that are empty in ``frame`` the type of their first later value."""
+    kinds = {}
+    for row in rows:
+        for name in names:
+            if name not in kinds and row.get(name) is not None:
+                kinds[name] = type(row[name])
+        if len(kinds) == len(names):
+            break
+    dtypes = {bool: "boolean", int: "Int64", float: "float64", str: "string"}
+    frame = frame.copy()
+    for name, kind in kinds.items():
+        frame[name] = frame[name].astype(dtypes.get(kind, "object"))
+    return frame
 
 
 def _plain(rows: list[dict]) -> list[dict]:

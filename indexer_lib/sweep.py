@@ -325,71 +325,69 @@ def trace_task(grid, settings, model, workload, config, strategy, budgets_mb, fr
 
 
 class Measurer:
-    """Runs one plan's worst step on the GPU: OOM caught, memory freed, time measured.
+    """Runs one plan's worst step on a GPU: OOM caught, memory freed, time measured.
 
     ``free_gib`` is enforced with a ballast allocation, so that the executor sees
-    ``free_gib`` plus the persistent buffers it allocates itself.
+    ``free_gib`` plus the persistent buffers it allocates itself.  Every point
+    ends with its tensors dropped and the allocator's cache emptied; the row
+    records the reserved bytes after that next to the baseline (reserved when
+    the measurer started), so a leak between points shows.  ``device``: the
+    device layer (``measure_device.CudaDevice`` by default).
     """
 
-    def __init__(self, settings: RunSettings):
-        import torch
+    def __init__(self, settings: RunSettings, device=None):
+        if device is None:
+            from .measure_device import CudaDevice
 
-        if not torch.cuda.is_available():
-            raise RuntimeError("measure mode needs a CUDA GPU, and torch sees none on this "
-                               "machine: use mode 'model' or 'trace' here")
-        try:
-            from .inputs import make_inputs
-            from .prefill import execute
-        except ModuleNotFoundError as e:
-            raise NotImplementedError(f"measure mode needs indexer_lib.prefill.execute and "
-                                      f"indexer_lib.inputs.make_inputs ({e})") from None
-        self.torch, self.execute, self.make_inputs = torch, execute, make_inputs
+            device = CudaDevice()
+        self.dev = device
         self.settings = settings
-        self.device = torch.cuda.get_device_name(0)
+        self.device = device.name
+        self._free()
+        self.baseline_reserved = device.memory_reserved()
 
     def _free(self) -> None:
         import gc
 
         gc.collect()
-        self.torch.cuda.synchronize()
-        self.torch.cuda.empty_cache()
+        self.dev.synchronize()
+        self.dev.empty_cache()
 
     def run(self, plan, free_gib: float, topk_rows: int) -> dict:
-        torch = self.torch
+        result = self._run(plan, free_gib, topk_rows)  # its tensors are gone when it returns
         self._free()
+        result.update(reserved_after_bytes=self.dev.memory_reserved(),
+                      reserved_baseline_bytes=self.baseline_reserved)
+        return result
+
+    def _run(self, plan, free_gib: float, topk_rows: int) -> dict:
+        import torch
+
+        dev = self.dev
         persistent = workspace_bytes(plan) + topk_buffer_bytes(plan, topk_rows)
-        free_now, _ = torch.cuda.mem_get_info()
+        free_now, _ = dev.mem_get_info()
         ballast_bytes = free_now - free_bytes_from_gib(free_gib) - persistent
         if ballast_bytes < 0:
             return {"oom": None, "error": f"only {free_now / GIB:.2f} GiB free on the GPU, "
                     f"{free_gib} GiB + persistent buffers requested"}
         ballast = inputs = run = None
         try:
-            ballast = torch.empty(ballast_bytes, dtype=torch.uint8, device="cuda")
-            inputs = self.make_inputs(plan.batch, plan.model, self.settings.seed, "cuda")
-            base = torch.cuda.memory_allocated()
-            run = functools.partial(self.execute, plan, inputs, backend=self.settings.backend,
-                                    device="cuda", topk_rows=topk_rows)
+            ballast = dev.allocate(ballast_bytes)
+            inputs = dev.make_inputs(plan.batch, plan.model, self.settings.seed)
+            base = dev.memory_allocated()
+            run = functools.partial(dev.execute, plan, inputs, self.settings.backend, topk_rows)
             run()  # warm-up: kernels compiled, allocator primed
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-            times = []
-            for _ in range(self.settings.repeats):
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                run()
-                end.record()
-                torch.cuda.synchronize()
-                times.append(start.elapsed_time(end))
-            peak = torch.cuda.max_memory_allocated() - base
-            times.sort()
+            dev.synchronize()
+            dev.reset_peak_memory_stats()
+            times = sorted(dev.elapsed_ms(run) for _ in range(self.settings.repeats))
+            peak = dev.max_memory_allocated() - base
             return {"oom": False, "error": None, "time_ms": times[len(times) // 2],
                     "measured_peak_bytes": peak}
         except torch.OutOfMemoryError as e:
+            # the message only: the traceback would keep the failed step's tensors alive
             return {"oom": True, "error": f"OutOfMemoryError: {str(e).splitlines()[0]}"}
         finally:
             del ballast, inputs, run
-            self._free()
 
 
 def measure_task(grid, settings, measurer, model, workload, config, strategy, budgets_mb,
@@ -401,7 +399,9 @@ def measure_task(grid, settings, measurer, model, workload, config, strategy, bu
     row.update(detail)
     peak = result.get("measured_peak_bytes")
     row.update(peak_bytes=peak, peak_transient_bytes=peak, oom=result["oom"],
-               time_ms=result.get("time_ms"), error=result["error"], **prov)
+               time_ms=result.get("time_ms"), error=result["error"],
+               reserved_after_bytes=result.get("reserved_after_bytes"),
+               reserved_baseline_bytes=result.get("reserved_baseline_bytes"), **prov)
     return [row]
 
 
@@ -417,7 +417,10 @@ def model_rows(grid: SweepGrid, time_model: TimeModel | None = None):
 # -- running a sweep ---------------------------------------------------------------
 
 COLUMN_TYPES = {"time_ms": "float64", "peak_bytes": "Int64", "peak_transient_bytes": "Int64",
-                "oom": "boolean", "error": "string"}
+                "oom": "boolean", "error": "string", "reserved_after_bytes": "Int64",
+                "reserved_baseline_bytes": "Int64"}
+# fsync the journal after every measured point; cheap tasks share one fsync a second
+SYNC_SECONDS = {"model": 1.0, "trace": 1.0, "measure": 0.0}
 
 
 def to_frame(rows: list[dict]):
@@ -433,29 +436,35 @@ def to_frame(rows: list[dict]):
 
 
 def run(grid: SweepGrid, out: str | Path, settings: RunSettings = RunSettings(),
-        progress: bool = True, after_task=None, time_model: TimeModel | None = None):
-    """Run (or resume) a sweep into the Parquet table ``out``; return it as a DataFrame.
+        progress: bool = True, after_task=None, time_model: TimeModel | None = None,
+        device=None, as_frame: bool = True):
+    """Run (or resume) a sweep into the Parquet table ``out``; return it as a DataFrame
+    (``as_frame=False``: return the table's path, for grids too big to hold in memory).
 
-    ``after_task(task_id)`` is called after each task is durable (tests use it).
+    Memory does not grow with the grid: tasks are generated as they run, rows go
+    to the journal and are streamed from it into the table.  ``after_task(task_id)``
+    is called after each task is durable (tests use it); ``device``: measure
+    mode's device layer (default: the CUDA GPU).
     """
     from tqdm.auto import tqdm
 
     spec = spec_of(grid, settings)
     header = {"grid_hash": spec_hash(spec), "spec": spec}
     time_model = time_model or TimeModel.published()
-    all_tasks = list(tasks(grid, settings.mode))
+    total = sum(1 for _ in tasks(grid, settings.mode))
     if settings.mode == "trace":
         load_tracer()  # fail before any work when the tracer is missing
-    measurer = Measurer(settings) if settings.mode == "measure" else None
-    device = measurer.device if measurer else "cpu"
-    with ResultStore(out, header) as store:
+    measurer = Measurer(settings, device) if settings.mode == "measure" else None
+    device_name = measurer.device if measurer else "cpu"
+    with ResultStore(out, header, sync_seconds=SYNC_SECONDS[settings.mode]) as store:
         for note in store.notes:
             print(note)
-        todo = [t for t in all_tasks if t[0] not in store.done]
-        bar = tqdm(total=len(all_tasks), initial=len(all_tasks) - len(todo),
-                   desc=f"sweep ({settings.mode})", unit="task", disable=not progress)
-        prov = provenance(settings.mode, device)
-        for tid, model, workload, config, strategy, budgets_mb, frees in todo:
+        bar = tqdm(total=total, initial=len(store.done), desc=f"sweep ({settings.mode})",
+                   unit="task", disable=not progress)
+        prov = provenance(settings.mode, device_name)
+        for tid, model, workload, config, strategy, budgets_mb, frees in tasks(grid, settings.mode):
+            if tid in store.done:
+                continue
             args = (model, workload, config, strategy, budgets_mb, frees, time_model)
             if settings.mode == "model":
                 rows = model_task(grid, *args, prov)
@@ -470,9 +479,18 @@ def run(grid: SweepGrid, out: str | Path, settings: RunSettings = RunSettings(),
             if after_task:
                 after_task(tid)
         bar.close()
-        frame = to_frame(store.rows([t[0] for t in all_tasks]))
-        store.compact(frame)
-    return frame
+        store.compact(TaskIds(grid, settings.mode), to_frame)
+    return load(out) if as_frame else Path(out)
+
+
+class TaskIds:
+    """The task ids of a grid in order, generated afresh on each iteration."""
+
+    def __init__(self, grid: SweepGrid, mode: str):
+        self.grid, self.mode = grid, mode
+
+    def __iter__(self):
+        return (t[0] for t in tasks(self.grid, self.mode))
 
 
 def load(path: str | Path):

@@ -5,8 +5,8 @@
 
 1. ``scripts/run_notebooks.py notebooks/params/default.yaml`` into a temporary folder:
    wall time including kernel starts (goal: under 3 minutes on 2 cores);
-2. the default ``SweepGrid`` in ``model`` mode into a fresh store (journal, fsync per
-   task, compaction included): rows per second;
+2. the default ``SweepGrid`` in ``model`` mode into a fresh store (journal, fsync at most
+   once a second, compaction included): rows per second;
 3. the same grid resumed: how long skipping finished work takes.
 """
 from __future__ import annotations
@@ -51,7 +51,7 @@ def main() -> int:
         elapsed = time.perf_counter() - start
         print(f"model mode, default grid: {len(frame)} points (point x strategy rows) in "
               f"{elapsed:.2f} s = {len(frame) / elapsed:.0f} points/s "
-              f"(store: journal + fsync per task + Parquet)")
+              f"(store: journal + fsync once a second + Parquet)")
         start = time.perf_counter()
         sweep.run(grid, out, progress=False)
         print(f"resume of the finished sweep: {time.perf_counter() - start:.2f} s")
