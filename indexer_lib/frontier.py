@@ -8,6 +8,9 @@ memory free at run time.  Every number here is modelled, never measured.
 from __future__ import annotations
 
 import itertools
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 
 from .memory import memory_report
@@ -15,6 +18,9 @@ from .padding import DEFAULT_DEEPGEMM_VERSION
 from .plan import check_strategy, make_plan
 from .shapes import GIB, MIB, budget_bytes_from_mb, free_bytes_from_gib, get_model
 from .workload import ClosedLoopWorkload, SchedulerConfig, StepBatch, check_source, scheduled_steps
+
+
+TEMPORARIES = ("deepgemm", "reference", None)
 
 
 def prefill_batches(workload: ClosedLoopWorkload, config: SchedulerConfig,
@@ -71,9 +77,15 @@ def worst_steps(
     padded: bool = True,
     workspace_tokens: int | None = None,
     topk_rows: int | None = None,
+    temporaries: str | None = "deepgemm",
 ) -> list[WorstStep]:
     """``worst_step`` for several budgets; a step's plan is reused for every budget
-    inside the interval over which the planner's decisions do not change."""
+    inside the interval over which the planner's decisions do not change.
+
+    ``temporaries``: whose temporaries the memory model adds to each chunk:
+    ``deepgemm`` (the H200 path that ``measure`` runs, the default),
+    ``reference`` (the CPU reference executor) or None (logits and metadata only).
+    """
     schedule = batches if isinstance(batches, Schedule) else Schedule(batches)
     # per distinct step: (stable interval, chunks, transient peak, peak, over budget)
     known: list[tuple | None] = [None] * len(schedule.unique)
@@ -87,7 +99,7 @@ def worst_steps(
             if entry is None or not _in_interval(budget, entry[0]):
                 plan = make_plan(batch, strategy, budget, workspace_tokens, model,
                                  deepgemm_version, padded)
-                report = memory_report(plan, topk_rows=topk_rows)
+                report = memory_report(plan, topk_rows=topk_rows, backend=temporaries)
                 entry = known[k] = (plan.budget_stable, plan.num_chunks, report.peak_transient,
                                     report.peak, plan.over_budget)
             _, chunks, transient, peak, over_step = entry
@@ -133,10 +145,15 @@ class FrontierGrid:
     deepgemm_version: str = DEFAULT_DEEPGEMM_VERSION
     padded: bool = True
     workload_source: str = "simulator"  # or "vllm": vLLM's own scheduler
+    # whose temporaries each chunk adds: "deepgemm" (the H200 path), "reference", or None
+    temporaries: str | None = "deepgemm"
 
     def __post_init__(self):
         get_model(self.model)
         check_source(self.workload_source)
+        if self.temporaries not in TEMPORARIES:
+            raise ValueError(f"temporaries {self.temporaries!r}: must be one of "
+                             f"{', '.join(str(t) for t in TEMPORARIES)}")
         for s in self.strategy:
             check_strategy(s)
         for b in self.budget_mb:
@@ -162,30 +179,51 @@ class FrontierGrid:
                 * len(self.strategy) * len(self.free_gib))
 
 
-def frontier_rows(grid: FrontierGrid, progress=None):
+def workload_rows(grid: FrontierGrid, conc: int, isl: int) -> list[dict]:
+    """The rows of one workload (concurrency x ISL): every budget, strategy and free GiB."""
+    max_len = get_model(grid.model).max_model_len
+    if isl > max_len:
+        raise ValueError(f"isl {isl} > max_model_len {max_len} of {grid.model}")
+    workload = ClosedLoopWorkload(conc, isl, grid.osl, grid.shared_prefix)
+    batches = Schedule(prefill_batches(workload, grid.scheduler, grid.workload_source))
+    rows = []
+    for strategy in grid.strategy:
+        # n-only has no budget: one plan per step, reported under every budget
+        budgets = [None if strategy == "n-only" else budget_bytes_from_mb(b)
+                   for b in grid.budget_mb]
+        outcomes = worst_steps(batches, strategy, budgets, grid.model,
+                               grid.deepgemm_version, grid.padded,
+                               topk_rows=grid.max_num_batched_tokens,
+                               temporaries=grid.temporaries)
+        for budget_mb, outcome in zip(grid.budget_mb, outcomes):
+            for free_gib in grid.free_gib:
+                rows.append(frontier_row(grid, conc, isl, budget_mb, free_gib, outcome))
+    return rows
+
+
+def frontier_rows(grid: FrontierGrid, progress=None, workers: int | None = 1):
     """Yield one tidy row per concurrency x ISL x budget x strategy x free GiB.
 
     ``progress``: an optional callable taking the number of workloads done.
+    ``workers``: processes to spread the workloads over (None: one per CPU);
+    the rows come out in the same order whatever the number.
     """
-    model = get_model(grid.model)
-    max_len = model.max_model_len
-    for conc, isl in itertools.product(grid.concurrency, grid.isl):
-        if isl > max_len:
-            raise ValueError(f"isl {isl} > max_model_len {max_len} of {grid.model}")
-        workload = ClosedLoopWorkload(conc, isl, grid.osl, grid.shared_prefix)
-        batches = Schedule(prefill_batches(workload, grid.scheduler, grid.workload_source))
-        for strategy in grid.strategy:
-            # n-only has no budget: one plan per step, reported under every budget
-            budgets = [None if strategy == "n-only" else budget_bytes_from_mb(b)
-                       for b in grid.budget_mb]
-            outcomes = worst_steps(batches, strategy, budgets, grid.model,
-                                   grid.deepgemm_version, grid.padded,
-                                   topk_rows=grid.max_num_batched_tokens)
-            for budget_mb, outcome in zip(grid.budget_mb, outcomes):
-                for free_gib in grid.free_gib:
-                    yield frontier_row(grid, conc, isl, budget_mb, free_gib, outcome)
-        if progress:
-            progress(1)
+    workloads = list(itertools.product(grid.concurrency, grid.isl))
+    if workers is None:
+        workers = os.cpu_count() or 1
+    workers = max(1, min(workers, len(workloads)))
+    if workers == 1:
+        for conc, isl in workloads:
+            yield from workload_rows(grid, conc, isl)
+            if progress:
+                progress(1)
+        return
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+        futures = [pool.submit(workload_rows, grid, conc, isl) for conc, isl in workloads]
+        for future in futures:
+            yield from future.result()
+            if progress:
+                progress(1)
 
 
 def frontier_row(grid: FrontierGrid, conc: int, isl: int, budget_mb: float, free_gib: float,
@@ -203,6 +241,7 @@ def frontier_row(grid: FrontierGrid, conc: int, isl: int, budget_mb: float, free
         "deepgemm_version": grid.deepgemm_version,
         "padded_budget": grid.padded,
         "workload_source": grid.workload_source,
+        "temporaries": grid.temporaries or "none",
         "budget_mb": budget_mb,
         "free_gib": free_gib,
     }

@@ -18,6 +18,7 @@ run time, because the persistent buffers were taken before "free" was read.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Callable
 
 from .padding import get_rules, unpadded_logits_bytes
@@ -66,10 +67,23 @@ def backend_temporaries(plan: Plan, backend, topk: int) -> TemporariesFn:
         from .kernels.tiling import reference_temporaries_bytes
 
         return lambda chunk, model: reference_temporaries_bytes(plan, chunk, topk)
+    if backend == "deepgemm":
+        # the H200 path: DeepGEMM keeps its work on chip; the window top-k's bound
+        # needs no DeepGEMM installed, so plans can be modelled anywhere
+        bound = _window_topk_bound()
+        return lambda chunk, model: bound(chunk.num_rows, chunk.logits_cols, topk)
     from .kernels import get_backend
 
     b = get_backend(backend)
     return lambda chunk, model: b.temporaries_bytes(plan, chunk, topk)
+
+
+@lru_cache(maxsize=1)
+def _window_topk_bound():
+    """The window top-k's temporaries bound, cached per shape (sweeps repeat shapes)."""
+    from .kernels.topk import topk_temporaries_bytes
+
+    return lru_cache(maxsize=1 << 16)(topk_temporaries_bytes)
 
 
 @dataclass(frozen=True)
