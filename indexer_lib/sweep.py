@@ -277,11 +277,12 @@ def model_task(grid, model, workload, config, strategy, budgets_mb, frees, time_
     return rows
 
 
-def _model_worst(grid, model, workload, config, strategy, budget_mb, time_model):
+def _model_worst(grid, model, workload, config, strategy, budget_mb, time_model, backend):
+    """The modelled worst step, counting the temporaries of the backend that will run it."""
     batches = schedule_batches(workload, config, grid.workload_source)
     w = frontier.worst_step(batches, strategy, _budget_bytes(strategy, budget_mb), model=model,
                             deepgemm_version=grid.deepgemm_version, padded=grid.padded,
-                            topk_rows=config.max_num_batched_tokens)
+                            topk_rows=config.max_num_batched_tokens, temporaries=backend)
     detail, plan = worst_step_detail(batches, w, strategy, model, grid, config, time_model)
     return detail, plan
 
@@ -303,7 +304,8 @@ def trace_task(grid, settings, model, workload, config, strategy, budgets_mb, fr
                time_model, prov) -> list[dict]:
     tracer = load_tracer()
     (mb,) = budgets_mb
-    detail, plan = _model_worst(grid, model, workload, config, strategy, mb, time_model)
+    detail, plan = _model_worst(grid, model, workload, config, strategy, mb, time_model,
+                                 settings.backend)
     if hasattr(tracer, "trace"):  # the full result: the executor's own persistent bytes
         result = tracer.trace(plan, topk_rows=config.max_num_batched_tokens,
                               backend=settings.backend)
@@ -393,7 +395,8 @@ class Measurer:
 def measure_task(grid, settings, measurer, model, workload, config, strategy, budgets_mb,
                  frees, time_model, prov) -> list[dict]:
     (mb,), (free,) = budgets_mb, frees
-    detail, plan = _model_worst(grid, model, workload, config, strategy, mb, time_model)
+    detail, plan = _model_worst(grid, model, workload, config, strategy, mb, time_model,
+                                 settings.backend)
     result = measurer.run(plan, free, config.max_num_batched_tokens)
     row = base_row(grid, model, workload, config, strategy, mb, free, "measure")
     row.update(detail)
