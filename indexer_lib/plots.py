@@ -292,3 +292,41 @@ def save(fig: Figure, out_dir: str | Path, name: str, params: dict) -> list[Path
                                         "Software": "indexer-lab"})
     fig.savefig(svg, metadata={"Title": title or name, "Description": description})
     return [png, svg]
+
+
+def _figure_png(fig: Figure) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+    return buf.getvalue()
+
+
+def show_in_ipython(shell=None) -> bool:
+    """Let IPython display these figures (``display(fig)``, a cell's last value) as PNG.
+
+    The figures are made without pyplot, so IPython knows no image form for them
+    unless something imported pyplot's inline backend: a notebook would show
+    ``<Figure size ...>``.  Registers a PNG formatter for ``Figure`` in the running
+    IPython (or ``shell``) where none exists; called on import.  Returns whether
+    the shell has one now.
+    """
+    if shell is None:
+        try:
+            from IPython import get_ipython
+        except ImportError:
+            return False
+        shell = get_ipython()
+        if shell is None:
+            return False
+    png = shell.display_formatter.formatters.get("image/png")
+    if png is None:
+        return False
+    try:
+        png.lookup_by_type(Figure)
+    except KeyError:
+        png.for_type(Figure, _figure_png)
+    return True
+
+
+show_in_ipython()
