@@ -22,6 +22,8 @@ from indexer_lib.workload import (
     simulate,
 )
 from indexer_lib import vllm_source
+from indexer_lib.source_compare import first_difference, step_records as rows
+from indexer_lib.source_compare import worst_shape as worst
 
 IN_CI = os.environ.get("CI", "").lower() in ("true", "1", "yes")
 
@@ -53,31 +55,6 @@ def vllm():
             pytest.fail(f"CI must run vLLM's scheduler: {reason}", pytrace=False)
         pytest.skip(reason)
     return vllm_source.vllm_version()
-
-
-def rows(steps) -> list[tuple]:
-    """One comparable record per step: step index, decodes, prefill rows."""
-    return [(s.step, s.num_decode, s.request_ids,
-             tuple((r.context_len, r.query_len) for r in s.batch.requests) if s.batch else ())
-            for s in steps]
-
-
-def first_difference(a: list, b: list) -> int | None:
-    for i in range(max(len(a), len(b))):
-        if i >= len(a) or i >= len(b) or a[i] != b[i]:
-            return i
-    return None
-
-
-def worst(records) -> tuple[int, int, int]:
-    """(M, N, M*N) of the step with the largest M*N."""
-    best = (0, 0, 0)
-    for _, _, _, reqs in records:
-        m = sum(q for _, q in reqs)
-        n = sum(c + q for c, q in reqs)
-        if m * n > best[2]:
-            best = (m, n, m * n)
-    return best
 
 
 def describe(record) -> str:
