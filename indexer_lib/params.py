@@ -7,6 +7,8 @@ notebook, the parameter and the rule, before any work is done.
 """
 from __future__ import annotations
 
+import math
+
 from .padding import DEEPGEMM_RULES
 from .plan import STRATEGIES
 from .shapes import MODELS
@@ -77,6 +79,8 @@ def check_one(notebook: str, name: str, value) -> None:
     if not _kind_ok(kind, value):
         raise ParameterError(f"{where} = {value!r}: must be {_KIND_WORDS[kind]}")
     values = value if isinstance(value, (list, tuple)) else [value]
+    if kind in ("number", "numbers") and not all(math.isfinite(v) for v in values):
+        raise ParameterError(f"{where} = {value!r}: must be a finite number")
     for v in values:
         if isinstance(rule, tuple) and v not in rule:
             raise ParameterError(f"{where} = {v!r}: must be one of {', '.join(rule)}")
@@ -92,7 +96,28 @@ def check_values(notebook: str, values: dict) -> dict:
         raise ParameterError(f"unknown notebook {notebook!r}: must be one of {', '.join(SPECS)}")
     for name, value in values.items():
         check_one(notebook, name, value)
+    check_together(notebook, values)
     return values
+
+
+def check_together(notebook: str, values: dict) -> None:
+    """Values that are each fine but impossible together (or on this machine)."""
+    where = f"{notebook}.ipynb parameter"
+    if "isl" in values and "model" in values:
+        limit = MODELS[values["model"]].max_model_len
+        too_long = [i for i in values["isl"] if i > limit]
+        if too_long:
+            raise ParameterError(f"{where} 'isl' = {too_long[0]!r}: longer than "
+                                 f"{values['model']}'s max_model_len {limit}")
+    if "shared_prefix" in values and "isl" in values and values["shared_prefix"] > max(values["isl"]):
+        raise ParameterError(f"{where} 'shared_prefix' = {values['shared_prefix']!r}: longer than "
+                             f"every isl (at most {max(values['isl'])}), so no point is left")
+    if values.get("mode") == "measure":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ParameterError(f"{where} 'mode' = 'measure': needs a CUDA GPU and torch sees "
+                                 "none here (use 'model' or 'trace')")
 
 
 def check(notebook: str, namespace: dict, before: set) -> dict:

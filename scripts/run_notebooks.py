@@ -22,7 +22,25 @@ REPO = Path(__file__).resolve().parent.parent
 NOTEBOOKS = REPO / "notebooks"
 sys.path.insert(0, str(REPO))  # run from a checkout without installing, too
 
-from indexer_lib.params import SPECS, ParameterError, check_values  # noqa: E402
+from indexer_lib.params import SPECS, ParameterError, check_together, check_values  # noqa: E402
+
+
+def notebook_defaults(name: str) -> dict:
+    """The literal values of a notebook's ``parameters`` cell (its defaults)."""
+    import ast
+    import json
+
+    nb = json.loads((NOTEBOOKS / f"{name}.ipynb").read_text())
+    cell = next(c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", []))
+    defaults = {}
+    for node in ast.parse("".join(cell["source"])).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and \
+                isinstance(node.targets[0], ast.Name):
+            try:
+                defaults[node.targets[0].id] = ast.literal_eval(node.value)
+            except ValueError:
+                pass
+    return defaults
 
 
 def load_run(path: Path) -> dict:
@@ -55,7 +73,10 @@ def notebook_parameters(spec: dict, name: str, out_dir: Path) -> dict:
     params["output_dir"] = str(out_dir)
     data_dir = Path(params.get("data_dir", "data/h200"))
     params["data_dir"] = str(data_dir if data_dir.is_absolute() else REPO / data_dir)
-    return check_values(name, params)
+    check_values(name, params)
+    # values impossible together with the notebook's own defaults (isl vs shared_prefix...)
+    check_together(name, {**notebook_defaults(name), **params})
+    return params
 
 
 def run(params_file: Path, run_name: str | None, results: Path, only: list[str]) -> int:

@@ -1,0 +1,100 @@
+"""A bad parameter stops a notebook at its parameters cell with one clear line,
+before any work, whether papermill runs it directly or the headless runner does
+(which then reports it and exits non-zero without starting a kernel)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+RUNNER = REPO / "scripts" / "run_notebooks.py"
+sys.path.insert(0, str(REPO / "scripts"))
+import run_notebooks  # noqa: E402
+
+# notebook, parameter, bad value, the rule the message must state
+CASES = [
+    ("01_oom_frontier", "concurency", [1, 8], "unknown name"),
+    ("01_oom_frontier", "isl", "2048", "must be a non-empty list of whole numbers"),
+    ("01_oom_frontier", "concurrency", [1, -4], "= -4: must be > 0"),
+    ("01_oom_frontier", "budget_mb", [0], "= 0: must be > 0"),
+    ("01_oom_frontier", "strategies", ["vllm", "fastest"], "'fastest': must be one of"),
+    ("01_oom_frontier", "model", "llama-3", "must be one of deepseek-v3.2, glm-5"),
+    ("01_oom_frontier", "free_gib", float("inf"), "must be a finite number"),
+    ("01_oom_frontier", "isl", [2048, 300000], "longer than glm-5's max_model_len"),
+    ("01_oom_frontier", "shared_prefix", 65536, "longer than every isl"),
+    ("01_oom_frontier", "osl", 1.5, "must be a whole number"),
+    ("02_chunk_overhead", "budget_mb", [64, 0], "= 0: must be > 0"),
+    ("02_chunk_overhead", "model", "gpt-4", "must be one of"),
+    ("02_chunk_overhead", "max_overhead", -0.1, "must be > 0"),
+    ("03_strategies", "budget", 0, "= 0: must be > 0"),
+    ("03_strategies", "strategies", ["causal", "greedy"], "'greedy': must be one of"),
+    ("03_strategies", "concurrency", [-1], "must be > 0"),
+    ("03_strategies", "max_num_batched_tokens", "8192", "must be a whole number"),
+]
+
+
+def bad_yaml(tmp_path, notebook, name, value) -> Path:
+    path = tmp_path / "bad.yaml"
+    spec = {"run_name": "bad", "common": {"model": "glm-5"},
+            "notebooks": {n: {} for n in ("01_oom_frontier", "02_chunk_overhead",
+                                          "03_strategies")}}
+    spec["notebooks"][notebook][name] = value
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+@pytest.mark.parametrize("notebook, name, value, rule", CASES)
+def test_the_runner_reports_a_bad_parameter_in_one_line_and_exits_2(tmp_path, capsys, notebook,
+                                                                    name, value, rule):
+    code = run_notebooks.main([str(bad_yaml(tmp_path, notebook, name, value)),
+                               "--results", str(tmp_path / "results")])
+    err = capsys.readouterr().err
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"run_notebooks: parameter error: {notebook}.ipynb parameter "
+                               f"{name!r}") and rule in lines[0], lines[0]
+    assert not (tmp_path / "results").exists()  # no kernel started, nothing written
+
+
+def test_the_runner_as_a_process_exits_non_zero(tmp_path):
+    proc = subprocess.run([sys.executable, str(RUNNER),
+                           str(bad_yaml(tmp_path, "03_strategies", "budget", 0)),
+                           "--results", str(tmp_path / "results")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == ("run_notebooks: parameter error: 03_strategies.ipynb parameter "
+                           "'budget' = 0: must be > 0\n")
+
+
+# papermill directly (a kernel each): one case of each kind, across the notebooks
+KERNEL_CASES = [CASES[0], CASES[1], CASES[2], CASES[10], CASES[4], CASES[11], CASES[13]]
+
+
+@pytest.mark.parametrize("notebook, name, value, rule", KERNEL_CASES)
+def test_papermill_stops_at_the_parameters_cell_before_any_work(tmp_path, notebook, name, value,
+                                                                rule):
+    import nbformat
+    import papermill as pm
+
+    out_nb = tmp_path / "out.ipynb"
+    with pytest.raises(pm.PapermillExecutionError) as e:
+        pm.execute_notebook(REPO / "notebooks" / f"{notebook}.ipynb", out_nb,
+                            parameters={name: value, "output_dir": str(tmp_path / "work")},
+                            cwd=str(REPO / "notebooks"), progress_bar=False, kernel_name="python3")
+    assert e.value.ename == "ParameterError"
+    assert "\n" not in e.value.evalue and rule in e.value.evalue
+    assert e.value.evalue.startswith(f"{notebook}.ipynb parameter {name!r}")
+    nb = nbformat.read(out_nb, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    failed = [i for i, c in enumerate(code) if any(o.output_type == "error" for o in c.outputs)]
+    assert len(failed) == 1
+    stop = code[failed[0]]
+    assert stop.source.startswith("params = P.check(")  # the cell right after the parameters
+    assert "injected-parameters" in code[failed[0] - 1].metadata.get("tags", [])
+    assert all(c.execution_count is None for c in code[failed[0] + 1:])  # nothing after it ran
+    assert not (tmp_path / "work").exists()  # no output folder: no work was done
