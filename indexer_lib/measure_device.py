@@ -59,6 +59,11 @@ class CudaDevice:
         self.cuda.synchronize()
 
     def empty_cache(self) -> None:
+        # cuBLAS keeps its workspaces in the caching allocator: drop them too, so that
+        # reserved bytes can return to the baseline between points
+        clear = getattr(self.torch._C, "_cuda_clearCublasWorkspaces", None)
+        if clear is not None:
+            clear()
         self.cuda.empty_cache()
 
     def memory_allocated(self) -> int:
