@@ -89,7 +89,7 @@ def notebook_parameters(tmp_path_factory):
     return params
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def lab(browser_tools, tmp_path_factory, notebook_parameters):
     from labdriver import prepare_notebooks
 
@@ -111,7 +111,7 @@ def lab(browser_tools, tmp_path_factory, notebook_parameters):
     assert not changed, f"the browser suite wrote outside its temporary folder: {changed}"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def chromium(lab):
     from playwright.sync_api import sync_playwright
 
@@ -133,6 +133,7 @@ def lab_page(chromium, lab):
         yield LabPage(context.new_page(), lab)
     finally:
         context.close()
+        lab.shutdown_kernels()  # each test's kernel goes with its page
 
 
 @pytest.fixture(scope="session")

@@ -109,6 +109,14 @@ class LabServer:
         raise RuntimeError(f"jupyter lab did not answer within {timeout:.0f} s:\n"
                            f"{self.log.read_text()[-3000:]}")
 
+    def shutdown_kernels(self) -> None:
+        with urllib.request.urlopen(f"{self.url}/api/kernels?token={self.token}", timeout=10) as r:
+            kernels = json.loads(r.read())
+        for k in kernels:
+            req = urllib.request.Request(f"{self.url}/api/kernels/{k['id']}?token={self.token}",
+                                         method="DELETE")
+            urllib.request.urlopen(req, timeout=30).close()
+
     def stop(self) -> None:
         if self.proc is None:
             return
