@@ -22,7 +22,8 @@ from functools import lru_cache
 from typing import Callable
 
 from .padding import get_rules, unpadded_logits_bytes
-from .plan import Chunk, Plan
+from .plan import Chunk, Plan, merged_chunks
+from .kernels.tiling import merge_temporaries_bytes
 from .shapes import ModelPreset, get_model
 
 INT32_BYTES = 4
@@ -33,11 +34,31 @@ DEFAULT_BACKEND = "reference"
 
 
 def logits_bytes(chunk: Chunk, plan: Plan, padded: bool = True) -> int:
+    """The chunk's logits allocation: ``logits_rows`` (a fixed-shape chunk's padded
+    rows, else its rows) x its width, with DeepGEMM's padding unless ``padded`` is False."""
     if not padded:
-        return unpadded_logits_bytes(chunk.num_rows, chunk.logits_cols)
+        return unpadded_logits_bytes(chunk.logits_rows, chunk.logits_cols)
     rules = get_rules(plan.deepgemm_version)
     heads = get_model(plan.model).index_heads
-    return rules.logits_bytes(chunk.num_rows, chunk.logits_cols, heads, chunk.compressed)
+    return rules.logits_bytes(chunk.logits_rows, chunk.logits_cols, heads, chunk.compressed)
+
+
+def padded_inputs_bytes(chunk: Chunk, model: ModelPreset) -> int:
+    """DeepGEMM allocates its own logits, so a fixed-shape chunk pads its inputs instead:
+    q ``[R, H, D]`` fp8, weights ``[R, H]`` fp32 and ks/ke ``[R]`` int32 with R = alloc_rows
+    (the extra rows have empty windows).  0 for a chunk that is not padded."""
+    rows = chunk.alloc_rows
+    if rows is None or rows <= chunk.num_rows:
+        return 0
+    h, d = model.index_heads, model.head_dim
+    return rows * h * d + 4 * rows * h + 2 * INT32_BYTES * rows
+
+
+def running_topk_bytes(rows: int, topk: int) -> int:
+    """A column-split chunk's merge state: the running float32 values ``[rows, k]``
+    and the range's int32 candidate indices ``[rows, k]`` (the running indices are
+    the persistent top-k buffer's rows)."""
+    return 2 * 4 * rows * topk
 
 
 def metadata_bytes(chunk: Chunk) -> int:
@@ -71,7 +92,8 @@ def backend_temporaries(plan: Plan, backend, topk: int) -> TemporariesFn:
         # the H200 path: DeepGEMM keeps its work on chip; the window top-k's bound
         # needs no DeepGEMM installed, so plans can be modelled anywhere
         bound = _window_topk_bound()
-        return lambda chunk, model: bound(chunk.num_rows, chunk.logits_cols, topk)
+        return lambda chunk, model: max(bound(chunk.num_rows, chunk.logits_cols, topk),
+                                        padded_inputs_bytes(chunk, model))
     from .kernels import get_backend
 
     b = get_backend(backend)
@@ -90,11 +112,12 @@ def _window_topk_bound():
 class ChunkMemory:
     logits: int
     metadata: int
-    temporaries: int
+    temporaries: int  # peak of the backend's (and, column-split, the merge's) temporaries
+    running: int = 0  # column-split chunks: running values + candidate indices
 
     @property
     def total(self) -> int:
-        return self.logits + self.metadata + self.temporaries
+        return self.logits + self.metadata + self.temporaries + self.running
 
 
 @dataclass(frozen=True)
@@ -144,14 +167,18 @@ def memory_report(
     k = model.topk if topk is None else topk
     if temporaries is None and backend is not None:
         temporaries = backend_temporaries(plan, backend, k)
-    chunks = tuple(
-        ChunkMemory(
-            logits_bytes(c, plan, padded),
-            metadata_bytes(c),
-            temporaries(c, model) if temporaries else 0,
-        )
-        for c in plan.chunks
-    )
+    chunks = []
+    for c, merged in zip(plan.chunks, merged_chunks(plan.chunks)):
+        tmp = temporaries(c, model) if temporaries else 0
+        running = 0
+        if merged:
+            # held through the range's logits, top-k and merge; the merge runs after
+            # the backend's temporaries are gone
+            running = running_topk_bytes(c.num_rows, k)
+            if temporaries:
+                tmp = max(tmp, merge_temporaries_bytes(c.num_rows, k))
+        chunks.append(ChunkMemory(logits_bytes(c, plan, padded), metadata_bytes(c), tmp, running))
+    chunks = tuple(chunks)
     return MemoryReport(workspace_bytes(plan, workspace_tokens), topk_buffer_bytes(plan, topk_rows, k),
                         chunks)
 

@@ -87,3 +87,13 @@ def kv_slots(batch: StepBatch, chunk: Chunk) -> np.ndarray:
     if slots.size and slots[-1] > np.iinfo(np.int32).max:
         raise ValueError(f"K cache slot {int(slots[-1])} does not fit int32")
     return slots.astype(np.int32)
+
+
+def column_windows(ks: np.ndarray, ke: np.ndarray, kv_start: int, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """Windows of a column range: the part of each row's ``[ks, ke)`` that falls in
+    workspace columns ``[kv_start, kv_start + width)``, in the range's own columns
+    (0 = workspace column ``kv_start``).  A row whose window ends before the range
+    gets an empty window (ks == ke): it has no candidates there."""
+    lo = np.clip(ks.astype(np.int64) - kv_start, 0, width)
+    hi = np.clip(ke.astype(np.int64) - kv_start, 0, width)
+    return lo.astype(np.int32), np.maximum(lo, hi).astype(np.int32)

@@ -388,20 +388,32 @@ def plan_fixed_shape(batch: StepBatch, b: Budgeting, fixed_width: int | None = N
     return build.chunks
 
 
-STRATEGIES: dict[str, Callable[..., list[Chunk]]] = {
+# the field's strategies (DESIGN.md section 4)
+FIELD_STRATEGIES: dict[str, Callable[..., list[Chunk]]] = {
     "n-only": plan_n_only,
     "vllm": plan_vllm,
     "per-request": plan_per_request,
     "causal": plan_causal,
 }
 
-
-# strategies beyond the field (issue 9): registered into STRATEGIES once the
-# executor merges column-split top-k and allocates fixed shapes
+# strategies beyond the field (issue 9): the executor merges column-split top-k
+# exactly (``kernels.merge``) and allocates fixed logits shapes
 BEYOND_STRATEGIES: dict[str, Callable[..., list[Chunk]]] = {
     "kv-split": plan_kv_split,
     "fixed-shape": plan_fixed_shape,
 }
+
+STRATEGIES: dict[str, Callable[..., list[Chunk]]] = {**FIELD_STRATEGIES, **BEYOND_STRATEGIES}
+
+
+def merged_chunks(chunks) -> list[bool]:
+    """Per chunk: whether it is one of several column ranges of the same query rows
+    (kv-split), whose top-k the executor merges into a running top-k per row."""
+    count: dict[tuple[int, int], int] = {}
+    for c in chunks:
+        key = (c.token_start, c.token_end)
+        count[key] = count.get(key, 0) + 1
+    return [count[(c.token_start, c.token_end)] > 1 for c in chunks]
 
 
 def check_strategy(name: str) -> str:

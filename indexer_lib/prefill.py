@@ -11,6 +11,14 @@ Memory, as the memory model counts it (``indexer_lib.memory``):
   gathered token, only when the chunk gathers), the padded logits and the
   backend's temporaries.  Everything of a chunk is freed before the next.
 
+Column-split chunks (kv-split): several chunks score the same query rows over
+consecutive KV column ranges.  Per row the executor keeps a running top-k --
+float32 values (a ``[rows, k]`` transient that lives from the group's first
+chunk to its last) and int32 indices (the rows of the persistent top-k buffer)
+-- and merges each range's top-k into it exactly (``kernels.merge``); the range's
+top-k goes to a ``[rows, k]`` int32 candidate buffer first.  Fixed-shape chunks
+allocate ``[alloc_rows, W]`` logits whatever their rows.
+
 Workspace size.  vLLM reserves ``plan.workspace_tokens`` (40 x max_model_len,
 825 MiB for DeepSeek-V3.2) once.  On cuda and meta that is what we allocate, so
 measurements and traces describe the engine.  On the CPU it would cost 825 MiB
@@ -20,6 +28,7 @@ result says which size was used and the memory model takes it as
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -28,8 +37,9 @@ import torch
 
 from .inputs import IndexerInputs
 from .kernels import Backend, get_backend
-from .metadata import chunk_windows, kv_slots
-from .plan import Chunk, Plan
+from .kernels.merge import merge_running_topk
+from .metadata import chunk_windows, column_windows, kv_slots
+from .plan import Chunk, Plan, merged_chunks
 from .shapes import get_model
 
 
@@ -49,6 +59,8 @@ class ChunkRun:
     cuda_max_allocated: int | None = None  # torch.cuda.max_memory_allocated during the chunk
     cuda_reserved: int | None = None  # torch.cuda.memory_reserved after the chunk
     traced_peak: int | None = None  # live bytes at the chunk's peak (set by the tracer)
+    kv_start: int = 0  # first workspace column scored (column-split chunks)
+    merged: bool = False  # its top-k was merged into the rows' running top-k
 
     def to_json(self) -> dict:
         return dict(self.__dict__)
@@ -105,11 +117,21 @@ def check_inputs_match(plan: Plan, inputs: IndexerInputs) -> None:
                              f"batch, got {t.dtype} {list(t.shape)}")
 
 
+def _span(chunk: Chunk) -> int:
+    """Workspace tokens a chunk's logits call reads: its requests' K, or the fixed
+    width of a fixed-shape chunk (columns past its requests hold stale K that no
+    window reads)."""
+    if chunk.compressed:
+        return chunk.kv_tokens
+    return max(chunk.kv_tokens, chunk.kv_start + chunk.logits_cols)
+
+
 def workspace_size(plan: Plan, device: torch.device, workspace_tokens: int | None = None) -> int:
     """Tokens the executor's K workspace holds: see the module docstring."""
     needed = max((c.kv_tokens for c in plan.chunks if c.gather), default=1)
+    needed = max([needed] + [_span(c) for c in plan.chunks])
     if needed > plan.workspace_tokens:
-        raise ValueError(f"plan: a chunk gathers {needed} KV tokens, but the workspace holds "
+        raise ValueError(f"plan: a chunk gathers or spans {needed} KV tokens, but the workspace holds "
                          f"{plan.workspace_tokens} (workspace_tokens)")
     if workspace_tokens is None:
         return needed if device.type == "cpu" else plan.workspace_tokens
@@ -159,9 +181,7 @@ def execute(plan: Plan, inputs: IndexerInputs, backend="reference", device=None,
     topk_rows = rows if topk_rows is None else topk_rows
     if topk_rows < rows:
         raise ValueError(f"topk_rows {topk_rows}: the step has {rows} rows")
-    for i, c in enumerate(plan.chunks):
-        if c.kv_start:
-            raise ValueError(f"chunk {i}: column-split chunks (kv_start {c.kv_start}) are not supported")
+    merged = check_column_groups(plan)
     tokens = workspace_size(plan, device, workspace_tokens)
 
     start = time.perf_counter()
@@ -169,6 +189,7 @@ def execute(plan: Plan, inputs: IndexerInputs, backend="reference", device=None,
     out = torch.full((topk_rows, k), -1, dtype=torch.int32, device=device)
     result = ExecutionResult(out, rows, k, tokens, workspace.nbytes + out.untyped_storage().nbytes(),
                              str(device), backend.name)
+    group = _RunningTopk()
     for i, chunk in enumerate(plan.chunks):
         if observer is not None:
             observer.chunk_start(i)
@@ -176,7 +197,9 @@ def execute(plan: Plan, inputs: IndexerInputs, backend="reference", device=None,
             torch.cuda.reset_peak_memory_stats(device)
         _sync(device)
         t0 = time.perf_counter()
-        run = _run_chunk(i, plan, chunk, inputs, backend, workspace, out, k)
+        last = i + 1 == len(plan.chunks) or _rows_of(plan.chunks[i + 1]) != _rows_of(chunk)
+        run = _run_chunk(i, plan, chunk, inputs, backend, workspace, out, k,
+                         group if merged[i] else None, last)
         _sync(device)
         run.seconds = time.perf_counter() - t0
         if device.type == "cuda":
@@ -190,11 +213,60 @@ def execute(plan: Plan, inputs: IndexerInputs, backend="reference", device=None,
     return result
 
 
+def _rows_of(chunk: Chunk) -> tuple[int, int]:
+    return chunk.token_start, chunk.token_end
+
+
+def check_column_groups(plan: Plan) -> list[bool]:
+    """Which chunks are column ranges of a row group (``plan.merged_chunks``); ValueError
+    unless each group is consecutive, of one request, full layout, with ranges in order."""
+    merged = merged_chunks(plan.chunks)
+    seen: set[tuple[int, int]] = set()
+    previous = None
+    for i, (c, m) in enumerate(zip(plan.chunks, merged)):
+        rows = _rows_of(c)
+        if not m:
+            if c.kv_start:
+                raise ValueError(f"chunk {i}: kv_start {c.kv_start} but no other chunk scores its rows")
+            previous = None
+            continue
+        if c.num_requests != 1 or c.compressed:
+            raise ValueError(f"chunk {i}: a column-split chunk must hold one request in the full "
+                             f"layout (requests {list(c.requests)}, compressed {c.compressed})")
+        if previous is not None and _rows_of(previous) == rows:
+            if c.kv_start != previous.kv_start + previous.logits_cols:
+                raise ValueError(f"chunk {i}: column range starts at {c.kv_start}, the previous "
+                                 f"one ended at {previous.kv_start + previous.logits_cols}")
+        else:
+            if rows in seen or c.kv_start != 0:
+                raise ValueError(f"chunk {i}: the column ranges of rows {list(rows)} must be "
+                                 "consecutive chunks starting at column 0")
+            seen.add(rows)
+        previous = c
+    return merged
+
+
+class _RunningTopk:
+    """The float32 running values of the row group being merged (indices: the top-k buffer)."""
+
+    def __init__(self):
+        self.rows: tuple[int, int] | None = None
+        self.values: torch.Tensor | None = None
+
+
 def _run_chunk(i: int, plan: Plan, chunk: Chunk, inputs: IndexerInputs, backend: Backend,
-               workspace: _Workspace, out: torch.Tensor, k: int) -> ChunkRun:
-    """One chunk; every tensor it makes is a local, freed when it returns."""
+               workspace: _Workspace, out: torch.Tensor, k: int, group: _RunningTopk | None = None,
+               last: bool = True) -> ChunkRun:
+    """One chunk; every tensor it makes is a local, freed when it returns (the running
+    values of a column group live until the group's last chunk)."""
     device = out.device
+    t0, t1 = chunk.token_start, chunk.token_end
+    if group is not None and group.rows != (t0, t1):
+        group.rows = (t0, t1)
+        group.values = torch.full((chunk.num_rows, k), -math.inf, dtype=torch.float32, device=device)
     host_ks, host_ke = chunk_windows(plan.batch, chunk)
+    if group is not None:
+        host_ks, host_ke = column_windows(host_ks, host_ke, chunk.kv_start, chunk.logits_cols)
     ks = _device_tensor(host_ks, device)
     ke = _device_tensor(host_ke, device)
     metadata = ks.untyped_storage().nbytes() + ke.untyped_storage().nbytes()
@@ -212,13 +284,29 @@ def _run_chunk(i: int, plan: Plan, chunk: Chunk, inputs: IndexerInputs, backend:
     elif workspace.holds != chunk.requests:
         raise ValueError(f"chunk {i}: skips the gather but the workspace holds requests "
                          f"{workspace.holds}, not {chunk.requests}")
-    t0, t1 = chunk.token_start, chunk.token_end
     hints = {"host_windows": (host_ks, host_ke)}
-    logits = backend.logits(inputs.q[t0:t1], workspace.k[:n], workspace.scale[:n],
-                            inputs.weights[t0:t1], ks, ke, chunk.logits_cols, chunk.compressed, **hints)
+    if chunk.kv_start:
+        hints["kv_start"] = chunk.kv_start
+    if chunk.alloc_rows is not None:
+        hints["alloc_rows"] = chunk.alloc_rows
     rows = out[t0:t1]
-    result = backend.topk(logits, ks, ke, k, chunk.compressed, out=rows, **hints)
-    if result is not rows:  # a backend that allocated its own result
-        rows.copy_(result)
+    # a column range's own top-k goes to candidates first, then into the running top-k
+    target = rows if group is None else torch.full((chunk.num_rows, k), -1, dtype=torch.int32,
+                                                   device=device)
+    span = _span(chunk)
+    logits = backend.logits(inputs.q[t0:t1], workspace.k[:span], workspace.scale[:span],
+                            inputs.weights[t0:t1], ks, ke, chunk.logits_cols, chunk.compressed, **hints)
+    hints.pop("kv_start", None)
+    hints.pop("alloc_rows", None)
+    result = backend.topk(logits, ks, ke, k, chunk.compressed, out=target, **hints)
+    if result is not target:  # a backend that allocated its own result
+        target.copy_(result)
+    if group is not None:
+        # ranges of one request start at workspace column 0 = its ks: a logits column
+        # c of the range is index kv_start + c relative to ks
+        merge_running_topk(group.values, rows, logits, target, chunk.kv_start)
+        if last:
+            group.rows = group.values = None
     return ChunkRun(i, chunk.num_rows, chunk.logits_cols, n, chunk.gather, chunk.compressed,
-                    logits.untyped_storage().nbytes(), metadata, 0.0)
+                    logits.untyped_storage().nbytes(), metadata, 0.0, kv_start=chunk.kv_start,
+                    merged=group is not None)

@@ -4,7 +4,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from indexer_lib.padding import DEEPGEMM_RULES
-from indexer_lib.plan import STRATEGIES, make_plan
+from indexer_lib.plan import KV_SPLIT_ALIGN, STRATEGIES, make_plan, merged_chunks
+from indexer_lib.shapes import get_model
 from indexer_lib.shapes import MIB
 from indexer_lib.workload import PrefillRequest, StepBatch
 
@@ -30,44 +31,95 @@ def row_windows(batch, chunk):
     return windows[chunk.rows[0]:chunk.rows[1]]
 
 
+def row_groups(plan):
+    """Consecutive chunks scoring the same query rows: one group, or several column ranges."""
+    groups = []
+    for c in plan.chunks:
+        if groups and (groups[-1][0].token_start, groups[-1][0].token_end) == (c.token_start, c.token_end):
+            groups[-1].append(c)
+        else:
+            groups.append([c])
+    return groups
+
+
 def check_plan(plan):
     batch = plan.batch
-    # every query row covered exactly once, in order
-    assert plan.chunks[0].token_start == 0
-    for a, b in zip(plan.chunks, plan.chunks[1:]):
-        assert b.token_start == a.token_end
-    assert plan.chunks[-1].token_end == batch.num_rows
+    groups = row_groups(plan)
+    # the row groups cover every query row once, in order
+    assert groups[0][0].token_start == 0
+    for a, b in zip(groups, groups[1:]):
+        assert b[0].token_start == a[0].token_end
+    assert groups[-1][0].token_end == batch.num_rows
+    assert len({(g[0].token_start, g[0].token_end) for g in groups}) == len(groups)
     offsets = [0]
     for r in batch.requests:
         offsets.append(offsets[-1] + r.query_len)
     previous = None
-    for c in plan.chunks:
-        r0, r1 = c.requests
-        assert 0 <= r0 < r1 <= len(batch.requests)
-        assert c.token_start == offsets[r0] + c.rows[0]
-        assert c.token_end == offsets[r0] + c.rows[1]
-        assert 0 <= c.rows[0] < c.rows[1] <= offsets[r1] - offsets[r0]
-        assert c.kv_tokens == sum(r.seq_len for r in batch.requests[r0:r1])
-        # the logits are wide enough for every row's window
-        windows = row_windows(batch, c)
-        if c.compressed:
-            assert c.logits_cols >= max(ke - ks for ks, ke in windows)
-        else:
-            assert c.logits_cols >= max(ke for _, ke in windows)
-            assert c.logits_cols <= c.kv_tokens
-        # limits held unless flagged
-        if not c.over_budget:
-            assert c.kv_tokens <= plan.workspace_tokens
-        # a later slice of the same request set reuses the workspace
-        same_set = previous is not None and previous.requests == c.requests
-        assert c.gather == (not same_set)
-        previous = c
+    for group in groups:
+        for c in group:
+            r0, r1 = c.requests
+            assert 0 <= r0 < r1 <= len(batch.requests)
+            assert c.token_start == offsets[r0] + c.rows[0]
+            assert c.token_end == offsets[r0] + c.rows[1]
+            assert 0 <= c.rows[0] < c.rows[1] <= offsets[r1] - offsets[r0]
+            assert c.kv_tokens == sum(r.seq_len for r in batch.requests[r0:r1])
+            assert c.alloc_rows is None or c.alloc_rows >= c.num_rows
+            assert c.logits_rows == (c.num_rows if c.alloc_rows is None else c.alloc_rows)
+            # limits held unless flagged
+            if not c.over_budget:
+                assert c.kv_tokens <= plan.workspace_tokens
+            # a later slice (or column range) of the same request set reuses the workspace
+            same_set = previous is not None and previous.requests == c.requests
+            assert c.gather == (not same_set)
+            previous = c
+        windows = row_windows(batch, group[0])
+        if len(group) == 1:
+            c = group[0]
+            assert c.kv_start == 0
+            # the logits are wide enough for every row's window
+            if c.compressed:
+                assert c.logits_cols >= max(ke - ks for ks, ke in windows)
+            else:
+                assert c.logits_cols >= max(ke for _, ke in windows)
+                if plan.strategy == "fixed-shape":
+                    assert c.logits_cols >= c.kv_tokens  # the fixed width holds every request
+                else:
+                    assert c.logits_cols <= c.kv_tokens
+            continue
+        # column ranges of one request: for every row, disjoint and covering its window
+        assert all(c.requests == group[0].requests and c.num_requests == 1 and not c.compressed
+                   for c in group)
+        ranges = [(c.kv_start, c.kv_start + c.logits_cols) for c in group]
+        assert all(lo % KV_SPLIT_ALIGN == 0 and lo < hi <= group[0].kv_tokens for lo, hi in ranges)
+        for ks, ke in windows:
+            cover = [(max(lo, ks), min(hi, ke)) for lo, hi in ranges if max(lo, ks) < min(hi, ke)]
+            assert cover[0][0] == ks and cover[-1][1] == ke
+            assert all(a[1] == b[0] for a, b in zip(cover, cover[1:]))  # disjoint, no gap
+        # every range is read by some row: nothing allocated for columns no row reads
+        assert ranges[-1][1] == max(ke for _, ke in windows)
+    if plan.strategy == "fixed-shape":
+        assert len({(c.logits_rows, c.logits_cols) for c in plan.chunks}) == 1  # one shape
 
 
 def counted(plan, chunk):
     if plan.padded:
         return chunk.logits_bytes
-    return chunk.num_rows * chunk.logits_cols * 4
+    return chunk.logits_rows * chunk.logits_cols * 4
+
+
+def smallest_counted(plan, chunk, column_range):
+    """What the strategy's smallest allowed chunk for this one would count against the budget."""
+    if column_range:
+        # kv-split: one allocation row block x the narrowest column range
+        rows = chunk.num_rows if chunk.num_rows == 1 else \
+            DEEPGEMM_RULES[plan.deepgemm_version].row_multiple(get_model(plan.model).index_heads)
+        width = KV_SPLIT_ALIGN
+    else:
+        rows, width = 1, chunk.logits_cols
+    if plan.padded:
+        return DEEPGEMM_RULES[plan.deepgemm_version].logits_bytes(
+            rows, width, get_model(plan.model).index_heads, chunk.compressed)
+    return rows * width * 4
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -78,12 +130,15 @@ def test_budgeted_strategies_hold_every_limit(batch, strategy, budget, workspace
                                                version, model):
     plan = make_plan(batch, strategy, budget, workspace, model, version, padded)
     check_plan(plan)
-    for c in plan.chunks:
+    merged = merged_chunks(plan.chunks)
+    for c, column_range in zip(plan.chunks, merged):
         if not c.over_budget:
             assert counted(plan, c) <= budget
         else:
-            # flagged only when even one row breaks the budget, or the requests outgrow the workspace
-            assert (c.num_rows == 1 and counted(plan, c) > budget) or c.kv_tokens > workspace
+            # flagged only when even the smallest chunk breaks the budget (one row; kv-split:
+            # one row block x 256 columns), or the requests outgrow the workspace
+            assert ((c.num_rows == 1 or column_range) and smallest_counted(plan, c, column_range) > budget) \
+                or c.kv_tokens > workspace
 
 
 @settings(max_examples=100, deadline=None)
@@ -153,8 +208,14 @@ def test_budget_below_one_row_gives_one_row_per_chunk_flagged():
     batch = StepBatch.from_lengths([3], [1000])
     for strategy in BUDGETED:
         plan = make_plan(batch, strategy, 100)
-        assert [c.num_rows for c in plan.chunks] == [1, 1, 1], strategy
         assert all(c.over_budget for c in plan.chunks), strategy
+        if strategy == "kv-split":
+            # the smallest allocation (DeepGEMM's 2-row block for H = 64) x 256-column ranges
+            assert [(c.rows, c.kv_start, c.logits_cols) for c in plan.chunks] == \
+                [((0, 2), s, 256) for s in (0, 256, 512)] + [((0, 2), 768, 231)] + \
+                [((2, 3), s, 256) for s in (0, 256, 512)] + [((2, 3), 768, 232)]
+        else:
+            assert [c.num_rows for c in plan.chunks] == [1, 1, 1], strategy
 
 
 def test_padded_budget_takes_fewer_rows_than_vllms_arithmetic():

@@ -11,6 +11,13 @@ The executor (``indexer_lib.prefill``) calls, per chunk::
     logits = backend.logits(q, k, k_scale, weights, ks, ke, width, compressed, **hints)
     backend.topk(logits, ks, ke, topk, compressed, out=out_rows, **hints)
 
+Column-split chunks (kv-split) add ``kv_start=s``: k and k_scale are still the
+workspace from row 0, the backend scores columns ``[s, s + width)`` and ks/ke are
+windows in those columns (``metadata.column_windows``; empty where a row ends
+before ``s``).  Fixed-shape chunks add ``alloc_rows=R``: the logits allocation
+has R rows (before DeepGEMM's alignment) although only the first m are computed.
+A backend says it takes them with ``supports_column_range`` / ``supports_alloc_rows``.
+
 ``hints`` holds ``host_windows=(ks, ke)``: the same windows as int32 numpy
 arrays (the reference backend tiles by them; on the meta device the device
 tensors hold no values).  ``out_rows`` is the chunk's slice of the persistent
@@ -28,14 +35,30 @@ class Backend(ABC):
     name: str = ""
     #: DeepGEMM version whose padding rules the logits allocation follows
     deepgemm_version: str = ""
+    #: takes ``kv_start`` (column ranges of kv-split chunks)
+    supports_column_range: bool = False
+    #: takes ``alloc_rows`` (fixed-shape chunks' padded logits rows)
+    supports_alloc_rows: bool = False
 
     def check_plan(self, plan: Plan) -> None:
         """ValueError when this backend cannot run ``plan`` as it was planned
-        (its logits would not be padded like the plan's DeepGEMM version)."""
+        (its logits would not be padded like the plan's DeepGEMM version, or it
+        cannot score a column range or pad the rows the plan asks for)."""
         if self.deepgemm_version and plan.deepgemm_version != self.deepgemm_version:
             raise ValueError(
                 f"plan padded for DeepGEMM {plan.deepgemm_version}, but backend {self.name!r} follows "
                 f"{self.deepgemm_version}: make the plan with deepgemm_version={self.deepgemm_version!r}")
+        self.check_chunk_features(plan)
+
+    def check_chunk_features(self, plan: Plan) -> None:
+        from ..plan import merged_chunks
+
+        if not self.supports_column_range and any(merged_chunks(plan.chunks)):
+            raise ValueError(f"backend {self.name!r} cannot score a KV column range: "
+                             f"plan {plan.strategy!r} has column-split chunks")
+        if not self.supports_alloc_rows and any(c.alloc_rows is not None for c in plan.chunks):
+            raise ValueError(f"backend {self.name!r} cannot pad the logits rows: "
+                             f"plan {plan.strategy!r} has fixed-shape chunks")
 
     @abstractmethod
     def logits(self, q, k, k_scale, weights, ks, ke, width: int, compressed: bool = False, **hints):

@@ -281,12 +281,16 @@ class CallRecord:
     kv_len: int
     row_stride: int
     rows_allocated: int
+    kv_start: int = 0  # first workspace column of a column range
+    k_ptr: int = 0  # address of the k passed to DeepGEMM
 
 
 class DeepGemmBackend(Backend):
     """Logits from DeepGEMM, top-k by ``window_topk`` (torch.topk + exact tie repair)."""
 
     name = "deepgemm"
+    supports_column_range = True
+    supports_alloc_rows = True
 
     def __init__(self, module=None, check_inputs: bool = True, check_values: bool = True,
                  topk_block_bytes: int = DEFAULT_BLOCK_BYTES):
@@ -352,8 +356,31 @@ class DeepGemmBackend(Backend):
         # compressed only: no clean_logits argument
         return fn((q, None), kv, weights, ks, ke, max_seqlen_k)
 
-    def logits(self, q, k, k_scale, weights, ks, ke, width: int, compressed: bool = False, **hints):
+    def logits(self, q, k, k_scale, weights, ks, ke, width: int, compressed: bool = False,
+               kv_start: int = 0, alloc_rows: int | None = None, **hints):
+        """DeepGEMM's logits of one chunk.
+
+        ``kv_start``: a column range (kv-split): k and k_scale are sliced from row
+        ``kv_start`` (a multiple of 256 in plans, so the scale's base stays 16-byte
+        aligned for TMA) and ks/ke are already the windows in the range's columns.
+        ``alloc_rows``: DeepGEMM allocates its own output, so a fixed-shape chunk
+        pads q, weights and ks/ke to ``alloc_rows`` rows with empty windows
+        (ks = ke = 0) and returns the first ``m`` rows of the ``[alloc_rows, width]``
+        allocation; the padded inputs are temporaries (``memory.padded_inputs_bytes``).
+        """
         self._check_layout(compressed)
+        if kv_start:
+            if compressed:
+                raise ValueError("kv_start: a column range needs the full layout, not the compressed one")
+            if kv_start % 4:
+                raise ValueError(f"kv_start {kv_start}: k_scale[{kv_start}:] would not be 16-byte aligned "
+                                 "(TMA needs kv_start % 4 == 0; plans use multiples of 256)")
+            k, k_scale = k[kv_start:], k_scale[kv_start:]
+        m = q.shape[0]
+        if alloc_rows is not None and alloc_rows < m:
+            raise ValueError(f"alloc_rows {alloc_rows}: fewer than the {m} rows to compute")
+        if alloc_rows is not None and alloc_rows > m:
+            q, weights, ks, ke = _pad_rows(q, weights, ks, ke, alloc_rows)
         n = k.shape[0] if isinstance(k, torch.Tensor) and k.dim() >= 1 else 0
         if not compressed:
             if width > n:
@@ -370,21 +397,23 @@ class DeepGemmBackend(Backend):
                                     arch_major=arch_major_of(q.device), max_seqlen_k=msk,
                                     check_values=self.check_values)
         out = self._call(q, k, k_scale, weights, ks, ke, msk)
-        m = q.shape[0]
-        if tuple(out.shape) != (m, width):
-            raise RuntimeError(f"DeepGEMM returned logits of shape {tuple(out.shape)}, expected {(m, width)}")
+        rows_in = q.shape[0]
+        if tuple(out.shape) != (rows_in, width):
+            raise RuntimeError(f"DeepGEMM returned logits of shape {tuple(out.shape)}, "
+                               f"expected {(rows_in, width)}")
         stride, rows_alloc = allocation_of(out)
-        self.last_call = CallRecord(self.info.api, compressed, width, k.shape[0], stride, rows_alloc)
+        self.last_call = CallRecord(self.info.api, compressed, width, k.shape[0], stride, rows_alloc,
+                                    kv_start, k.data_ptr())
         heads = q.shape[1]
-        expected = (self.rules.row_stride(width, compressed), self.rules.rows_allocated(m, heads))
+        expected = (self.rules.row_stride(width, compressed), self.rules.rows_allocated(rows_in, heads))
         if (stride, rows_alloc) != expected:
             self.padding_mismatches.append({
-                "rows": m, "cols": width, "heads": heads, "compressed": compressed,
+                "rows": rows_in, "cols": width, "heads": heads, "compressed": compressed,
                 "row_stride": stride, "rows_allocated": rows_alloc,
                 "expected_row_stride": expected[0], "expected_rows_allocated": expected[1],
-                "rules_matching": rules_matching(stride, rows_alloc, m, width, heads, compressed),
+                "rules_matching": rules_matching(stride, rows_alloc, rows_in, width, heads, compressed),
             })
-        return out
+        return out if rows_in == m else out[:m]
 
     def topk(self, logits, ks, ke, k: int, compressed: bool = False, out=None, **hints):
         return window_topk(logits, ks, ke, k, compressed=compressed, block_bytes=self.topk_block_bytes,
@@ -398,7 +427,26 @@ class DeepGemmBackend(Backend):
         keep their work in shared memory); a first call also JIT-compiles and may
         allocate once, which the device script keeps out of the measured peaks.
         """
-        return topk_temporaries_bytes(chunk.num_rows, chunk.logits_cols, topk, self.topk_block_bytes)
+        from ..memory import padded_inputs_bytes
+        from ..shapes import get_model
+
+        return max(topk_temporaries_bytes(chunk.num_rows, chunk.logits_cols, topk, self.topk_block_bytes),
+                   padded_inputs_bytes(chunk, get_model(plan.model)))
+
+
+def _pad_rows(q, weights, ks, ke, rows: int):
+    """q, weights, ks, ke with ``rows`` rows: the extra rows zero, with empty windows."""
+    m = q.shape[0]
+    q_pad = torch.empty((rows, *q.shape[1:]), dtype=q.dtype, device=q.device)
+    q_pad[:m].copy_(q)
+    q_pad[m:].view(torch.uint8).zero_()
+    w_pad = torch.zeros((rows, weights.shape[1]), dtype=weights.dtype, device=weights.device)
+    w_pad[:m].copy_(weights)
+    ks_pad = torch.zeros((rows,), dtype=ks.dtype, device=ks.device)
+    ks_pad[:m].copy_(ks)
+    ke_pad = torch.zeros((rows,), dtype=ke.dtype, device=ke.device)
+    ke_pad[:m].copy_(ke)
+    return q_pad, w_pad, ks_pad, ke_pad
 
 
 def probe_padding(backend: DeepGemmBackend, heads: int, device="cuda") -> dict:

@@ -117,27 +117,46 @@ class ReferenceBackend(Backend):
 
     # -- logits ---------------------------------------------------------------
 
-    def allocate_logits(self, m: int, width: int, heads: int, compressed: bool, device):
-        """DeepGEMM's allocation: padded rows x padded stride, returned as the [m, width] view."""
+    supports_column_range = True
+    supports_alloc_rows = True
+
+    def allocate_logits(self, m: int, width: int, heads: int, compressed: bool, device,
+                        alloc_rows: int | None = None):
+        """DeepGEMM's allocation: padded rows x padded stride, returned as the [m, width] view.
+
+        ``alloc_rows``: allocate that many rows (before DeepGEMM's row alignment)
+        although only ``m`` are computed (fixed-shape: one shape for every chunk)."""
         if compressed and not self.rules.has_compressed:
             raise ValueError(f"DeepGEMM {self.rules.version} has no compressed (max_seqlen_k) layout")
         if not compressed and not self.rules.full_width:
             raise ValueError(f"DeepGEMM {self.rules.version} has only the compressed layout")
-        rows = self.rules.rows_allocated(m, heads)
+        if alloc_rows is not None and alloc_rows < m:
+            raise ValueError(f"alloc_rows {alloc_rows}: fewer than the {m} rows to compute")
+        rows = self.rules.rows_allocated(m if alloc_rows is None else alloc_rows, heads)
         stride = self.rules.row_stride(width, compressed)
         buf = torch.empty((rows, stride), dtype=torch.float32, device=device)
         return buf[:m, :width]
 
-    def logits(self, q, k, k_scale, weights, ks, ke, width: int, compressed: bool = False, **hints):
+    def logits(self, q, k, k_scale, weights, ks, ke, width: int, compressed: bool = False,
+               kv_start: int = 0, alloc_rows: int | None = None, **hints):
+        """``kv_start``: score workspace columns ``[kv_start, kv_start + width)`` only
+        (a column range of kv-split; ks/ke are then windows in the range's own
+        columns, ``metadata.column_windows``); every logit is computed exactly as
+        in the unsplit call.  ``alloc_rows``: pad the allocation's rows (fixed-shape)."""
+        if kv_start:
+            if compressed:
+                raise ValueError("kv_start: a column range needs the full layout, not the compressed one")
+            k, k_scale = k[kv_start:kv_start + width], k_scale[kv_start:kv_start + width]
         m, heads, head_dim, n = check_inputs(q, k, k_scale, weights, ks, ke)
         hks, hke = _host_windows(ks, ke, hints)
         lens = hke.astype(np.int64) - hks
-        if m and (hks.min() < 0 or hke.max() > n or lens.min() < 1):
-            raise ValueError(f"ks/ke: expected 0 <= ks < ke <= N = {n} per row, got "
+        # an empty window (ks == ke) is a row with no candidates (a column range past its end)
+        if m and (hks.min() < 0 or hke.max() > n or lens.min() < 0):
+            raise ValueError(f"ks/ke: expected 0 <= ks <= ke <= N = {n} per row, got "
                              f"ks in [{hks.min()}, {hks.max()}], ke in [{hke.min()}, {hke.max()}]")
         if m and (lens.max() > width if compressed else hke.max() > width):
             raise ValueError(f"width {width}: narrower than the windows it must hold")
-        out = self.allocate_logits(m, width, heads, compressed, q.device)
+        out = self.allocate_logits(m, width, heads, compressed, q.device, alloc_rows)
         memo = _ShapeMemo(q.is_meta)
         for r0, r1 in _runs(hks):
             start = int(hks[r0])
@@ -203,6 +222,8 @@ class ReferenceBackend(Backend):
             col0 = 0 if compressed else start
             # one width for the whole request so its tiles share a shape
             w = int((hke[r0:r1].astype(np.int64) - start).max())
+            if w == 0:  # every window of the run is empty: nothing to rank
+                continue
             if col0 + w > width:
                 raise ValueError(f"logits: width {width} does not hold the window [{start}, {start + w})")
             step = tiling.topk_tile_rows(w)
