@@ -57,8 +57,9 @@ def uninterrupted(tmp_path_factory):
 
 def journal_tasks(out: Path) -> list[str]:
     journal = out.with_name(out.name + ".journal")
-    lines = journal.read_bytes().split(b"\n")[1:] if journal.exists() else []
-    return [json.loads(line[9:])["task"] for line in lines if line]
+    # complete lines only: the child may be half-way through writing the last one
+    lines = journal.read_bytes().split(b"\n")[1:-1] if journal.exists() else []
+    return [json.loads(line[9:])["task"] for line in lines]
 
 
 def start_child(script: Path, out: Path, go="-", pause=0.03):
@@ -173,10 +174,13 @@ def test_a_result_file_of_another_schema_is_reported_never_overwritten(tmp_path,
 
 
 BIG = textwrap.dedent("""
-    import os, resource, sys, time
+    import sys, time
     from indexer_lib import sweep
-    def rss_mib():
-        return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    def status_mib(field):  # this process's own memory (ru_maxrss would count a forking
+        # parent's pages: Linux carries the peak across fork and exec)
+        for line in open("/proc/self/status"):
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
     # 50 concurrencies x 50 ISLs (16..800 tokens, OSL 1) x 2 strategies x 4 budgets x 5 free
     # GiB = 100,000 points (rows) in 5,000 tasks
     grid = sweep.SweepGrid(concurrency=tuple(range(1, 51)), isl=tuple(range(16, 816, 16)),
@@ -186,11 +190,11 @@ BIG = textwrap.dedent("""
     # a one-task sweep first: the baseline includes every module a sweep loads (torch...)
     sweep.run(sweep.SweepGrid(concurrency=(1,), isl=(16,), osl=(1,), budget_mb=(64,),
                               strategy=("vllm",)), sys.argv[1] + ".warm.parquet", progress=False)
-    base = rss_mib()
+    base = status_mib("VmRSS")
     start = time.perf_counter()
     path = sweep.run(grid, sys.argv[1], as_frame=False)
     seconds = time.perf_counter() - start
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak = status_mib("VmHWM")
     print(f"RESULT {seconds:.1f} {base:.1f} {peak:.1f}")
 """)
 

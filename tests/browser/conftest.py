@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from labdriver import CHROMIUM, CHROMIUM_ARGS, REPO, LabServer, copy_tree_signature
+from labdriver import CHROMIUM, CHROMIUM_ARGS, REPO, LabServer
 
 _timing = {"seconds": 0.0, "tests": 0}
 
@@ -93,10 +93,6 @@ def notebook_parameters(tmp_path_factory):
 def lab(browser_tools, tmp_path_factory, notebook_parameters):
     from labdriver import prepare_notebooks
 
-    home = Path(os.path.expanduser("~"))
-    watched = [home / ".jupyter", home / ".local" / "share" / "jupyter", home / ".ipython",
-               home / ".cache" / "matplotlib", REPO / "results" / "interactive"]
-    before = copy_tree_signature(watched)
     server = LabServer(tmp_path_factory.mktemp("jupyterlab"))
     prepare_notebooks(server.root, notebook_parameters)
     start = time.perf_counter()
@@ -106,9 +102,6 @@ def lab(browser_tools, tmp_path_factory, notebook_parameters):
         yield server
     finally:
         server.stop()
-    after = copy_tree_signature(watched)
-    changed = [p for p in watched if before[str(p)] != after[str(p)]]
-    assert not changed, f"the browser suite wrote outside its temporary folder: {changed}"
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +126,9 @@ def lab_page(chromium, lab):
         yield LabPage(context.new_page(), lab)
     finally:
         context.close()
+        confined = lab.confinement_problems()  # server and kernels: every folder inside tmp
         lab.shutdown_kernels()  # each test's kernel goes with its page
+        assert confined == [], confined
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,6 @@ import json
 import os
 import re
 import secrets
-import shutil
 import signal
 import socket
 import subprocess
@@ -109,6 +108,33 @@ class LabServer:
         raise RuntimeError(f"jupyter lab did not answer within {timeout:.0f} s:\n"
                            f"{self.log.read_text()[-3000:]}")
 
+    def confinement_problems(self) -> list[str]:
+        """What the server and its kernels would write outside ``tmp``: every per-user
+        folder in their environment must be inside it, and the kernels' connection
+        files must be in its runtime folder."""
+        import psutil
+
+        server = psutil.Process(self.proc.pid)
+        procs = [server] + server.children(recursive=True)
+        problems = []
+        for p in procs:
+            try:
+                env = p.environ()
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+            for name in ("HOME", "JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR",
+                         "IPYTHONDIR", "MPLCONFIGDIR", "XDG_CACHE_HOME", "XDG_CONFIG_HOME",
+                         "XDG_DATA_HOME", "TMPDIR"):
+                if not Path(env.get(name, "/")).is_relative_to(self.tmp):
+                    problems.append(f"pid {p.pid} ({p.name()}): {name}={env.get(name)}")
+        kernels = [p for p in procs if "ipykernel" in " ".join(p.cmdline())]
+        runtime = self.tmp / "jupyter" / "runtime"
+        for k in kernels:
+            files = [a for a in k.cmdline() if a.endswith(".json")]
+            if not files or not all(Path(f).is_relative_to(runtime) for f in files):
+                problems.append(f"kernel {k.pid}: connection file {files} not in {runtime}")
+        return problems
+
     def shutdown_kernels(self) -> None:
         with urllib.request.urlopen(f"{self.url}/api/kernels?token={self.token}", timeout=10) as r:
             kernels = json.loads(r.read())
@@ -194,19 +220,30 @@ class LabPage:
                       .some(p => /\\[[*0-9]+\\]/.test(p.textContent))""", timeout=timeout_ms)
         self.wait_idle(timeout_ms)
 
-    def save_and_read(self, notebook: str, timeout: float = 30.0) -> dict:
+    def save_and_read(self, notebook: str, timeout: float = 90.0) -> dict:
         """File > Save Notebook, then the notebook as the server has it on disk (once
-        every code cell there has run)."""
+        every code cell there has run; saved again if the first save got lost)."""
         self.menu("File", "Save Notebook")
-        deadline = time.monotonic() + timeout
+        start = time.monotonic()
+        resaved = False
         s = self.server
         while True:
-            with urllib.request.urlopen(f"{s.url}/api/contents/{notebook}?content=1&"
-                                        f"token={s.token}", timeout=10) as r:
-                nb = json.loads(r.read())["content"]
+            try:
+                with urllib.request.urlopen(f"{s.url}/api/contents/{notebook}?content=1&"
+                                            f"token={s.token}", timeout=30) as r:
+                    nb = json.loads(r.read())["content"]
+            except urllib.error.HTTPError:  # read while the save swaps the file in: again
+                nb = {"cells": [{"cell_type": "code", "execution_count": None}]}
             code = [c for c in nb["cells"] if c["cell_type"] == "code"]
-            if all(c["execution_count"] for c in code) or time.monotonic() > deadline:
+            if all(c["execution_count"] for c in code):
                 return nb
+            dialogs = self.page.locator(".jp-Dialog").all_text_contents()
+            if dialogs or time.monotonic() - start > timeout:
+                raise AssertionError(f"{notebook}: the saved notebook lacks executed cells "
+                                     f"(dialogs on the page: {dialogs})")
+            if not resaved and time.monotonic() - start > timeout / 3:
+                self.menu("File", "Save Notebook")
+                resaved = True
             time.sleep(0.25)
 
     # -- reading -------------------------------------------------------------------
@@ -249,26 +286,3 @@ def prepare_notebooks(root: Path, parameters: dict[str, dict]) -> None:
             if cell.cell_type == "code":
                 cell.outputs, cell.execution_count = [], None
         nbformat.write(nb, root / f"{name}.ipynb")
-
-
-def copy_tree_signature(paths) -> dict:
-    """(exists, newest mtime) of each path and everything under it."""
-    out = {}
-    for p in paths:
-        p = Path(p)
-        if not p.exists():
-            out[str(p)] = None
-            continue
-        newest = p.stat().st_mtime_ns
-        if p.is_dir():
-            for q in p.rglob("*"):
-                try:
-                    newest = max(newest, q.stat().st_mtime_ns)
-                except OSError:
-                    pass
-        out[str(p)] = newest
-    return out
-
-
-def ensure_removed(path: Path) -> None:
-    shutil.rmtree(path, ignore_errors=True)
