@@ -19,7 +19,8 @@ its error and the next one runs):
    tensor leaves X GiB free; ``torch.OutOfMemoryError`` caught per point)
    next to the predicted one;
 5. ``reserved``: ``memory_reserved`` and segment count across the steps of a
-   long prompt prefilled in slices.
+   long prompt prefilled in slices, for vllm, causal and fixed-shape, next to the
+   caching-allocator model's prediction (``indexer_lib.reserved``).
 
 Outputs under ``--out``: ``h200_check.json`` (provenance, stage status, the
 summary) and one CSV per stage; a short table is printed last.  ``--dry-run``:
@@ -136,7 +137,7 @@ def h200_config() -> Config:
         reserved_slice=8192,
         reserved_budget_mib=512,
         stage_seconds={"probe": 120, "correctness": 70, "memory": 60, "timing": 60,
-                       "frontier": 45, "reserved": 30},
+                       "frontier": 45, "reserved": 50},
         total_seconds=390,
     )
 
@@ -563,37 +564,75 @@ def stage_frontier(ctx) -> list[dict]:
     return rows
 
 
-def stage_reserved(ctx) -> list[dict]:
-    """A long prompt prefilled slice by slice (one engine step per slice, vllm strategy)."""
-    from .inputs import make_inputs
+RESERVED_STRATEGIES = ("vllm", "causal", "fixed-shape")
 
-    rows = []
+
+def stage_reserved(ctx) -> list[dict]:
+    """A long prompt prefilled slice by slice (one engine step per slice), once per
+    strategy (vllm, causal, fixed-shape at one width for the whole prompt): after each
+    slice the measured ``memory_reserved`` (minus the reading before the strategy's
+    first slice) next to the caching-allocator model's prediction for the same
+    allocations (``reserved.reserved_curve``, inputs included).  One row per slice,
+    columns per strategy; the vllm readings also under the original names."""
+    from .inputs import make_inputs
+    from .reserved import long_prompt_steps, reserved_curve
+
     total, piece = ctx.cfg.reserved_prompt, ctx.cfg.reserved_slice
     model = "deepseek-v3.2"
-    _free(ctx.device)
-    if _cuda(ctx.device):
-        torch.cuda.reset_peak_memory_stats()
-    for i, ctx_len in enumerate(range(0, total, piece)):
-        ctx.clock.check()
-        q = min(piece, total - ctx_len)
-        step = Step(f"slice-{i}", model, (q,), (ctx_len + q,))
-        inputs = make_inputs(step.batch, model, seed=ctx.seed + i, device=ctx.device)
-        plan = plan_for(step, "vllm", ctx.cfg.reserved_budget_mib, ctx.backend)
-        run_plan(plan, inputs, ctx.backend, ctx.device)
-        row = {"slice": i, "context_len": ctx_len, "query_len": q, "chunks": plan.num_chunks,
-               "logits_bytes_max": max(c.logits_bytes for c in plan.chunks)}
-        if _cuda(ctx.device):
-            torch.cuda.synchronize()
-            st = torch.cuda.memory_stats()
-            row.update({"reserved": torch.cuda.memory_reserved(), "max_reserved": torch.cuda.max_memory_reserved(),
-                        "allocated": torch.cuda.memory_allocated(),
-                        "max_allocated": torch.cuda.max_memory_allocated(),
-                        "segments": st.get("segment.all.current"),
-                        "status": "ok"})
-        else:
-            row["status"] = "ok (no CUDA: allocator readings need a GPU)"
-        rows.append(row)
-        del inputs
+    budget = max(1, int(ctx.cfg.reserved_budget_mib * MIB))
+    steps = long_prompt_steps(total, piece)
+    cuda = _cuda(ctx.device)
+
+    def plan_of(batch, strategy):
+        opts = ctx.backend.plan_options(strategy) if hasattr(ctx.backend, "plan_options") else \
+            {"deepgemm_version": ctx.backend.deepgemm_version}
+        if strategy == "fixed-shape":
+            opts["fixed_width"] = total  # one logits shape over the whole prompt
+        return make_plan(batch, strategy, budget, model=model, **opts)
+
+    def report_of(plan):
+        return memory_report(plan, temporaries=lambda c, _m: ctx.backend.temporaries_bytes(plan, c, TOPK))
+
+    rows = [{"slice": i, "context_len": b.requests[0].context_len, "query_len": b.num_rows}
+            for i, b in enumerate(steps)]
+    for strategy in RESERVED_STRATEGIES:
+        col = strategy.replace("-", "_")
+        predicted = reserved_curve(strategy, steps, plan_fn=plan_of, report_fn=report_of,
+                                   include_inputs=True)
+        _free(ctx.device)
+        base = torch.cuda.memory_reserved() if cuda else None
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
+        for i, (batch, pred) in enumerate(zip(steps, predicted)):
+            ctx.clock.check()
+            row = rows[i]
+            inputs = make_inputs(batch, model, seed=ctx.seed + i, device=ctx.device)
+            plan = plan_of(batch, strategy)
+            run_plan(plan, inputs, ctx.backend, ctx.device)
+            row.update({f"chunks_{col}": plan.num_chunks,
+                        f"logits_bytes_max_{col}": max(c.logits_bytes for c in plan.chunks),
+                        f"predicted_reserved_{col}": pred.reserved,
+                        f"predicted_peak_allocated_{col}": pred.peak_allocated,
+                        f"predicted_segments_{col}": pred.segments})
+            if cuda:
+                torch.cuda.synchronize()
+                st = torch.cuda.memory_stats()
+                reserved = torch.cuda.memory_reserved()
+                row.update({f"measured_reserved_{col}": reserved - base,
+                            f"measured_max_allocated_{col}": torch.cuda.max_memory_allocated(),
+                            f"measured_segments_{col}": st.get("segment.all.current"),
+                            f"measured_over_predicted_{col}": round((reserved - base) / pred.reserved, 4)})
+                if strategy == "vllm":  # the original columns
+                    row.update({"chunks": plan.num_chunks, "reserved": reserved,
+                                "max_reserved": torch.cuda.max_memory_reserved(),
+                                "allocated": torch.cuda.memory_allocated(),
+                                "max_allocated": torch.cuda.max_memory_allocated(),
+                                "segments": st.get("segment.all.current")})
+                row["status"] = "ok"
+            else:
+                row["status"] = "ok (no CUDA: measured readings need a GPU; predicted only)"
+            del inputs
+        _free(ctx.device)
     return rows
 
 
@@ -712,6 +751,14 @@ def table(summary: dict) -> str:
     if rs and rs[-1].get("reserved") is not None:
         lines.append(f"  reserved after {len(rs)} slices: {_fmt_bytes(rs[-1]['reserved'])} GiB, "
                      f"segments {rs[-1]['segments']}")
+    if rs:
+        for strategy in RESERVED_STRATEGIES:
+            col = strategy.replace("-", "_")
+            last = rs[-1]
+            if last.get(f"measured_reserved_{col}") is not None:  # the dry run predicts only
+                lines.append(f"  reserved {strategy:<11} after {len(rs)} slices: predicted "
+                             f"{_fmt_bytes(last[f'predicted_reserved_{col}'])} GiB, measured "
+                             f"{_fmt_bytes(last.get(f'measured_reserved_{col}'))} GiB (above baseline)")
     return "\n".join(lines)
 
 

@@ -330,3 +330,108 @@ def show_in_ipython(shell=None) -> bool:
 
 
 show_in_ipython()
+
+
+def _strategy_colours(names) -> dict:
+    import matplotlib
+
+    cmap = matplotlib.colormaps[CMAP]
+    names = list(dict.fromkeys(names))
+    return {s: cmap(k / max(1, len(names) - 1) * 0.9) for k, s in enumerate(names)}
+
+
+def reserved_growth(frame, title_detail: str = "") -> Figure:
+    """Bytes the caching allocator reserves vs bytes allocated, step after step of a
+    long prompt, per strategy.  ``frame``: rows of ``reserved.reserved_table`` (mode
+    "model") and optionally measured rows (mode "measure") with the same columns
+    (``strategy, context_len, reserved, peak_allocated, mode``)."""
+    fig = Figure(figsize=(11, 4.4), layout="constrained")
+    ax_r, ax_gap = fig.subplots(1, 2)
+    colours = _strategy_colours(frame["strategy"])
+    markers = dict(zip(colours, "osD^v<>"))
+    for (strategy, mode), rows in frame.groupby(["strategy", "mode"], sort=False):
+        rows = rows.sort_values("context_len")
+        x = (rows["context_len"] + rows["query_len"]) / 1024
+        word = mode_word(mode)
+        kw = dict(color=colours[strategy], marker=markers[strategy], **_line_style(mode))
+        ax_r.plot(x, rows["reserved"] / GIB, label=f"{strategy}: reserved ({word})", **kw)
+        if "peak_allocated" in rows and rows["peak_allocated"].notna().all():
+            ax_r.plot(x, rows["peak_allocated"] / GIB, color=colours[strategy], linewidth=0.8,
+                      linestyle=(0, (1, 2)), label=f"{strategy}: peak allocated ({word})")
+            ax_gap.plot(x, (rows["reserved"] - rows["peak_allocated"]) / GIB,
+                        label=f"{strategy} ({word})", **kw)
+    ax_r.set_xlabel("tokens prefilled so far (K tokens)")
+    ax_r.set_ylabel("GiB")
+    ax_r.set_title("reserved (lines with markers) and peak allocated (dotted)", fontsize=9)
+    ax_gap.set_xlabel("tokens prefilled so far (K tokens)")
+    ax_gap.set_ylabel("reserved - peak allocated (GiB)")
+    ax_gap.set_title("memory the allocator holds but the step never uses", fontsize=9)
+    for ax in (ax_r, ax_gap):
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"Does the caching allocator's reserved memory keep growing over a long prompt? "
+                 f"({_modes_word(frame)}) {title_detail}")
+    return fig
+
+
+def policy_schedule(frame, title_detail: str = "") -> Figure:
+    """Budget authorised and memory needed vs memory free, step by step, per policy.
+    ``frame``: one row per policy x step with ``policy, step, free_bytes, budget_bytes,
+    peak_transient_bytes, fits`` (``budget_policy.run_policy``), modelled."""
+    fig = Figure(figsize=(11, 4.4), layout="constrained")
+    ax_b, ax_p = fig.subplots(1, 2, sharey=True)
+    colours = _strategy_colours(frame["policy"])
+    first = frame[frame["policy"] == frame["policy"].iloc[0]].sort_values("step")
+    for ax in (ax_b, ax_p):
+        ax.plot(first["step"], first["free_bytes"] / GIB, color="red", linewidth=2,
+                label="memory free at the step")
+    for policy, rows in frame.groupby("policy", sort=False):
+        rows = rows.sort_values("step")
+        budget = rows["budget_bytes"].astype(float) / GIB
+        ax_b.plot(rows["step"], budget, color=colours[policy], marker="o", linestyle="--",
+                  markerfacecolor="none", label=f"{policy} (modelled)")
+        ax_p.plot(rows["step"], rows["peak_transient_bytes"] / GIB, color=colours[policy],
+                  marker="o", linestyle="--", markerfacecolor="none", label=f"{policy} (modelled)")
+        bad = rows[~rows["fits"].astype(bool)]
+        if len(bad):
+            ax_p.scatter(bad["step"], bad["peak_transient_bytes"] / GIB, marker="X", s=90,
+                         color="black", zorder=5, label=f"{policy}: OOM, needs more than is free")
+    ax_b.set_ylabel("GiB")
+    ax_b.set_title("logits budget the policy authorises", fontsize=9)
+    ax_p.set_title("transient peak of the step's plan (padding and temporaries included)", fontsize=9)
+    for ax in (ax_b, ax_p):
+        ax.set_xlabel("engine step (the KV cache fills: free memory shrinks)")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"Which budget policy authorises a chunk that no longer fits? {title_detail}")
+    return fig
+
+
+def auto_candidates(candidates, free_bytes: int, title_detail: str = "") -> Figure:
+    """Modelled time over the workload mix vs budget, per strategy; candidates that
+    would OOM at some step are drawn hollow and crossed.  ``candidates``: a DataFrame
+    of ``auto.Candidate`` rows."""
+    fig = Figure(figsize=(11, 4.4), layout="constrained")
+    ax_t, ax_m = fig.subplots(1, 2)
+    colours = _strategy_colours(candidates["strategy"])
+    markers = dict(zip(colours, "osD^v<>"))
+    for strategy, rows in candidates.groupby("strategy", sort=False):
+        rows = rows.sort_values("budget_mb")
+        kw = dict(color=colours[strategy], marker=markers[strategy], linestyle="--")
+        ax_t.plot(rows["budget_mb"], rows["total_ms"], markerfacecolor="none",
+                  label=f"{strategy} (modelled)", **kw)
+        ax_m.plot(rows["budget_mb"], rows["peak_transient_bytes"] / GIB, markerfacecolor="none",
+                  label=f"{strategy} (modelled)", **kw)
+        bad = rows[~rows["fits"].astype(bool)]
+        ax_t.scatter(bad["budget_mb"], bad["total_ms"], marker="x", color="black", zorder=5)
+    ax_m.axhline(free_bytes / GIB, color="red", linewidth=2, label=f"free: {free_bytes / GIB:.2f} GiB")
+    ax_t.set_ylabel("indexer time over the mix (ms, modelled)")
+    ax_t.set_title("x: OOM at some step", fontsize=9)
+    ax_m.set_ylabel("worst-step transient peak (GiB, modelled)")
+    for ax in (ax_t, ax_m):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("logits budget (MiB)")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"Which strategy and budget is fastest without an OOM? {title_detail}")
+    return fig

@@ -35,8 +35,26 @@ HBM_TBPS = 4.8
 _ANCHOR_LEN, _ANCHOR_MS, _ANCHOR_HEADS, _HEAD_DIM = 65_536, 114.7, 64, 128
 
 
+def _clipped_window_sum(u: int, v: int, start: int, width: int) -> int:
+    """Sum over window ends x in [u, v] of the window [0, x) clipped to [start, start + width)."""
+    total = 0
+    lo, hi = max(u, start + 1), min(v, start + width - 1)  # partly inside: x - start columns
+    if hi >= lo:
+        total += (lo - start + hi - start) * (hi - lo + 1) // 2
+    lo = max(u, start + width)  # past the range: all width columns
+    if v >= lo:
+        total += (v - lo + 1) * width
+    return total
+
+
 def chunk_useful_elements(chunk: Chunk, batch: StepBatch) -> int:
-    """Logits the chunk's rows really score: the sum over its rows of ke - ks."""
+    """Logits the chunk's rows really score: the sum over its rows of ke - ks (for a
+    column range of kv-split, only the part of each window inside the range)."""
+    if chunk.num_requests == 1 and not chunk.compressed:
+        r = batch.requests[chunk.requests[0]]
+        a, b = chunk.rows
+        return _clipped_window_sum(r.context_len + a + 1, r.context_len + b, chunk.kv_start,
+                                   chunk.logits_cols)
     total, offset = 0, 0
     for r in batch.requests[chunk.requests[0]:chunk.requests[1]]:
         a = max(chunk.rows[0], offset) - offset

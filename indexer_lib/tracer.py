@@ -31,9 +31,11 @@ from .prefill import ChunkRun, ExecutionResult, execute
 class AllocationTracker(TorchDispatchMode):
     """Live bytes and their peak on one device type, following allocations and frees."""
 
-    def __init__(self, device_type: str = "meta"):
+    def __init__(self, device_type: str = "meta", record_events: bool = False):
         super().__init__()
         self.device_type = device_type
+        # ("malloc", key, bytes) / ("free", key) in order, for the allocator model
+        self.events: list[tuple] | None = [] if record_events else None
         self.live: dict[int, int] = {}  # storage id -> bytes
         self.current = 0
         self.peak = 0
@@ -59,6 +61,8 @@ class AllocationTracker(TorchDispatchMode):
             return
         nbytes = storage.nbytes()
         self.live[key] = nbytes
+        if self.events is not None:
+            self.events.append(("malloc", key, nbytes))
         self.current += nbytes
         self.allocations += 1
         self.peak = max(self.peak, self.current)
@@ -67,6 +71,8 @@ class AllocationTracker(TorchDispatchMode):
 
     def _free(self, key: int) -> None:
         self.current -= self.live.pop(key)
+        if self.events is not None:
+            self.events.append(("free", key))
 
     # the executor's observer hooks
     def chunk_start(self, index: int) -> None:
@@ -84,6 +90,7 @@ class TraceResult:
     allocations: int  # storages created on the traced device
     seconds: float  # wall time of the traced run
     execution: ExecutionResult = field(repr=False)
+    events: list[tuple] | None = field(default=None, repr=False)  # record_events=True
 
     @property
     def peak_transient(self) -> int:
@@ -91,16 +98,21 @@ class TraceResult:
 
 
 def trace(plan: Plan, topk_rows: int | None = None, backend="reference", topk: int | None = None,
-          device="meta", inputs: IndexerInputs | None = None, seed: int = 0) -> TraceResult:
+          device="meta", inputs: IndexerInputs | None = None, seed: int = 0,
+          record_events: bool = False) -> TraceResult:
     """Run ``plan`` through the executor under the allocation tracker.
 
     ``device="meta"`` (default) costs no memory; another device runs for real
     (inputs drawn from ``seed`` unless given) and follows the same allocations.
+    ``record_events``: keep the malloc/free stream (``allocator.replay`` reads it).
+    On meta the reference backend runs each distinct tile shape once, so repeated
+    same-size tile allocations are missing from the stream (a caching allocator
+    serves them from the block the previous one freed).
     """
     device = torch.device(device)
     if inputs is None:
         inputs = make_inputs(plan.batch, plan.model, seed=seed, device=device)
-    tracker = AllocationTracker(device.type)
+    tracker = AllocationTracker(device.type, record_events)
     start = time.perf_counter()
     with tracker:
         result = execute(plan, inputs, backend=backend, device=device, topk=topk,
@@ -108,7 +120,7 @@ def trace(plan: Plan, topk_rows: int | None = None, backend="reference", topk: i
     seconds = time.perf_counter() - start
     transient = [run.traced_peak - result.persistent_bytes for run in result.chunks]
     return TraceResult(tracker.peak, result.persistent_bytes, transient, tracker.allocations,
-                       seconds, result)
+                       seconds, result, tracker.events)
 
 
 def trace_peak_bytes(plan: Plan, topk_rows: int | None = None, backend="reference",

@@ -213,3 +213,15 @@ def test_deepgemm_fixed_shape_pads_rows_with_empty_windows():
     for c, mem in zip(plan.chunks, model.chunks):
         assert mem.temporaries >= padded_inputs_bytes(c, get_model(MODEL))
     assert padded_inputs_bytes(short[0], get_model(MODEL)) == rows * (32 * 128 + 4 * 32 + 8)
+
+
+def test_column_ranges_count_each_useful_logit_once_in_the_time_model():
+    from indexer_lib.timemodel import chunk_useful_elements
+
+    batch = StepBatch.from_lengths([9, 3], [1200, 40])
+    useful = sum(r.query_len * r.context_len + r.query_len * (r.query_len + 1) // 2
+                 for r in batch.requests)
+    for strategy in ("kv-split", "fixed-shape", "causal"):
+        for budget in (range_budget(256), range_budget(700), 10**7):
+            plan = make_plan(batch, strategy, budget, model=MODEL)
+            assert sum(chunk_useful_elements(c, batch) for c in plan.chunks) == useful
