@@ -7,7 +7,7 @@ every recommendation says which.  Everything here is modelled.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .frontier import Schedule, prefill_batches
 from .memory import memory_report
@@ -79,12 +79,25 @@ def recommend(
     get_model(model)
     if not workloads and not schedules:
         raise ValueError("no workloads: auto needs at least one workload in the mix")
-    free = free_bytes_from_gib(free_gib)
+    free_bytes_from_gib(free_gib)  # a bad value fails before any work
     tm = time_model or TimeModel.from_data()
     if scheduler is None:
         scheduler = SchedulerConfig(block_size=get_model(model).kv_block)
     if schedules is None:
         schedules = [Schedule(prefill_batches(w, scheduler)) for w in workloads]
+    candidates = evaluate_candidates(schedules, model, strategies, budgets_mb, deepgemm_version, tm)
+    return choose(candidates, free_gib, tm.source)
+
+
+def evaluate_candidates(schedules: list[Schedule], model: str = "glm-5",
+                        strategies: tuple[str, ...] | None = None,
+                        budgets_mb: tuple[float, ...] = DEFAULT_BUDGETS_MB,
+                        deepgemm_version: str = DEFAULT_DEEPGEMM_VERSION,
+                        time_model: TimeModel | None = None) -> list[Candidate]:
+    """Every strategy x budget over the schedules: modelled time, chunks and worst-step
+    bytes.  Independent of the free memory (``fits`` is filled in by ``choose``), so one
+    evaluation serves every free-memory level."""
+    tm = time_model or TimeModel.from_data()
     strategies = strategies or tuple(s for s in STRATEGIES if s != "n-only")
     candidates = []
     for strategy in strategies:
@@ -99,8 +112,14 @@ def recommend(
                     total_ms += tm.features_ms(plan_features(plan)) * count
                     chunks += plan.num_chunks * count
                     worst = max(worst, memory_report(plan).peak_transient)
-            candidates.append(Candidate(strategy, mb, padded, total_ms, chunks, worst,
-                                        worst <= free))
+            candidates.append(Candidate(strategy, mb, padded, total_ms, chunks, worst, False))
+    return candidates
+
+
+def choose(candidates: list[Candidate], free_gib: float, time_source: str) -> Recommendation:
+    """The fastest candidate whose worst step fits in ``free_gib``."""
+    free = free_bytes_from_gib(free_gib)
+    candidates = [replace(c, fits=c.peak_transient_bytes <= free) for c in candidates]
     fitting = [c for c in candidates if c.fits]
     if not fitting:
         smallest = min(candidates, key=lambda c: c.peak_transient_bytes)
@@ -110,4 +129,4 @@ def recommend(
             f"{smallest.budget_mb:g} MiB)")
     # least time; ties: the larger margin to the frontier
     best = min(fitting, key=lambda c: (round(c.total_ms, 6), c.peak_transient_bytes))
-    return Recommendation(best, free, tm.source, tuple(candidates))
+    return Recommendation(best, free, time_source, tuple(candidates))

@@ -18,7 +18,7 @@ from .shapes import MODELS, budget_bytes_from_mb
 from .workload import WORKLOAD_SOURCES, StepBatch
 
 # modules that add a subcommand with ``register(subparsers)``; each sets ``func``
-EXTRA_COMMANDS = ("indexer_lib.cli_run",)
+EXTRA_COMMANDS = ("indexer_lib.cli_run", "indexer_lib.cli_auto")
 
 
 class UsageError(ValueError):

@@ -1,0 +1,90 @@
+"""The strategies beyond the field in the sweeps, auto, the budget policies and the CLI."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from indexer_lib import sweep
+from indexer_lib.auto import choose, evaluate_candidates, recommend
+from indexer_lib.budget_policy import FreshPolicy, SglangPolicy, run_policy
+from indexer_lib.cli import main
+from indexer_lib.frontier import FrontierGrid, Schedule, frontier_rows, prefill_batches
+from indexer_lib.params import ParameterError, check_values
+from indexer_lib.shapes import GIB, get_gpu
+from indexer_lib.timemodel import TimeModel
+from indexer_lib.workload import ClosedLoopWorkload, SchedulerConfig, StepBatch
+
+BEYOND = ("kv-split", "fixed-shape")
+SCHED = SchedulerConfig(long_prefill_token_threshold=256)
+
+
+def test_frontier_and_sweep_modes_take_the_new_strategies(tmp_path):
+    grid = FrontierGrid(concurrency=(1, 16), isl=(2048, 10240), budget_mb=(64, 512),
+                        strategy=BEYOND + ("vllm",))
+    rows = list(frontier_rows(grid))
+    assert {r["strategy"] for r in rows} == set(BEYOND) | {"vllm"} and len(rows) == 24
+    sgrid = sweep.SweepGrid(concurrency=(4,), isl=(4096,), budget_mb=(64,), strategy=BEYOND)
+    model = sweep.run(sgrid, tmp_path / "m.parquet", progress=False)
+    traced = sweep.run(sgrid, tmp_path / "t.parquet", sweep.RunSettings(mode="trace"), progress=False)
+    assert set(model["strategy"]) == set(traced["strategy"]) == set(BEYOND)
+    assert set(model["mode"]) == {"model"} and set(traced["mode"]) == {"trace"}
+    # the same worst step and chunks, whichever mode measured its bytes
+    assert list(model["worst_chunks"]) == list(traced["worst_chunks"])
+    assert (traced["peak_transient_bytes"] > 0).all()
+
+
+def test_notebook_parameters_accept_the_new_strategies():
+    check_values("03_strategies", {"strategies": ["kv-split", "fixed-shape"]})
+    with pytest.raises(ParameterError, match="'column-split': must be one of"):
+        check_values("03_strategies", {"strategies": ["column-split"]})
+
+
+@pytest.mark.parametrize("strategy", BEYOND)
+def test_fresh_policy_fits_where_the_cached_reading_does_not(strategy):
+    big = StepBatch.from_lengths([256] * 32, [10_240] * 32)
+    free = [round(13.15 * GIB), round(2.20 * GIB)]
+    total = get_gpu("h200").capacity_bytes
+    cached = run_policy([big, big], free, SglangPolicy(total), strategy=strategy, model="glm-5")
+    fresh = run_policy([big, big], free, FreshPolicy(), strategy=strategy, model="glm-5")
+    assert round(cached[1].budget_bytes / GIB, 2) == 2.63 and not cached[1].fits
+    assert all(s.fits for s in fresh)
+
+
+def test_auto_default_list_has_every_budgeted_strategy_and_free_memory_only_filters():
+    schedules = [Schedule(prefill_batches(ClosedLoopWorkload(16, 8192, 8), SCHED))]
+    cands = evaluate_candidates(schedules, "glm-5", budgets_mb=(64, 512),
+                                time_model=TimeModel.published())
+    assert {c.strategy for c in cands} == {"vllm", "per-request", "causal", "kv-split", "fixed-shape"}
+    a = choose(cands, 0.5, "modelled")
+    b = recommend([ClosedLoopWorkload(16, 8192, 8)], 0.5, "glm-5", SCHED, budgets_mb=(64, 512),
+                  time_model=TimeModel.published())
+    assert a.best == b.best and a.best.peak_transient_bytes <= 0.5 * GIB
+
+
+def test_cli_auto_prints_the_deployable_line_margin_and_time_source(capsys):
+    rc = main(["auto", "--model", "glm-5", "--free-gib", "2.63", "--workload", "16x8192x8",
+               "--workload", "2x32768x8", "--budgets-mb", "128,512", "--data-dir", "/nonexistent"])
+    out = capsys.readouterr().out.splitlines()
+    assert rc == 0
+    assert out[0].startswith(("VLLM_SPARSE_INDEXER_MAX_LOGITS_MB=", "indexer-lab strategy="))
+    assert "margin to the OOM frontier" in out[2] and "MiB" in out[2]
+    assert out[3] == "  time: modelled: published H200 figures (DESIGN.md section 6), not measured"
+    rc = main(["auto", "--free-gib", "2.63", "--workload", "16x8192x8", "--budgets-mb", "512",
+               "--strategies", "kv-split,fixed-shape", "--json", "--data-dir", "/nonexistent"])
+    d = json.loads(capsys.readouterr().out)
+    assert rc == 0 and d["strategy"] in BEYOND and d["margin_bytes"] >= 0
+    assert d["deploy"].startswith(f"indexer-lab strategy={d['strategy']} budget_mb=512")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--free-gib", "2.63", "--workload", "64x10240"], "--workload '64x10240': expected"),
+    (["--free-gib", "2.63", "--workload", "axbxc"], "every field must be a whole number"),
+    (["--free-gib", "0", "--workload", "4x1024x8"], "--free-gib 0.0: must be > 0"),
+    (["--free-gib", "1", "--workload", "4x1024x8", "--strategies", "bogus"], "unknown strategy 'bogus'"),
+    (["--free-gib", "1", "--workload", "4x1024x8", "--model", "llama"], "unknown model 'llama'"),
+])
+def test_cli_auto_bad_input_is_one_line_exit_2(argv, message, capsys):
+    assert main(["auto", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0] and err[0].startswith("indexer-lab auto: error:")
