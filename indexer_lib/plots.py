@@ -435,3 +435,22 @@ def auto_candidates(candidates, free_bytes: int, title_detail: str = "") -> Figu
         ax.legend(fontsize=7)
     fig.suptitle(f"Which strategy and budget is fastest without an OOM? {title_detail}")
     return fig
+
+
+def schedule_comparison(per_step, title_detail: str = "") -> Figure:
+    """The logits each step would need unchunked (M x N x 4 bytes, modelled), step by
+    step, for the built-in simulator and vLLM's own scheduler.  ``per_step``: the
+    table of ``source_compare.SourceComparison.per_step``."""
+    fig = Figure(figsize=(10, 4), layout="constrained")
+    ax = fig.subplots()
+    styles = {"simulator": dict(color="#1f4e79", linestyle="-", linewidth=2.2),
+              "vllm": dict(color="#d08c00", linestyle="--", linewidth=1.2)}
+    for source, rows in per_step.groupby("source", sort=False):
+        ax.plot(rows["step"], rows["m_times_n"] * 4 / GIB, label=f"{source} schedule",
+                **styles.get(source, {}))
+    ax.set_xlabel("engine step")
+    ax.set_ylabel("unchunked logits M x N x 4 (GiB, modelled)")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.suptitle(f"Does the simulator schedule the same prefill steps as vLLM? {title_detail}")
+    return fig
