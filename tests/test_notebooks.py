@@ -82,3 +82,18 @@ def test_notebook_stops_at_its_parameters_cell(tmp_path):
     assert e.value.ename == "ParameterError"
     assert e.value.evalue.startswith("03_strategies.ipynb parameter 'strategy': unknown name")
     assert not (tmp_path / "tables").exists()  # stopped before any work
+
+
+def test_frontier_notebook_shows_the_simulator_next_to_vllm(ci_run):
+    from indexer_lib import vllm_source
+
+    out, _ = ci_run
+    table = out / "tables" / "01_simulator_vs_vllm.csv"
+    if not vllm_source.vllm_available():
+        nb = (out / "notebooks" / "01_oom_frontier.ipynb").read_text()
+        assert "this comparison is skipped" in nb  # said so, and the notebook went on
+        return
+    side = pd.read_csv(table).set_index("source")
+    worst = ["steps", "worst_rows", "worst_kv_tokens", "worst_m_times_n"]
+    assert (side.loc["simulator", worst] == side.loc["vllm", worst]).all()
+    assert list((out / "figures").glob("01_simulator_vs_vllm_*.png"))
