@@ -47,6 +47,12 @@ SPECS = {
                           "max_overhead": ("number", ">0")},
     "03_strategies": {**_COMMON, **{k: v for k, v in _GRID.items() if k != "budget_mb"},
                       "budget": ("number", ">0")},
+    "04_beyond": {**_COMMON, **_GRID,
+                  "prompt_len": ("int", ">0"), "step_tokens": ("int", ">0"),
+                  "reserved_budget_mb": ("numbers", ">0"),
+                  "policy_free_start_gib": ("number", ">0"), "policy_free_end_gib": ("number", ">0"),
+                  "policy_steps": ("int", ">0"), "auto_budgets_mb": ("numbers", ">0"),
+                  "widgets": ("bool", None)},
 }
 
 

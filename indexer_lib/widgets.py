@@ -120,3 +120,59 @@ class FrontierDashboard:
         from IPython.display import display
 
         display(self.widget)
+
+
+class AutoDashboard:
+    """auto's recommendation per deployment as free memory moves (modelled).
+
+    Candidates are evaluated once per deployment (``beyond.AutoDeployments``); moving
+    the free-memory slider only re-filters them, so every move is instant."""
+
+    def __init__(self, deployments=None, free_gib: float | None = None, **auto_options):
+        from .beyond import AutoDeployments
+
+        self.auto = deployments if isinstance(deployments, AutoDeployments) else \
+            AutoDeployments(deployments, **auto_options)
+        names = list(self.auto.deployments)
+        first_free = self.auto.deployments[names[0]][1] if free_gib is None else free_gib
+        style = {"description_width": "initial"}
+        self.controls = {
+            "deployment": w.Dropdown(options=names, value=names[0], description="deployment",
+                                     style=style),
+            "free_gib": w.FloatSlider(value=first_free, min=0.25, max=16.0, step=0.05,
+                                      description="free GiB", style=style),
+        }
+        self.image = w.Image(format="png")
+        self.html = w.HTML()
+        self.recommendation = None
+        self.updates = 0
+        for control in self.controls.values():
+            control.observe(self.on_change, names="value")
+        self.update()
+
+    def update(self) -> None:
+        name, free = self.controls["deployment"].value, round(self.controls["free_gib"].value, 4)
+        frame, rec = self.auto.candidates_frame(name, free)
+        self.recommendation = rec
+        fig = plots.auto_candidates(frame, rec.free_bytes, f"\n({name}, {free:g} GiB free)")
+        self.image.value = figure_png(fig)
+        self.html.value = (f"<code>{rec.deploy_line}</code><br>margin to the OOM frontier: "
+                           f"{rec.margin_bytes / 2**20:.0f} MiB; {rec.best.total_ms:.1f} ms over the mix "
+                           f"<i>({rec.time_source})</i>")
+        self.updates += 1
+
+    def on_change(self, change=None) -> None:
+        try:
+            self.update()
+        except ValueError as e:  # nothing fits: say so, keep the last figure
+            self.recommendation = None
+            self.html.value = f"<b>no recommendation:</b> {e}"
+
+    @property
+    def widget(self) -> w.Widget:
+        return w.VBox([w.HBox(list(self.controls.values())), self.html, self.image])
+
+    def _ipython_display_(self):
+        from IPython.display import display
+
+        display(self.widget)

@@ -88,3 +88,18 @@ def test_cli_auto_bad_input_is_one_line_exit_2(argv, message, capsys):
     assert main(["auto", *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0] and err[0].startswith("indexer-lab auto: error:")
+
+
+def test_auto_dashboard_follows_free_memory_and_deployment():
+    from indexer_lib.widgets import AutoDashboard
+
+    deployments = {"small": ([ClosedLoopWorkload(8, 4096, 8)], 2.63),
+                   "long": ([ClosedLoopWorkload(2, 32_768, 8)], 1.0)}
+    dash = AutoDashboard(deployments, budgets_mb=(64, 2048))
+    first = dash.recommendation
+    assert first.deploy_line in dash.html.value and "modelled" in dash.html.value
+    dash.controls["free_gib"].value = 0.25  # 2048 MiB no longer fits anywhere
+    assert dash.recommendation.best.peak_transient_bytes <= 0.25 * GIB
+    assert dash.recommendation.best.budget_mb == 64
+    dash.controls["deployment"].value = "long"
+    assert dash.updates == 3 and len(dash.image.value) > 1000

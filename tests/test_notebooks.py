@@ -23,7 +23,7 @@ def ci_run(tmp_path_factory):
 
 def test_every_notebook_ran_and_wrote_figures_and_tables(ci_run):
     out, stdout = ci_run
-    for name in ("01_oom_frontier", "02_chunk_overhead", "03_strategies"):
+    for name in ("01_oom_frontier", "02_chunk_overhead", "03_strategies", "04_beyond"):
         assert (out / "notebooks" / f"{name}.ipynb").exists()
         pngs = list((out / "figures").glob(f"{name[:2]}_*.png"))
         assert pngs, name
@@ -32,7 +32,8 @@ def test_every_notebook_ran_and_wrote_figures_and_tables(ci_run):
     tables = out / "tables"
     for table in ("reproductions.csv", "frontier-model.parquet", "01_largest_isl_vllm.csv",
                   "02_chunk_overhead.csv", "02_budget_payoff.csv", "03_strategies_steps.csv",
-                  "03_strategies_workloads.csv"):
+                  "03_strategies_workloads.csv", "04_frontier.parquet", "04_chunks.csv",
+                  "04_reserved.csv", "04_policies.csv", "04_auto.csv"):
         assert (tables / table).exists(), table
     frame = pd.read_parquet(tables / "frontier-model.parquet")
     assert len(frame) == 3 * 2 * 2 * 3 and set(frame["mode"]) == {"model"}
@@ -97,3 +98,18 @@ def test_frontier_notebook_shows_the_simulator_next_to_vllm(ci_run):
     worst = ["steps", "worst_rows", "worst_kv_tokens", "worst_m_times_n"]
     assert (side.loc["simulator", worst] == side.loc["vllm", worst]).all()
     assert list((out / "figures").glob("01_simulator_vs_vllm_*.png"))
+
+
+def test_beyond_notebook_shows_the_published_policy_failure_and_flat_fixed_shape(ci_run):
+    out, _ = ci_run
+    policies = pd.read_csv(out / "tables" / "04_policies.csv")
+    cached = policies[policies["policy"] == "sglang-cached"]
+    assert (cached["budget_bytes"] / 2**30).round(2).eq(2.63).all()
+    failed = cached[~cached["fits"]]
+    assert len(failed) == 1 and round(failed["free_bytes"].iloc[0] / 2**30, 2) == 2.20
+    assert policies[policies["policy"] == "fresh"]["fits"].all()
+    res = pd.read_csv(out / "tables" / "04_reserved.csv")
+    fixed = res[res["strategy"] == "fixed-shape"]
+    assert fixed["reserved"].nunique() == 1 and set(res["mode"]) == {"model"}
+    auto = pd.read_csv(out / "tables" / "04_auto.csv")
+    assert len(auto) == 4 and auto["deploy"].str.len().gt(0).all()
