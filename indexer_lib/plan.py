@@ -349,8 +349,9 @@ def _split_columns(i: int, build: _Builder) -> None:
         last_ke = r.context_len + q1  # the slice's widest window
         for kv_start in range(0, last_ke, width):
             cols = min(width, last_ke - kv_start)
-            build.add(i, i + 1, q0, q1, cols, gather=first, over=over, kv_tokens=r.seq_len,
-                      kv_start=kv_start)
+            # flagged only if this very block of rows and columns breaks the budget
+            build.add(i, i + 1, q0, q1, cols, gather=first, over=over and not b.within(q1 - q0, cols),
+                      kv_tokens=r.seq_len, kv_start=kv_start)
             first = False
 
 

@@ -107,21 +107,6 @@ def counted(plan, chunk):
     return chunk.logits_rows * chunk.logits_cols * 4
 
 
-def smallest_counted(plan, chunk, column_range):
-    """What the strategy's smallest allowed chunk for this one would count against the budget."""
-    if column_range:
-        # kv-split: one allocation row block x the narrowest column range
-        rows = chunk.num_rows if chunk.num_rows == 1 else \
-            DEEPGEMM_RULES[plan.deepgemm_version].row_multiple(get_model(plan.model).index_heads)
-        width = KV_SPLIT_ALIGN
-    else:
-        rows, width = 1, chunk.logits_cols
-    if plan.padded:
-        return DEEPGEMM_RULES[plan.deepgemm_version].logits_bytes(
-            rows, width, get_model(plan.model).index_heads, chunk.compressed)
-    return rows * width * 4
-
-
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(batch=batches, strategy=st.sampled_from(BUDGETED), budget=st.integers(1, 64 * MIB),
        workspace=st.integers(1, 30_000), padded=st.booleans(), version=versions,
@@ -136,9 +121,12 @@ def test_budgeted_strategies_hold_every_limit(batch, strategy, budget, workspace
             assert counted(plan, c) <= budget
         else:
             # flagged only when even the smallest chunk breaks the budget (one row; kv-split:
-            # one row block x 256 columns), or the requests outgrow the workspace
-            assert ((c.num_rows == 1 or column_range) and smallest_counted(plan, c, column_range) > budget) \
-                or c.kv_tokens > workspace
+            # one allocation row block, of at most 256 columns when split), or the
+            # requests outgrow the workspace
+            block = DEEPGEMM_RULES[version].row_multiple(get_model(model).index_heads) if padded else 1
+            smallest = c.num_rows <= block and (not column_range or c.logits_cols <= KV_SPLIT_ALIGN) \
+                if strategy == "kv-split" else c.num_rows == 1
+            assert (smallest and counted(plan, c) > budget) or c.kv_tokens > workspace
 
 
 @settings(max_examples=100, deadline=None)
