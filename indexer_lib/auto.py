@@ -93,10 +93,12 @@ def evaluate_candidates(schedules: list[Schedule], model: str = "glm-5",
                         strategies: tuple[str, ...] | None = None,
                         budgets_mb: tuple[float, ...] = DEFAULT_BUDGETS_MB,
                         deepgemm_version: str = DEFAULT_DEEPGEMM_VERSION,
-                        time_model: TimeModel | None = None) -> list[Candidate]:
+                        time_model: TimeModel | None = None,
+                        temporaries: str | None = "deepgemm") -> list[Candidate]:
     """Every strategy x budget over the schedules: modelled time, chunks and worst-step
     bytes.  Independent of the free memory (``fits`` is filled in by ``choose``), so one
-    evaluation serves every free-memory level."""
+    evaluation serves every free-memory level.  ``temporaries``: whose per-chunk
+    temporaries the memory model adds (default: the H200 path's, as the frontier)."""
     tm = time_model or TimeModel.from_data()
     strategies = strategies or tuple(s for s in STRATEGIES if s != "n-only")
     candidates = []
@@ -111,7 +113,7 @@ def evaluate_candidates(schedules: list[Schedule], model: str = "glm-5",
                                      deepgemm_version=deepgemm_version, padded=padded)
                     total_ms += tm.features_ms(plan_features(plan)) * count
                     chunks += plan.num_chunks * count
-                    worst = max(worst, memory_report(plan).peak_transient)
+                    worst = max(worst, memory_report(plan, backend=temporaries).peak_transient)
             candidates.append(Candidate(strategy, mb, padded, total_ms, chunks, worst, False))
     return candidates
 

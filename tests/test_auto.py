@@ -22,7 +22,7 @@ def test_recommendation_fits_every_step_by_the_memory_model(free_gib):
         for batch in prefill_batches(w, SCHED):
             plan = make_plan(batch, best.strategy, budget_bytes_from_mb(best.budget_mb),
                              model="glm-5", padded=best.padded)
-            assert memory_report(plan).peak_transient <= free_gib * GIB
+            assert memory_report(plan, backend="deepgemm").peak_transient <= free_gib * GIB
     assert rec.margin_bytes >= 0
     # nothing that fits is faster
     assert all(c.total_ms >= best.total_ms - 1e-9 for c in rec.candidates if c.fits)

@@ -70,7 +70,7 @@ def _runner():
     return module
 
 
-NOTEBOOKS = ("01_oom_frontier", "02_chunk_overhead", "03_strategies")
+NOTEBOOKS = ("01_oom_frontier", "02_chunk_overhead", "03_strategies", "04_beyond")
 
 
 @pytest.fixture(scope="session")

@@ -35,7 +35,7 @@ def assert_ran_cleanly(page, name: str) -> None:
     assert page.console_errors == [], page.console_errors
 
 
-@pytest.mark.parametrize("name", ["02_chunk_overhead", "03_strategies"])
+@pytest.mark.parametrize("name", ["02_chunk_overhead", "03_strategies", "04_beyond"])
 def test_notebook_runs_all_cells_in_jupyterlab(lab_page, name, screenshot_dir):
     start = time.perf_counter()
     lab_page.open(f"{name}.ipynb")
