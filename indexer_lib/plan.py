@@ -358,19 +358,22 @@ def _split_columns(i: int, build: _Builder) -> None:
 def plan_fixed_shape(batch: StepBatch, b: Budgeting, fixed_width: int | None = None,
                      **_) -> list[Chunk]:
     """Every chunk allocates one logits shape [R, W], rows and width padded up, so a
-    caching allocator reuses one block.  W is the widest request set of the step, or
-    ``fixed_width`` (e.g. the prompt's full length, for one shape over a whole long
-    prefill); R is the most rows of width W within the budget."""
-    width = max(batch.seq_lens)
+    caching allocator reuses one block.  The shape comes from the field's plan of
+    the step at this budget (``vllm``): W is its widest chunk, or ``fixed_width``
+    (e.g. the prompt's full length, for one shape over a whole long prefill); R is
+    its tallest chunk, capped at the most rows of width W within the budget."""
+    field = plan_vllm(batch, b)
+    width = max(c.logits_cols for c in field)
     if fixed_width is not None:
         check_int("fixed_width", fixed_width, 1)
-        if fixed_width < width:
+        longest = max(batch.seq_lens)
+        if fixed_width < longest:
             raise ValueError(f"fixed_width {fixed_width} < the step's longest sequence "
-                             f"{width}: the fixed shape must hold every request")
+                             f"{longest}: the fixed shape must hold every request")
         width = fixed_width
     max_rows = b.max_rows(width)
     over = max_rows < 1
-    rows_per = max(1, max_rows)
+    rows_per = max(1, min(max_rows, max(c.num_rows for c in field)))
     build = _Builder(batch, b)
 
     def may_join(r0, r1, m, n):
