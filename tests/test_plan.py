@@ -99,6 +99,8 @@ def check_plan(plan):
         assert ranges[-1][1] == max(ke for _, ke in windows)
     if plan.strategy == "fixed-shape":
         assert len({(c.logits_rows, c.logits_cols) for c in plan.chunks}) == 1  # one shape
+        # padded up to the step's own chunks, never to the whole budget
+        assert plan.chunks[0].logits_rows <= batch.num_rows
 
 
 def counted(plan, chunk):
