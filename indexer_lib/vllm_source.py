@@ -25,6 +25,7 @@ yielded and not counted (the simulator numbers steps the same way).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import tempfile
 from collections import deque
@@ -63,7 +64,12 @@ class VllmUnavailable(ImportError, ValueError):
 
 
 def _import_vllm():
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    # only the scheduler is used: the warnings about vLLM's missing compiled extension
+    # (vllm._C) and torch's missing Triton are expected on a CPU machine and would show
+    # as error output in notebooks; a user's own VLLM_LOGGING_LEVEL still wins
+    quiet = "VLLM_LOGGING_LEVEL" not in os.environ
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    logging.getLogger("torch._library.triton").setLevel(logging.ERROR)
     try:
         import torch
         import vllm
@@ -78,6 +84,8 @@ def _import_vllm():
         from vllm.v1.outputs import ModelRunnerOutput
         from vllm.v1.request import Request
         from vllm.v1.structured_output import StructuredOutputManager
+        if quiet:  # vLLM configures its loggers on import; its CPU warnings come later
+            logging.getLogger("vllm").setLevel(logging.ERROR)
     except ImportError as e:
         raise VllmUnavailable(
             f"workload source 'vllm' needs vLLM, which cannot be imported here ({e}); "
