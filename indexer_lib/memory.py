@@ -89,11 +89,8 @@ def backend_temporaries(plan: Plan, backend, topk: int) -> TemporariesFn:
 
         return lambda chunk, model: reference_temporaries_bytes(plan, chunk, topk)
     if backend == "deepgemm":
-        # the H200 path: DeepGEMM keeps its work on chip; the window top-k's bound
-        # needs no DeepGEMM installed, so plans can be modelled anywhere
-        bound = _window_topk_bound()
-        return lambda chunk, model: max(bound(chunk.num_rows, chunk.logits_cols, topk),
-                                        padded_inputs_bytes(chunk, model))
+        # the H200 path, modelled without DeepGEMM installed (the backend counts the same)
+        return lambda chunk, model: deepgemm_temporaries_bytes(chunk, model, topk)
     from .kernels import get_backend
 
     b = get_backend(backend)
@@ -106,6 +103,17 @@ def _window_topk_bound():
     from .kernels.topk import topk_temporaries_bytes
 
     return lru_cache(maxsize=1 << 16)(topk_temporaries_bytes)
+
+
+def deepgemm_temporaries_bytes(chunk: Chunk, model: ModelPreset, topk: int,
+                               block_bytes: int | None = None) -> int:
+    """The deepgemm backend's temporaries for one chunk: DeepGEMM keeps its work on
+    chip, so the window top-k's bound, or a fixed-shape chunk's padded inputs (they
+    are not alive at the same time).  ``block_bytes``: the top-k's row block (default
+    the backend's)."""
+    bound = _window_topk_bound()
+    args = (chunk.num_rows, chunk.logits_cols, topk) + (() if block_bytes is None else (block_bytes,))
+    return max(bound(*args), padded_inputs_bytes(chunk, model))
 
 
 @dataclass(frozen=True)

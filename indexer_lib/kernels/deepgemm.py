@@ -40,7 +40,7 @@ from ..padding import DEEPGEMM_RULES, PaddingRules, get_rules
 from ..plan import Chunk, Plan
 from .base import Backend
 from .checks import arch_major_of, check_mqa_logits_inputs
-from .topk import DEFAULT_BLOCK_BYTES, topk_temporaries_bytes, window_topk
+from .topk import DEFAULT_BLOCK_BYTES, window_topk
 
 # where a DeepGEMM may live, tried in order
 CANDIDATE_MODULES = ("deep_gemm", "vllm.third_party.deep_gemm")
@@ -427,11 +427,10 @@ class DeepGemmBackend(Backend):
         keep their work in shared memory); a first call also JIT-compiles and may
         allocate once, which the device script keeps out of the measured peaks.
         """
-        from ..memory import padded_inputs_bytes
+        from ..memory import deepgemm_temporaries_bytes
         from ..shapes import get_model
 
-        return max(topk_temporaries_bytes(chunk.num_rows, chunk.logits_cols, topk, self.topk_block_bytes),
-                   padded_inputs_bytes(chunk, get_model(plan.model)))
+        return deepgemm_temporaries_bytes(chunk, get_model(plan.model), topk, self.topk_block_bytes)
 
 
 def _pad_rows(q, weights, ks, ke, rows: int):
