@@ -11,38 +11,29 @@ import time
 import weakref
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
-
 from indexer_lib.allocator import CachingAllocatorModel
 from indexer_lib.inputs import make_inputs
 from indexer_lib.prefill import execute
+from indexer_lib.tracer import AllocationTracker
 
 GIB = 2**30
 
 
-class _Allocations(TorchDispatchMode):
+class _Allocations(AllocationTracker):
     """Sends every new meta storage an op returns through the device's allocator."""
 
     def __init__(self, device: "EmulatedCuda"):
-        super().__init__()
+        super().__init__("meta")
         self.device = device
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        given = {t.untyped_storage()._cdata for t in tree_leaves((args, kwargs))
-                 if isinstance(t, torch.Tensor)}
-        out = func(*args, **kwargs)
-        for t in tree_leaves(out):
-            if isinstance(t, torch.Tensor) and t.device.type == "meta":
-                storage = t.untyped_storage()
-                key = storage._cdata
-                if key in given or key in self.device.live:
-                    continue
-                handle = self.device.malloc(storage.nbytes())  # may raise OutOfMemoryError
-                self.device.live[key] = handle
-                weakref.finalize(storage, self.device.release, key)
-        return out
+    def _track(self, t: torch.Tensor, given: set[int]) -> None:
+        storage = t.untyped_storage()
+        key = storage._cdata
+        if key in given or key in self.device.live:
+            return
+        handle = self.device.malloc(storage.nbytes())  # may raise OutOfMemoryError
+        self.device.live[key] = handle
+        weakref.finalize(storage, self.device.release, key)
 
 
 class EmulatedCuda:

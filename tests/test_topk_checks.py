@@ -268,46 +268,11 @@ def test_agrees_with_the_reference_backend(seed, compressed):
     assert torch.equal(mine_host, ref)
 
 
-class _LiveBytes:
-    """Peak bytes of CPU storages created inside the block (a minimal allocation tracer)."""
+def _live_bytes():
+    """Peak bytes of CPU storages created inside the block (the tracer's tracker on cpu)."""
+    from indexer_lib.tracer import AllocationTracker
 
-    def __init__(self):
-        import weakref
-
-        from torch.utils._python_dispatch import TorchDispatchMode
-        from torch.utils._pytree import tree_leaves
-
-        tracker = self
-
-        class Mode(TorchDispatchMode):
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                kwargs = kwargs or {}
-                given = {t.untyped_storage()._cdata for t in tree_leaves((args, kwargs))
-                         if isinstance(t, torch.Tensor)}
-                out = func(*args, **kwargs)
-                for t in tree_leaves(out):
-                    if isinstance(t, torch.Tensor):
-                        st = t.untyped_storage()
-                        key = st._cdata
-                        if key in given or key in tracker.live:
-                            continue
-                        tracker.live[key] = st.nbytes()
-                        tracker.current += st.nbytes()
-                        tracker.peak = max(tracker.peak, tracker.current)
-                        weakref.finalize(st, tracker._free, key)
-                return out
-
-        self.live, self.current, self.peak, self.mode = {}, 0, 0, Mode()
-
-    def _free(self, key):
-        self.current -= self.live.pop(key, 0)
-
-    def __enter__(self):
-        self.mode.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        return self.mode.__exit__(*exc)
+    return AllocationTracker("cpu")
 
 
 @pytest.mark.parametrize("rows,width,k,block", [(64, 3000, 256, 2**20), (300, 500, 2048, 2**18),
@@ -322,7 +287,7 @@ def test_temporaries_bound_holds_for_what_is_really_allocated(rows, width, k, bl
     ks = torch.randint(0, width // 4, (rows,), generator=g).to(torch.int32)
     ke = torch.full((rows,), width, dtype=torch.int32)
     out = torch.full((rows, k), -1, dtype=torch.int32)
-    with _LiveBytes() as live:
+    with _live_bytes() as live:
         window_topk(x, ks, ke, k, block_bytes=block, out=out)
     bound = topk_temporaries_bytes(rows, width, k, block_bytes=block, ties=ties)
     assert live.peak <= bound, (live.peak, bound)
