@@ -429,7 +429,8 @@ def stage_memory(ctx) -> list[dict]:
             ctx.clock.check()
             row = {"step": step.name, "model": step.model, "strategy": strategy,
                    "budget_mib": None if strategy == "n-only" else ctx.cfg.memory_budget_mib}
-            try:
+
+            def measure(row):
                 plan = plan_for(step, strategy, ctx.cfg.memory_budget_mib, ctx.backend)
                 row.update({"chunks": plan.num_chunks, **predicted(plan, ctx.backend)})
                 run_plan(plan, inputs, ctx.backend, ctx.device)  # warm-up: JIT and first-use buffers
@@ -438,15 +439,24 @@ def stage_memory(ctx) -> list[dict]:
                 if peak is not None:
                     row["measured_over_predicted"] = round(peak / row["predicted_peak"], 4)
                 row["status"] = "ok" if peak is not None else "ok (no CUDA: predicted only)"
-            except StageTimeout:
-                raise
-            except Exception as e:
-                row["status"] = _status_of(e)
-            rows.append(row)
-            _free(ctx.device)
+
+            _run_point(ctx, rows, row, measure)
         del inputs
         _free(ctx.device)
     return rows
+
+
+def _run_point(ctx, rows: list, row: dict, measure) -> None:
+    """Fill ``row`` with ``measure(row)`` and keep it; a failing point is recorded in its
+    status and the stage goes on (only the stage's time limit stops it)."""
+    try:
+        measure(row)
+    except StageTimeout:
+        raise
+    except Exception as e:
+        row["status"] = _status_of(e)
+    rows.append(row)
+    _free(ctx.device)
 
 
 def _free(device) -> None:
@@ -480,7 +490,8 @@ def stage_timing(ctx) -> list[dict]:
             ctx.clock.check()
             row = {"step": step.name, "model": step.model, "strategy": strategy, "budget_mib": budget,
                    "timer": "cuda events" if _cuda(ctx.device) else "perf_counter"}
-            try:
+
+            def measure(row):
                 plan = plan_for(step, strategy, budget, ctx.backend)
                 row["chunks"] = plan.num_chunks
                 for _ in range(ctx.cfg.warmup):
@@ -488,12 +499,8 @@ def stage_timing(ctx) -> list[dict]:
                 times = [_time_once(ctx, plan, inputs) for _ in range(ctx.cfg.repeats)]
                 row.update({"median_ms": round(statistics.median(times), 4), "min_ms": round(min(times), 4),
                             "max_ms": round(max(times), 4), "repeats": len(times), "status": "ok"})
-            except StageTimeout:
-                raise
-            except Exception as e:
-                row["status"] = _status_of(e)
-            rows.append(row)
-            _free(ctx.device)
+
+            _run_point(ctx, rows, row, measure)
         del inputs
         _free(ctx.device)
     # per-chunk overhead: time per chunk against the fewest-chunk point of the same step
