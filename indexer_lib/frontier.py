@@ -23,6 +23,16 @@ from .workload import ClosedLoopWorkload, SchedulerConfig, StepBatch, check_sour
 TEMPORARIES = ("deepgemm", "reference", None)
 
 
+def check_grid_values(strategies, budgets_mb, frees_gib) -> None:
+    """Every strategy known, every budget > 0, every free GiB >= 0 (ValueError otherwise)."""
+    for s in strategies:
+        check_strategy(s)
+    for b in budgets_mb:
+        budget_bytes_from_mb(b)
+    for f in frees_gib:
+        free_bytes_from_gib(f)
+
+
 def prefill_batches(workload: ClosedLoopWorkload, config: SchedulerConfig,
                     source: str = "simulator") -> list[StepBatch]:
     """The step batches the indexer's prefill path sees over the whole schedule.
@@ -154,12 +164,7 @@ class FrontierGrid:
         if self.temporaries not in TEMPORARIES:
             raise ValueError(f"temporaries {self.temporaries!r}: must be one of "
                              f"{', '.join(str(t) for t in TEMPORARIES)}")
-        for s in self.strategy:
-            check_strategy(s)
-        for b in self.budget_mb:
-            budget_bytes_from_mb(b)
-        for f in self.free_gib:
-            free_bytes_from_gib(f)
+        check_grid_values(self.strategy, self.budget_mb, self.free_gib)
         for name in ("concurrency", "isl", "budget_mb", "strategy", "free_gib"):
             if not getattr(self, name):
                 raise ValueError(f"{name} is empty: the grid needs at least one value")

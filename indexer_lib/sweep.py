@@ -25,7 +25,7 @@ from pathlib import Path
 from . import frontier
 from .memory import topk_buffer_bytes, workspace_bytes
 from .padding import DEFAULT_DEEPGEMM_VERSION, get_rules
-from .plan import check_strategy, make_plan
+from .plan import make_plan
 from .shapes import GIB, budget_bytes_from_mb, free_bytes_from_gib, get_model
 from .store import ResultStore
 from .timemodel import TimeModel, plan_features
@@ -67,12 +67,7 @@ class SweepGrid:
                 raise ValueError(f"{f.name} is empty: the grid needs at least one value")
         for m in self.model:
             get_model(m)
-        for s in self.strategy:
-            check_strategy(s)
-        for b in self.budget_mb:
-            budget_bytes_from_mb(b)
-        for g in self.free_gib:
-            free_bytes_from_gib(g)
+        frontier.check_grid_values(self.strategy, self.budget_mb, self.free_gib)
         for name, minimum in (("concurrency", 1), ("isl", 1), ("osl", 1), ("shared_prefix", 0),
                               ("max_num_batched_tokens", 1), ("max_num_seqs", 1),
                               ("long_prefill_token_threshold", 0)):
