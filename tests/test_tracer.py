@@ -52,7 +52,7 @@ def test_model_agrees_with_the_tracer_at_full_scale(case, strategy):
     assert traced.persistent_bytes == model.persistent
     for i, (got, want) in enumerate(zip(traced.chunk_transient, model.chunks)):
         assert abs(got - want.total) <= 0.01 * want.total, (i, got, want)
-    assert seconds < 20  # seconds, not minutes, on a loaded 2-core machine
+    print(f"{case} {strategy}: traced in {seconds:.1f} s")
 
 
 def test_the_worst_c64_step_is_the_reported_oom_shape():

@@ -55,10 +55,12 @@ def isolated_env(tmp: Path) -> dict:
 
 def lab_settings(settings_dir: Path) -> None:
     """User settings: no news or update checks (they would reach for the internet);
-    every cell of a notebook kept in the page (no windowing), so all can be read."""
+    every cell of a notebook kept in the page (no windowing), so all can be read;
+    no autosave, so that a test's File > Save is the only save in flight."""
     for plugin, values in {
             "apputils-extension/notification": {"fetchNews": "false", "checkForUpdates": False},
-            "notebook-extension/tracker": {"windowingMode": "none"}}.items():
+            "notebook-extension/tracker": {"windowingMode": "none"},
+            "docmanager-extension/plugin": {"autosave": False}}.items():
         target = settings_dir / "@jupyterlab" / f"{plugin}.jupyterlab-settings"
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(json.dumps(values))
@@ -220,28 +222,39 @@ class LabPage:
                       .some(p => /\\[[*0-9]+\\]/.test(p.textContent))""", timeout=timeout_ms)
         self.wait_idle(timeout_ms)
 
+    def unsaved_tabs(self) -> int:
+        """Open documents with unsaved changes (JupyterLab marks their tabs dirty until
+        the server has confirmed the save)."""
+        return self.page.locator("#jp-main-dock-panel .lm-TabBar-tab.jp-mod-dirty").count()
+
     def save_and_read(self, notebook: str, timeout: float = 90.0) -> dict:
-        """File > Save Notebook, then the notebook as the server has it on disk (once
-        every code cell there has run; saved again if the first save got lost)."""
+        """File > Save Notebook, then the notebook as saved on disk once the save is
+        confirmed and every code cell there has run (saved again if it was not).
+
+        The file is read from the server's root folder, never through the contents
+        API: a GET that lands while the save is still writing finds a half-written
+        notebook, and jupyter_server then moves it aside to restore its backup copy,
+        which fails the save in flight ("No such file or directory")."""
+        path = self.server.root / notebook
         self.menu("File", "Save Notebook")
         start = time.monotonic()
         resaved = False
-        s = self.server
         while True:
-            try:
-                with urllib.request.urlopen(f"{s.url}/api/contents/{notebook}?content=1&"
-                                            f"token={s.token}", timeout=30) as r:
-                    nb = json.loads(r.read())["content"]
-            except urllib.error.HTTPError:  # read while the save swaps the file in: again
-                nb = {"cells": [{"cell_type": "code", "execution_count": None}]}
-            code = [c for c in nb["cells"] if c["cell_type"] == "code"]
-            if all(c["execution_count"] for c in code):
+            nb = None
+            if self.unsaved_tabs() == 0:
+                try:
+                    nb = json.loads(path.read_text())
+                except (OSError, ValueError):  # caught mid-write: read again
+                    nb = None
+            if nb is not None and all(c["execution_count"] for c in nb["cells"]
+                                      if c["cell_type"] == "code"):
                 return nb
             dialogs = self.page.locator(".jp-Dialog").all_text_contents()
             if dialogs or time.monotonic() - start > timeout:
                 raise AssertionError(f"{notebook}: the saved notebook lacks executed cells "
-                                     f"(dialogs on the page: {dialogs})")
-            if not resaved and time.monotonic() - start > timeout / 3:
+                                     f"(unsaved tabs: {self.unsaved_tabs()}; "
+                                     f"dialogs on the page: {dialogs})")
+            if not resaved and nb is not None and time.monotonic() - start > timeout / 3:
                 self.menu("File", "Save Notebook")
                 resaved = True
             time.sleep(0.25)

@@ -13,9 +13,6 @@ import pytest
 
 pytestmark = pytest.mark.browser
 
-NOTEBOOK_SECONDS = 60  # each notebook's run in the browser, small parameters
-
-
 def cells_of_table(markup: str) -> list[str]:
     return [html.unescape(c).strip() for c in re.findall(r"<td>(.*?)</td>", markup, re.S)]
 
@@ -48,7 +45,6 @@ def test_notebook_runs_all_cells_in_jupyterlab(lab_page, name, screenshot_dir):
     figures.last.scroll_into_view_if_needed()
     lab_page.screenshot(screenshot_dir / f"{name}.png")
     print(f"{name}: opened and run in the browser in {seconds:.1f} s")
-    assert seconds < NOTEBOOK_SECONDS
 
 
 class Dashboard:
@@ -171,4 +167,3 @@ def test_frontier_dashboard_follows_its_controls(lab_page, notebook_parameters, 
     print(f"01_oom_frontier: run in the browser in {run_seconds:.1f} s, then 3 control moves "
           f"(figures byte-equal to the library's: {same_png}); "
           f"{time.perf_counter() - start:.1f} s in all")
-    assert run_seconds < NOTEBOOK_SECONDS
