@@ -50,6 +50,7 @@ import torch
 
 from .memory import memory_report
 from .plan import make_plan
+from .prefill import execute
 from .shapes import GIB, MIB, get_model
 from .workload import StepBatch
 
@@ -240,42 +241,16 @@ def _cuda(device) -> bool:
     return torch.device(device).type == "cuda"
 
 
-def _executor():
-    from . import prefill  # the executor: execute(plan, inputs, backend, device)
-    return prefill
-
-
 def plan_for(step: Step, strategy: str, budget_mib: float | None, backend):
     budget = None if strategy == "n-only" else max(1, int(budget_mib * MIB))
-    opts = backend.plan_options(strategy) if hasattr(backend, "plan_options") else \
-        {"deepgemm_version": backend.deepgemm_version}
-    return make_plan(step.batch, strategy, budget, model=step.model, **opts)
+    return make_plan(step.batch, strategy, budget, model=step.model, **backend.plan_options(strategy))
 
 
 def predicted(plan, backend) -> dict:
     """The memory model's bytes for a plan, with this backend's temporaries."""
-    prefill = _executor()
-    if hasattr(prefill, "predicted_peak"):
-        peak = prefill.predicted_peak(plan, backend, topk=TOPK)
-        return {"predicted_peak": int(peak)}
-    report = memory_report(plan, temporaries=lambda c, _m: backend.temporaries_bytes(plan, c, TOPK))
+    report = memory_report(plan, backend=backend, topk=TOPK)
     return {"predicted_peak": report.peak, "predicted_transient": report.peak_transient,
             "predicted_persistent": report.persistent}
-
-
-def run_plan(plan, inputs, backend, device):
-    return _executor().execute(plan, inputs, backend, device)
-
-
-def _topk_of(result):
-    """The [M, k] top-k indices of an executor result (tensor, or an object/dict that holds them)."""
-    if isinstance(result, torch.Tensor):
-        return result
-    for name in ("topk", "indices", "topk_indices"):
-        value = result.get(name) if isinstance(result, dict) else getattr(result, name, None)
-        if isinstance(value, torch.Tensor):
-            return value
-    raise TypeError(f"cannot find the top-k indices in {type(result).__name__}")
 
 
 def is_oom(e: BaseException) -> bool:
@@ -340,11 +315,11 @@ def stage_correctness(ctx) -> list[dict]:
         batch = step.batch
         inputs = make_inputs(batch, step.model, seed=seed, device=ctx.device)
         ref = ReferenceBackend(ctx.backend.deepgemm_version if ctx.backend.rules.full_width else "2.6")
-        layouts = [("full", False)]
-        if getattr(ctx.backend, "supports_compressed", False):
-            layouts.append(("compressed", True))
-        if not getattr(ctx.backend, "supports_full", True):
+        if not getattr(ctx.backend, "supports_full", True):  # DeepGEMM 2.8: compressed rows only
             layouts = [("compressed", True)]
+        else:
+            layouts = [("full", False)] + \
+                ([("compressed", True)] if getattr(ctx.backend, "supports_compressed", False) else [])
         plan = make_plan(batch, "n-only", None, model=step.model, deepgemm_version=ref.deepgemm_version)
         chunk = plan.chunks[0]
         (ks, ke), host = _windows(batch, chunk, ctx.device)
@@ -357,8 +332,6 @@ def stage_correctness(ctx) -> list[dict]:
             width = int((host[1] - host[0]).max()) if compressed else k.shape[0]
             got = ctx.backend.logits(q, k, s, w, ks, ke, width, compressed, host_windows=host)
             want = ref.logits(q, k, s, w, ks, ke, width, compressed, host_windows=host)
-            diff_num = diff_den = 0.0
-            worst_row = 0.0
             lens = host[1] - host[0]
             cols = torch.arange(width, device=ctx.device)
             lo = torch.zeros_like(ks) if compressed else ks
@@ -405,15 +378,15 @@ def _sets_equal(a: torch.Tensor, b: torch.Tensor) -> int:
 def _measure(ctx, plan, inputs):
     """(peak bytes above the baseline, result) of one executor run."""
     if not _cuda(ctx.device):
-        return None, run_plan(plan, inputs, ctx.backend, ctx.device)
+        return None, execute(plan, inputs, ctx.backend, ctx.device)
     torch.cuda.synchronize()
     base = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
-    result = run_plan(plan, inputs, ctx.backend, ctx.device)
+    result = execute(plan, inputs, ctx.backend, ctx.device)
     torch.cuda.synchronize()
     # the executor resets the peak per chunk and records each chunk's max_memory_allocated
     # (its persistent workspace and top-k buffer included); the last reset covers the end
-    peaks = [c.cuda_max_allocated for c in getattr(result, "chunks", []) if c.cuda_max_allocated is not None]
+    peaks = [c.cuda_max_allocated for c in result.chunks if c.cuda_max_allocated is not None]
     peaks.append(torch.cuda.max_memory_allocated())
     return max(peaks) - base, result
 
@@ -433,7 +406,7 @@ def stage_memory(ctx) -> list[dict]:
             def measure(row):
                 plan = plan_for(step, strategy, ctx.cfg.memory_budget_mib, ctx.backend)
                 row.update({"chunks": plan.num_chunks, **predicted(plan, ctx.backend)})
-                run_plan(plan, inputs, ctx.backend, ctx.device)  # warm-up: JIT and first-use buffers
+                execute(plan, inputs, ctx.backend, ctx.device)  # warm-up: JIT and first-use buffers
                 peak, _ = _measure(ctx, plan, inputs)
                 row["measured_peak"] = peak
                 if peak is not None:
@@ -469,12 +442,12 @@ def _time_once(ctx, plan, inputs) -> float:
     if _cuda(ctx.device):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        run_plan(plan, inputs, ctx.backend, ctx.device)
+        execute(plan, inputs, ctx.backend, ctx.device)
         end.record()
         end.synchronize()
         return start.elapsed_time(end)
     t0 = time.perf_counter()
-    run_plan(plan, inputs, ctx.backend, ctx.device)
+    execute(plan, inputs, ctx.backend, ctx.device)
     return (time.perf_counter() - t0) * 1e3
 
 
@@ -495,7 +468,7 @@ def stage_timing(ctx) -> list[dict]:
                 plan = plan_for(step, strategy, budget, ctx.backend)
                 row["chunks"] = plan.num_chunks
                 for _ in range(ctx.cfg.warmup):
-                    run_plan(plan, inputs, ctx.backend, ctx.device)
+                    execute(plan, inputs, ctx.backend, ctx.device)
                 times = [_time_once(ctx, plan, inputs) for _ in range(ctx.cfg.repeats)]
                 row.update({"median_ms": round(statistics.median(times), 4), "min_ms": round(min(times), 4),
                             "max_ms": round(max(times), 4), "repeats": len(times), "status": "ok"})
@@ -503,13 +476,11 @@ def stage_timing(ctx) -> list[dict]:
             _run_point(ctx, rows, row, measure)
         del inputs
         _free(ctx.device)
-    # per-chunk overhead: time per chunk against the fewest-chunk point of the same step
     return rows
 
 
 def stage_frontier(ctx) -> list[dict]:
     from .inputs import make_inputs
-    from .memory import fits
 
     rows = []
     warmed = set()
@@ -525,7 +496,7 @@ def stage_frontier(ctx) -> list[dict]:
                 try:
                     plan = plan_for(step, strategy, ctx.cfg.frontier_budget_mib, ctx.backend)
                     pred = predicted(plan, ctx.backend)
-                    transient = pred.get("predicted_transient", pred["predicted_peak"])
+                    transient = pred["predicted_transient"]
                     row["predicted_fits"] = transient <= free_gib * GIB
                     row["predicted_transient"] = transient
                     row["chunks"] = plan.num_chunks
@@ -535,20 +506,20 @@ def stage_frontier(ctx) -> list[dict]:
                         rows.append(row)
                         continue
                     if (step.name, strategy) not in warmed:  # JIT and first use, outside the ballast
-                        run_plan(plan, inputs, ctx.backend, ctx.device)
+                        execute(plan, inputs, ctx.backend, ctx.device)
                         warmed.add((step.name, strategy))
                     _free(ctx.device)
                     free_now, _ = torch.cuda.mem_get_info()
                     # the engine reserved its persistent buffers before "free" was read: the
                     # executor allocates them inside the call, so they are left free on top
-                    persistent = pred.get("predicted_persistent", 0)
+                    persistent = pred["predicted_persistent"]
                     leave = int(free_gib * GIB) + persistent
                     row["left_free"] = leave
                     if free_now > leave:
                         ballast = torch.empty(free_now - leave, dtype=torch.uint8, device=ctx.device)
                     row["free_after_ballast"] = torch.cuda.mem_get_info()[0]
                     try:
-                        run_plan(plan, inputs, ctx.backend, ctx.device)
+                        execute(plan, inputs, ctx.backend, ctx.device)
                         torch.cuda.synchronize()
                         row["measured"] = "fits"
                     except Exception as e:
@@ -591,14 +562,13 @@ def stage_reserved(ctx) -> list[dict]:
     cuda = _cuda(ctx.device)
 
     def plan_of(batch, strategy):
-        opts = ctx.backend.plan_options(strategy) if hasattr(ctx.backend, "plan_options") else \
-            {"deepgemm_version": ctx.backend.deepgemm_version}
+        opts = ctx.backend.plan_options(strategy)
         if strategy == "fixed-shape":
             opts["fixed_width"] = total  # one logits shape over the whole prompt
         return make_plan(batch, strategy, budget, model=model, **opts)
 
     def report_of(plan):
-        return memory_report(plan, temporaries=lambda c, _m: ctx.backend.temporaries_bytes(plan, c, TOPK))
+        return memory_report(plan, backend=ctx.backend, topk=TOPK)
 
     rows = [{"slice": i, "context_len": b.requests[0].context_len, "query_len": b.num_rows}
             for i, b in enumerate(steps)]
@@ -615,7 +585,7 @@ def stage_reserved(ctx) -> list[dict]:
             row = rows[i]
             inputs = make_inputs(batch, model, seed=ctx.seed + i, device=ctx.device)
             plan = plan_of(batch, strategy)
-            run_plan(plan, inputs, ctx.backend, ctx.device)
+            execute(plan, inputs, ctx.backend, ctx.device)
             row.update({f"chunks_{col}": plan.num_chunks,
                         f"logits_bytes_max_{col}": max(c.logits_bytes for c in plan.chunks),
                         f"predicted_reserved_{col}": pred.reserved,

@@ -58,6 +58,17 @@ class IndexerInputs:
         return self.k_cache[start:start + n], self.k_cache_scale[start:start + n]
 
 
+def input_shapes(batch: StepBatch, model: str) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+    """Shape and dtype of each input tensor of ``batch`` under ``model`` (IndexerInputs' fields)."""
+    preset = get_model(model)
+    heads, dim = preset.index_heads, preset.head_dim
+    rows, tokens = batch.num_rows, batch.num_kv_tokens
+    return {"q": ((rows, heads, dim), torch.float8_e4m3fn),
+            "weights": ((rows, heads), torch.float32),
+            "k_cache": ((tokens, dim), torch.float8_e4m3fn),
+            "k_cache_scale": ((tokens,), torch.float32)}
+
+
 def quantize_per_row(x: torch.Tensor, power_of_two: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """fp8 e4m3 values and one fp32 scale per row of the last dimension.
 
@@ -89,14 +100,9 @@ def make_inputs(batch: StepBatch, model: str = "deepseek-v3.2", seed: int = 0, d
     device = torch.device(device)
     offsets = tuple(cache_offsets(batch))
     if device.type == "meta":
-        return IndexerInputs(
-            batch, model,
-            torch.empty((rows, heads, dim), dtype=torch.float8_e4m3fn, device=device),
-            torch.empty((rows, heads), dtype=torch.float32, device=device),
-            torch.empty((tokens, dim), dtype=torch.float8_e4m3fn, device=device),
-            torch.empty((tokens,), dtype=torch.float32, device=device),
-            offsets,
-        )
+        return IndexerInputs(batch, model, cache_offsets=offsets, **{
+            name: torch.empty(shape, dtype=dtype, device=device)
+            for name, (shape, dtype) in input_shapes(batch, model).items()})
     g = torch.Generator(device="cpu").manual_seed(seed)
     q_bf16 = torch.randn((rows, heads, dim), generator=g).to(torch.bfloat16)
     q, q_scale = quantize_per_row(q_bf16, power_of_two=False)

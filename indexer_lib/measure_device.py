@@ -24,12 +24,9 @@ class CudaDevice:
         if not torch.cuda.is_available():
             raise RuntimeError("measure mode needs a CUDA GPU, and torch sees none on this "
                                "machine: use mode 'model' or 'trace' here")
-        try:
-            from .inputs import make_inputs
-            from .prefill import execute
-        except ModuleNotFoundError as e:
-            raise NotImplementedError(f"measure mode needs indexer_lib.prefill.execute and "
-                                      f"indexer_lib.inputs.make_inputs ({e})") from None
+        from .inputs import make_inputs
+        from .prefill import execute
+
         self.torch, self._execute, self._make_inputs = torch, execute, make_inputs
         self.cuda = torch.cuda
         self.name = torch.cuda.get_device_name(0)

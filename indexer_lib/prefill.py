@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from .inputs import IndexerInputs
+from .inputs import IndexerInputs, input_shapes
 from .kernels import Backend, get_backend
 from .kernels.merge import merge_running_topk
 from .metadata import chunk_windows, column_windows, kv_slots
@@ -102,15 +102,7 @@ def check_inputs_match(plan: Plan, inputs: IndexerInputs) -> None:
             f"(query_lens {plan.batch.query_lens}, seq_lens {plan.batch.seq_lens}), but the inputs are "
             f"for {len(inputs.batch.requests)} requests (query_lens {inputs.batch.query_lens}, "
             f"seq_lens {inputs.batch.seq_lens})")
-    model = get_model(plan.model)
-    rows, tokens = plan.batch.num_rows, plan.batch.num_kv_tokens
-    expected = {
-        "q": ((rows, model.index_heads, model.head_dim), torch.float8_e4m3fn),
-        "weights": ((rows, model.index_heads), torch.float32),
-        "k_cache": ((tokens, model.head_dim), torch.float8_e4m3fn),
-        "k_cache_scale": ((tokens,), torch.float32),
-    }
-    for name, (shape, dtype) in expected.items():
+    for name, (shape, dtype) in input_shapes(plan.batch, plan.model).items():
         t = getattr(inputs, name)
         if tuple(t.shape) != shape or t.dtype != dtype:
             raise ValueError(f"inputs.{name}: expected {dtype} {list(shape)} for {plan.model} and the plan's "
@@ -128,8 +120,7 @@ def _span(chunk: Chunk) -> int:
 
 def workspace_size(plan: Plan, device: torch.device, workspace_tokens: int | None = None) -> int:
     """Tokens the executor's K workspace holds: see the module docstring."""
-    needed = max((c.kv_tokens for c in plan.chunks if c.gather), default=1)
-    needed = max([needed] + [_span(c) for c in plan.chunks])
+    needed = max((_span(c) for c in plan.chunks), default=1)  # a span covers what is gathered
     if needed > plan.workspace_tokens:
         raise ValueError(f"plan: a chunk gathers or spans {needed} KV tokens, but the workspace holds "
                          f"{plan.workspace_tokens} (workspace_tokens)")
@@ -170,9 +161,8 @@ def execute(plan: Plan, inputs: IndexerInputs, backend="reference", device=None,
     device = inputs.device if device is None else torch.device(device)
     if inputs.device != device:
         inputs = inputs.to(device)
-    if not isinstance(backend, Backend):
-        backend = get_backend(backend, deepgemm_version=plan.deepgemm_version) \
-            if backend == "reference" else get_backend(backend)
+    backend = get_backend(backend, deepgemm_version=plan.deepgemm_version) \
+        if backend == "reference" else get_backend(backend)
     backend.check_plan(plan)
     k = model.topk if topk is None else topk
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:

@@ -40,7 +40,6 @@ class AllocationTracker(TorchDispatchMode):
         self.current = 0
         self.peak = 0
         self.allocations = 0
-        self.chunk_base = 0  # live bytes when the current chunk started
         self.chunk_peak = 0  # peak live bytes since the current chunk started
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -76,7 +75,7 @@ class AllocationTracker(TorchDispatchMode):
 
     # the executor's observer hooks
     def chunk_start(self, index: int) -> None:
-        self.chunk_base = self.chunk_peak = self.current
+        self.chunk_peak = self.current
 
     def chunk_end(self, index: int, run: ChunkRun) -> None:
         run.traced_peak = self.chunk_peak
@@ -86,7 +85,7 @@ class AllocationTracker(TorchDispatchMode):
 class TraceResult:
     peak_bytes: int  # live-bytes peak of the whole call, persistent buffers included
     persistent_bytes: int  # workspace + top-k buffer
-    chunk_transient: list[int]  # per chunk: its peak minus the live bytes when it started
+    chunk_transient: list[int]  # per chunk: its peak minus the persistent bytes
     allocations: int  # storages created on the traced device
     seconds: float  # wall time of the traced run
     execution: ExecutionResult = field(repr=False)

@@ -28,16 +28,7 @@ def get_backend(name, **options) -> Backend:
         module = importlib.import_module(module_name)
     except ImportError as e:
         raise ValueError(f"backend {name!r} is not available here: {e}") from e
-    registry: dict = {}
-    if hasattr(module, "register"):  # a module may register its factory itself
-        module.register(registry)
-    cls = registry.get(name) or getattr(module, class_name, None)
-    if cls is None:  # the module may name its class differently: find it by its ``name``
-        found = [v for v in vars(module).values()
-                 if isinstance(v, type) and issubclass(v, Backend) and v.name == name]
-        if not found:
-            raise ValueError(f"backend {name!r}: {module_name} defines no Backend named {name!r}")
-        cls = found[0]
+    cls = getattr(module, class_name)
     return cls(**options)
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
-from ..plan import Chunk, Plan
+from ..plan import Chunk, Plan, merged_chunks
 
 
 class Backend(ABC):
@@ -50,9 +50,11 @@ class Backend(ABC):
                 f"{self.deepgemm_version}: make the plan with deepgemm_version={self.deepgemm_version!r}")
         self.check_chunk_features(plan)
 
-    def check_chunk_features(self, plan: Plan) -> None:
-        from ..plan import merged_chunks
+    def plan_options(self, strategy: str) -> dict:
+        """Keyword arguments for ``make_plan`` so the plan matches this backend."""
+        return {"deepgemm_version": self.deepgemm_version}
 
+    def check_chunk_features(self, plan: Plan) -> None:
         if not self.supports_column_range and any(merged_chunks(plan.chunks)):
             raise ValueError(f"backend {self.name!r} cannot score a KV column range: "
                              f"plan {plan.strategy!r} has column-split chunks")

@@ -321,17 +321,14 @@ class DeepGemmBackend(Backend):
 
     def plan_options(self, strategy: str) -> dict:
         """Keyword arguments for ``make_plan`` so the plan matches this build."""
-        opts = {"deepgemm_version": self.deepgemm_version}
+        opts = super().plan_options(strategy)
         if strategy == "causal":
             opts["compressed"] = self.causal_compressed
         return opts
 
     def check_plan(self, plan) -> None:
         """ValueError if the plan asks for a layout or padding this build does not have."""
-        if plan.deepgemm_version != self.deepgemm_version:
-            raise ValueError(
-                f"plan padded for DeepGEMM {plan.deepgemm_version}, but the installed build follows "
-                f"{self.deepgemm_version}: make the plan with deepgemm_version={self.deepgemm_version!r}")
+        super().check_plan(plan)
         for chunk in plan.chunks:
             self._check_layout(chunk.compressed)
 
@@ -475,11 +472,6 @@ def probe_padding(backend: DeepGemmBackend, heads: int, device="cuda") -> dict:
             "agrees": backend.deepgemm_version in matching,
         }
     return result
-
-
-def register(registry: dict) -> None:
-    """Hook for ``kernels.get_backend``: adds this backend's factory."""
-    registry["deepgemm"] = DeepGemmBackend
 
 
 if __name__ == "__main__":  # python -m indexer_lib.kernels.deepgemm: what was found

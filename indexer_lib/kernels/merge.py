@@ -22,8 +22,6 @@ import math
 
 import torch
 
-from .tiling import MERGE_BYTES_PER_ENTRY, merge_temporaries_bytes  # noqa: F401 (re-exported)
-
 INT64_MIN = -(1 << 63)
 LOW_BITS = (1 << 32) - 1
 

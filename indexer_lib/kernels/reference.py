@@ -23,13 +23,12 @@ import torch
 
 from ..padding import DEFAULT_DEEPGEMM_VERSION, get_rules
 from ..plan import Chunk, Plan
-from . import tiling
+from . import checks, tiling
 from .base import Backend
+from .merge import INT64_MIN, LOW_BITS
 
-SUPPORTED_HEADS = (32, 64)
-SUPPORTED_HEAD_DIMS = (64, 128)
-INT64_MIN = -(1 << 63)
-LOW_BITS = (1 << 32) - 1
+SUPPORTED_HEADS = checks.SUPPORTED_HEADS[9]  # as the SM90 (H200) kernel
+SUPPORTED_HEAD_DIMS = checks.SUPPORTED_HEAD_DIMS[9]
 
 
 def _fail(name: str, expected: str, got) -> None:
