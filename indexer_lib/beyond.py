@@ -10,8 +10,8 @@ from .auto import choose, evaluate_candidates
 from .budget_policy import FixedPolicy, FreshPolicy, SglangPolicy, run_policy, shrinking_free_memory
 from .frontier import Schedule, prefill_batches
 from .memory import memory_report
-from .plan import make_plan
-from .shapes import GIB, budget_bytes_from_mb, free_bytes_from_gib, get_gpu, get_model
+from .plan import make_plan, strategy_budget_bytes
+from .shapes import GIB, free_bytes_from_gib, get_gpu, get_model
 from .timemodel import TimeModel, plan_features
 from .workload import ClosedLoopWorkload, PrefillRequest, SchedulerConfig, StepBatch
 
@@ -39,7 +39,7 @@ def chunk_table(steps: dict, strategies, budgets_mb, model: str, time_model: Tim
     for name, batch in steps.items():
         for s in strategies:
             for mb in budgets_mb:
-                budget = None if s == "n-only" else budget_bytes_from_mb(mb)
+                budget = strategy_budget_bytes(s, mb)
                 plan = make_plan(batch, s, budget, model=model, **plan_options)
                 f = plan_features(plan)
                 rows.append({"step": name, "strategy": s, "budget_mb": mb, "chunks": plan.num_chunks,

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 
 from .memory import memory_report
 from .padding import DEFAULT_DEEPGEMM_VERSION
-from .plan import check_strategy, make_plan
+from .plan import check_strategy, make_plan, strategy_budget_bytes
 from .shapes import GIB, MIB, budget_bytes_from_mb, free_bytes_from_gib, get_model
 from .workload import ClosedLoopWorkload, SchedulerConfig, StepBatch, check_source, scheduled_steps
 
@@ -139,6 +139,14 @@ def worst_step(batches: list[StepBatch] | Schedule, strategy: str, budget_bytes:
     return worst_steps(batches, strategy, [budget_bytes], **kwargs)[0]
 
 
+def check_isl(model: str, isls) -> None:
+    """ValueError for a prompt longer than the model serves."""
+    max_len = get_model(model).max_model_len
+    too_long = [i for i in isls if i > max_len]
+    if too_long:
+        raise ValueError(f"isl {too_long[0]} > max_model_len {max_len} of {model}")
+
+
 @dataclass(frozen=True)
 class FrontierGrid:
     model: str = "glm-5"
@@ -168,6 +176,7 @@ class FrontierGrid:
         for name in ("concurrency", "isl", "budget_mb", "strategy", "free_gib"):
             if not getattr(self, name):
                 raise ValueError(f"{name} is empty: the grid needs at least one value")
+        check_isl(self.model, self.isl)
 
     @property
     def scheduler(self) -> SchedulerConfig:
@@ -186,16 +195,12 @@ class FrontierGrid:
 
 def workload_rows(grid: FrontierGrid, conc: int, isl: int) -> list[dict]:
     """The rows of one workload (concurrency x ISL): every budget, strategy and free GiB."""
-    max_len = get_model(grid.model).max_model_len
-    if isl > max_len:
-        raise ValueError(f"isl {isl} > max_model_len {max_len} of {grid.model}")
     workload = ClosedLoopWorkload(conc, isl, grid.osl, grid.shared_prefix)
     batches = Schedule(prefill_batches(workload, grid.scheduler, grid.workload_source))
     rows = []
     for strategy in grid.strategy:
         # n-only has no budget: one plan per step, reported under every budget
-        budgets = [None if strategy == "n-only" else budget_bytes_from_mb(b)
-                   for b in grid.budget_mb]
+        budgets = [strategy_budget_bytes(strategy, b) for b in grid.budget_mb]
         outcomes = worst_steps(batches, strategy, budgets, grid.model,
                                grid.deepgemm_version, grid.padded,
                                topk_rows=grid.max_num_batched_tokens,

@@ -12,7 +12,8 @@ import math
 from .padding import DEEPGEMM_RULES
 from .plan import STRATEGIES
 from .shapes import MODELS
-from .sweep import MODES, WORKLOAD_SOURCES
+from .sweep import MODES
+from .workload import WORKLOAD_SOURCES
 
 
 class ParameterError(ValueError):

@@ -6,11 +6,11 @@ range of query rows and runs top-k on it.  No strategy knows about tensors.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from typing import Callable
 
-from .padding import DEFAULT_DEEPGEMM_VERSION, PaddingRules, get_rules, unpadded_logits_bytes
-from .shapes import ModelPreset, get_model
+from .padding import DEFAULT_DEEPGEMM_VERSION, PaddingRules, get_rules
+from .shapes import ModelPreset, budget_bytes_from_mb, get_model
 from .workload import StepBatch, check_int
 
 
@@ -98,11 +98,6 @@ class Budgeting:
         m = self.row_multiple
         return -(-rows // m) * m * self.rules.row_stride(cols, compressed) * 4
 
-    def counted(self, rows: int, cols: int, compressed: bool = False) -> int:
-        if self.padded:
-            return self.allocated(rows, cols, compressed)
-        return unpadded_logits_bytes(rows, cols)
-
     def _accept(self, nbytes: int) -> None:
         self.stable_low = max(self.stable_low, nbytes)
 
@@ -182,12 +177,14 @@ class _Builder:
 
 
 def _pack(batch: StepBatch, b: Budgeting, may_join, slice_alone, build: _Builder,
-          pack_width=None, compressed: bool = False, alloc_rows: int | None = None) -> None:
+          pack_width=None, compressed: bool = False, alloc_rows: int | None = None,
+          over: bool = False) -> None:
     """Greedy packing in order; a request that alone breaks a limit is sliced by ``slice_alone``.
 
     ``may_join(r0, r1, rows, kv)`` says whether requests [r0, r1) may share a chunk;
     ``pack_width(r0, r1, kv)`` is a packed chunk's logits width (default: all kv);
-    ``alloc_rows`` pads a packed chunk's logits rows up (fixed-shape).
+    ``alloc_rows`` pads a packed chunk's logits rows up (fixed-shape); ``over``: the
+    packed chunks break the budget whatever the split (fixed-shape: not one row fits).
     """
     query_lens, seq_lens = batch.query_lens, batch.seq_lens
     n_req, workspace = len(query_lens), b.workspace
@@ -205,7 +202,7 @@ def _pack(batch: StepBatch, b: Budgeting, may_join, slice_alone, build: _Builder
             i += 1
         else:
             width = kv if pack_width is None else pack_width(i, j, kv)
-            build.add(i, j, 0, rows, width, gather=True, over=False,
+            build.add(i, j, 0, rows, width, gather=True, over=over,
                       compressed=compressed, kv_tokens=kv, alloc_rows=alloc_rows)
             i = j
 
@@ -248,9 +245,8 @@ def _useful_area(batch: StepBatch, r0: int, r1: int) -> int:
 
 
 def plan_n_only(batch: StepBatch, b: Budgeting, **_) -> list[Chunk]:
-    build = _Builder(batch, b)
     unbudgeted = Budgeting(b.model, b.rules, b.padded, None, b.workspace)  # never refuses
-    build.b = unbudgeted
+    build = _Builder(batch, unbudgeted)
     _pack(batch, unbudgeted, lambda r0, r1, m, n: True, _slice_equal_rows, build)
     return build.chunks
 
@@ -292,12 +288,11 @@ def plan_causal(batch: StepBatch, b: Budgeting, compressed: bool | None = None, 
     reqs = batch.requests
     build = _Builder(batch, b)
 
-    def may_join(r0, r1, m, n):
-        width = max(r.seq_len for r in reqs[r0:r1]) if compressed else n
-        return b.within(m, width, compressed)
-
     def pack_width(r0, r1, n):
         return max(r.seq_len for r in reqs[r0:r1]) if compressed else n
+
+    def may_join(r0, r1, m, n):
+        return b.within(m, pack_width(r0, r1, n), compressed)
 
     # same greedy packing as vLLM, but a request alone is sliced causally
     _pack(batch, b, may_join, lambda i, bld: _slice_causal(i, bld, compressed), build,
@@ -386,9 +381,7 @@ def plan_fixed_shape(batch: StepBatch, b: Budgeting, fixed_width: int | None = N
                     over=over, kv_tokens=r.seq_len, alloc_rows=rows_per)
 
     _pack(batch, b, may_join, slice_alone, build, lambda r0, r1, kv: width,
-          alloc_rows=rows_per)
-    if over:  # not even one row of the fixed shape meets the budget
-        return [replace(c, over_budget=True) for c in build.chunks]
+          alloc_rows=rows_per, over=over)
     return build.chunks
 
 
@@ -418,6 +411,11 @@ def merged_chunks(chunks) -> list[bool]:
         key = (c.token_start, c.token_end)
         count[key] = count.get(key, 0) + 1
     return [count[(c.token_start, c.token_end)] > 1 for c in chunks]
+
+
+def strategy_budget_bytes(strategy: str, budget_mb: float) -> int | None:
+    """The logits budget a strategy plans with, from MB: none for ``n-only``."""
+    return None if strategy == "n-only" else budget_bytes_from_mb(budget_mb)
 
 
 def check_strategy(name: str) -> str:

@@ -15,24 +15,22 @@ from __future__ import annotations
 import datetime
 import functools
 import hashlib
-import inspect
 import itertools
 import json
-import subprocess
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from . import frontier
 from .memory import topk_buffer_bytes, workspace_bytes
 from .padding import DEFAULT_DEEPGEMM_VERSION, get_rules
-from .plan import make_plan
-from .shapes import GIB, budget_bytes_from_mb, free_bytes_from_gib, get_model
+from .plan import make_plan, strategy_budget_bytes
+from .shapes import GIB, free_bytes_from_gib, get_model
+from .results import git_state
 from .store import ResultStore
 from .timemodel import TimeModel, plan_features
-from .workload import ClosedLoopWorkload, SchedulerConfig, check_int
+from .workload import ClosedLoopWorkload, SchedulerConfig, check_int, check_source
 
 MODES = ("model", "trace", "measure")
-WORKLOAD_SOURCES = ("simulator", "vllm")
 
 
 @dataclass(frozen=True)
@@ -65,8 +63,6 @@ class SweepGrid:
                 object.__setattr__(self, f.name, (value,))
             if f.type.startswith("tuple") and not getattr(self, f.name):
                 raise ValueError(f"{f.name} is empty: the grid needs at least one value")
-        for m in self.model:
-            get_model(m)
         frontier.check_grid_values(self.strategy, self.budget_mb, self.free_gib)
         for name, minimum in (("concurrency", 1), ("isl", 1), ("osl", 1), ("shared_prefix", 0),
                               ("max_num_batched_tokens", 1), ("max_num_seqs", 1),
@@ -74,14 +70,9 @@ class SweepGrid:
             for v in getattr(self, name):
                 check_int(name, v, minimum)
         for m in self.model:
-            too_long = [i for i in self.isl if i > get_model(m).max_model_len]
-            if too_long:
-                raise ValueError(f"isl {too_long[0]} > max_model_len "
-                                 f"{get_model(m).max_model_len} of {m}")
+            frontier.check_isl(m, self.isl)
         get_rules(self.deepgemm_version)
-        if self.workload_source not in WORKLOAD_SOURCES:
-            raise ValueError(f"workload_source {self.workload_source!r}: must be one of "
-                             f"{', '.join(WORKLOAD_SOURCES)}")
+        check_source(self.workload_source)
 
     def workloads(self):
         """(model, workload, scheduler config) for every workload of the grid, in order."""
@@ -132,18 +123,8 @@ def spec_hash(spec: dict) -> str:
 # -- provenance ------------------------------------------------------------------
 
 def git_sha() -> str:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                             cwd=Path(__file__).resolve().parent, timeout=10)
-        sha = out.stdout.strip()
-        if out.returncode == 0 and sha:
-            dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                                   capture_output=True, text=True, timeout=10,
-                                   cwd=Path(__file__).resolve().parent).stdout.strip()
-            return sha + ("-dirty" if dirty else "")
-    except (OSError, subprocess.SubprocessError):
-        pass
-    return "unknown"
+    sha, dirty = git_state()
+    return sha + ("-dirty" if dirty else "") if sha else "unknown"
 
 
 def package_versions() -> dict:
@@ -159,7 +140,7 @@ def package_versions() -> dict:
     return versions
 
 
-def provenance(mode: str, device: str) -> dict:
+def provenance(device: str) -> dict:
     return {"git_sha": git_sha(), "versions": json.dumps(package_versions(), sort_keys=True),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "device": device}
@@ -201,19 +182,9 @@ def tasks(grid: SweepGrid, mode: str):
 
 
 @functools.lru_cache(maxsize=256)  # dashboards replan the same schedules; bounded memory
-def schedule_batches(workload, config, source: str):
-    """The prefill step batches of a workload, from the simulator or another source."""
-    if source == "simulator":
-        return frontier.prefill_batches(workload, config)
-    if "source" not in inspect.signature(frontier.prefill_batches).parameters:
-        raise NotImplementedError(
-            f"workload_source {source!r}: this indexer_lib's frontier.prefill_batches has no "
-            "'source' keyword yet (only the built-in simulator is available)")
-    return frontier.prefill_batches(workload, config, source=source)
-
-
-def _budget_bytes(strategy: str, budget_mb: float) -> int | None:
-    return None if strategy == "n-only" else budget_bytes_from_mb(budget_mb)
+def schedule_of(workload, config, source: str) -> frontier.Schedule:
+    """The prefill step batches of a workload, from the simulator or vLLM, grouped."""
+    return frontier.Schedule(frontier.prefill_batches(workload, config, source))
 
 
 def base_row(grid, model, workload, config, strategy, budget_mb, free_gib, mode) -> dict:
@@ -230,9 +201,9 @@ def base_row(grid, model, workload, config, strategy, budget_mb, free_gib, mode)
     }
 
 
-def worst_step_detail(batches, w, strategy, model, grid, config, time_model) -> tuple[dict, object]:
+def worst_step_detail(schedule, w, strategy, model, grid, time_model) -> tuple[dict, object]:
     """The plan of a worst step and what the tables report about it."""
-    batch = next(b for b in batches if b.step == w.worst_step)
+    batch = next(b for b in schedule.batches if b.step == w.worst_step)
     plan = make_plan(batch, strategy, w.budget_bytes, None, model, grid.deepgemm_version,
                      grid.padded)
     f = plan_features(plan)
@@ -253,15 +224,14 @@ def worst_step_detail(batches, w, strategy, model, grid, config, time_model) -> 
 
 def model_task(grid, model, workload, config, strategy, budgets_mb, frees, time_model,
                prov) -> list[dict]:
-    batches = schedule_batches(workload, config, grid.workload_source)
-    schedule = frontier.Schedule(batches) if hasattr(frontier, "Schedule") else batches
-    budgets = [_budget_bytes(strategy, mb) for mb in budgets_mb]
+    schedule = schedule_of(workload, config, grid.workload_source)
+    budgets = [strategy_budget_bytes(strategy, mb) for mb in budgets_mb]
     outcomes = frontier.worst_steps(schedule, strategy, budgets, model=model,
                                     deepgemm_version=grid.deepgemm_version, padded=grid.padded,
                                     topk_rows=config.max_num_batched_tokens)
     rows = []
     for mb, w in zip(budgets_mb, outcomes):
-        detail, _ = worst_step_detail(batches, w, strategy, model, grid, config, time_model)
+        detail, _ = worst_step_detail(schedule, w, strategy, model, grid, time_model)
         for free in frees:
             row = base_row(grid, model, workload, config, strategy, mb, free, "model")
             row.update(detail)
@@ -274,43 +244,22 @@ def model_task(grid, model, workload, config, strategy, budgets_mb, frees, time_
 
 def _model_worst(grid, model, workload, config, strategy, budget_mb, time_model, backend):
     """The modelled worst step, counting the temporaries of the backend that will run it."""
-    batches = schedule_batches(workload, config, grid.workload_source)
-    w = frontier.worst_step(batches, strategy, _budget_bytes(strategy, budget_mb), model=model,
+    schedule = schedule_of(workload, config, grid.workload_source)
+    w = frontier.worst_step(schedule, strategy, strategy_budget_bytes(strategy, budget_mb), model=model,
                             deepgemm_version=grid.deepgemm_version, padded=grid.padded,
                             topk_rows=config.max_num_batched_tokens, temporaries=backend)
-    detail, plan = worst_step_detail(batches, w, strategy, model, grid, config, time_model)
-    return detail, plan
-
-
-def load_tracer():
-    try:
-        from . import tracer
-    except ModuleNotFoundError as e:
-        if e.name != f"{__package__}.tracer":
-            raise
-        raise NotImplementedError("trace mode needs indexer_lib.tracer (trace_peak_bytes), "
-                                  "which this checkout does not have yet") from None
-    if not hasattr(tracer, "trace_peak_bytes"):
-        raise NotImplementedError("trace mode: indexer_lib.tracer has no trace_peak_bytes yet")
-    return tracer
+    return worst_step_detail(schedule, w, strategy, model, grid, time_model)
 
 
 def trace_task(grid, settings, model, workload, config, strategy, budgets_mb, frees,
                time_model, prov) -> list[dict]:
-    tracer = load_tracer()
+    from .tracer import trace  # torch: only trace mode needs it
+
     (mb,) = budgets_mb
     detail, plan = _model_worst(grid, model, workload, config, strategy, mb, time_model,
                                  settings.backend)
-    if hasattr(tracer, "trace"):  # the full result: the executor's own persistent bytes
-        result = tracer.trace(plan, topk_rows=config.max_num_batched_tokens,
-                              backend=settings.backend)
-        traced, transient = int(result.peak_bytes), int(result.peak_transient)
-    else:
-        traced = int(tracer.trace_peak_bytes(plan, topk_rows=config.max_num_batched_tokens,
-                                             backend=settings.backend))
-        # the traced peak includes the persistent buffers (like memory.peak_bytes)
-        transient = traced - workspace_bytes(plan) - topk_buffer_bytes(
-            plan, config.max_num_batched_tokens)
+    result = trace(plan, topk_rows=config.max_num_batched_tokens, backend=settings.backend)
+    traced, transient = int(result.peak_bytes), int(result.peak_transient)
     rows = []
     for free in frees:
         row = base_row(grid, model, workload, config, strategy, mb, free, "trace")
@@ -450,8 +399,6 @@ def run(grid: SweepGrid, out: str | Path, settings: RunSettings = RunSettings(),
     header = {"grid_hash": spec_hash(spec), "spec": spec}
     time_model = time_model or TimeModel.published()
     total = sum(1 for _ in tasks(grid, settings.mode))
-    if settings.mode == "trace":
-        load_tracer()  # fail before any work when the tracer is missing
     measurer = Measurer(settings, device) if settings.mode == "measure" else None
     device_name = measurer.device if measurer else "cpu"
     with ResultStore(out, header, sync_seconds=SYNC_SECONDS[settings.mode]) as store:
@@ -459,7 +406,7 @@ def run(grid: SweepGrid, out: str | Path, settings: RunSettings = RunSettings(),
             print(note)
         bar = tqdm(total=total, initial=len(store.done), desc=f"sweep ({settings.mode})",
                    unit="task", disable=not progress)
-        prov = provenance(settings.mode, device_name)
+        prov = provenance(device_name)
         for tid, model, workload, config, strategy, budgets_mb, frees in tasks(grid, settings.mode):
             if tid in store.done:
                 continue

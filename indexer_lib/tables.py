@@ -4,8 +4,8 @@ from __future__ import annotations
 import math
 
 from .memory import memory_report
-from .plan import make_plan
-from .shapes import GIB, budget_bytes_from_mb, free_bytes_from_gib
+from .plan import make_plan, strategy_budget_bytes
+from .shapes import GIB, free_bytes_from_gib
 from .timemodel import plan_features
 
 
@@ -63,7 +63,7 @@ def step_strategy_table(steps: dict, strategies, budget_mb: float, model: str,
     rows = []
     for name, batch in steps.items():
         for s in strategies:
-            budget = None if s == "n-only" else budget_bytes_from_mb(budget_mb)
+            budget = strategy_budget_bytes(s, budget_mb)
             plan = make_plan(batch, s, budget, model=model, deepgemm_version=deepgemm_version)
             f = plan_features(plan)
             peak = memory_report(plan).peak_transient

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .plan import Chunk, Plan, make_plan
+from .plan import Chunk, Plan, make_plan, strategy_budget_bytes
 from .shapes import get_model
 from .workload import StepBatch
 
@@ -171,14 +171,13 @@ def overhead_table(batch: StepBatch, strategies, budgets_mb, model: str,
     import pandas as pd
 
     from .memory import memory_report
-    from .shapes import budget_bytes_from_mb
 
     tm = time_model or TimeModel.published()
     base_ms = tm.plan_ms(make_plan(batch, "n-only", None, model=model, **plan_options))
     rows = []
     for strategy in strategies:
         for mb in budgets_mb:
-            budget = None if strategy == "n-only" else budget_bytes_from_mb(mb)
+            budget = strategy_budget_bytes(strategy, mb)
             plan = make_plan(batch, strategy, budget, model=model, **plan_options)
             f = plan_features(plan)
             ms = tm.features_ms(f)
