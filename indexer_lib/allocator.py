@@ -144,13 +144,15 @@ class CachingAllocatorModel:
         block.size = size
 
 
-def replay(events) -> list[tuple[int, int]]:
+def replay(events, model: CachingAllocatorModel | None = None,
+           handles: dict | None = None) -> list[tuple[int, int]]:
     """Replay ``("malloc", key, nbytes)`` / ``("free", key)`` events.
 
-    Returns (allocated, reserved) after each event.
+    Returns (allocated, reserved) after each event.  ``model`` and ``handles`` (key
+    -> block) carry an allocator's state on from earlier events (default: a fresh one).
     """
-    model = CachingAllocatorModel()
-    handles = {}
+    model = CachingAllocatorModel() if model is None else model
+    handles = {} if handles is None else handles
     curve = []
     for event in events:
         if event[0] == "malloc":

@@ -90,8 +90,7 @@ def run_policy(batches: list[StepBatch], free_bytes: list[int], policy, strategy
         check_int("free_bytes", free, 0)
         budget = policy.budget(batch, free, kwargs)
         if budget is None:
-            plan = make_plan(batch, "n-only", None, **{k: v for k, v in kwargs.items()
-                                                        if k != "strategy"})
+            plan = make_plan(batch, "n-only", None, **plan_kwargs)
         else:
             plan = make_plan(batch, budget_bytes=budget, **kwargs)
         peak = memory_report(plan).peak_transient

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from .allocator import CachingAllocatorModel
+from .allocator import CachingAllocatorModel, replay
 from .memory import INT32_BYTES, MemoryReport, memory_report
 from .plan import Plan, make_plan, merged_chunks
 from .shapes import budget_bytes_from_mb, get_model
@@ -162,13 +162,8 @@ def reserved_curve(strategy: str, steps: list[StepBatch], budget_mb: float = 512
         else:
             events = traced_events(plan, f"s{i}", topk_rows)
         segments_before = _segments(alloc)
-        peak = alloc.allocated
-        for e in events:
-            if e[0] == "malloc":
-                handles[e[1]] = alloc.malloc(e[2])
-                peak = max(peak, alloc.allocated)
-            else:
-                alloc.free(handles.pop(e[1]))
+        # allocated bytes only peak right after a malloc: the curve's maximum is the peak
+        peak = max([alloc.allocated] + [a for a, _ in replay(events, alloc, handles)])
         sizes = {c.logits_bytes for c in plan.chunks}
         rows.append(StepReserved(strategy, batch.step, batch.requests[0].context_len,
                                  batch.num_rows, plan.num_chunks, len(sizes), max(sizes), peak,
