@@ -51,7 +51,8 @@ import torch
 from .memory import memory_report
 from .plan import make_plan
 from .prefill import execute
-from .shapes import GIB, MIB, get_model
+from .results import git_state
+from .shapes import GIB, MIB
 from .workload import StepBatch
 
 STAGES = ("probe", "correctness", "memory", "timing", "frontier", "reserved")
@@ -181,14 +182,13 @@ def _run(cmd: list[str], timeout: float = 10) -> str | None:
 
 
 def provenance(backend, args_command: str) -> dict:
-    root = Path(__file__).resolve().parents[1]
-    sha = os.environ.get("INDEXER_LAB_GIT_SHA") or _run(["git", "-C", str(root), "rev-parse", "HEAD"])
-    dirty = _run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"])
+    sha, dirty = git_state()
+    sha = os.environ.get("INDEXER_LAB_GIT_SHA") or sha
     info = {
         "date_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "command": os.environ.get("H200_CHECK_COMMAND") or args_command,
         "git_sha": sha or "unknown",
-        "git_dirty": bool(dirty) if dirty is not None else None,
+        "git_dirty": dirty,
         "host": platform.node(),
         "python": platform.python_version(),
         "torch": torch.__version__,

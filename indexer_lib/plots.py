@@ -13,6 +13,7 @@ import json
 import re
 from pathlib import Path
 
+import matplotlib
 import numpy as np
 from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
@@ -144,15 +145,10 @@ def frontier_curves(frame, strategy: str = "vllm", budgets_mb=None,
     fig = Figure(figsize=(7.5, 4.8), layout="constrained")
     ax = fig.subplots()
     isls = sorted(data["isl"].unique())
-    colours = {}
-    import matplotlib
-
-    cmap = matplotlib.colormaps[CMAP]
     curves = [("n-only", None)] if "n-only" in set(data["strategy"]) else []
     budgets = budgets_mb if budgets_mb is not None else sorted(data["budget_mb"].unique())
     curves += [(strategy, b) for b in budgets]
-    for k, (s, b) in enumerate(curves):
-        colours[(s, b)] = cmap(k / max(1, len(curves) - 1) * 0.9)
+    colours = _strategy_colours(curves)  # one colour per (strategy, budget) curve
     for (s, b), colour in colours.items():
         for mode in [m for m in ("model", "trace", "measure") if m in set(data["mode"])]:
             rows = data[(data["strategy"] == s) & (data["mode"] == mode)]
@@ -196,12 +192,8 @@ def chunk_overhead(table, measured=None, steps=None) -> Figure:
     steps = steps or list(dict.fromkeys(data["step"]))
     fig = Figure(figsize=(3.6 * len(steps) + 1, 6.4), layout="constrained")
     axes = fig.subplots(2, len(steps), squeeze=False, sharex=True)
-    import matplotlib
-
     strategies = list(dict.fromkeys(data["strategy"]))
-    cmap = matplotlib.colormaps[CMAP]
-    colour = {s: cmap(k / max(1, len(strategies) - 1) * 0.9) for k, s in enumerate(strategies)}
-    markers = dict(zip(strategies, "osD^v<>"))
+    colour, markers = _strategy_colours(strategies), _strategy_markers(strategies)
     for col, step in enumerate(steps):
         for source in ("modelled", "measured"):
             mode = "model" if source == "modelled" else "measure"
@@ -244,8 +236,6 @@ def strategy_comparison(table, title_detail: str = "") -> Figure:
     axes = fig.subplots(1, 4)
     names = list(table["strategy"])
     x = np.arange(len(names))
-    import matplotlib
-
     cmap = matplotlib.colormaps[CMAP]
     word = _modes_word(table)
     axes[0].bar(x, table["peak_transient_bytes"] / GIB, color=cmap(0.2),
@@ -294,11 +284,12 @@ def save(fig: Figure, out_dir: str | Path, name: str, params: dict) -> list[Path
     return [png, svg]
 
 
-def _figure_png(fig: Figure) -> bytes:
+def figure_png(fig: Figure, dpi: int = 100, tight: bool = True) -> bytes:
+    """The figure as PNG bytes (``tight``: cropped to what is drawn)."""
     import io
 
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight" if tight else None)
     return buf.getvalue()
 
 
@@ -325,7 +316,7 @@ def show_in_ipython(shell=None) -> bool:
     try:
         png.lookup_by_type(Figure)
     except KeyError:
-        png.for_type(Figure, _figure_png)
+        png.for_type(Figure, figure_png)
     return True
 
 
@@ -333,11 +324,13 @@ show_in_ipython()
 
 
 def _strategy_colours(names) -> dict:
-    import matplotlib
-
     cmap = matplotlib.colormaps[CMAP]
     names = list(dict.fromkeys(names))
     return {s: cmap(k / max(1, len(names) - 1) * 0.9) for k, s in enumerate(names)}
+
+
+def _strategy_markers(names) -> dict:
+    return dict(zip(dict.fromkeys(names), "osD^v<>"))
 
 
 def reserved_growth(frame, title_detail: str = "") -> Figure:
@@ -348,7 +341,7 @@ def reserved_growth(frame, title_detail: str = "") -> Figure:
     fig = Figure(figsize=(11, 4.4), layout="constrained")
     ax_r, ax_gap = fig.subplots(1, 2)
     colours = _strategy_colours(frame["strategy"])
-    markers = dict(zip(colours, "osD^v<>"))
+    markers = _strategy_markers(colours)
     for (strategy, mode), rows in frame.groupby(["strategy", "mode"], sort=False):
         rows = rows.sort_values("context_len")
         x = (rows["context_len"] + rows["query_len"]) / 1024
@@ -414,7 +407,7 @@ def auto_candidates(candidates, free_bytes: int, title_detail: str = "") -> Figu
     fig = Figure(figsize=(11, 4.4), layout="constrained")
     ax_t, ax_m = fig.subplots(1, 2)
     colours = _strategy_colours(candidates["strategy"])
-    markers = dict(zip(colours, "osD^v<>"))
+    markers = _strategy_markers(colours)
     for strategy, rows in candidates.groupby("strategy", sort=False):
         rows = rows.sort_values("budget_mb")
         kw = dict(color=colours[strategy], marker=markers[strategy], linestyle="--")

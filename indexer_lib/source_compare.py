@@ -27,12 +27,16 @@ def first_difference(a: list, b: list) -> int | None:
     return None
 
 
+def step_shape(reqs) -> tuple[int, int]:
+    """(M, N) of a step's (context, query) requests: query rows and KV tokens."""
+    return sum(q for _, q in reqs), sum(c + q for c, q in reqs)
+
+
 def worst_shape(records) -> tuple[int, int, int]:
     """(M, N, M*N) of the step with the largest M*N."""
     best = (0, 0, 0)
     for _, _, _, reqs in records:
-        m = sum(q for _, q in reqs)
-        n = sum(c + q for c, q in reqs)
+        m, n = step_shape(reqs)
         if m * n > best[2]:
             best = (m, n, m * n)
     return best
@@ -56,8 +60,7 @@ class SourceComparison:
         rows = []
         for source, records in (("simulator", self.simulator), ("vllm", self.vllm)):
             for step, decode, _, reqs in records:
-                m = sum(q for _, q in reqs)
-                n = sum(c + q for c, q in reqs)
+                m, n = step_shape(reqs)
                 rows.append({"source": source, "step": step, "prefill_requests": len(reqs),
                              "decode": decode, "rows": m, "kv_tokens": n, "m_times_n": m * n})
         return pd.DataFrame(rows)

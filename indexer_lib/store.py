@@ -109,8 +109,7 @@ class ResultStore:
                 self._load_journal()
             else:
                 self._create_journal()
-            self._fd = os.open(self.journal, os.O_WRONLY | os.O_APPEND)
-            self._size = os.fstat(self._fd).st_size
+            self._open_append()
             self._last_sync = time.monotonic()
         except BaseException:
             self.close()
@@ -135,6 +134,10 @@ class ResultStore:
         if self._lock_fd is not None:
             os.close(self._lock_fd)  # closing releases the flock
             self._lock_fd = None
+
+    def _open_append(self) -> None:
+        self._fd = os.open(self.journal, os.O_WRONLY | os.O_APPEND)
+        self._size = os.fstat(self._fd).st_size
 
     def _lock(self) -> None:
         self._lock_fd = os.open(self.lockfile, os.O_RDWR | os.O_CREAT, 0o644)
@@ -169,25 +172,24 @@ class ResultStore:
         import pyarrow.parquet as pq
 
         try:
-            meta = pq.read_schema(self.path).metadata or {}
+            schema = pq.read_schema(self.path)
         except Exception as e:  # pyarrow raises several kinds for a damaged file
             raise StoreError(f"{self.path} is not a readable Parquet file ({e}): "
                              "left as it is (move it away or choose another output)") from None
-        raw = meta.get(PARQUET_KEY)
+        raw = (schema.metadata or {}).get(PARQUET_KEY)
         try:
             found = json.loads(raw) if raw else None
         except ValueError:
             found = None
         if found is None and {b"mode", b"strategy", b"budget_mb"} <= set(
-                name.encode() for name in pq.read_schema(self.path).names):
+                name.encode() for name in schema.names):
             # indexer-lab's tables from before the store carried a header
             found = {"kind": JOURNAL_KIND, "schema": 0}
         self._check_header(found, str(self.path))
         if not self.journal.exists():
             # a finished table whose journal was removed: its rows are done work
             self._create_journal()
-            self._fd = os.open(self.journal, os.O_WRONLY | os.O_APPEND)
-            self._size = os.fstat(self._fd).st_size
+            self._open_append()
             sync_seconds, self.sync_seconds = self.sync_seconds, float("inf")  # one fsync below
             try:
                 task, rows = None, []
@@ -287,9 +289,6 @@ class ResultStore:
         for t in (order if order is not None else list(self.done)):
             if t in self.done:
                 yield from self.task_rows(t)
-
-    def rows(self, order=None) -> list[dict]:
-        return list(self.iter_rows(order))
 
     def compact(self, order=None, to_frame=None, row_group_rows: int = ROW_GROUP_ROWS) -> Path:
         """Write the journal's rows (in ``order``: task ids, an iterable that can be

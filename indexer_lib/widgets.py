@@ -7,8 +7,6 @@ data behind them, so tests need no browser.
 """
 from __future__ import annotations
 
-import io
-
 import ipywidgets as w
 
 from . import plots, sweep
@@ -17,9 +15,8 @@ from .shapes import MODELS
 
 
 def figure_png(fig) -> bytes:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90)
-    return buf.getvalue()
+    """A dashboard's figure as PNG: smaller, and the same size whatever is drawn."""
+    return plots.figure_png(fig, dpi=90, tight=False)
 
 
 class FrontierDashboard:

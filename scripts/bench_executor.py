@@ -16,17 +16,12 @@ import torch
 from indexer_lib.frontier import prefill_batches
 from indexer_lib.inputs import make_inputs
 from indexer_lib.memory import memory_report
-from indexer_lib.metadata import chunk_runs
 from indexer_lib.plan import STRATEGIES, make_plan
 from indexer_lib.prefill import execute
 from indexer_lib.shapes import MIB, get_model
+from indexer_lib.timemodel import chunk_useful_elements
 from indexer_lib.tracer import trace
 from indexer_lib.workload import ClosedLoopWorkload, SchedulerConfig, StepBatch
-
-
-def useful_logits(plan, chunk) -> int:
-    """Logits the rows really read: sum of ke - ks."""
-    return sum(r.rows * r.first_len + r.rows * (r.rows - 1) // 2 for r in chunk_runs(plan.batch, chunk))
 
 
 def bench_cpu_chunks() -> None:
@@ -43,7 +38,7 @@ def bench_cpu_chunks() -> None:
     print(f"{'chunk':>5} {'rows':>5} {'width':>6} {'gather':>6} {'useful logits':>13} {'ms':>8} "
           f"{'GFLOP/s':>8}")
     for chunk, run in zip(plan.chunks, result.chunks):
-        useful = useful_logits(plan, chunk)
+        useful = chunk_useful_elements(chunk, plan.batch)  # logits the rows read: sum of ke - ks
         flops = 2 * model.index_heads * model.head_dim * useful
         print(f"{run.index:>5} {run.rows:>5} {run.width:>6} {'yes' if run.gather else 'no':>6} "
               f"{useful:>13} {run.seconds * 1e3:>8.1f} {flops / run.seconds / 1e9:>8.1f}")
