@@ -48,6 +48,17 @@ def naive_row_logits(inputs, b: int, i: int, k64=None, dots=None) -> np.ndarray:
     return (acc * scale).astype(np.float32)
 
 
+def causal_windows(seq_lens, query_lens) -> tuple[list[int], list[int]]:
+    """(ks, ke) of every query row of requests laid out back to back in one workspace:
+    row i of a request with context c sees c + i + 1 columns from the request's start."""
+    ks, ke, cu = [], [], 0
+    for s, ql in zip(seq_lens, query_lens):
+        ks += [cu] * ql
+        ke += [cu + s - ql + i + 1 for i in range(ql)]
+        cu += s
+    return ks, ke
+
+
 def rank(values: np.ndarray, k: int) -> np.ndarray:
     """Indices of the k largest values, equal values by ascending index, -1 padded."""
     order = np.lexsort((np.arange(values.size), -values.astype(np.float64)))[:k]

@@ -5,15 +5,11 @@ import pytest
 import torch
 
 from fake_deepgemm import exact_logits, install, make_fake
+from naive_indexer import causal_windows, rank
 from indexer_lib.kernels import deepgemm as dg
 from indexer_lib.kernels import topk as topk_mod
 from indexer_lib.plan import make_plan
 from indexer_lib.workload import StepBatch
-
-
-@pytest.fixture(autouse=True)
-def _no_env_override(monkeypatch):
-    monkeypatch.delenv(dg.RULES_ENV, raising=False)
 
 
 def chunk_inputs(seq_lens, query_lens, heads=64, d=128, seed=0):
@@ -25,13 +21,7 @@ def chunk_inputs(seq_lens, query_lens, heads=64, d=128, seed=0):
     k = (torch.randn(n, d, generator=g) * 2).to(torch.float8_e4m3fn)
     k_scale = torch.exp2(torch.randint(-6, 0, (n,), generator=g).to(torch.float32))
     weights = torch.randn(m, heads, generator=g) / heads
-    ks, ke, cu = [], [], 0
-    for s, ql in zip(seq_lens, query_lens):
-        ctx = s - ql
-        for i in range(ql):
-            ks.append(cu)
-            ke.append(cu + ctx + i + 1)
-        cu += s
+    ks, ke = causal_windows(seq_lens, query_lens)
     return q, k, k_scale, weights, torch.tensor(ks, dtype=torch.int32), torch.tensor(ke, dtype=torch.int32)
 
 
@@ -40,8 +30,7 @@ def brute_topk(values: torch.Tensor, ks, ke, k: int, compressed: bool):
     for i in range(values.shape[0]):
         a, b = int(ks[i]), int(ke[i])
         row = values[i, : b - a] if compressed else values[i, a:b]
-        order = sorted(range(b - a), key=lambda j: (-float(row[j]), j))[:k]
-        out[i, : len(order)] = torch.tensor(order, dtype=torch.int32)
+        out[i] = torch.from_numpy(rank(row.numpy(), k))
     return out
 
 

@@ -9,8 +9,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from fake_deepgemm import install, make_fake
 from indexer_lib import devicecheck as dc
 
@@ -76,17 +74,16 @@ def test_a_failing_stage_is_recorded_and_the_next_runs(tmp_path, monkeypatch):
 def test_stages_stop_at_their_time_limit(tmp_path, monkeypatch):
     def slow(ctx):
         rows = []
-        while True:
+        for _ in range(1000):  # 10 s at most: a limit that never stops the stage fails here
             ctx.clock.check()
             rows.append({"status": "ok"})
             time.sleep(0.01)
+        raise AssertionError("the stage ran on past its time limit")
 
     monkeypatch.setitem(dc.STAGE_FUNCS, "timing", slow)
     cfg = dc.dry_run_config()
     cfg.stage_seconds["timing"] = 0.2
-    t0 = time.monotonic()
     summary = dc.run(cfg, tmp_path, stages=("timing",), seed=1)
-    assert time.monotonic() - t0 < 5
     assert summary["stages"]["timing"]["status"] == "partial: stage time limit reached"
     # the run's total bounds every stage too
     summary = dc.run(dc.dry_run_config(), tmp_path, stages=("timing",), seed=1, total_seconds=0.2)
@@ -111,7 +108,6 @@ def test_oom_is_recognised_across_bindings():
 
 def test_deepgemm_path_end_to_end_with_a_fake_build(tmp_path, monkeypatch):
     """The device script's deepgemm path on the CPU: probe, correctness, memory via the executor."""
-    monkeypatch.delenv("INDEXER_LAB_DEEPGEMM_RULES", raising=False)
     install(monkeypatch, make_fake("fp8_fp4", "2.6", version="2.6.0"))
     summary = dc.run(dc.dry_run_config(), tmp_path, backend_name="deepgemm",
                      stages=("probe", "correctness", "memory"), seed=5)

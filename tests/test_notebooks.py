@@ -61,30 +61,6 @@ def test_overhead_without_measurements_says_modelled(ci_run):
     assert "every time below is modelled" in nb
 
 
-def test_runner_rejects_a_bad_parameter_before_any_kernel(tmp_path):
-    bad = tmp_path / "bad.yaml"
-    bad.write_text("notebooks:\n  01_oom_frontier:\n    concurrency: [-4]\n")
-    proc = subprocess.run([sys.executable, str(RUNNER), str(bad), "--results", str(tmp_path)],
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2
-    assert proc.stderr.strip() == ("run_notebooks: parameter error: 01_oom_frontier.ipynb "
-                                   "parameter 'concurrency' = -4: must be > 0")
-    assert not (tmp_path / "bad").exists()
-
-
-def test_notebook_stops_at_its_parameters_cell(tmp_path):
-    """Run by papermill directly (no runner): the check cell stops with one clear line."""
-    import papermill as pm
-
-    with pytest.raises(pm.PapermillExecutionError) as e:
-        pm.execute_notebook(REPO / "notebooks" / "03_strategies.ipynb", tmp_path / "out.ipynb",
-                            parameters={"strategy": "vllm", "output_dir": str(tmp_path)},
-                            cwd=str(REPO / "notebooks"), progress_bar=False)
-    assert e.value.ename == "ParameterError"
-    assert e.value.evalue.startswith("03_strategies.ipynb parameter 'strategy': unknown name")
-    assert not (tmp_path / "tables").exists()  # stopped before any work
-
-
 def test_frontier_notebook_shows_the_simulator_next_to_vllm(ci_run):
     from indexer_lib import vllm_source
 

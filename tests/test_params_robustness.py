@@ -72,7 +72,8 @@ def test_the_runner_as_a_process_exits_non_zero(tmp_path):
 
 
 # papermill directly (a kernel each): one case of each kind, across the notebooks
-KERNEL_CASES = [CASES[0], CASES[1], CASES[2], CASES[10], CASES[4], CASES[11], CASES[13]]
+KERNEL_CASES = [CASES[0], CASES[1], CASES[2], CASES[10], CASES[4], CASES[11], CASES[13],
+                ("03_strategies", "strategy", "vllm", "unknown name")]
 
 
 @pytest.mark.parametrize("notebook, name, value, rule", KERNEL_CASES)

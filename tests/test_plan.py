@@ -8,6 +8,7 @@ from indexer_lib.plan import KV_SPLIT_ALIGN, STRATEGIES, make_plan, merged_chunk
 from indexer_lib.shapes import get_model
 from indexer_lib.shapes import MIB
 from indexer_lib.workload import PrefillRequest, StepBatch
+from naive_indexer import causal_windows
 
 BUDGETED = [s for s in STRATEGIES if s != "n-only"]
 
@@ -23,12 +24,8 @@ versions = st.sampled_from([v for v in DEEPGEMM_RULES if DEEPGEMM_RULES[v].full_
 def row_windows(batch, chunk):
     """(ks, ke) of every row of a chunk, in the chunk's own workspace columns."""
     reqs = batch.requests[chunk.requests[0]:chunk.requests[1]]
-    windows, cu = [], 0
-    for r in reqs:
-        for i in range(r.query_len):
-            windows.append((cu, cu + r.context_len + i + 1))
-        cu += r.seq_len
-    return windows[chunk.rows[0]:chunk.rows[1]]
+    ks, ke = causal_windows([r.seq_len for r in reqs], [r.query_len for r in reqs])
+    return list(zip(ks, ke))[chunk.rows[0]:chunk.rows[1]]
 
 
 def row_groups(plan):

@@ -6,17 +6,19 @@ import torch
 
 from indexer_lib.kernels.checks import InputCheckError, check_mqa_logits_inputs, check_tma_alignment
 from indexer_lib.kernels.topk import topk_temporaries_bytes, window_topk
+from naive_indexer import causal_windows, rank
 
 
 def brute(values: torch.Tensor, lo, hi, k: int, offset):
-    """The contract, one row at a time in plain Python."""
-    out = []
+    """The contract, one row at a time: the naive ranking of columns [lo, hi), as
+    indices relative to ``offset``."""
+    out = torch.full((values.shape[0], k), -1, dtype=torch.int32)
     for i in range(values.shape[0]):
-        cols = list(range(int(lo[i]), int(hi[i])))
-        cols.sort(key=lambda j: (-float(values[i, j]), j))
-        row = [j - int(offset[i]) for j in cols[:k]]
-        out.append(row + [-1] * (k - len(row)))
-    return torch.tensor(out, dtype=torch.int32).view(values.shape[0], k)
+        a = int(lo[i])
+        order = rank(values[i, a:int(hi[i])].numpy(), k)
+        found = order >= 0
+        out[i, torch.from_numpy(found)] = torch.from_numpy(order[found] + a - int(offset[i]))
+    return out
 
 
 def windows(m, width, g):
@@ -251,11 +253,8 @@ def test_agrees_with_the_reference_backend(seed, compressed):
     g = torch.Generator().manual_seed(seed)
     # two requests back to back, causal windows, values from a few levels (ties everywhere)
     seq, qlen = [70, 50], [30, 50]
-    ks, ke, cu = [], [], 0
-    for s, ql in zip(seq, qlen):
-        ks += [cu] * ql
-        ke += [cu + s - ql + i + 1 for i in range(ql)]
-        cu += s
+    ks, ke = causal_windows(seq, qlen)
+    cu = sum(seq)
     ks_t, ke_t = torch.tensor(ks, dtype=torch.int32), torch.tensor(ke, dtype=torch.int32)
     m = len(ks)
     width = max(e - b for b, e in zip(ks, ke)) if compressed else cu

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -74,7 +73,7 @@ NOTEBOOKS = ("01_oom_frontier", "02_chunk_overhead", "03_strategies", "04_beyond
 
 
 @pytest.fixture(scope="session")
-def notebook_parameters(tmp_path_factory):
+def notebook_parameters():
     """The CI parameters (notebooks/params/ci.yaml), checked by the headless runner's
     own code; the dashboard on; outputs inside the server's root."""
     runner = _runner()
@@ -95,9 +94,7 @@ def lab(browser_tools, tmp_path_factory, notebook_parameters):
 
     server = LabServer(tmp_path_factory.mktemp("jupyterlab"))
     prepare_notebooks(server.root, notebook_parameters)
-    start = time.perf_counter()
     server.start()
-    server.start_seconds = time.perf_counter() - start
     try:
         yield server
     finally:
