@@ -19,12 +19,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from indexer_lib.auto import DEFAULT_BUDGETS_MB, choose, evaluate_candidates  # noqa: E402
-from indexer_lib.frontier import Schedule, prefill_batches  # noqa: E402
+from indexer_lib.study.auto import DEFAULT_BUDGETS_MB, choose, evaluate_candidates  # noqa: E402
+from indexer_lib.study.frontier import Schedule, prefill_batches  # noqa: E402
 from indexer_lib.memory import memory_report  # noqa: E402
 from indexer_lib.plan import STRATEGIES, make_plan  # noqa: E402
 from indexer_lib.shapes import MIB, get_model  # noqa: E402
-from indexer_lib.timemodel import TimeModel  # noqa: E402
+from indexer_lib.study.timemodel import TimeModel  # noqa: E402
 from indexer_lib.workload import ClosedLoopWorkload, SchedulerConfig, StepBatch  # noqa: E402
 
 MODEL = "glm-5"

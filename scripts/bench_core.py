@@ -12,7 +12,7 @@ import os
 import statistics
 import time
 
-from indexer_lib.frontier import FrontierGrid, frontier_rows, prefill_batches
+from indexer_lib.study.frontier import FrontierGrid, frontier_rows, prefill_batches
 from indexer_lib.plan import STRATEGIES, make_plan
 from indexer_lib.shapes import MIB
 from indexer_lib.workload import ClosedLoopWorkload, PrefillRequest, SchedulerConfig, StepBatch

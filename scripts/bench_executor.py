@@ -13,14 +13,14 @@ import time
 
 import torch
 
-from indexer_lib.frontier import prefill_batches
-from indexer_lib.inputs import make_inputs
+from indexer_lib.study.frontier import prefill_batches
+from indexer_lib.run.inputs import make_inputs
 from indexer_lib.memory import memory_report
 from indexer_lib.plan import STRATEGIES, make_plan
-from indexer_lib.prefill import execute
+from indexer_lib.run.executor import execute
 from indexer_lib.shapes import MIB, get_model
-from indexer_lib.timemodel import chunk_useful_elements
-from indexer_lib.tracer import trace
+from indexer_lib.study.timemodel import chunk_useful_elements
+from indexer_lib.run.tracer import trace
 from indexer_lib.workload import ClosedLoopWorkload, SchedulerConfig, StepBatch
 
 

@@ -3,7 +3,7 @@
     .venv/bin/python scripts/bench_scheduler.py [--repeat 3] [--quick]
 
 Per scenario of issue 8 (sync and async), measured in one run: vLLM's Scheduler /
-AsyncScheduler driven closed-loop by ``indexer_lib.vllm_source`` (building the
+AsyncScheduler driven closed-loop by ``indexer_lib.workload.vllm_scheduler`` (building the
 scheduler included, importing vLLM not: that is paid once, printed apart) and
 ``indexer_lib.workload.simulate``; best of ``--repeat`` runs each, and the ratio.
 The simulator should be at least 10x faster: that is why sweeps default to it.
@@ -44,15 +44,15 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     repeat = 1 if args.quick else max(1, args.repeat)
 
-    from indexer_lib import vllm_source
+    from indexer_lib.workload import vllm_scheduler
 
     start = time.perf_counter()
     try:
-        vllm_source.vllm_modules()
-    except vllm_source.VllmUnavailable as e:
+        vllm_scheduler.vllm_modules()
+    except vllm_scheduler.VllmUnavailable as e:
         print(f"bench_scheduler: {e}", file=sys.stderr)
         return 2
-    print(f"vLLM {vllm_source.vllm_version()}: import {time.perf_counter() - start:.1f} s "
+    print(f"vLLM {vllm_scheduler.vllm_version()}: import {time.perf_counter() - start:.1f} s "
           f"(once, not in the figures); best of {repeat} run(s) per cell")
     print(f"{'scenario':<17} {'mode':<5} {'steps':>6} {'vLLM s':>8} {'simulator s':>12} "
           f"{'ratio':>8}  goal >= {GOAL:g}x")
@@ -60,7 +60,7 @@ def main(argv=None) -> int:
     for name, workload, settings in SCENARIOS:
         for async_scheduling in ((False,) if args.quick else (False, True)):
             config = SchedulerConfig(**settings, async_scheduling=async_scheduling)
-            t_vllm, n_vllm = best_time(lambda: vllm_source.schedule(workload, config), repeat)
+            t_vllm, n_vllm = best_time(lambda: vllm_scheduler.schedule(workload, config), repeat)
             t_sim, n_sim = best_time(lambda: simulate(workload, config), repeat)
             if n_vllm != n_sim:
                 print(f"{name}: {n_vllm} steps from vLLM, {n_sim} from the simulator", file=sys.stderr)

@@ -27,7 +27,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--skip-notebooks", action="store_true")
     args = parser.parse_args()
-    from indexer_lib import sweep
+    from indexer_lib.study import sweep
 
     print(f"cores: {os.cpu_count()}, python {sys.version.split()[0]}")
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The one-shot H200 measurement (indexer_lib/devicecheck.py), one command:
+# The one-shot H200 measurement (indexer_lib/cli/devicecheck/), one command:
 #
 #   bash scripts/h200_check.sh              # on the H200: wheels from .whl/ if present, else the installed deep_gemm
 #   bash scripts/h200_check.sh --dry-run    # anywhere: reference backend on the CPU, tiny shapes
@@ -51,4 +51,4 @@ if [ "$dry" = 0 ]; then
     export DEEPGEMM_SOURCE
 fi
 
-timeout --signal=INT --kill-after=15 "${H200_CHECK_SECONDS:-450}" "$py" -m indexer_lib.devicecheck "$@"
+timeout --signal=INT --kill-after=15 "${H200_CHECK_SECONDS:-450}" "$py" -m indexer_lib.cli.devicecheck "$@"

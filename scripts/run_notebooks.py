@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parent.parent
 NOTEBOOKS = REPO / "notebooks"
 sys.path.insert(0, str(REPO))  # run from a checkout without installing, too
 
-from indexer_lib.params import SPECS, ParameterError, check_together, check_values  # noqa: E402
+from indexer_lib.notebook.params import SPECS, ParameterError, check_together, check_values  # noqa: E402
 
 
 def notebook_defaults(name: str) -> dict:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from indexer_lib.kernels.deepgemm import RULES_ENV
+from indexer_lib.run.kernels.deepgemm import RULES_ENV
 
 
 @pytest.fixture(autouse=True)

@@ -1,6 +1,6 @@
 """An emulated CUDA device for measure mode on a CPU (tests): the real executor runs
 on ``meta`` tensors (nothing computed or stored), and every storage it creates goes
-through a model of PyTorch's caching allocator (``indexer_lib.allocator``) with a
+through a model of PyTorch's caching allocator (``indexer_lib.memory.allocator``) with a
 capacity: past it, the allocation raises ``torch.OutOfMemoryError`` inside the
 executor, as cudaMalloc failing would.  Freed tensors stay reserved until
 ``empty_cache``, so a measurer that leaks tensors or never empties the cache shows
@@ -11,10 +11,10 @@ import time
 import weakref
 
 import torch
-from indexer_lib.allocator import CachingAllocatorModel
-from indexer_lib.inputs import make_inputs
-from indexer_lib.prefill import execute
-from indexer_lib.tracer import AllocationTracker
+from indexer_lib.memory.allocator import CachingAllocatorModel
+from indexer_lib.run.inputs import make_inputs
+from indexer_lib.run.executor import execute
+from indexer_lib.run.tracer import AllocationTracker
 
 GIB = 2**30
 
@@ -37,7 +37,7 @@ class _Allocations(AllocationTracker):
 
 
 class EmulatedCuda:
-    """The device layer ``sweep.Measurer`` expects (see indexer_lib.measure_device)."""
+    """The device layer ``sweep.Measurer`` expects (see indexer_lib.run.device)."""
 
     def __init__(self, capacity_bytes: int, name: str = "emulated CUDA (meta + allocator model)"):
         self.capacity = capacity_bytes

@@ -1,7 +1,7 @@
 """The caching-allocator model on allocation sequences traced by hand."""
 import pytest
 
-from indexer_lib.allocator import MB, CachingAllocatorModel, replay, round_size, segment_size
+from indexer_lib.memory.allocator import MB, CachingAllocatorModel, replay, round_size, segment_size
 
 
 def test_sizes_round_to_512_bytes_and_segments_by_pool():

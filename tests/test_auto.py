@@ -1,12 +1,12 @@
 """auto: the fastest strategy and budget that never OOMs, by the models."""
 import pytest
 
-from indexer_lib.auto import recommend
-from indexer_lib.frontier import prefill_batches
+from indexer_lib.study.auto import recommend
+from indexer_lib.study.frontier import prefill_batches
 from indexer_lib.memory import memory_report
 from indexer_lib.plan import make_plan
 from indexer_lib.shapes import GIB, budget_bytes_from_mb
-from indexer_lib.timemodel import TimeModel
+from indexer_lib.study.timemodel import TimeModel
 from indexer_lib.workload import ClosedLoopWorkload, SchedulerConfig
 
 SCHED = SchedulerConfig(long_prefill_token_threshold=256)

@@ -5,14 +5,14 @@ import json
 
 import pytest
 
-from indexer_lib import sweep
-from indexer_lib.auto import choose, evaluate_candidates, recommend
-from indexer_lib.budget_policy import FreshPolicy, SglangPolicy, run_policy
+from indexer_lib.study import sweep
+from indexer_lib.study.auto import choose, evaluate_candidates, recommend
+from indexer_lib.study.budget_policy import FreshPolicy, SglangPolicy, run_policy
 from indexer_lib.cli import main
-from indexer_lib.frontier import FrontierGrid, Schedule, frontier_rows, prefill_batches
-from indexer_lib.params import ParameterError, check_values
+from indexer_lib.study.frontier import FrontierGrid, Schedule, frontier_rows, prefill_batches
+from indexer_lib.notebook.params import ParameterError, check_values
 from indexer_lib.shapes import GIB, get_gpu
-from indexer_lib.timemodel import TimeModel
+from indexer_lib.study.timemodel import TimeModel
 from indexer_lib.workload import ClosedLoopWorkload, SchedulerConfig, StepBatch
 
 BEYOND = ("kv-split", "fixed-shape")
@@ -91,7 +91,7 @@ def test_cli_auto_bad_input_is_one_line_exit_2(argv, message, capsys):
 
 
 def test_auto_dashboard_follows_free_memory_and_deployment():
-    from indexer_lib.widgets import AutoDashboard
+    from indexer_lib.notebook.widgets import AutoDashboard
 
     deployments = {"small": ([ClosedLoopWorkload(8, 4096, 8)], 2.63),
                    "long": ([ClosedLoopWorkload(2, 32_768, 8)], 1.0)}

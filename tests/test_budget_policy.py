@@ -1,7 +1,7 @@
 """Budget policies on a schedule whose free memory shrinks."""
 import pytest
 
-from indexer_lib.budget_policy import (FixedPolicy, FreshPolicy, SglangPolicy, run_policy,
+from indexer_lib.study.budget_policy import (FixedPolicy, FreshPolicy, SglangPolicy, run_policy,
                                        shrinking_free_memory)
 from indexer_lib.shapes import GIB, MIB, get_gpu
 from indexer_lib.workload import StepBatch

@@ -6,8 +6,8 @@ import torch
 
 from fake_deepgemm import exact_logits, install, make_fake
 from naive_indexer import causal_windows, rank
-from indexer_lib.kernels import deepgemm as dg
-from indexer_lib.kernels import topk as topk_mod
+from indexer_lib.run.kernels import deepgemm as dg
+from indexer_lib.memory.topk_bytes import rows_per_block
 from indexer_lib.plan import make_plan
 from indexer_lib.workload import StepBatch
 
@@ -217,7 +217,7 @@ def test_temporaries_bytes_counts_topk(monkeypatch):
                      **be.plan_options("vllm"))
     chunk = plan.chunks[0]
     t = be.temporaries_bytes(plan, chunk, 2048)
-    rows = topk_mod.rows_per_block(chunk.logits_cols, 2048, be.topk_block_bytes)
+    rows = rows_per_block(chunk.logits_cols, 2048, be.topk_block_bytes)
     assert 1 < rows < chunk.num_rows
     # one block's topk values + indices, the old and new pair while ordering, and the result
     assert t >= rows * 2048 * (2 * (4 + 8) + 8)

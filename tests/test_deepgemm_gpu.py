@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from indexer_lib.inputs import make_inputs
-from indexer_lib.kernels.checks import InputCheckError
-from indexer_lib.metadata import chunk_windows, kv_slots
+from indexer_lib.run.inputs import make_inputs
+from indexer_lib.run.kernels.checks import InputCheckError
+from indexer_lib.run.metadata import chunk_windows, kv_slots
 from indexer_lib.plan import make_plan
 from indexer_lib.workload import StepBatch
 
@@ -23,7 +23,7 @@ def _backend():
     major = torch.cuda.get_device_capability()[0]
     if major not in (9, 10):
         pytest.skip(f"SM{major}0 GPU: DeepGEMM's MQA-logits kernels need SM90 or SM100")
-    from indexer_lib.kernels.deepgemm import DeepGemmBackend, DeepGemmUnavailable
+    from indexer_lib.run.kernels.deepgemm import DeepGemmBackend, DeepGemmUnavailable
 
     try:
         return DeepGemmBackend()
@@ -51,7 +51,7 @@ def _chunk(model, query_lens, seq_lens, seed):
 
 @pytest.mark.parametrize("model", ["deepseek-v3.2", "glm-5"])
 def test_padding_is_what_the_backend_claims(backend, model):
-    from indexer_lib.kernels.deepgemm import probe_padding
+    from indexer_lib.run.kernels.deepgemm import probe_padding
     from indexer_lib.shapes import get_model
 
     res = probe_padding(backend, get_model(model).index_heads)
@@ -62,7 +62,7 @@ def test_padding_is_what_the_backend_claims(backend, model):
 @pytest.mark.parametrize("compressed", [False, True])
 @pytest.mark.parametrize("seed", [0, 1])
 def test_logits_and_topk_match_the_reference(backend, compressed, seed):
-    from indexer_lib.kernels.reference import ReferenceBackend
+    from indexer_lib.run.kernels.reference import ReferenceBackend
 
     if compressed and not backend.supports_compressed or not compressed and not backend.supports_full:
         pytest.skip(f"DeepGEMM {backend.info.version} has no {'compressed' if compressed else 'full'} layout")
@@ -95,7 +95,7 @@ def test_misaligned_k_scale_is_a_clear_error_not_a_driver_error(backend):
 
 
 def test_executor_runs_every_strategy(backend):
-    from indexer_lib.prefill import execute
+    from indexer_lib.run.executor import execute
 
     batch = StepBatch.from_lengths([512, 256], [2048, 256])
     inputs = make_inputs(batch, "deepseek-v3.2", seed=0, device="cuda")

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from fake_deepgemm import install, make_fake
-from indexer_lib import devicecheck as dc
+from indexer_lib.cli import devicecheck as dc
 
 ROOT = Path(__file__).resolve().parents[1]
 

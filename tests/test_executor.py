@@ -8,11 +8,11 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from indexer_lib.inputs import make_inputs
+from indexer_lib.run.inputs import make_inputs
 from indexer_lib.memory import memory_report
 from indexer_lib.padding import get_rules
 from indexer_lib.plan import FIELD_STRATEGIES, STRATEGIES, make_plan
-from indexer_lib.prefill import execute
+from indexer_lib.run.executor import execute
 from indexer_lib.workload import StepBatch
 
 from naive_indexer import naive_topk

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from indexer_lib.inputs import make_inputs
+from indexer_lib.run.inputs import make_inputs
 from indexer_lib.workload import StepBatch
 
 BATCH = StepBatch.from_lengths([5, 3], [20, 3])

@@ -10,15 +10,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fake_deepgemm import make_fake
-from indexer_lib.inputs import make_inputs
-from indexer_lib.kernels.deepgemm import DeepGemmBackend
-from indexer_lib.kernels.merge import merge_running_topk
+from indexer_lib.run.inputs import make_inputs
+from indexer_lib.run.kernels.deepgemm import DeepGemmBackend
+from indexer_lib.run.kernels.merge import merge_running_topk
 from indexer_lib.memory import memory_report, padded_inputs_bytes
 from indexer_lib.padding import get_rules
 from indexer_lib.plan import KV_SPLIT_ALIGN, make_plan, merged_chunks
-from indexer_lib.prefill import execute
+from indexer_lib.run.executor import execute
 from indexer_lib.shapes import MIB, get_model
-from indexer_lib.tracer import trace
+from indexer_lib.run.tracer import trace
 from indexer_lib.workload import StepBatch
 
 from naive_indexer import naive_row_logits, naive_topk, rank
@@ -216,7 +216,7 @@ def test_deepgemm_fixed_shape_pads_rows_with_empty_windows():
 
 
 def test_column_ranges_count_each_useful_logit_once_in_the_time_model():
-    from indexer_lib.timemodel import chunk_useful_elements
+    from indexer_lib.study.timemodel import chunk_useful_elements
 
     batch = StepBatch.from_lengths([9, 3], [1200, 40])
     useful = sum(r.query_len * r.context_len + r.query_len * (r.query_len + 1) // 2

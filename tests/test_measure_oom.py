@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from fake_cuda import GIB, EmulatedCuda
-from indexer_lib import sweep
+from indexer_lib.study import sweep
 
 # task order: ... c64 x 10K n-only (10 GiB: OOM at 2.63 GiB free), then c64 x 10K vllm
 GRID = sweep.SweepGrid(concurrency=(1, 64), isl=(2048, 10240), budget_mb=(512,),

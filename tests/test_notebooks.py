@@ -62,11 +62,11 @@ def test_overhead_without_measurements_says_modelled(ci_run):
 
 
 def test_frontier_notebook_shows_the_simulator_next_to_vllm(ci_run):
-    from indexer_lib import vllm_source
+    from indexer_lib.workload import vllm_scheduler
 
     out, _ = ci_run
     table = out / "tables" / "01_simulator_vs_vllm.csv"
-    if not vllm_source.vllm_available():
+    if not vllm_scheduler.vllm_available():
         nb = (out / "notebooks" / "01_oom_frontier.ipynb").read_text()
         assert "this comparison is skipped" in nb  # said so, and the notebook went on
         return

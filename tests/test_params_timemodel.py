@@ -4,10 +4,10 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from indexer_lib import timemodel
-from indexer_lib.params import ParameterError, ParameterHandler, check_values
+from indexer_lib.study import timemodel
+from indexer_lib.notebook.params import ParameterError, ParameterHandler, check_values
 from indexer_lib.plan import make_plan
-from indexer_lib.reported import reproductions
+from indexer_lib.study.reported import reproductions
 from indexer_lib.workload import PrefillRequest, StepBatch
 
 

@@ -6,7 +6,7 @@ from matplotlib.figure import Figure
 def test_figures_display_as_png_in_ipython():
     from IPython.core.interactiveshell import InteractiveShell
 
-    from indexer_lib import plots
+    from indexer_lib.notebook import plots
 
     shell = InteractiveShell.instance()
     png = shell.display_formatter.formatters["image/png"]

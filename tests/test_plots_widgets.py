@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from indexer_lib import plots, reported, sweep, tables, timemodel
+from indexer_lib.notebook import plots, tables
+from indexer_lib.study import reported, sweep, timemodel
 
 GRID = sweep.SweepGrid(concurrency=(1, 16, 64), isl=(2048, 10240), budget_mb=(256, 512),
                        strategy=("n-only", "vllm", "causal"))
@@ -96,7 +97,7 @@ def test_markdown_table_pastes():
 
 
 def test_dashboard_controls_update_figure_and_table():
-    from indexer_lib.widgets import FrontierDashboard
+    from indexer_lib.notebook.widgets import FrontierDashboard
 
     dash = FrontierDashboard(concurrency=(1, 16, 64), isl=(2048, 10240), strategy="vllm",
                              budget_mb=512)

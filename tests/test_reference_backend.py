@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from indexer_lib.inputs import make_inputs
-from indexer_lib.kernels import BACKENDS, get_backend
-from indexer_lib.kernels.reference import ReferenceBackend
-from indexer_lib.metadata import chunk_windows
+from indexer_lib.run.inputs import make_inputs
+from indexer_lib.run.kernels import BACKENDS, get_backend
+from indexer_lib.run.kernels.reference import ReferenceBackend
+from indexer_lib.run.metadata import chunk_windows
 from indexer_lib.plan import make_plan
 from indexer_lib.workload import StepBatch
 

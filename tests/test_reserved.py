@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import pytest
 
-from indexer_lib import devicecheck as dc
-from indexer_lib import plots
+from indexer_lib.cli import devicecheck as dc
+from indexer_lib.notebook import plots
 from indexer_lib.memory import memory_report
 from indexer_lib.plan import make_plan
-from indexer_lib.reserved import long_prompt_steps, plan_events, reserved_curve, reserved_table
+from indexer_lib.study.reserved import long_prompt_steps, plan_events, reserved_curve, reserved_table
 from indexer_lib.shapes import GIB, MIB
 
 STEPS = long_prompt_steps(65_536, 8192)

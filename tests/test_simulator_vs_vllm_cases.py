@@ -7,7 +7,7 @@ Records are (prefill rows as (context, query), number of decode requests).
 """
 import pytest
 
-from indexer_lib import vllm_source
+from indexer_lib.workload import vllm_scheduler
 from indexer_lib.workload import ClosedLoopWorkload, SchedulerConfig, simulate
 
 
@@ -21,8 +21,8 @@ def check(workload, config, expected):
     assert trace(simulate(workload, config)) == expected
     steps = list(simulate(workload, config))
     assert [s.step for s in steps] == list(range(len(steps)))  # executed steps, no gaps
-    if vllm_source.vllm_available():
-        assert trace(vllm_source.schedule(workload, config)) == expected, "vLLM disagrees"
+    if vllm_scheduler.vllm_available():
+        assert trace(vllm_scheduler.schedule(workload, config)) == expected, "vLLM disagrees"
 
 
 def test_threshold_keeps_capping_while_a_finished_request_is_still_in_flight():

@@ -16,8 +16,8 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from indexer_lib import sweep
-from indexer_lib.store import PARQUET_KEY, StoreError, _line, _parse
+from indexer_lib.study import sweep
+from indexer_lib.study.store import PARQUET_KEY, StoreError, _line, _parse
 
 SMALL = dict(concurrency=(1, 8, 32), isl=(2048, 10240), budget_mb=(128, 512),
              strategy=("n-only", "vllm", "causal"))
@@ -29,8 +29,8 @@ RESULTS = ["peak_bytes", "peak_transient_bytes", "worst_chunks", "total_chunks",
 CHILD = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from indexer_lib import sweep
-    from indexer_lib.store import StoreError
+    from indexer_lib.study import sweep
+    from indexer_lib.study.store import StoreError
     out, go, pause = sys.argv[1], sys.argv[2], float(sys.argv[3])
     grid = sweep.SweepGrid(concurrency=(1, 8, 32), isl=(2048, 10240), budget_mb=(128, 512),
                            strategy=("n-only", "vllm", "causal"))
@@ -174,7 +174,7 @@ def test_a_result_file_of_another_schema_is_reported_never_overwritten(tmp_path,
 
 BIG = textwrap.dedent("""
     import sys, time
-    from indexer_lib import sweep
+    from indexer_lib.study import sweep
     def status_mib(field):  # this process's own memory (ru_maxrss would count a forking
         # parent's pages: Linux carries the peak across fork and exec)
         for line in open("/proc/self/status"):

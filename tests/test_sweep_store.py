@@ -12,8 +12,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from indexer_lib import frontier, sweep
-from indexer_lib.store import ResultStore, StoreError
+from indexer_lib.study import frontier, sweep
+from indexer_lib.study.store import ResultStore, StoreError
 
 SMALL = dict(concurrency=(1, 8, 32), isl=(2048, 10240), budget_mb=(128, 512),
              strategy=("n-only", "vllm", "causal"))
@@ -52,7 +52,7 @@ def test_restart_skips_done_tasks_and_changes_nothing(tmp_path):
 
 SWEEP_SCRIPT = textwrap.dedent("""
     import sys, time
-    from indexer_lib import sweep
+    from indexer_lib.study import sweep
     grid = sweep.SweepGrid(concurrency=(1, 8, 32), isl=(2048, 10240), budget_mb=(128, 512),
                            strategy=("n-only", "vllm", "causal"))
     # slow each task down so the parent can kill the sweep mid-way

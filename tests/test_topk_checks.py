@@ -4,8 +4,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from indexer_lib.kernels.checks import InputCheckError, check_mqa_logits_inputs, check_tma_alignment
-from indexer_lib.kernels.topk import topk_temporaries_bytes, window_topk
+from indexer_lib.run.kernels.checks import InputCheckError, check_mqa_logits_inputs, check_tma_alignment
+from indexer_lib.memory.topk_bytes import topk_temporaries_bytes
+from indexer_lib.run.kernels.topk import window_topk
 from naive_indexer import causal_windows, rank
 
 
@@ -248,7 +249,7 @@ def test_agrees_with_the_reference_backend(seed, compressed):
     """Same contract as ReferenceBackend.topk, bit for bit, on tie-heavy logits."""
     import numpy as np
 
-    from indexer_lib.kernels.reference import ReferenceBackend
+    from indexer_lib.run.kernels.reference import ReferenceBackend
 
     g = torch.Generator().manual_seed(seed)
     # two requests back to back, causal windows, values from a few levels (ties everywhere)
@@ -269,7 +270,7 @@ def test_agrees_with_the_reference_backend(seed, compressed):
 
 def _live_bytes():
     """Peak bytes of CPU storages created inside the block (the tracer's tracker on cpu)."""
-    from indexer_lib.tracer import AllocationTracker
+    from indexer_lib.run.tracer import AllocationTracker
 
     return AllocationTracker("cpu")
 

@@ -13,11 +13,11 @@ from functools import lru_cache
 import pytest
 import torch
 
-from indexer_lib.frontier import prefill_batches
+from indexer_lib.study.frontier import prefill_batches
 from indexer_lib.memory import memory_report
 from indexer_lib.plan import STRATEGIES, make_plan
 from indexer_lib.shapes import MIB
-from indexer_lib.tracer import AllocationTracker, trace, trace_peak_bytes
+from indexer_lib.run.tracer import AllocationTracker, trace, trace_peak_bytes
 from indexer_lib.workload import ClosedLoopWorkload, SchedulerConfig, StepBatch
 
 

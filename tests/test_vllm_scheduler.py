@@ -21,9 +21,9 @@ from indexer_lib.workload import (
     scheduled_steps,
     simulate,
 )
-from indexer_lib import vllm_source
-from indexer_lib.source_compare import first_difference, step_records as rows
-from indexer_lib.source_compare import worst_shape as worst
+from indexer_lib.workload import vllm_scheduler
+from indexer_lib.workload.compare import first_difference, step_records as rows
+from indexer_lib.workload.compare import worst_shape as worst
 
 IN_CI = os.environ.get("CI", "").lower() in ("true", "1", "yes")
 
@@ -46,15 +46,15 @@ CASES = [pytest.param(w, SchedulerConfig(**kw, async_scheduling=a), id=f"{name} 
 
 @pytest.fixture(scope="module")
 def vllm():
-    if not vllm_source.vllm_available():
+    if not vllm_scheduler.vllm_available():
         try:
-            vllm_source.vllm_modules()
-        except vllm_source.VllmUnavailable as e:
+            vllm_scheduler.vllm_modules()
+        except vllm_scheduler.VllmUnavailable as e:
             reason = str(e)
         if IN_CI:
             pytest.fail(f"CI must run vLLM's scheduler: {reason}", pytrace=False)
         pytest.skip(reason)
-    return vllm_source.vllm_version()
+    return vllm_scheduler.vllm_version()
 
 
 def describe(record) -> str:
@@ -69,7 +69,7 @@ def describe(record) -> str:
 
 @pytest.mark.parametrize("workload, config", CASES)
 def test_simulator_reproduces_vllms_schedule(vllm, workload, config, request, capsys):
-    real = rows(vllm_source.schedule(workload, config))
+    real = rows(vllm_scheduler.schedule(workload, config))
     sim = rows(simulate(workload, config))
     i = first_difference(real, sim)
     name = request.node.callspec.id
@@ -87,7 +87,7 @@ def test_simulator_reproduces_vllms_schedule(vllm, workload, config, request, ca
 
 
 def test_the_vllm_source_gives_the_frontier_its_step_batches(vllm):
-    from indexer_lib.frontier import prefill_batches
+    from indexer_lib.study.frontier import prefill_batches
 
     w = ClosedLoopWorkload(8, 3000, 4)
     c = SchedulerConfig(max_num_batched_tokens=2048, long_prefill_token_threshold=256)
@@ -99,7 +99,7 @@ def test_the_vllm_source_gives_the_frontier_its_step_batches(vllm):
 def test_vllm_refuses_what_it_refuses_with_a_value_error(vllm):
     # vLLM wants max_num_batched_tokens >= max_num_seqs
     with pytest.raises(ValueError, match="vLLM refuses these scheduler settings"):
-        vllm_source.schedule(ClosedLoopWorkload(2, 100), SchedulerConfig(max_num_batched_tokens=16))
+        vllm_scheduler.schedule(ClosedLoopWorkload(2, 100), SchedulerConfig(max_num_batched_tokens=16))
 
 
 # ---- without vLLM (these run everywhere) -----------------------------------------------
@@ -108,16 +108,16 @@ def test_vllm_refuses_what_it_refuses_with_a_value_error(vllm):
 def no_vllm(monkeypatch):
     """Make ``import vllm`` fail, as on a machine without it."""
     monkeypatch.setitem(sys.modules, "vllm", None)
-    vllm_source.vllm_modules.cache_clear()
+    vllm_scheduler.vllm_modules.cache_clear()
     yield
-    vllm_source.vllm_modules.cache_clear()
+    vllm_scheduler.vllm_modules.cache_clear()
 
 
 def test_asking_for_vllm_without_it_says_how_to_install_it(no_vllm):
     w, c = ClosedLoopWorkload(2, 100), SchedulerConfig()
-    with pytest.raises(vllm_source.VllmUnavailable, match="scripts/install_vllm.sh"):
+    with pytest.raises(vllm_scheduler.VllmUnavailable, match="scripts/install_vllm.sh"):
         scheduled_steps(w, c, source="vllm")  # raised at once, not at the first step
-    assert not vllm_source.vllm_available()
+    assert not vllm_scheduler.vllm_available()
     # the simulator does not need it
     assert next(scheduled_steps(w, c)).batch is not None
 
@@ -136,7 +136,7 @@ def test_the_cli_reports_a_missing_vllm_in_one_line(no_vllm, capsys, tmp_path):
 def test_unknown_sources_are_refused():
     with pytest.raises(ValueError, match="workload source 'sglang'"):
         check_source("sglang")
-    from indexer_lib.frontier import FrontierGrid
+    from indexer_lib.study.frontier import FrontierGrid
 
     with pytest.raises(ValueError, match="workload source"):
         FrontierGrid(workload_source="vLLM")

@@ -105,7 +105,7 @@ def wait_for_outputs(lab_page, dash: Dashboard, expected_cells, expected_digest,
 
 
 def test_frontier_dashboard_follows_its_controls(lab_page, notebook_parameters, screenshot_dir):
-    from indexer_lib.widgets import FrontierDashboard
+    from indexer_lib.notebook.widgets import FrontierDashboard
 
     start = time.perf_counter()
     lab_page.open("01_oom_frontier.ipynb")

@@ -1,0 +1,94 @@
+"""``indexer-lab auto``: the strategy and budget with the least modelled indexer time
+over a workload mix and no OOM at any step, printed as a line one can deploy.
+
+    indexer-lab auto --model glm-5 --free-gib 2.63 --workload 64x10240x512 --workload 8x65536x64
+
+A workload is ``CONCURRENCYxISLxOSL`` (optionally ``xSHARED_PREFIX``).  Prints the
+deployable line, the margin to the OOM frontier at the worst step and where the
+time model's constants come from.  Every number is modelled.  Bad input: one line,
+exit status 2.
+"""
+from __future__ import annotations
+
+import json
+
+from .common import UsageError, number_list, str_list
+from ..shapes import MIB, MODELS
+from ..workload import ClosedLoopWorkload, SchedulerConfig
+
+
+def parse_workload(text: str) -> ClosedLoopWorkload:
+    parts = text.lower().split("x")
+    if len(parts) not in (3, 4):
+        raise UsageError(f"--workload {text!r}: expected CONCURRENCYxISLxOSL[xSHARED_PREFIX], "
+                         "e.g. 64x10240x512")
+    try:
+        values = [int(p) for p in parts]
+    except ValueError:
+        raise UsageError(f"--workload {text!r}: every field must be a whole number") from None
+    return ClosedLoopWorkload(*values)
+
+
+def register(subparsers) -> None:
+    from ..study.auto import DEFAULT_BUDGETS_MB
+    from ..padding import DEFAULT_DEEPGEMM_VERSION
+
+    p = subparsers.add_parser("auto", help="choose the fastest strategy and budget that never OOMs "
+                                           "over a workload mix (modelled)")
+    p.add_argument("--model", default="glm-5", help=f"one of {', '.join(MODELS)}")
+    p.add_argument("--free-gib", type=float, required=True,
+                   help="memory free for the indexer's transients at run time (GiB)")
+    p.add_argument("--workload", action="append", required=True,
+                   help="CONCURRENCYxISLxOSL[xSHARED_PREFIX]; repeat for a mix")
+    p.add_argument("--strategies", type=str_list, help="default: every budgeted strategy")
+    p.add_argument("--budgets-mb", type=number_list, default=list(DEFAULT_BUDGETS_MB))
+    p.add_argument("--max-num-batched-tokens", type=int, default=8192)
+    p.add_argument("--max-num-seqs", type=int, default=256)
+    p.add_argument("--long-prefill-token-threshold", type=int, default=256)
+    p.add_argument("--deepgemm-version", default=DEFAULT_DEEPGEMM_VERSION)
+    p.add_argument("--data-dir", default="data/h200",
+                   help="measured H200 tables that fit the time model (else published figures)")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    p.set_defaults(func=cmd_auto)
+
+
+def cmd_auto(args) -> int:
+    from ..study.auto import recommend
+    from ..plan import check_strategy
+    from ..shapes import get_model
+    from ..study.timemodel import TimeModel
+
+    get_model(args.model)
+    if not args.free_gib > 0:
+        raise UsageError(f"--free-gib {args.free_gib}: must be > 0")
+    workloads = [parse_workload(w) for w in args.workload]
+    strategies = None
+    if args.strategies:
+        strategies = tuple(check_strategy(s) for s in args.strategies)
+        if "n-only" in strategies:
+            raise UsageError("--strategies n-only: auto chooses among budgeted strategies")
+    scheduler = SchedulerConfig(args.max_num_batched_tokens, args.max_num_seqs,
+                                args.long_prefill_token_threshold,
+                                block_size=get_model(args.model).kv_block)
+    rec = recommend(workloads, args.free_gib, args.model, scheduler, strategies,
+                    tuple(args.budgets_mb), args.deepgemm_version,
+                    TimeModel.from_data(args.data_dir))
+    best = rec.best
+    if args.json:
+        print(json.dumps({
+            "deploy": rec.deploy_line, "strategy": best.strategy, "budget_mb": best.budget_mb,
+            "padded_budget": best.padded, "total_ms_modelled": best.total_ms,
+            "total_chunks": best.total_chunks, "worst_step_bytes": best.peak_transient_bytes,
+            "free_bytes": rec.free_bytes, "margin_bytes": rec.margin_bytes,
+            "time_source": rec.time_source, "candidates": len(rec.candidates),
+            "fitting": sum(c.fits for c in rec.candidates)}))
+        return 0
+    print(rec.deploy_line)
+    print(f"  {best.strategy} at {best.budget_mb:g} MiB: {best.total_ms:.1f} ms indexer time over the mix "
+          f"(modelled), {best.total_chunks} chunks")
+    print(f"  margin to the OOM frontier: {rec.margin_bytes / MIB:.0f} MiB "
+          f"(worst step {best.peak_transient_bytes / MIB:.0f} MiB of {rec.free_bytes / MIB:.0f} MiB free)")
+    print(f"  time: {rec.time_source}")
+    print(f"  {sum(c.fits for c in rec.candidates)} of {len(rec.candidates)} strategy x budget "
+          "candidates fit")
+    return 0

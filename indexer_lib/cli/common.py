@@ -1,0 +1,80 @@
+"""What the subcommands share: the usage error, list options, and one step's batch options."""
+from __future__ import annotations
+
+import argparse
+
+from ..padding import DEEPGEMM_RULES, DEFAULT_DEEPGEMM_VERSION
+from ..plan import STRATEGIES, make_plan
+from ..shapes import MODELS, budget_bytes_from_mb
+from ..workload import StepBatch
+
+
+class UsageError(ValueError):
+    """Bad command-line input: reported as one line, exit status 2."""
+
+
+def int_list(text: str) -> list[int]:
+    values = []
+    for item in text.split(","):
+        item = item.strip()
+        try:
+            values.append(int(item))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{item!r} is not a whole number") from None
+    return values
+
+
+def number_list(text: str) -> list[float]:
+    values = []
+    for item in text.split(","):
+        try:
+            v = float(item)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{item.strip()!r} is not a number") from None
+        values.append(int(v) if v.is_integer() else v)
+    return values
+
+
+def str_list(text: str) -> list[str]:
+    return [s.strip() for s in text.split(",") if s.strip()]
+
+
+def add_batch_options(p: argparse.ArgumentParser) -> None:
+    """The options that describe one step batch and how it is split (plan, run)."""
+    p.add_argument("--strategy", default="vllm", help=f"one of {', '.join(STRATEGIES)}")
+    p.add_argument("--budget-mb", type=float, help="logits budget in MiB (fractions allowed)")
+    p.add_argument("--budget-bytes", type=int, help="logits budget in bytes")
+    p.add_argument("--workspace-tokens", type=int, help="K gather workspace (default 40 x max_model_len)")
+    p.add_argument("--query-lens", type=int_list, required=True, help="comma-separated, one per request")
+    p.add_argument("--seq-lens", type=int_list, required=True, help="comma-separated, one per request")
+    p.add_argument("--model", default="deepseek-v3.2", help=f"one of {', '.join(MODELS)}")
+    p.add_argument("--deepgemm-version", default=DEFAULT_DEEPGEMM_VERSION,
+                   help=f"padding rules: one of {', '.join(DEEPGEMM_RULES)}")
+    p.add_argument("--no-padding", action="store_true",
+                   help="budget with vLLM's unpadded M x N x 4 arithmetic")
+    p.add_argument("--compressed", action="store_true",
+                   help="causal: DeepGEMM's compressed max_seqlen_k rows")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+
+
+def budget_from_args(args) -> int | None:
+    if args.budget_mb is not None and args.budget_bytes is not None:
+        raise UsageError("--budget-mb and --budget-bytes: give one of them, not both")
+    if args.budget_bytes is not None:
+        if args.budget_bytes <= 0:
+            raise UsageError(f"--budget-bytes {args.budget_bytes}: must be > 0")
+        return args.budget_bytes
+    if args.budget_mb is not None:
+        return budget_bytes_from_mb(args.budget_mb)
+    if args.strategy == "n-only":
+        return None
+    return budget_bytes_from_mb(512)  # vLLM's default VLLM_SPARSE_INDEXER_MAX_LOGITS_MB
+
+
+def plan_from_args(args):
+    batch = StepBatch.from_lengths(args.query_lens, args.seq_lens)
+    options = {"compressed": True} if args.compressed else {}
+    if args.compressed and args.strategy != "causal":
+        raise UsageError(f"--compressed applies to the causal strategy, not {args.strategy!r}")
+    return make_plan(batch, args.strategy, budget_from_args(args), args.workspace_tokens,
+                     args.model, args.deepgemm_version, padded=not args.no_padding, **options)

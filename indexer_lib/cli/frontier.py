@@ -1,0 +1,76 @@
+"""``indexer-lab frontier``: the OOM frontier by model over a grid, written as a table."""
+from __future__ import annotations
+
+import time
+
+from ..study.frontier import FrontierGrid, frontier_rows
+from ..workload import WORKLOAD_SOURCES
+from .common import UsageError, int_list, number_list, str_list
+
+
+def register(subparsers) -> None:
+    g = FrontierGrid()
+    f = subparsers.add_parser("frontier", help="model the OOM frontier over a grid; write a table")
+    f.add_argument("--model", default=g.model)
+    f.add_argument("--concurrency", type=int_list, default=list(g.concurrency))
+    f.add_argument("--isl", type=int_list, default=list(g.isl))
+    f.add_argument("--osl", type=int, default=g.osl)
+    f.add_argument("--budget-mb", type=number_list, default=list(g.budget_mb))
+    f.add_argument("--strategy", type=str_list, default=list(g.strategy))
+    f.add_argument("--free-gib", type=number_list, default=list(g.free_gib))
+    f.add_argument("--shared-prefix", type=int, default=g.shared_prefix)
+    f.add_argument("--max-num-batched-tokens", type=int, default=g.max_num_batched_tokens)
+    f.add_argument("--max-num-seqs", type=int, default=g.max_num_seqs)
+    f.add_argument("--long-prefill-token-threshold", type=int, default=g.long_prefill_token_threshold)
+    f.add_argument("--deepgemm-version", default=g.deepgemm_version)
+    f.add_argument("--no-padding", action="store_true")
+    f.add_argument("--workload-source", default=g.workload_source, choices=WORKLOAD_SOURCES,
+                   help="step batches from the built-in simulator or vLLM's own scheduler "
+                        "(needs vLLM: bash scripts/install_vllm.sh)")
+    f.add_argument("--out", default="results/frontier/frontier.csv",
+                   help="table to write (.csv or .parquet)")
+    f.set_defaults(func=cmd_frontier)
+
+
+def cmd_frontier(args) -> int:
+    from ..study.results import check_table_path, write_table  # pandas only for this command
+
+    check_table_path(args.out)  # before the work, so a bad path loses nothing
+    grid = FrontierGrid(
+        model=args.model, concurrency=tuple(args.concurrency), isl=tuple(args.isl),
+        osl=args.osl, budget_mb=tuple(args.budget_mb), strategy=tuple(args.strategy),
+        free_gib=tuple(args.free_gib), shared_prefix=args.shared_prefix,
+        max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs,
+        long_prefill_token_threshold=args.long_prefill_token_threshold,
+        deepgemm_version=args.deepgemm_version, padded=not args.no_padding,
+        workload_source=args.workload_source,
+    )
+    for isl in grid.isl:
+        if grid.shared_prefix > isl:
+            raise UsageError(f"--shared-prefix {grid.shared_prefix} > --isl {isl}: "
+                             "the shared prefix is part of the prompt")
+    start = time.perf_counter()
+    rows = list(frontier_rows(grid))
+    elapsed = time.perf_counter() - start
+    path = write_table(rows, args.out)
+    print_frontier_summary(rows, grid)
+    print(f"{len(rows)} points (modelled) in {elapsed:.1f} s -> {path}")
+    return 0
+
+
+def print_frontier_summary(rows: list[dict], grid: FrontierGrid) -> None:
+    """Per strategy and budget: the largest ISL without OOM at each concurrency."""
+    for free in grid.free_gib:
+        print(f"{grid.model}, {free} GiB free (modelled): largest ISL without OOM, per concurrency")
+        print(f"{'strategy':>12} {'budget':>8} " + " ".join(f"{c:>7}" for c in grid.concurrency))
+        for strategy in grid.strategy:
+            budgets = grid.budget_mb[:1] if strategy == "n-only" else grid.budget_mb
+            for budget in budgets:
+                cells = []
+                for conc in grid.concurrency:
+                    ok = [r["isl"] for r in rows
+                          if r["free_gib"] == free and r["strategy"] == strategy
+                          and r["budget_mb"] == budget and r["concurrency"] == conc and not r["oom"]]
+                    cells.append(f"{max(ok):>7}" if ok else f"{'OOM':>7}")
+                label = "none" if strategy == "n-only" else f"{budget:g}M"
+                print(f"{strategy:>12} {label:>8} " + " ".join(cells))

@@ -1,0 +1,196 @@
+"""Exact bytes of a plan on the GPU (per GPU, per indexer call).
+
+Two kinds of memory:
+- persistent, reserved once by the engine before it sizes its KV cache: the K
+  gather workspace (workspace_tokens x (D + 4) bytes) and the top-k output
+  buffer ([max_num_batched_tokens, topk] int32);
+- transient, per chunk: DeepGEMM's padded logits allocation, the chunk's
+  metadata (ks and ke per row, and the gather's slot map per KV token when the
+  chunk gathers) and the temporaries of the backend that runs it (by default
+  the reference backend's bounded tiles, ``memory.tiling``).
+
+This is what ``indexer_lib.prefill`` allocates; the tracer
+(``indexer_lib.tracer``) checks the two agree.
+
+``fits(plan, free_bytes)`` compares the transient peak with the memory free at
+run time, because the persistent buffers were taken before "free" was read.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Callable
+
+from ..padding import get_rules, unpadded_logits_bytes
+from ..plan import Chunk, Plan, merged_chunks
+from .tiling import merge_temporaries_bytes, reference_temporaries_bytes
+from .topk_bytes import topk_temporaries_bytes
+from ..shapes import ModelPreset, get_model
+
+INT32_BYTES = 4
+
+# bytes of executor temporaries for one chunk
+TemporariesFn = Callable[[Chunk, ModelPreset], int]
+DEFAULT_BACKEND = "reference"
+MODELLED_BACKENDS = ("reference", "deepgemm")
+
+
+def logits_bytes(chunk: Chunk, plan: Plan, padded: bool = True) -> int:
+    """The chunk's logits allocation: ``logits_rows`` (a fixed-shape chunk's padded
+    rows, else its rows) x its width, with DeepGEMM's padding unless ``padded`` is False."""
+    if not padded:
+        return unpadded_logits_bytes(chunk.logits_rows, chunk.logits_cols)
+    rules = get_rules(plan.deepgemm_version)
+    heads = get_model(plan.model).index_heads
+    return rules.logits_bytes(chunk.logits_rows, chunk.logits_cols, heads, chunk.compressed)
+
+
+def padded_inputs_bytes(chunk: Chunk, model: ModelPreset) -> int:
+    """DeepGEMM allocates its own logits, so a fixed-shape chunk pads its inputs instead:
+    q ``[R, H, D]`` fp8, weights ``[R, H]`` fp32 and ks/ke ``[R]`` int32 with R = alloc_rows
+    (the extra rows have empty windows).  0 for a chunk that is not padded."""
+    rows = chunk.alloc_rows
+    if rows is None or rows <= chunk.num_rows:
+        return 0
+    h, d = model.index_heads, model.head_dim
+    return rows * h * d + 4 * rows * h + 2 * INT32_BYTES * rows
+
+
+def running_topk_bytes(rows: int, topk: int) -> int:
+    """A column-split chunk's merge state: the running float32 values ``[rows, k]``
+    and the range's int32 candidate indices ``[rows, k]`` (the running indices are
+    the persistent top-k buffer's rows)."""
+    return 2 * 4 * rows * topk
+
+
+def metadata_bytes(chunk: Chunk) -> int:
+    """ks and ke per row; when the chunk gathers, one cache slot per gathered KV token."""
+    gathered = chunk.kv_tokens if chunk.gather else 0
+    return INT32_BYTES * (2 * chunk.num_rows + gathered)
+
+
+def workspace_bytes(plan: Plan, workspace_tokens: int | None = None) -> int:
+    """fp8 K + fp32 scale per token (default: the plan's workspace, as vLLM reserves it)."""
+    tokens = plan.workspace_tokens if workspace_tokens is None else workspace_tokens
+    return tokens * get_model(plan.model).k_bytes_per_token
+
+
+def topk_buffer_bytes(plan: Plan, topk_rows: int | None = None, topk: int | None = None) -> int:
+    rows = plan.batch.num_rows if topk_rows is None else topk_rows
+    k = get_model(plan.model).topk if topk is None else topk
+    return rows * k * INT32_BYTES
+
+
+def backend_temporaries(plan: Plan, backend, topk: int) -> TemporariesFn:
+    """A backend's temporaries as a per-chunk function: ``backend`` is the name of a
+    backend the model counts by formula (``reference``, ``deepgemm``; no torch
+    needed), or a backend object, which counts its own (``temporaries_bytes``)."""
+    if backend == "reference":
+        return lambda chunk, model: reference_temporaries_bytes(plan, chunk, topk)
+    if backend == "deepgemm":
+        # the H200 path, modelled without DeepGEMM installed (the backend counts the same)
+        return lambda chunk, model: deepgemm_temporaries_bytes(chunk, model, topk)
+    if isinstance(backend, str):
+        raise ValueError(f"unknown backend {backend!r}: must be one of {', '.join(MODELLED_BACKENDS)} "
+                         "(or a backend object)")
+    return lambda chunk, model: backend.temporaries_bytes(plan, chunk, topk)
+
+
+# the window top-k's temporaries bound, cached per shape (sweeps repeat shapes)
+_window_topk_bound = lru_cache(maxsize=1 << 16)(topk_temporaries_bytes)
+
+
+def deepgemm_temporaries_bytes(chunk: Chunk, model: ModelPreset, topk: int,
+                               block_bytes: int | None = None) -> int:
+    """The deepgemm backend's temporaries for one chunk: DeepGEMM keeps its work on
+    chip, so the window top-k's bound, or a fixed-shape chunk's padded inputs (they
+    are not alive at the same time).  ``block_bytes``: the top-k's row block (default
+    the backend's)."""
+    bound = _window_topk_bound
+    args = (chunk.num_rows, chunk.logits_cols, topk) + (() if block_bytes is None else (block_bytes,))
+    return max(bound(*args), padded_inputs_bytes(chunk, model))
+
+
+@dataclass(frozen=True)
+class ChunkMemory:
+    logits: int
+    metadata: int
+    temporaries: int  # peak of the backend's (and, column-split, the merge's) temporaries
+    running: int = 0  # column-split chunks: running values + candidate indices
+
+    @property
+    def total(self) -> int:
+        return self.logits + self.metadata + self.temporaries + self.running
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    workspace: int
+    topk_buffer: int
+    chunks: tuple[ChunkMemory, ...]
+
+    @property
+    def persistent(self) -> int:
+        return self.workspace + self.topk_buffer
+
+    @property
+    def peak_transient(self) -> int:
+        return max((c.total for c in self.chunks), default=0)
+
+    @property
+    def worst_chunk(self) -> int:
+        totals = [c.total for c in self.chunks]
+        return totals.index(max(totals))
+
+    @property
+    def peak(self) -> int:
+        return self.persistent + self.peak_transient
+
+
+def memory_report(
+    plan: Plan,
+    topk_rows: int | None = None,
+    temporaries: TemporariesFn | None = None,
+    padded: bool = True,
+    backend=DEFAULT_BACKEND,
+    topk: int | None = None,
+    workspace_tokens: int | None = None,
+) -> MemoryReport:
+    """Bytes of every buffer the plan needs.
+
+    ``topk_rows``: rows of the persistent top-k buffer (vLLM: max_num_batched_tokens;
+    default: the step's rows).  ``padded=False`` counts logits as plain M x N x 4.
+    Temporaries: ``temporaries(chunk, model)`` if given, else those of ``backend``
+    (a name or a Backend; default the reference backend that ``prefill`` runs;
+    None: no temporaries, as if logits and top-k were in-place kernels).
+    ``topk``: k (default: the model's).  ``workspace_tokens``: the K workspace
+    really allocated (default: the plan's, as on cuda and meta).
+    """
+    model = get_model(plan.model)
+    k = model.topk if topk is None else topk
+    if temporaries is None and backend is not None:
+        temporaries = backend_temporaries(plan, backend, k)
+    chunks = []
+    for c, merged in zip(plan.chunks, merged_chunks(plan.chunks)):
+        tmp = temporaries(c, model) if temporaries else 0
+        running = 0
+        if merged:
+            # held through the range's logits, top-k and merge; the merge runs after
+            # the backend's temporaries are gone
+            running = running_topk_bytes(c.num_rows, k)
+            if temporaries:
+                tmp = max(tmp, merge_temporaries_bytes(c.num_rows, k))
+        chunks.append(ChunkMemory(logits_bytes(c, plan, padded), metadata_bytes(c), tmp, running))
+    chunks = tuple(chunks)
+    return MemoryReport(workspace_bytes(plan, workspace_tokens), topk_buffer_bytes(plan, topk_rows, k),
+                        chunks)
+
+
+def peak_bytes(plan: Plan, **kwargs) -> int:
+    """Peak bytes of the indexer call: persistent buffers plus the largest chunk."""
+    return memory_report(plan, **kwargs).peak
+
+
+def fits(plan: Plan, free_bytes: int, **kwargs) -> bool:
+    """Whether every chunk's transient bytes fit in memory free at run time."""
+    return memory_report(plan, **kwargs).peak_transient <= free_bytes

@@ -1,0 +1,136 @@
+"""What notebook 04 shows, as functions: the strategies beyond the field against the
+field's, the free-memory budget policies on a shrinking schedule, and ``auto`` for
+a few deployments.  Every number is modelled (memory model, time model).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from ..study.auto import choose, evaluate_candidates
+from ..study.budget_policy import FixedPolicy, FreshPolicy, SglangPolicy, run_policy, shrinking_free_memory
+from ..study.frontier import Schedule, prefill_batches
+from ..memory import memory_report
+from ..plan import make_plan, strategy_budget_bytes
+from ..shapes import GIB, free_bytes_from_gib, get_gpu, get_model
+from ..study.timemodel import TimeModel, plan_features
+from ..workload import ClosedLoopWorkload, PrefillRequest, SchedulerConfig, StepBatch
+
+# the reported OOM step: 32 partial prefills of 10K prompts, 256 new tokens each
+REPORTED_STEP = StepBatch(tuple(PrefillRequest(9984, 256) for _ in range(32)))
+
+# deployments for auto: name -> (workload mix, free GiB); realistic shapes of DESIGN.md section 5
+DEPLOYMENTS = {
+    "chat: 64 x 10K prompts": ([ClosedLoopWorkload(64, 10_240, 512)], 2.63),
+    "long context: 8 x 64K + 64 x 10K": ([ClosedLoopWorkload(8, 65_536, 64),
+                                          ClosedLoopWorkload(64, 10_240, 512)], 2.63),
+    "RAG: 16 x 32K, 24K shared prefix": ([ClosedLoopWorkload(16, 32_768, 256, 24_576)], 4.0),
+    "tight: 4 x 128K on 1 GiB free": ([ClosedLoopWorkload(4, 131_072, 64)], 1.0),
+}
+
+
+def chunk_table(steps: dict, strategies, budgets_mb, model: str, time_model: TimeModel | None = None,
+                **plan_options):
+    """Per step x strategy x budget: chunks, over-budget flag, worst-chunk peak, allocated vs
+    useful logits, modelled time."""
+    import pandas as pd
+
+    tm = time_model or TimeModel.published()
+    rows = []
+    for name, batch in steps.items():
+        for s in strategies:
+            for mb in budgets_mb:
+                budget = strategy_budget_bytes(s, mb)
+                plan = make_plan(batch, s, budget, model=model, **plan_options)
+                f = plan_features(plan)
+                rows.append({"step": name, "strategy": s, "budget_mb": mb, "chunks": plan.num_chunks,
+                             "over_budget": plan.over_budget,
+                             "peak_transient_bytes": memory_report(plan, backend="deepgemm").peak_transient,
+                             "allocated_logits_bytes": f["allocated_logits_bytes"],
+                             "useful_logits_bytes": 4 * f["useful_elements"],
+                             "gathers": f["gathers"], "time_ms": tm.features_ms(f),
+                             "mode": "model", "time_source": tm.source})
+    return pd.DataFrame(rows)
+
+
+def policy_table(free_start_gib: float = 13.15, free_end_gib: float = 2.20, steps: int = 6,
+                 strategy: str = "vllm", model: str = "glm-5", batch: StepBatch = REPORTED_STEP,
+                 fixed_mb: float = 512):
+    """The reported step repeated while free memory shrinks linearly (the KV cache
+    filling): per policy and step, the budget it authorises and whether the plan fits.
+    SGLang's cached reading: 0.2 x the first reading (0.2 x 13.15 = 2.63 GiB) kept for
+    the run; ours re-reads and counts every transient."""
+    import pandas as pd
+
+    free = shrinking_free_memory(steps, free_bytes_from_gib(free_start_gib),
+                                 free_bytes_from_gib(free_end_gib))
+    policies = [FixedPolicy(fixed_mb), SglangPolicy(get_gpu("h200").capacity_bytes), FreshPolicy()]
+    rows = []
+    for policy in policies:
+        for step, r in enumerate(run_policy([batch] * steps, free, policy, strategy=strategy,
+                                            model=model)):
+            row = asdict(r)
+            row.update(step=step, policy=policy.name, strategy=strategy, mode="model")
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def policy_sentence(table) -> str:
+    """One line: where the cached reading fails and what the fresh policy does there."""
+    bad = table[(table["policy"] == "sglang-cached") & ~table["fits"]]
+    fresh = table[table["policy"] == "fresh"]
+    if bad.empty:
+        return "The cached reading never authorised a chunk that does not fit here (modelled)."
+    r = bad.iloc[0]
+    f = fresh[fresh["step"] == r["step"]].iloc[0]
+    return (f"Step {r['step']}: SGLang's cached reading authorises {r['budget_bytes'] / GIB:.2f} GiB "
+            f"with {r['free_bytes'] / GIB:.2f} GiB free: its plan needs {r['peak_transient_bytes'] / GIB:.2f} GiB "
+            f"(OOM). The fresh policy authorises {f['budget_bytes'] / GIB:.2f} GiB there, needs "
+            f"{f['peak_transient_bytes'] / GIB:.2f} GiB in {f['num_chunks']} chunks and fits "
+            f"every step (modelled).")
+
+
+class AutoDeployments:
+    """auto's candidates per deployment, evaluated once; ``recommend(name, free_gib)``
+    then only filters by free memory (instant, for widgets)."""
+
+    def __init__(self, deployments: dict | None = None, model: str = "glm-5",
+                 budgets_mb=(64, 128, 256, 512, 1024, 2048), strategies=None,
+                 scheduler: SchedulerConfig | None = None, time_model: TimeModel | None = None,
+                 deepgemm_version: str = "2.6"):
+        self.deployments = deployments or DEPLOYMENTS
+        self.model = model
+        self.tm = time_model or TimeModel.published()
+        scheduler = scheduler or SchedulerConfig(long_prefill_token_threshold=256,
+                                                 block_size=get_model(model).kv_block)
+        self.candidates = {}
+        for name, (mix, _) in self.deployments.items():
+            schedules = [Schedule(prefill_batches(w, scheduler)) for w in mix]
+            self.candidates[name] = evaluate_candidates(schedules, model, strategies, tuple(budgets_mb),
+                                                        deepgemm_version, self.tm)
+
+    def recommend(self, name: str, free_gib: float | None = None):
+        free = self.deployments[name][1] if free_gib is None else free_gib
+        return choose(self.candidates[name], free, self.tm.source)
+
+    def table(self):
+        import pandas as pd
+
+        rows = []
+        for name, (_, free) in self.deployments.items():
+            try:
+                rec = self.recommend(name)
+            except ValueError as e:
+                rows.append({"deployment": name, "free GiB": free, "deploy": f"none fits: {e}"})
+                continue
+            b = rec.best
+            rows.append({"deployment": name, "free GiB": free, "deploy": rec.deploy_line,
+                         "strategy": b.strategy, "budget MiB": b.budget_mb,
+                         "time ms (modelled)": round(b.total_ms, 1), "chunks": b.total_chunks,
+                         "margin MiB": round(rec.margin_bytes / 2**20)})
+        return pd.DataFrame(rows)
+
+    def candidates_frame(self, name: str, free_gib: float | None = None):
+        import pandas as pd
+
+        rec = self.recommend(name, free_gib)
+        return pd.DataFrame([asdict(c) for c in rec.candidates]), rec

@@ -1,0 +1,159 @@
+"""Tables and sentences the notebooks show, save and summarise (Markdown included)."""
+from __future__ import annotations
+
+import math
+
+from ..memory import memory_report
+from ..plan import make_plan, strategy_budget_bytes
+from ..shapes import GIB, free_bytes_from_gib
+from ..study.timemodel import plan_features
+
+
+def markdown_table(frame, floatfmt: str = ".3g") -> str:
+    """A pipe table a design document can paste (no extra dependency)."""
+    def cell(v):
+        if isinstance(v, float):
+            return "" if math.isnan(v) else format(v, floatfmt)
+        return str(v)
+
+    cols = [str(c) for c in frame.columns]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    for row in frame.itertuples(index=False):
+        lines.append("| " + " | ".join(cell(v) for v in row) + " |")
+    return "\n".join(lines)
+
+
+def _k(tokens: int) -> str:
+    return f"{tokens // 1024}K" if tokens >= 1024 and tokens % 1024 == 0 else str(tokens)
+
+
+def frontier_sentence(frame, budget_mb: float = 512, strategy: str = "vllm") -> str:
+    """Line 1 of the summary: the budgeted strategy's reach, and where no budget OOMs."""
+    model, free = frame["model"].iloc[0], float(frame["free_gib"].iloc[0])
+    data = frame[(frame["free_gib"] == free) & (frame["mode"] == "model")]
+    cmax, imax = data["concurrency"].max(), data["isl"].max()
+    parts = [f"{model}, {free:g} GiB free (modelled):"]
+    budgeted = data[(data["strategy"] == strategy) & (data["budget_mb"] == budget_mb)]
+    if len(budgeted):
+        if not budgeted["oom"].any():
+            parts.append(f"`{strategy}` at {budget_mb:g} MiB never OOMs up to concurrency "
+                         f"{cmax} x ISL {_k(imax)};")
+        else:
+            first = budgeted[budgeted["oom"]].sort_values(["concurrency", "isl"]).iloc[0]
+            parts.append(f"`{strategy}` at {budget_mb:g} MiB first OOMs at concurrency "
+                         f"{first['concurrency']} x ISL {_k(first['isl'])};")
+    unbudgeted = data[data["strategy"] == "n-only"]
+    if len(unbudgeted):
+        oom = unbudgeted[unbudgeted["oom"]].sort_values(["concurrency", "isl"])
+        if len(oom):
+            first = oom.iloc[0]
+            parts.append(f"without a budget the first OOM is at concurrency "
+                         f"{first['concurrency']} x ISL {_k(first['isl'])}.")
+        else:
+            parts.append("without a budget nothing in the grid OOMs.")
+    return " ".join(parts)
+
+
+def step_strategy_table(steps: dict, strategies, budget_mb: float, model: str,
+                        deepgemm_version: str = "2.6", free_gib: float | None = None):
+    """Strategies side by side on the same steps (modelled): peak incl. padding,
+    allocated vs useful logits, chunks, gathers."""
+    import pandas as pd
+
+    rows = []
+    for name, batch in steps.items():
+        for s in strategies:
+            budget = strategy_budget_bytes(s, budget_mb)
+            plan = make_plan(batch, s, budget, model=model, deepgemm_version=deepgemm_version)
+            f = plan_features(plan)
+            peak = memory_report(plan).peak_transient
+            rows.append({
+                "step": name, "strategy": s,
+                "budget": "none" if s == "n-only" else f"{budget_mb:g} MiB",
+                "rows (M)": batch.num_rows, "kv tokens (N)": batch.num_kv_tokens,
+                "peak_transient_bytes": peak, "peak GiB (incl. padding)": peak / GIB,
+                "allocated_logits_bytes": f["allocated_logits_bytes"],
+                "useful_logits_bytes": 4 * f["useful_elements"],
+                "allocated / useful": f["allocated_logits_bytes"] / (4 * f["useful_elements"]),
+                "chunks": f["chunks"], "gathers": f["gathers"],
+                "fits": None if free_gib is None else peak <= free_bytes_from_gib(free_gib),
+                "mode": "model",
+            })
+    return pd.DataFrame(rows)
+
+
+def strategy_sentence(table, step: str) -> str:
+    """Line 3 of the summary: which strategy allocates least on one step."""
+    rows = table[table["step"] == step].sort_values("peak_transient_bytes")
+    best = rows.iloc[0]
+    others = ", ".join(f"`{r['strategy']}` {r['peak GiB (incl. padding)']:.2f} GiB"
+                       for _, r in rows.iloc[1:].iterrows())
+    return (f"On the step \"{step}\" at {best['budget']}: `{best['strategy']}` peaks lowest, "
+            f"{best['peak GiB (incl. padding)']:.2f} GiB incl. padding in {best['chunks']} "
+            f"chunks (modelled); {others}.")
+
+
+def budget_payoff(table, free_gib: float, max_overhead: float):
+    """Per step and strategy: the largest budget that fits ``free_gib``, the smallest
+    budget whose time overhead stays within ``max_overhead`` (below it, a smaller
+    budget stops paying), and whether one budget does both."""
+    import pandas as pd
+
+    free = free_bytes_from_gib(free_gib)
+    rows = []
+    for (step, strategy), g in table.groupby(["step", "strategy"], sort=False):
+        if strategy == "n-only":
+            continue
+        g = g.sort_values("budget_mb")
+        fitting = g[g["peak_transient_bytes"] <= free]
+        cheap = g[g["overhead"] <= max_overhead]
+        best = fitting["budget_mb"].max() if len(fitting) else math.nan
+        floor = cheap["budget_mb"].min() if len(cheap) else math.nan
+        at_best = g[g["budget_mb"] == best]
+        rows.append({
+            "step": step, "strategy": strategy,
+            "largest budget that fits (MiB)": best,
+            f"smallest budget within {max_overhead:.0%} overhead (MiB)": floor,
+            "overhead at the fitting budget": float(at_best["overhead"].iloc[0]) if len(at_best) else math.nan,
+            "time source": ", ".join(sorted(set(g["time_source"]))),
+            "verdict": ("fits and pays" if best == best and floor == floor and best >= floor
+                        else "fits, but chunking costs more than the limit" if best == best
+                        else "does not fit at any budget listed"),
+        })
+    return pd.DataFrame(rows)
+
+
+def overhead_sentence(payoff, table, max_overhead: float) -> str:
+    """Line 2 of the summary: chunk counts and where budgets stop paying."""
+    worst = table.sort_values("chunks").iloc[-1]
+    floors = payoff.iloc[:, 3].dropna()
+    source = ", ".join(sorted(set(table["time_source"])))
+    return (f"Chunks: up to {worst['chunks']} per step (`{worst['strategy']}` at "
+            f"{worst['budget_mb']:g} MiB on \"{worst['step']}\", +{100 * worst['overhead']:.1f}% "
+            f"{source} time); budgets stop paying below {floors.max():g} MiB "
+            f"(>{max_overhead:.0%} overhead) on the hardest step."
+            if len(floors) else f"Chunks: up to {worst['chunks']} per step ({source} time).")
+
+
+def measured_overhead(rows):
+    """Measured sweep rows as chunk-overhead rows: per workload and strategy, time vs
+    the same workload's unsplit (``n-only``) time, with the modelled time beside it."""
+    import pandas as pd
+
+    out = []
+    for (model, conc, isl), g in rows.groupby(["model", "concurrency", "isl"]):
+        base = g[g["strategy"] == "n-only"]["time_ms"]
+        base_model = g[g["strategy"] == "n-only"]["model_time_ms"]
+        if base.empty:
+            continue
+        step = f"{model} c{conc} x ISL {_k(int(isl))} (worst step)"
+        for r in g.itertuples(index=False):
+            common = {"step": step, "strategy": r.strategy, "budget_mb": r.budget_mb,
+                      "chunks": r.worst_chunks, "gathers": r.worst_gathers,
+                      "peak_transient_bytes": r.peak_transient_bytes}
+            out.append({**common, "time_ms": r.time_ms, "overhead": r.time_ms / base.iloc[0] - 1,
+                        "time_source": "measured"})
+            out.append({**common, "time_ms": r.model_time_ms,
+                        "overhead": r.model_time_ms / base_model.iloc[0] - 1,
+                        "time_source": "modelled"})
+    return pd.DataFrame(out)

@@ -1,0 +1,176 @@
+"""ipywidgets dashboards on the same functions as the sweeps and figures.
+
+The callbacks are plain methods: set a control's ``value`` (as a browser does)
+and the figure (a PNG in an ``Image`` widget) and the table (an ``HTML``
+widget) are recomputed; ``dashboard.frame`` and ``dashboard.table`` hold the
+data behind them, so tests need no browser.
+"""
+from __future__ import annotations
+
+import ipywidgets as w
+
+from . import plots
+from ..study import sweep
+from ..plan import STRATEGIES
+from ..shapes import MODELS
+
+
+def figure_png(fig) -> bytes:
+    """A dashboard's figure as PNG: smaller, and the same size whatever is drawn."""
+    return plots.figure_png(fig, dpi=90, tight=False)
+
+
+class FrontierDashboard:
+    """The OOM frontier over concurrency x ISL for one model, budget and strategy,
+    with sliders for free memory and the scheduler settings (modelled)."""
+
+    BUDGETS = (32, 64, 128, 256, 512, 1024, 2048, 4096)
+    TOKENS = (2048, 4096, 8192, 16384, 32768)
+
+    def __init__(self, concurrency=(1, 4, 8, 16, 24, 32, 48, 64),
+                 isl=(2048, 4096, 8192, 10240, 16384, 32768), model="glm-5", free_gib=2.63,
+                 budget_mb=512, strategy="vllm", max_num_batched_tokens=8192, shared_prefix=0,
+                 osl=64, long_prefill_token_threshold=256, deepgemm_version="2.6",
+                 workload_source="simulator"):
+        self.concurrency, self.isl = tuple(concurrency), tuple(isl)
+        self.fixed = {"osl": (osl,), "long_prefill_token_threshold": (long_prefill_token_threshold,),
+                      "deepgemm_version": deepgemm_version, "workload_source": workload_source}
+        budgets = sorted(set(self.BUDGETS) | {budget_mb})
+        tokens = sorted(set(self.TOKENS) | {max_num_batched_tokens})
+        style = {"description_width": "initial"}
+        self.controls = {
+            "model": w.Dropdown(options=sorted(MODELS), value=model, description="model"),
+            "free_gib": w.FloatSlider(value=free_gib, min=0.25, max=40.0, step=0.01,
+                                      description="free GiB", style=style),
+            "budget_mb": w.SelectionSlider(options=budgets, value=budget_mb,
+                                           description="budget (MiB)", style=style),
+            "strategy": w.Dropdown(options=list(STRATEGIES), value=strategy,
+                                   description="strategy"),
+            "max_num_batched_tokens": w.SelectionSlider(
+                options=tokens, value=max_num_batched_tokens,
+                description="max_num_batched_tokens", style=style),
+            "shared_prefix": w.IntSlider(value=shared_prefix, min=0, max=max(self.isl),
+                                         step=1024, description="shared prefix (tokens)",
+                                         style=style),
+        }
+        self.image = w.Image(format="png")
+        self.html = w.HTML()
+        self.status = w.HTML()
+        self.frame = self.table = None
+        self.updates = 0  # how many times the outputs were recomputed
+        for control in self.controls.values():
+            control.observe(self.on_change, names="value")
+        self.update()
+
+    def state(self) -> dict:
+        return {name: c.value for name, c in self.controls.items()}
+
+    def compute(self, state: dict):
+        """Model-mode rows of the current settings (schedules are cached in sweep)."""
+        grid = sweep.SweepGrid(
+            model=(state["model"],), concurrency=self.concurrency, isl=self.isl,
+            budget_mb=(state["budget_mb"],), strategy=(state["strategy"],),
+            free_gib=(round(state["free_gib"], 4),), shared_prefix=(state["shared_prefix"],),
+            max_num_batched_tokens=(state["max_num_batched_tokens"],), **self.fixed)
+        return sweep.to_frame(list(sweep.model_rows(grid)))
+
+    def update(self) -> None:
+        state = self.state()
+        self.frame = self.compute(state)
+        fig = plots.frontier_heatmap(self.frame, by="strategy", budget_mb=state["budget_mb"],
+                                     free_gib=round(state["free_gib"], 4), model=state["model"])
+        self.image.value = figure_png(fig)
+        self.table = self.summary(self.frame)
+        self.html.value = self.table.to_html(index=False)
+        self.updates += 1
+        self.status.value = (f"<i>modelled; {len(self.frame)} points; "
+                             f"{int(self.frame['oom'].sum())} OOM</i>")
+
+    def summary(self, frame):
+        """Per concurrency: the largest ISL without OOM and the worst-step peak there."""
+        import pandas as pd
+
+        rows = []
+        for conc, g in frame.groupby("concurrency"):
+            ok = g[~g["oom"].astype(bool)]
+            top = ok.loc[ok["isl"].idxmax()] if len(ok) else None
+            rows.append({"concurrency": conc,
+                         "largest ISL without OOM": int(top["isl"]) if top is not None else 0,
+                         "peak there (GiB)": round(float(top["peak_transient_gib"]), 3)
+                         if top is not None else float("nan"),
+                         "OOM points": int(g["oom"].sum())})
+        return pd.DataFrame(rows)
+
+    def on_change(self, change=None) -> None:
+        try:
+            self.update()
+        except ValueError as e:  # an impossible combination: say so, keep the last figure
+            self.status.value = f"<b>cannot compute:</b> {e}"
+
+    @property
+    def widget(self) -> w.Widget:
+        c = self.controls
+        left = w.VBox([c["model"], c["strategy"], c["budget_mb"], c["free_gib"]])
+        right = w.VBox([c["max_num_batched_tokens"], c["shared_prefix"], self.status])
+        return w.VBox([w.HBox([left, right]), w.HBox([self.image, self.html])])
+
+    def _ipython_display_(self):
+        from IPython.display import display
+
+        display(self.widget)
+
+
+class AutoDashboard:
+    """auto's recommendation per deployment as free memory moves (modelled).
+
+    Candidates are evaluated once per deployment (``beyond.AutoDeployments``); moving
+    the free-memory slider only re-filters them, so every move is instant."""
+
+    def __init__(self, deployments=None, free_gib: float | None = None, **auto_options):
+        from .beyond import AutoDeployments
+
+        self.auto = deployments if isinstance(deployments, AutoDeployments) else \
+            AutoDeployments(deployments, **auto_options)
+        names = list(self.auto.deployments)
+        first_free = self.auto.deployments[names[0]][1] if free_gib is None else free_gib
+        style = {"description_width": "initial"}
+        self.controls = {
+            "deployment": w.Dropdown(options=names, value=names[0], description="deployment",
+                                     style=style),
+            "free_gib": w.FloatSlider(value=first_free, min=0.25, max=16.0, step=0.05,
+                                      description="free GiB", style=style),
+        }
+        self.image = w.Image(format="png")
+        self.html = w.HTML()
+        self.recommendation = None
+        self.updates = 0
+        for control in self.controls.values():
+            control.observe(self.on_change, names="value")
+        self.update()
+
+    def update(self) -> None:
+        name, free = self.controls["deployment"].value, round(self.controls["free_gib"].value, 4)
+        frame, rec = self.auto.candidates_frame(name, free)
+        self.recommendation = rec
+        fig = plots.auto_candidates(frame, rec.free_bytes, f"\n({name}, {free:g} GiB free)")
+        self.image.value = figure_png(fig)
+        self.html.value = (f"<code>{rec.deploy_line}</code><br>margin to the OOM frontier: "
+                           f"{rec.margin_bytes / 2**20:.0f} MiB; {rec.best.total_ms:.1f} ms over the mix "
+                           f"<i>({rec.time_source})</i>")
+        self.updates += 1
+
+    def on_change(self, change=None) -> None:
+        try:
+            self.update()
+        except ValueError as e:  # nothing fits: say so, keep the last figure
+            self.recommendation = None
+            self.html.value = f"<b>no recommendation:</b> {e}"
+
+    @property
+    def widget(self) -> w.Widget:
+        return w.VBox([w.HBox(list(self.controls.values())), self.html, self.image])
+
+    def _ipython_display_(self):
+        from IPython.display import display
+
+        display(self.widget)

@@ -1,0 +1,15 @@
+"""Layer 2, the plan: how one step batch is split into chunks, as plain data.
+
+- ``chunks``: ``Chunk`` and ``Plan`` records, the runs of rows per request;
+- ``strategies``: the strategies (``n-only``, ``vllm``, ``per-request``, ``causal``,
+  ``kv-split``, ``fixed-shape``), the budget counting, and ``make_plan``.
+"""
+from .chunks import Chunk, Plan, Run, chunk_runs, merged_chunks
+from .strategies import (BEYOND_STRATEGIES, FIELD_STRATEGIES, KV_SPLIT_ALIGN, STRATEGIES, Budgeting,
+                         check_strategy, make_plan, strategy_budget_bytes)
+
+__all__ = [
+    "Chunk", "Plan", "Run", "chunk_runs", "merged_chunks",
+    "BEYOND_STRATEGIES", "FIELD_STRATEGIES", "KV_SPLIT_ALIGN", "STRATEGIES", "Budgeting",
+    "check_strategy", "make_plan", "strategy_budget_bytes",
+]

@@ -1,0 +1,122 @@
+"""Chunk plans as plain data: what each chunk of a split covers and allocates.
+
+A plan splits one step batch into chunks.  Each chunk gathers (or reuses) the K
+of a range of requests into the workspace, computes one logits tensor for a
+range of query rows and runs top-k on it.  The memory model, the executor, the
+command line's JSON and the notebooks all read these records; no strategy
+knows about tensors.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import NamedTuple
+
+from ..workload import StepBatch
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One logits allocation.  All ranges are half-open."""
+
+    requests: tuple[int, int]  # [r0, r1): requests of the step batch in this chunk
+    rows: tuple[int, int]  # [q0, q1): rows within the chunk requests' concatenated rows
+    token_start: int  # absolute query row of the step where the chunk starts
+    token_end: int
+    kv_tokens: int  # tokens gathered into the workspace for these requests (N)
+    logits_cols: int  # width of the logits tensor it allocates (N, a KV prefix, or max_seqlen_k)
+    logits_bytes: int  # bytes DeepGEMM really allocates for it (padding of the plan's version)
+    gather: bool  # False: reuses the previous chunk's workspace (a later row slice)
+    over_budget: bool  # no split of this chunk meets the budget (or the workspace)
+    compressed: bool = False  # DeepGEMM's max_seqlen_k layout: column c of row i is KV ks[i] + c
+    kv_start: int = 0  # first workspace column scored; non-zero only for column-split chunks
+    alloc_rows: int | None = None  # rows the logits allocate when padded up (fixed-shape)
+
+    @property
+    def num_rows(self) -> int:
+        return self.rows[1] - self.rows[0]
+
+    @property
+    def logits_rows(self) -> int:
+        """Rows of the logits allocation, before DeepGEMM's own row alignment."""
+        return self.num_rows if self.alloc_rows is None else self.alloc_rows
+
+    @property
+    def num_requests(self) -> int:
+        return self.requests[1] - self.requests[0]
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["requests"] = list(self.requests)
+        d["rows"] = list(self.rows)
+        return d
+
+
+@dataclass(frozen=True)
+class Plan:
+    strategy: str
+    batch: StepBatch
+    model: str
+    deepgemm_version: str
+    padded: bool  # budgets counted with DeepGEMM's padding (False: vLLM's M x N x 4)
+    budget_bytes: int | None  # None: no logits budget (n-only)
+    workspace_tokens: int
+    chunks: tuple[Chunk, ...]
+    # the same chunks come out for any budget b with low <= b < high (high None: no limit)
+    budget_stable: tuple[int, int | None] = (0, None)
+
+    @property
+    def num_chunks(self) -> int:
+        return len(self.chunks)
+
+    @property
+    def num_gathers(self) -> int:
+        return sum(c.gather for c in self.chunks)
+
+    @property
+    def over_budget(self) -> bool:
+        return any(c.over_budget for c in self.chunks)
+
+
+def merged_chunks(chunks) -> list[bool]:
+    """Per chunk: whether it is one of several column ranges of the same query rows
+    (kv-split), whose top-k the executor merges into a running top-k per row."""
+    count: dict[tuple[int, int], int] = {}
+    for c in chunks:
+        key = (c.token_start, c.token_end)
+        count[key] = count.get(key, 0) + 1
+    return [count[(c.token_start, c.token_end)] > 1 for c in chunks]
+
+
+class Run(NamedTuple):
+    """Consecutive rows of one request inside a chunk: they share ``ks``, and
+    row t of the run has ``ke - ks = first_len + t`` (one more KV token per row)."""
+
+    row_start: int  # first row of the run, counted from the chunk's first row
+    rows: int
+    ks: int  # workspace column where the request starts
+    first_len: int  # window length ke - ks of the run's first row
+
+    @property
+    def max_len(self) -> int:
+        return self.first_len + self.rows - 1
+
+
+def chunk_runs(batch: StepBatch, chunk: Chunk) -> list[Run]:
+    """The chunk's rows grouped by request, in row order."""
+    r0, r1 = chunk.requests
+    q0, q1 = chunk.rows
+    runs = []
+    col = 0  # workspace column of the current request
+    row = 0  # request rows seen so far in the chunk's concatenated rows
+    out_row = 0
+    for req in batch.requests[r0:r1]:
+        if row >= q1:
+            break
+        lo, hi = max(q0, row), min(q1, row + req.query_len)
+        if lo < hi:
+            i0 = lo - row  # request-local index of the run's first row
+            runs.append(Run(out_row, hi - lo, col, req.context_len + i0 + 1))
+            out_row += hi - lo
+        row += req.query_len
+        col += req.seq_len
+    return runs

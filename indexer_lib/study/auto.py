@@ -1,0 +1,134 @@
+"""``auto``: the strategy and budget with the least modelled indexer time over a
+workload mix, with no OOM at any step, printed as a line one can deploy.
+
+Memory comes from the memory model, time from ``timemodel.TimeModel`` (fitted
+to ``data/h200/`` when measurements exist there, else the published figures);
+every recommendation says which.  Everything here is modelled.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from .frontier import Schedule, prefill_batches
+from ..memory import memory_report
+from ..padding import DEFAULT_DEEPGEMM_VERSION
+from ..plan import STRATEGIES, make_plan
+from ..shapes import MIB, budget_bytes_from_mb, free_bytes_from_gib, get_model
+from .timemodel import TimeModel, plan_features
+from ..workload import ClosedLoopWorkload, SchedulerConfig
+
+DEFAULT_BUDGETS_MB = (32, 64, 128, 256, 512, 1024, 2048, 4096)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    strategy: str
+    budget_mb: float
+    padded: bool  # False: vLLM's own unpadded arithmetic, as deployed
+    total_ms: float  # modelled indexer time over every step of every workload
+    total_chunks: int
+    peak_transient_bytes: int  # worst step over the mix
+    fits: bool
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    best: Candidate
+    free_bytes: int
+    time_source: str
+    candidates: tuple[Candidate, ...]
+
+    @property
+    def margin_bytes(self) -> int:
+        """Free memory left at the worst step: the distance to the OOM frontier."""
+        return self.free_bytes - self.best.peak_transient_bytes
+
+    @property
+    def deploy_line(self) -> str:
+        b = self.best
+        if b.strategy == "vllm" and not b.padded:
+            return f"VLLM_SPARSE_INDEXER_MAX_LOGITS_MB={b.budget_mb:g}"
+        return (f"indexer-lab strategy={b.strategy} budget_mb={b.budget_mb:g} "
+                f"({'padded' if b.padded else 'unpadded'} logits budget)")
+
+    def summary(self) -> str:
+        b = self.best
+        return (f"{self.deploy_line}  # {b.strategy}, {b.total_chunks} chunks, "
+                f"{b.total_ms:.1f} ms indexer time; worst step "
+                f"{b.peak_transient_bytes / MIB:.0f} MiB of {self.free_bytes / MIB:.0f} MiB free "
+                f"(margin {self.margin_bytes / MIB:.0f} MiB) [{self.time_source}]")
+
+
+def recommend(
+    workloads: list[ClosedLoopWorkload],
+    free_gib: float,
+    model: str = "glm-5",
+    scheduler: SchedulerConfig | None = None,
+    strategies: tuple[str, ...] | None = None,
+    budgets_mb: tuple[float, ...] = DEFAULT_BUDGETS_MB,
+    deepgemm_version: str = DEFAULT_DEEPGEMM_VERSION,
+    time_model: TimeModel | None = None,
+    schedules: list[Schedule] | None = None,
+) -> Recommendation:
+    """Evaluate every strategy x budget over the workload mix; pick the fastest that fits.
+
+    ``vllm`` is evaluated as vLLM deploys it (unpadded budget arithmetic), so its
+    recommendation is a value for VLLM_SPARSE_INDEXER_MAX_LOGITS_MB; the other
+    strategies budget with DeepGEMM's padding.
+    """
+    get_model(model)
+    if not workloads and not schedules:
+        raise ValueError("no workloads: auto needs at least one workload in the mix")
+    free_bytes_from_gib(free_gib)  # a bad value fails before any work
+    tm = time_model or TimeModel.from_data()
+    if scheduler is None:
+        scheduler = SchedulerConfig(block_size=get_model(model).kv_block)
+    if schedules is None:
+        schedules = [Schedule(prefill_batches(w, scheduler)) for w in workloads]
+    candidates = evaluate_candidates(schedules, model, strategies, budgets_mb, deepgemm_version, tm)
+    return choose(candidates, free_gib, tm.source)
+
+
+def evaluate_candidates(schedules: list[Schedule], model: str = "glm-5",
+                        strategies: tuple[str, ...] | None = None,
+                        budgets_mb: tuple[float, ...] = DEFAULT_BUDGETS_MB,
+                        deepgemm_version: str = DEFAULT_DEEPGEMM_VERSION,
+                        time_model: TimeModel | None = None,
+                        temporaries: str | None = "deepgemm") -> list[Candidate]:
+    """Every strategy x budget over the schedules: modelled time, chunks and worst-step
+    bytes.  Independent of the free memory (``fits`` is filled in by ``choose``), so one
+    evaluation serves every free-memory level.  ``temporaries``: whose per-chunk
+    temporaries the memory model adds (default: the H200 path's, as the frontier)."""
+    tm = time_model or TimeModel.from_data()
+    strategies = strategies or tuple(s for s in STRATEGIES if s != "n-only")
+    candidates = []
+    for strategy in strategies:
+        padded = strategy != "vllm"
+        for mb in budgets_mb:
+            budget = budget_bytes_from_mb(mb)
+            total_ms, chunks, worst = 0.0, 0, 0
+            for schedule in schedules:
+                for batch, count in zip(schedule.unique, schedule.count):
+                    plan = make_plan(batch, strategy, budget, model=model,
+                                     deepgemm_version=deepgemm_version, padded=padded)
+                    total_ms += tm.features_ms(plan_features(plan)) * count
+                    chunks += plan.num_chunks * count
+                    worst = max(worst, memory_report(plan, backend=temporaries).peak_transient)
+            candidates.append(Candidate(strategy, mb, padded, total_ms, chunks, worst, False))
+    return candidates
+
+
+def choose(candidates: list[Candidate], free_gib: float, time_source: str) -> Recommendation:
+    """The fastest candidate whose worst step fits in ``free_gib``."""
+    free = free_bytes_from_gib(free_gib)
+    candidates = [replace(c, fits=c.peak_transient_bytes <= free) for c in candidates]
+    fitting = [c for c in candidates if c.fits]
+    if not fitting:
+        smallest = min(candidates, key=lambda c: c.peak_transient_bytes)
+        raise ValueError(
+            f"free memory {free_gib} GiB: no strategy and budget fits; the smallest worst step "
+            f"needs {smallest.peak_transient_bytes / MIB:.0f} MiB ({smallest.strategy} at "
+            f"{smallest.budget_mb:g} MiB)")
+    # least time; ties: the larger margin to the frontier
+    best = min(fitting, key=lambda c: (round(c.total_ms, 6), c.peak_transient_bytes))
+    return Recommendation(best, free, time_source, tuple(candidates))

@@ -1,0 +1,107 @@
+"""Where the logits budget comes from: a fixed MiB, SGLang's cached fraction of
+free memory, or the bytes really free at each step.
+
+A policy turns (step, memory free now) into a budget; ``run_policy`` plans every
+step of a schedule with it and checks the plan against the memory really free.
+All numbers are modelled (memory model), never measured.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..memory import memory_report
+from ..plan import make_plan
+from ..shapes import budget_bytes_from_mb
+from ..workload import StepBatch, check_int
+
+SGLANG_SKIP_ELEMENTS = 8 * 1024 * 1024  # SGLang does not chunk below 8M logits elements
+
+
+@dataclass
+class FixedPolicy:
+    """vLLM: VLLM_SPARSE_INDEXER_MAX_LOGITS_MB, the same every step."""
+
+    budget_mb: float = 512
+    name: str = "fixed"
+
+    def budget(self, batch: StepBatch, free_bytes: int, plan_kwargs: dict) -> int | None:
+        return budget_bytes_from_mb(self.budget_mb)
+
+
+@dataclass
+class SglangPolicy:
+    """SGLang DSA: 0.2 x free memory, read once and cached, capped at 0.3 x total;
+    steps under 8M logits elements are not chunked."""
+
+    total_bytes: int
+    fraction: float = 0.2
+    cap_fraction: float = 0.3
+    name: str = "sglang-cached"
+    cached_free: int | None = None  # the first reading, kept for the whole run
+
+    def budget(self, batch: StepBatch, free_bytes: int, plan_kwargs: dict) -> int | None:
+        if self.cached_free is None:
+            self.cached_free = free_bytes
+        if batch.num_rows * batch.num_kv_tokens < SGLANG_SKIP_ELEMENTS:
+            return None  # one chunk, whatever it costs
+        return max(1, int(min(self.fraction * self.cached_free, self.cap_fraction * self.total_bytes)))
+
+
+@dataclass
+class FreshPolicy:
+    """Ours: the largest budget whose plan's transient peak (padded logits,
+    metadata and executor temporaries, as the memory model counts them) fits
+    in the memory free at this step."""
+
+    name: str = "fresh"
+
+    def budget(self, batch: StepBatch, free_bytes: int, plan_kwargs: dict) -> int | None:
+        budget = max(1, free_bytes)
+        # every round lowers the budget by what the last plan overshot; transients
+        # other than logits shrink with the chunks, so this converges in a few rounds
+        for _ in range(64):
+            plan = make_plan(batch, budget_bytes=budget, **plan_kwargs)
+            over = memory_report(plan).peak_transient - free_bytes
+            if over <= 0 or budget == 1:
+                return budget
+            budget = max(1, budget - over)
+        return budget
+
+
+@dataclass(frozen=True)
+class PolicyStep:
+    step: int
+    free_bytes: int  # memory free at this step (stated)
+    budget_bytes: int | None  # what the policy authorised (None: no chunking)
+    num_chunks: int
+    peak_transient_bytes: int  # what the plan needs at its largest chunk
+    fits: bool
+
+
+def run_policy(batches: list[StepBatch], free_bytes: list[int], policy, strategy: str = "vllm",
+               **plan_kwargs) -> list[PolicyStep]:
+    """Plan each step with the policy's budget; check it against that step's free memory."""
+    if len(batches) != len(free_bytes):
+        raise ValueError(f"{len(batches)} steps and {len(free_bytes)} free-memory readings: "
+                         "give one reading per step")
+    kwargs = dict(plan_kwargs, strategy=strategy)
+    out = []
+    for batch, free in zip(batches, free_bytes):
+        check_int("free_bytes", free, 0)
+        budget = policy.budget(batch, free, kwargs)
+        if budget is None:
+            plan = make_plan(batch, "n-only", None, **plan_kwargs)
+        else:
+            plan = make_plan(batch, budget_bytes=budget, **kwargs)
+        peak = memory_report(plan).peak_transient
+        out.append(PolicyStep(batch.step, free, budget, plan.num_chunks, peak, peak <= free))
+    return out
+
+
+def shrinking_free_memory(num_steps: int, start_bytes: int, end_bytes: int) -> list[int]:
+    """Free memory falling linearly from start to end over the steps (the KV cache filling)."""
+    check_int("num_steps", num_steps, 1)
+    if num_steps == 1:
+        return [start_bytes]
+    return [round(start_bytes + (end_bytes - start_bytes) * i / (num_steps - 1))
+            for i in range(num_steps)]

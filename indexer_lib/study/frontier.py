@@ -1,0 +1,266 @@
+"""The OOM frontier by model: scheduler simulator + planners + memory model.
+
+For a workload (concurrency x ISL x OSL ...) the simulator yields every prefill
+step; each strategy and budget plans every step; the memory model finds the
+worst step.  A point is OOM when the worst step's transient bytes exceed the
+memory free at run time.  Every number here is modelled, never measured.
+"""
+from __future__ import annotations
+
+import itertools
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass
+
+from ..memory import memory_report
+from ..padding import DEFAULT_DEEPGEMM_VERSION
+from ..plan import check_strategy, make_plan, strategy_budget_bytes
+from ..shapes import GIB, MIB, budget_bytes_from_mb, free_bytes_from_gib, get_model
+from ..workload import ClosedLoopWorkload, SchedulerConfig, StepBatch, check_source, scheduled_steps
+
+
+TEMPORARIES = ("deepgemm", "reference", None)
+
+
+def check_grid_values(strategies, budgets_mb, frees_gib) -> None:
+    """Every strategy known, every budget > 0, every free GiB >= 0 (ValueError otherwise)."""
+    for s in strategies:
+        check_strategy(s)
+    for b in budgets_mb:
+        budget_bytes_from_mb(b)
+    for f in frees_gib:
+        free_bytes_from_gib(f)
+
+
+def prefill_batches(workload: ClosedLoopWorkload, config: SchedulerConfig,
+                    source: str = "simulator") -> list[StepBatch]:
+    """The step batches the indexer's prefill path sees over the whole schedule.
+
+    ``source``: "simulator" (built-in, fast) or "vllm" (vLLM's own scheduler;
+    needs vLLM, see scripts/install_vllm.sh).
+    """
+    return [s.batch for s in scheduled_steps(workload, config, source) if s.batch is not None]
+
+
+@dataclass(frozen=True)
+class WorstStep:
+    """A strategy and budget over a whole schedule, summarised by its worst step."""
+
+    strategy: str
+    budget_bytes: int | None
+    worst_step: int  # engine step index of the step with the largest transient peak
+    worst_rows: int  # M of that step
+    worst_kv_tokens: int  # N of that step
+    worst_chunks: int  # chunks that step needs
+    peak_bytes: int  # persistent + transient peak of that step
+    peak_transient_bytes: int
+    max_chunks: int  # most chunks any step needs
+    total_chunks: int  # chunks over the whole schedule
+    over_budget: bool  # some chunk could not meet the budget
+
+
+class Schedule:
+    """A schedule's prefill steps, with identical steps grouped so each is planned once."""
+
+    def __init__(self, batches: list[StepBatch]):
+        if not batches:
+            raise ValueError("no prefill steps: the schedule has nothing for the indexer to do")
+        self.batches = batches
+        first: dict[tuple, int] = {}
+        self.unique: list[StepBatch] = []  # first occurrence of each distinct step
+        self.count: list[int] = []  # how often each distinct step occurs
+        for batch in batches:
+            k = first.setdefault(batch.requests, len(self.unique))
+            if k == len(self.unique):
+                self.unique.append(batch)
+                self.count.append(0)
+            self.count[k] += 1
+
+
+def worst_steps(
+    batches: list[StepBatch] | Schedule,
+    strategy: str,
+    budgets: list[int | None],
+    model: str = "deepseek-v3.2",
+    deepgemm_version: str = DEFAULT_DEEPGEMM_VERSION,
+    padded: bool = True,
+    workspace_tokens: int | None = None,
+    topk_rows: int | None = None,
+    temporaries: str | None = "deepgemm",
+) -> list[WorstStep]:
+    """``worst_step`` for several budgets; a step's plan is reused for every budget
+    inside the interval over which the planner's decisions do not change.
+
+    ``temporaries``: whose temporaries the memory model adds to each chunk:
+    ``deepgemm`` (the H200 path that ``measure`` runs, the default),
+    ``reference`` (the CPU reference executor) or None (logits and metadata only).
+    """
+    schedule = batches if isinstance(batches, Schedule) else Schedule(batches)
+    # per distinct step: (stable interval, chunks, transient peak, peak, over budget)
+    known: list[tuple | None] = [None] * len(schedule.unique)
+    results = []
+    for budget in budgets:
+        best = None
+        max_chunks = total_chunks = 0
+        over = False
+        for k, (batch, count) in enumerate(zip(schedule.unique, schedule.count)):
+            entry = known[k]
+            if entry is None or not _in_interval(budget, entry[0]):
+                plan = make_plan(batch, strategy, budget, workspace_tokens, model,
+                                 deepgemm_version, padded)
+                report = memory_report(plan, topk_rows=topk_rows, backend=temporaries)
+                entry = known[k] = (plan.budget_stable, plan.num_chunks, report.peak_transient,
+                                    report.peak, plan.over_budget)
+            _, chunks, transient, peak, over_step = entry
+            max_chunks = max(max_chunks, chunks)
+            total_chunks += chunks * count
+            over = over or over_step
+            # ties go to the earliest step (distinct steps are in order of first occurrence)
+            if best is None or transient > best[1]:
+                best = (batch, transient, chunks, peak)
+        batch, transient, chunks, peak = best
+        results.append(WorstStep(strategy, budget, batch.step, batch.num_rows,
+                                 batch.num_kv_tokens, chunks, peak, transient, max_chunks,
+                                 total_chunks, over))
+    return results
+
+
+def _in_interval(budget: int | None, interval: tuple[int, int | None]) -> bool:
+    low, high = interval
+    if budget is None:
+        return high is None
+    return low <= budget and (high is None or budget < high)
+
+
+def worst_step(batches: list[StepBatch] | Schedule, strategy: str, budget_bytes: int | None,
+               **kwargs) -> WorstStep:
+    """The step with the largest transient peak over a schedule, for one strategy and budget."""
+    return worst_steps(batches, strategy, [budget_bytes], **kwargs)[0]
+
+
+def check_isl(model: str, isls) -> None:
+    """ValueError for a prompt longer than the model serves."""
+    max_len = get_model(model).max_model_len
+    too_long = [i for i in isls if i > max_len]
+    if too_long:
+        raise ValueError(f"isl {too_long[0]} > max_model_len {max_len} of {model}")
+
+
+@dataclass(frozen=True)
+class FrontierGrid:
+    model: str = "glm-5"
+    concurrency: tuple[int, ...] = (1, 4, 8, 16, 24, 32, 48, 64)
+    isl: tuple[int, ...] = (2048, 4096, 8192, 10240, 16384, 32768)
+    osl: int = 64
+    budget_mb: tuple[float, ...] = (64, 128, 256, 512, 1024, 2048)
+    strategy: tuple[str, ...] = ("n-only", "vllm", "per-request", "causal")
+    free_gib: tuple[float, ...] = (2.63,)
+    shared_prefix: int = 0
+    max_num_batched_tokens: int = 8192
+    max_num_seqs: int = 256
+    long_prefill_token_threshold: int = 256
+    deepgemm_version: str = DEFAULT_DEEPGEMM_VERSION
+    padded: bool = True
+    workload_source: str = "simulator"  # or "vllm": vLLM's own scheduler
+    # whose temporaries each chunk adds: "deepgemm" (the H200 path), "reference", or None
+    temporaries: str | None = "deepgemm"
+
+    def __post_init__(self):
+        get_model(self.model)
+        check_source(self.workload_source)
+        if self.temporaries not in TEMPORARIES:
+            raise ValueError(f"temporaries {self.temporaries!r}: must be one of "
+                             f"{', '.join(str(t) for t in TEMPORARIES)}")
+        check_grid_values(self.strategy, self.budget_mb, self.free_gib)
+        for name in ("concurrency", "isl", "budget_mb", "strategy", "free_gib"):
+            if not getattr(self, name):
+                raise ValueError(f"{name} is empty: the grid needs at least one value")
+        check_isl(self.model, self.isl)
+
+    @property
+    def scheduler(self) -> SchedulerConfig:
+        return SchedulerConfig(
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            max_num_seqs=self.max_num_seqs,
+            long_prefill_token_threshold=self.long_prefill_token_threshold,
+            block_size=get_model(self.model).kv_block,
+        )
+
+    @property
+    def num_points(self) -> int:
+        return (len(self.concurrency) * len(self.isl) * len(self.budget_mb)
+                * len(self.strategy) * len(self.free_gib))
+
+
+def workload_rows(grid: FrontierGrid, conc: int, isl: int) -> list[dict]:
+    """The rows of one workload (concurrency x ISL): every budget, strategy and free GiB."""
+    workload = ClosedLoopWorkload(conc, isl, grid.osl, grid.shared_prefix)
+    batches = Schedule(prefill_batches(workload, grid.scheduler, grid.workload_source))
+    rows = []
+    for strategy in grid.strategy:
+        # n-only has no budget: one plan per step, reported under every budget
+        budgets = [strategy_budget_bytes(strategy, b) for b in grid.budget_mb]
+        outcomes = worst_steps(batches, strategy, budgets, grid.model,
+                               grid.deepgemm_version, grid.padded,
+                               topk_rows=grid.max_num_batched_tokens,
+                               temporaries=grid.temporaries)
+        for budget_mb, outcome in zip(grid.budget_mb, outcomes):
+            for free_gib in grid.free_gib:
+                rows.append(frontier_row(grid, conc, isl, budget_mb, free_gib, outcome))
+    return rows
+
+
+def frontier_rows(grid: FrontierGrid, progress=None, workers: int | None = 1):
+    """Yield one tidy row per concurrency x ISL x budget x strategy x free GiB.
+
+    ``progress``: an optional callable taking the number of workloads done.
+    ``workers``: processes to spread the workloads over (None: one per CPU);
+    the rows come out in the same order whatever the number.
+    """
+    workloads = list(itertools.product(grid.concurrency, grid.isl))
+    if workers is None:
+        workers = os.cpu_count() or 1
+    workers = max(1, min(workers, len(workloads)))
+    if workers == 1:
+        for conc, isl in workloads:
+            yield from workload_rows(grid, conc, isl)
+            if progress:
+                progress(1)
+        return
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+        futures = [pool.submit(workload_rows, grid, conc, isl) for conc, isl in workloads]
+        for future in futures:
+            yield from future.result()
+            if progress:
+                progress(1)
+
+
+def frontier_row(grid: FrontierGrid, conc: int, isl: int, budget_mb: float, free_gib: float,
+                 w: WorstStep) -> dict:
+    free = free_bytes_from_gib(free_gib)
+    row = {
+        "mode": "model",
+        "model": grid.model,
+        "concurrency": conc,
+        "isl": isl,
+        "osl": grid.osl,
+        "shared_prefix": grid.shared_prefix,
+        "max_num_batched_tokens": grid.max_num_batched_tokens,
+        "long_prefill_token_threshold": grid.long_prefill_token_threshold,
+        "deepgemm_version": grid.deepgemm_version,
+        "padded_budget": grid.padded,
+        "workload_source": grid.workload_source,
+        "temporaries": grid.temporaries or "none",
+        "budget_mb": budget_mb,
+        "free_gib": free_gib,
+    }
+    row.update(asdict(w))
+    row["budget_bytes"] = w.budget_bytes if w.budget_bytes is not None else -1
+    row["oom"] = w.peak_transient_bytes > free
+    row["peak_transient_gib"] = w.peak_transient_bytes / GIB
+    return row
+
+
+def format_bytes(n: int) -> str:
+    return f"{n / GIB:.2f} GiB" if n >= GIB else f"{n / MIB:.1f} MiB"

@@ -1,0 +1,192 @@
+"""Reserved vs allocated bytes over the steps of a long prompt (modelled).
+
+A caching allocator (PyTorch's, ``allocator.CachingAllocatorModel``) keeps every
+segment it ever asked the driver for: a logits allocation of a new, larger size
+adds a segment, while a size it has seen is served from the cached block.  This
+module turns each step's plan into the executor's allocation events and replays
+them, step after step, through the allocator model -- no GPU, no torch needed:
+
+- ``source="model"`` (default): events from the memory model's per-chunk bytes,
+  in the executor's order: the K workspace and the top-k buffer, then per chunk
+  its metadata (ks, ke, the gather's slot map), a column group's running values,
+  the candidate indices, the logits and the backend's temporaries (one block at
+  their peak), each freed before the next chunk; the step's inputs (q, weights,
+  K cache) first when ``include_inputs`` (what the device script allocates);
+- ``source="trace"``: the tracer's own malloc/free stream of the reference
+  executor on the meta device (every tensor it allocates).
+
+Every number here is modelled; ``devicecheck`` stage ``reserved`` measures the
+same curves on an H200 (``torch.cuda.memory_reserved``) next to this prediction.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from ..memory.allocator import CachingAllocatorModel, replay
+from ..memory import INT32_BYTES, MemoryReport, memory_report
+from ..plan import Plan, make_plan, merged_chunks
+from ..shapes import budget_bytes_from_mb, get_model
+from ..workload import PrefillRequest, StepBatch, check_int
+
+STRATEGIES = ("vllm", "causal", "fixed-shape")
+
+
+def long_prompt_steps(prompt_len: int = 65_536, step_tokens: int = 8192) -> list[StepBatch]:
+    """One prompt prefilled ``step_tokens`` at a time: step i has the earlier tokens as context."""
+    check_int("prompt_len", prompt_len, 1)
+    check_int("step_tokens", step_tokens, 1)
+    steps = []
+    for i, done in enumerate(range(0, prompt_len, step_tokens)):
+        q = min(step_tokens, prompt_len - done)
+        steps.append(StepBatch((PrefillRequest(context_len=done, query_len=q),), step=i))
+    return steps
+
+
+def plan_events(plan: Plan, report: MemoryReport, key: str, inputs: bool = False) -> list[tuple]:
+    """The executor's allocations for one step, from the memory model's bytes."""
+    events: list[tuple] = []
+    live: list[str] = []
+
+    def malloc(name: str, nbytes: int) -> None:
+        if nbytes > 0:
+            events.append(("malloc", f"{key}/{name}", nbytes))
+            live.append(f"{key}/{name}")
+
+    def free(name: str) -> None:
+        if f"{key}/{name}" in live:
+            live.remove(f"{key}/{name}")
+            events.append(("free", f"{key}/{name}"))
+
+    if inputs:
+        m = get_model(plan.model)
+        rows, tokens = plan.batch.num_rows, plan.batch.num_kv_tokens
+        for name, nbytes in (("q", rows * m.index_heads * m.head_dim),
+                             ("weights", 4 * rows * m.index_heads),
+                             ("k_cache", tokens * m.head_dim), ("k_scale", 4 * tokens)):
+            malloc(name, nbytes)
+    d = get_model(plan.model).head_dim
+    tokens = report.workspace // (d + 4)
+    malloc("workspace_k", tokens * d)
+    malloc("workspace_scale", tokens * 4)
+    malloc("topk", report.topk_buffer)
+    merged = merged_chunks(plan.chunks)
+    for i, (c, mem) in enumerate(zip(plan.chunks, report.chunks)):
+        rows_key = (c.token_start, c.token_end)
+        first = merged[i] and (i == 0 or (plan.chunks[i - 1].token_start,
+                                          plan.chunks[i - 1].token_end) != rows_key)
+        last = merged[i] and (i + 1 == len(plan.chunks) or (plan.chunks[i + 1].token_start,
+                                                             plan.chunks[i + 1].token_end) != rows_key)
+        if first:
+            malloc("running", mem.running // 2)
+        malloc(f"{i}/ks", INT32_BYTES * c.num_rows)
+        malloc(f"{i}/ke", INT32_BYTES * c.num_rows)
+        malloc(f"{i}/slots", mem.metadata - 2 * INT32_BYTES * c.num_rows)
+        if merged[i]:
+            malloc(f"{i}/candidates", mem.running // 2)
+        malloc(f"{i}/logits", mem.logits)
+        malloc(f"{i}/temporaries", mem.temporaries)
+        for name in ("temporaries", "logits", "candidates", "slots", "ke", "ks"):
+            free(f"{i}/{name}")
+        if last:
+            free("running")
+    for name in list(live):
+        free(name.split("/", 1)[1])
+    return events
+
+
+def traced_events(plan: Plan, key: str, topk_rows: int | None = None,
+                  topk: int | None = None) -> list[tuple]:
+    """The reference executor's own allocation stream on the meta device."""
+    from ..run.tracer import trace
+
+    result = trace(plan, topk_rows=topk_rows, topk=topk, record_events=True)
+    events, live = [], {}
+    for e in result.events:
+        if e[0] == "malloc":
+            live[e[1]] = True
+            events.append(("malloc", f"{key}/{e[1]}", e[2]))
+        else:
+            live.pop(e[1], None)
+            events.append(("free", f"{key}/{e[1]}"))
+    events += [("free", f"{key}/{k}") for k in live]  # the persistent buffers, at the call's end
+    return events
+
+
+@dataclass(frozen=True)
+class StepReserved:
+    strategy: str
+    step: int
+    context_len: int
+    query_len: int
+    chunks: int
+    logits_shapes: int  # distinct logits allocation sizes in the step
+    max_logits_bytes: int
+    peak_allocated: int  # most bytes live at once during the step (allocator's rounding included)
+    reserved: int  # bytes the allocator holds from the driver after the step
+    segments: int  # segments it holds after the step
+    new_segments: int  # segments the step added
+    source: str  # "model" or "trace" (both modelled)
+
+
+def reserved_curve(strategy: str, steps: list[StepBatch], budget_mb: float = 512,
+                   model: str = "glm-5", deepgemm_version: str = "2.6",
+                   fixed_width: int | None = None, source: str = "model",
+                   backend: str | None = "deepgemm", topk_rows: int | None = None,
+                   include_inputs: bool = False, plan_fn=None, report_fn=None) -> list[StepReserved]:
+    """Replay every step's allocations through one allocator; one row per step.
+
+    ``fixed_width``: fixed-shape's width (default: the last step's sequence length,
+    so one shape serves the whole prefill).  ``backend``: whose temporaries the
+    model counts (``deepgemm``: the H200 path; ``reference``; None).  ``plan_fn``
+    and ``report_fn`` let a caller (the device script) supply its own plans and
+    reports.
+    """
+    if source not in ("model", "trace"):
+        raise ValueError(f"source {source!r}: must be 'model' or 'trace'")
+    if strategy == "fixed-shape" and fixed_width is None:
+        fixed_width = max(b.seq_lens[-1] for b in steps)
+    alloc = CachingAllocatorModel()
+    handles: dict[str, int] = {}
+    rows = []
+    for i, batch in enumerate(steps):
+        if plan_fn is not None:
+            plan = plan_fn(batch, strategy)
+        else:
+            options = {"fixed_width": fixed_width} if strategy == "fixed-shape" else {}
+            plan = make_plan(batch, strategy, budget_bytes_from_mb(budget_mb), model=model,
+                             deepgemm_version=deepgemm_version, **options)
+        if source == "model":
+            report = report_fn(plan) if report_fn is not None else \
+                memory_report(plan, topk_rows=topk_rows, backend=backend)
+            events = plan_events(plan, report, f"s{i}", include_inputs)
+        else:
+            events = traced_events(plan, f"s{i}", topk_rows)
+        segments_before = _segments(alloc)
+        # allocated bytes only peak right after a malloc: the curve's maximum is the peak
+        peak = max([alloc.allocated] + [a for a, _ in replay(events, alloc, handles)])
+        sizes = {c.logits_bytes for c in plan.chunks}
+        rows.append(StepReserved(strategy, batch.step, batch.requests[0].context_len,
+                                 batch.num_rows, plan.num_chunks, len(sizes), max(sizes), peak,
+                                 alloc.reserved, _segments(alloc), _segments(alloc) - segments_before,
+                                 source))
+    return rows
+
+
+def _segments(alloc: CachingAllocatorModel) -> int:
+    return sum(s is not None for s in alloc.segments)
+
+
+def reserved_table(prompt_len: int = 65_536, step_tokens: int = 8192, budget_mb: float = 512,
+                   model: str = "glm-5", strategies=STRATEGIES, **kwargs):
+    """``reserved_curve`` of each strategy over one long prompt, as one tidy DataFrame."""
+    import pandas as pd
+
+    steps = long_prompt_steps(prompt_len, step_tokens)
+    rows = []
+    for s in strategies:
+        for r in reserved_curve(s, steps, budget_mb, model, **kwargs):
+            row = asdict(r)
+            row.update(mode="model", prompt_len=prompt_len, step_tokens=step_tokens,
+                       budget_mb=budget_mb, model=model)
+            rows.append(row)
+    return pd.DataFrame(rows)

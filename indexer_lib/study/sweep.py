@@ -1,0 +1,445 @@
+"""Sweeps: a grid of workloads x strategies x budgets, run in one of three modes.
+
+- ``model``: scheduler simulator + planners + memory model (CPU, fast);
+- ``trace``: the tracer's peak bytes of each worst step (the executor's real
+  allocations, replayed without a GPU);
+- ``measure``: the worst step executed on a CUDA GPU: OOM caught, time measured.
+
+Results are one tidy table (one row per point x strategy) in a resumable store
+(``indexer_lib.store``): a task is durable before the next starts, a restart
+with the same arguments skips what is done.  Every row carries its ``mode`` and
+its provenance, so a modelled number is never mistaken for a measured one.
+"""
+from __future__ import annotations
+
+import datetime
+import functools
+import hashlib
+import itertools
+import json
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+from . import frontier
+from ..memory import topk_buffer_bytes, workspace_bytes
+from ..padding import DEFAULT_DEEPGEMM_VERSION, get_rules
+from ..plan import make_plan, strategy_budget_bytes
+from ..shapes import GIB, free_bytes_from_gib, get_model
+from .results import git_state
+from .store import ResultStore
+from .timemodel import TimeModel, plan_features
+from ..workload import ClosedLoopWorkload, SchedulerConfig, check_int, check_source
+
+MODES = ("model", "trace", "measure")
+
+
+@dataclass(frozen=True)
+class SweepGrid:
+    """Every axis is a tuple; the grid is their product (shared prefixes longer
+    than a prompt are skipped, as such a point cannot exist)."""
+
+    model: tuple[str, ...] = ("glm-5",)
+    concurrency: tuple[int, ...] = (1, 4, 8, 16, 24, 32, 48, 64)
+    isl: tuple[int, ...] = (2048, 4096, 8192, 10240, 16384, 32768)
+    osl: tuple[int, ...] = (64,)
+    budget_mb: tuple[float, ...] = (64, 128, 256, 512, 1024, 2048)
+    strategy: tuple[str, ...] = ("n-only", "vllm", "per-request", "causal")
+    free_gib: tuple[float, ...] = (2.63,)
+    shared_prefix: tuple[int, ...] = (0,)
+    max_num_batched_tokens: tuple[int, ...] = (8192,)
+    max_num_seqs: tuple[int, ...] = (256,)
+    long_prefill_token_threshold: tuple[int, ...] = (256,)
+    async_scheduling: bool = False
+    deepgemm_version: str = DEFAULT_DEEPGEMM_VERSION
+    padded: bool = True
+    workload_source: str = "simulator"
+
+    def __post_init__(self):
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, list):  # YAML and JSON give lists: keep the grid hashable
+                object.__setattr__(self, f.name, tuple(value))
+            elif f.type.startswith("tuple") and not isinstance(value, tuple):
+                object.__setattr__(self, f.name, (value,))
+            if f.type.startswith("tuple") and not getattr(self, f.name):
+                raise ValueError(f"{f.name} is empty: the grid needs at least one value")
+        frontier.check_grid_values(self.strategy, self.budget_mb, self.free_gib)
+        for name, minimum in (("concurrency", 1), ("isl", 1), ("osl", 1), ("shared_prefix", 0),
+                              ("max_num_batched_tokens", 1), ("max_num_seqs", 1),
+                              ("long_prefill_token_threshold", 0)):
+            for v in getattr(self, name):
+                check_int(name, v, minimum)
+        for m in self.model:
+            frontier.check_isl(m, self.isl)
+        get_rules(self.deepgemm_version)
+        check_source(self.workload_source)
+
+    def workloads(self):
+        """(model, workload, scheduler config) for every workload of the grid, in order."""
+        for model, conc, isl, osl, prefix, mnbt, seqs, thr in itertools.product(
+                self.model, self.concurrency, self.isl, self.osl, self.shared_prefix,
+                self.max_num_batched_tokens, self.max_num_seqs,
+                self.long_prefill_token_threshold):
+            if prefix > isl:
+                continue
+            config = SchedulerConfig(mnbt, seqs, thr, block_size=get_model(model).kv_block,
+                                     async_scheduling=self.async_scheduling)
+            yield model, ClosedLoopWorkload(conc, isl, osl, prefix), config
+
+    @property
+    def num_rows(self) -> int:
+        n_workloads = sum(1 for _ in self.workloads())
+        return n_workloads * len(self.strategy) * len(self.budget_mb) * len(self.free_gib)
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """How a sweep runs; part of what identifies its result file."""
+
+    mode: str = "model"
+    backend: str = "reference"  # trace / measure: the kernels backend
+    seed: int = 0  # measure: inputs
+    repeats: int = 3  # measure: timed runs per point (after one warm-up)
+
+    def __post_init__(self):
+        if self.mode not in MODES:
+            raise ValueError(f"mode {self.mode!r}: must be one of {', '.join(MODES)}")
+        check_int("repeats", self.repeats, 1)
+
+
+def spec_of(grid: SweepGrid, settings: RunSettings) -> dict:
+    spec = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(grid).items()}
+    spec.update(asdict(settings))
+    if settings.mode == "model":  # backend, seed and repeats do not change modelled rows
+        for k in ("backend", "seed", "repeats"):
+            spec.pop(k)
+    return spec
+
+
+def spec_hash(spec: dict) -> str:
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+
+
+# -- provenance ------------------------------------------------------------------
+
+def git_sha() -> str:
+    sha, dirty = git_state()
+    return sha + ("-dirty" if dirty else "") if sha else "unknown"
+
+
+def package_versions() -> dict:
+    from importlib import metadata
+
+    versions = {}
+    for name in ("indexer-lab", "torch", "numpy", "pandas", "pyarrow", "deep-gemm",
+                 "sgl-deep-gemm"):
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return versions
+
+
+def provenance(device: str) -> dict:
+    return {"git_sha": git_sha(), "versions": json.dumps(package_versions(), sort_keys=True),
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "device": device}
+
+
+# -- the grid's tasks ---------------------------------------------------------------
+
+def task_id(model, workload, config, strategy, budget_mb=None, free_gib=None) -> str:
+    parts = [model, f"c{workload.concurrency}", f"isl{workload.isl}", f"osl{workload.osl}",
+             f"prefix{workload.shared_prefix}", f"mnbt{config.max_num_batched_tokens}",
+             f"seqs{config.max_num_seqs}", f"thr{config.long_prefill_token_threshold}", strategy]
+    if budget_mb is not None:
+        parts.append(f"budget{budget_mb:g}")
+    if free_gib is not None:
+        parts.append(f"free{free_gib:g}")
+    return "|".join(parts)
+
+
+def tasks(grid: SweepGrid, mode: str):
+    """(task id, model, workload, config, strategy, budgets, free GiBs) in grid order.
+
+    A model task covers every budget and free GiB of a workload x strategy (one
+    schedule, plans shared across budgets); a trace task one budget; a measure
+    task one budget and one free GiB, so each GPU run is durable on its own.
+    """
+    for model, workload, config in grid.workloads():
+        for strategy in grid.strategy:
+            if mode == "model":
+                yield (task_id(model, workload, config, strategy), model, workload, config,
+                       strategy, grid.budget_mb, grid.free_gib)
+            elif mode == "trace":
+                for mb in grid.budget_mb:
+                    yield (task_id(model, workload, config, strategy, mb), model, workload,
+                           config, strategy, (mb,), grid.free_gib)
+            else:
+                for mb, free in itertools.product(grid.budget_mb, grid.free_gib):
+                    yield (task_id(model, workload, config, strategy, mb, free), model,
+                           workload, config, strategy, (mb,), (free,))
+
+
+@functools.lru_cache(maxsize=256)  # dashboards replan the same schedules; bounded memory
+def schedule_of(workload, config, source: str) -> frontier.Schedule:
+    """The prefill step batches of a workload, from the simulator or vLLM, grouped."""
+    return frontier.Schedule(frontier.prefill_batches(workload, config, source))
+
+
+def base_row(grid, model, workload, config, strategy, budget_mb, free_gib, mode) -> dict:
+    return {
+        "mode": mode, "model": model, "concurrency": workload.concurrency, "isl": workload.isl,
+        "osl": workload.osl, "shared_prefix": workload.shared_prefix,
+        "max_num_batched_tokens": config.max_num_batched_tokens,
+        "max_num_seqs": config.max_num_seqs,
+        "long_prefill_token_threshold": config.long_prefill_token_threshold,
+        "async_scheduling": config.async_scheduling,
+        "workload_source": grid.workload_source, "deepgemm_version": grid.deepgemm_version,
+        "padded_budget": grid.padded, "strategy": strategy, "budget_mb": float(budget_mb),
+        "free_gib": float(free_gib),
+    }
+
+
+def worst_step_detail(schedule, w, strategy, model, grid, time_model) -> tuple[dict, object]:
+    """The plan of a worst step and what the tables report about it."""
+    batch = next(b for b in schedule.batches if b.step == w.worst_step)
+    plan = make_plan(batch, strategy, w.budget_bytes, None, model, grid.deepgemm_version,
+                     grid.padded)
+    f = plan_features(plan)
+    detail = {
+        "budget_bytes": -1 if w.budget_bytes is None else w.budget_bytes,
+        "worst_step": w.worst_step, "worst_rows": w.worst_rows,
+        "worst_kv_tokens": w.worst_kv_tokens, "worst_requests": len(batch.requests),
+        "worst_chunks": w.worst_chunks, "worst_gathers": f["gathers"],
+        "worst_allocated_logits_bytes": f["allocated_logits_bytes"],
+        "worst_useful_elements": f["useful_elements"],
+        "worst_gathered_kv_tokens": f["gathered_kv_tokens"],
+        "max_chunks": w.max_chunks, "total_chunks": w.total_chunks, "over_budget": w.over_budget,
+        "model_peak_bytes": w.peak_bytes, "model_peak_transient_bytes": w.peak_transient_bytes,
+        "model_time_ms": time_model.features_ms(f),
+    }
+    return detail, plan
+
+
+def model_task(grid, model, workload, config, strategy, budgets_mb, frees, time_model,
+               prov) -> list[dict]:
+    schedule = schedule_of(workload, config, grid.workload_source)
+    budgets = [strategy_budget_bytes(strategy, mb) for mb in budgets_mb]
+    outcomes = frontier.worst_steps(schedule, strategy, budgets, model=model,
+                                    deepgemm_version=grid.deepgemm_version, padded=grid.padded,
+                                    topk_rows=config.max_num_batched_tokens)
+    rows = []
+    for mb, w in zip(budgets_mb, outcomes):
+        detail, _ = worst_step_detail(schedule, w, strategy, model, grid, time_model)
+        for free in frees:
+            row = base_row(grid, model, workload, config, strategy, mb, free, "model")
+            row.update(detail)
+            row.update(peak_bytes=w.peak_bytes, peak_transient_bytes=w.peak_transient_bytes,
+                       oom=w.peak_transient_bytes > free_bytes_from_gib(free), time_ms=None,
+                       error=None, **prov)
+            rows.append(row)
+    return rows
+
+
+def _model_worst(grid, model, workload, config, strategy, budget_mb, time_model, backend):
+    """The modelled worst step, counting the temporaries of the backend that will run it."""
+    schedule = schedule_of(workload, config, grid.workload_source)
+    w = frontier.worst_step(schedule, strategy, strategy_budget_bytes(strategy, budget_mb), model=model,
+                            deepgemm_version=grid.deepgemm_version, padded=grid.padded,
+                            topk_rows=config.max_num_batched_tokens, temporaries=backend)
+    return worst_step_detail(schedule, w, strategy, model, grid, time_model)
+
+
+def trace_task(grid, settings, model, workload, config, strategy, budgets_mb, frees,
+               time_model, prov) -> list[dict]:
+    from ..run.tracer import trace  # torch: only trace mode needs it
+
+    (mb,) = budgets_mb
+    detail, plan = _model_worst(grid, model, workload, config, strategy, mb, time_model,
+                                 settings.backend)
+    result = trace(plan, topk_rows=config.max_num_batched_tokens, backend=settings.backend)
+    traced, transient = int(result.peak_bytes), int(result.peak_transient)
+    rows = []
+    for free in frees:
+        row = base_row(grid, model, workload, config, strategy, mb, free, "trace")
+        row.update(detail)
+        row.update(peak_bytes=traced, peak_transient_bytes=transient,
+                   oom=transient > free_bytes_from_gib(free), time_ms=None, error=None, **prov)
+        rows.append(row)
+    return rows
+
+
+class Measurer:
+    """Runs one plan's worst step on a GPU: OOM caught, memory freed, time measured.
+
+    ``free_gib`` is enforced with a ballast allocation, so that the executor sees
+    ``free_gib`` plus the persistent buffers it allocates itself.  Every point
+    ends with its tensors dropped and the allocator's cache emptied; the row
+    records the reserved bytes after that next to the baseline (reserved when
+    the measurer started), so a leak between points shows.  ``device``: the
+    device layer (``measure_device.CudaDevice`` by default).
+    """
+
+    def __init__(self, settings: RunSettings, device=None):
+        if device is None:
+            from ..run.device import CudaDevice
+
+            device = CudaDevice()
+        self.dev = device
+        self.settings = settings
+        self.device = device.name
+        self._free()
+        self.baseline_reserved = device.memory_reserved()
+
+    def _free(self) -> None:
+        import gc
+
+        gc.collect()
+        self.dev.synchronize()
+        self.dev.empty_cache()
+
+    def run(self, plan, free_gib: float, topk_rows: int) -> dict:
+        result = self._run(plan, free_gib, topk_rows)  # its tensors are gone when it returns
+        self._free()
+        result.update(reserved_after_bytes=self.dev.memory_reserved(),
+                      reserved_baseline_bytes=self.baseline_reserved)
+        return result
+
+    def _run(self, plan, free_gib: float, topk_rows: int) -> dict:
+        import torch
+
+        dev = self.dev
+        persistent = workspace_bytes(plan) + topk_buffer_bytes(plan, topk_rows)
+        free_now, _ = dev.mem_get_info()
+        ballast_bytes = free_now - free_bytes_from_gib(free_gib) - persistent
+        if ballast_bytes < 0:
+            return {"oom": None, "error": f"only {free_now / GIB:.2f} GiB free on the GPU, "
+                    f"{free_gib} GiB + persistent buffers requested"}
+        ballast = inputs = run = None
+        try:
+            ballast = dev.allocate(ballast_bytes)
+            inputs = dev.make_inputs(plan.batch, plan.model, self.settings.seed)
+            base = dev.memory_allocated()
+            run = functools.partial(dev.execute, plan, inputs, self.settings.backend, topk_rows)
+            run()  # warm-up: kernels compiled, allocator primed
+            dev.synchronize()
+            dev.reset_peak_memory_stats()
+            times = sorted(dev.elapsed_ms(run) for _ in range(self.settings.repeats))
+            peak = dev.max_memory_allocated() - base
+            return {"oom": False, "error": None, "time_ms": times[len(times) // 2],
+                    "measured_peak_bytes": peak}
+        except torch.OutOfMemoryError as e:
+            # the message only: the traceback would keep the failed step's tensors alive
+            return {"oom": True, "error": f"OutOfMemoryError: {str(e).splitlines()[0]}"}
+        finally:
+            del ballast, inputs, run
+
+
+def measure_task(grid, settings, measurer, model, workload, config, strategy, budgets_mb,
+                 frees, time_model, prov) -> list[dict]:
+    (mb,), (free,) = budgets_mb, frees
+    detail, plan = _model_worst(grid, model, workload, config, strategy, mb, time_model,
+                                 settings.backend)
+    result = measurer.run(plan, free, config.max_num_batched_tokens)
+    row = base_row(grid, model, workload, config, strategy, mb, free, "measure")
+    row.update(detail)
+    peak = result.get("measured_peak_bytes")
+    row.update(peak_bytes=peak, peak_transient_bytes=peak, oom=result["oom"],
+               time_ms=result.get("time_ms"), error=result["error"],
+               reserved_after_bytes=result.get("reserved_after_bytes"),
+               reserved_baseline_bytes=result.get("reserved_baseline_bytes"), **prov)
+    return [row]
+
+
+def model_rows(grid: SweepGrid, time_model: TimeModel | None = None):
+    """Model-mode rows of a grid, computed in memory without a store (dashboards)."""
+    time_model = time_model or TimeModel.published()
+    for tid, *task in tasks(grid, "model"):
+        for row in model_task(grid, *task, time_model, {}):
+            row["task"] = tid
+            yield row
+
+
+# -- running a sweep ---------------------------------------------------------------
+
+COLUMN_TYPES = {"time_ms": "float64", "peak_bytes": "Int64", "peak_transient_bytes": "Int64",
+                "oom": "boolean", "error": "string", "reserved_after_bytes": "Int64",
+                "reserved_baseline_bytes": "Int64"}
+# fsync the journal after every measured point; cheap tasks share one fsync a second
+SYNC_SECONDS = {"model": 1.0, "trace": 1.0, "measure": 0.0}
+
+
+def to_frame(rows: list[dict]):
+    import pandas as pd
+
+    frame = pd.DataFrame(rows)
+    for column, dtype in COLUMN_TYPES.items():
+        if column in frame.columns:
+            frame[column] = frame[column].astype(dtype)
+    if "peak_transient_bytes" in frame.columns:
+        frame["peak_transient_gib"] = frame["peak_transient_bytes"].astype("float64") / GIB
+    return frame
+
+
+def run(grid: SweepGrid, out: str | Path, settings: RunSettings = RunSettings(),
+        progress: bool = True, after_task=None, time_model: TimeModel | None = None,
+        device=None, as_frame: bool = True):
+    """Run (or resume) a sweep into the Parquet table ``out``; return it as a DataFrame
+    (``as_frame=False``: return the table's path, for grids too big to hold in memory).
+
+    Memory does not grow with the grid: tasks are generated as they run, rows go
+    to the journal and are streamed from it into the table.  ``after_task(task_id)``
+    is called after each task is durable (tests use it); ``device``: measure
+    mode's device layer (default: the CUDA GPU).
+    """
+    from tqdm.auto import tqdm
+
+    spec = spec_of(grid, settings)
+    header = {"grid_hash": spec_hash(spec), "spec": spec}
+    time_model = time_model or TimeModel.published()
+    total = sum(1 for _ in tasks(grid, settings.mode))
+    measurer = Measurer(settings, device) if settings.mode == "measure" else None
+    device_name = measurer.device if measurer else "cpu"
+    with ResultStore(out, header, sync_seconds=SYNC_SECONDS[settings.mode]) as store:
+        for note in store.notes:
+            print(note)
+        bar = tqdm(total=total, initial=len(store.done), desc=f"sweep ({settings.mode})",
+                   unit="task", disable=not progress)
+        prov = provenance(device_name)
+        for tid, model, workload, config, strategy, budgets_mb, frees in tasks(grid, settings.mode):
+            if tid in store.done:
+                continue
+            args = (model, workload, config, strategy, budgets_mb, frees, time_model)
+            if settings.mode == "model":
+                rows = model_task(grid, *args, prov)
+            elif settings.mode == "trace":
+                rows = trace_task(grid, settings, *args, prov)
+            else:
+                rows = measure_task(grid, settings, measurer, *args, prov)
+            for row in rows:
+                row["task"] = tid
+            store.append(tid, rows)
+            bar.update(1)
+            if after_task:
+                after_task(tid)
+        bar.close()
+        store.compact(TaskIds(grid, settings.mode), to_frame)
+    return load(out) if as_frame else Path(out)
+
+
+class TaskIds:
+    """The task ids of a grid in order, generated afresh on each iteration."""
+
+    def __init__(self, grid: SweepGrid, mode: str):
+        self.grid, self.mode = grid, mode
+
+    def __iter__(self):
+        return (t[0] for t in tasks(self.grid, self.mode))
+
+
+def load(path: str | Path):
+    """A finished sweep table, as a DataFrame."""
+    import pandas as pd
+
+    return pd.read_parquet(path)

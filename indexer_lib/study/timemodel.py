@@ -1,0 +1,193 @@
+"""A modelled time for a chunk plan on an H200: explicit, documented, labelled modelled.
+
+Per chunk: a fixed cost + logits FLOPs at a stated rate + bytes at a stated
+bandwidth + a top-k cost per scored logit.  The constants come from the
+published H200 figures in DESIGN.md section 6, nothing here was measured:
+
+- fixed cost per chunk: "9 chunks -> 1 cut 402 us to 37.7 us" on one small
+  shape, so one extra chunk costs (402 - 37.7) / 8 = 45.5 us;
+- logits: DeepGEMM's MQA-logits kernel at 1000 TFLOP/s (published 960-1145),
+  counting 2 * H * D FLOPs per scored logit (sum over rows of ke - ks);
+- bytes at 4.8 TB/s (HBM): each scored logit written once and read once by
+  top-k (8 bytes), each gathered K token read and written (2 x (D + 4) bytes);
+- top-k: what remains of the published 64K causal prefill (114.7 ms, H = 64,
+  one chunk) after the three terms above, per scored logit.  The same constants
+  give 28.7 ms at 32K (published 28.4) and 7.2 ms at 16K (published 6.5).
+
+When measured H200 sweep tables exist under ``data/h200/`` (rows with
+``mode == "measure"`` and a ``time_ms``), ``TimeModel.from_data`` fits the
+per-chunk cost and the top-k cost to them instead, and says so in ``source``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from ..plan import Chunk, Plan, make_plan, strategy_budget_bytes
+from ..shapes import get_model
+from ..workload import StepBatch
+
+PUBLISHED_SOURCE = "modelled: published H200 figures (DESIGN.md section 6), not measured"
+
+PER_CHUNK_US = (402.0 - 37.7) / 8
+LOGITS_TFLOPS = 1000.0
+HBM_TBPS = 4.8
+_ANCHOR_LEN, _ANCHOR_MS, _ANCHOR_HEADS, _HEAD_DIM = 65_536, 114.7, 64, 128
+
+
+def _clipped_window_sum(u: int, v: int, start: int, width: int) -> int:
+    """Sum over window ends x in [u, v] of the window [0, x) clipped to [start, start + width)."""
+    total = 0
+    lo, hi = max(u, start + 1), min(v, start + width - 1)  # partly inside: x - start columns
+    if hi >= lo:
+        total += (lo - start + hi - start) * (hi - lo + 1) // 2
+    lo = max(u, start + width)  # past the range: all width columns
+    if v >= lo:
+        total += (v - lo + 1) * width
+    return total
+
+
+def chunk_useful_elements(chunk: Chunk, batch: StepBatch) -> int:
+    """Logits the chunk's rows really score: the sum over its rows of ke - ks (for a
+    column range of kv-split, only the part of each window inside the range)."""
+    if chunk.num_requests == 1 and not chunk.compressed:
+        r = batch.requests[chunk.requests[0]]
+        a, b = chunk.rows
+        return _clipped_window_sum(r.context_len + a + 1, r.context_len + b, chunk.kv_start,
+                                   chunk.logits_cols)
+    total, offset = 0, 0
+    for r in batch.requests[chunk.requests[0]:chunk.requests[1]]:
+        a = max(chunk.rows[0], offset) - offset
+        b = min(chunk.rows[1], offset + r.query_len) - offset
+        if b > a:  # rows a..b-1 of this request: context + i + 1 columns each
+            total += (b - a) * r.context_len + (a + 1 + b) * (b - a) // 2
+        offset += r.query_len
+    return total
+
+
+def plan_features(plan: Plan) -> dict:
+    """What the time model (and the strategy comparison) needs to know of a plan."""
+    useful = sum(chunk_useful_elements(c, plan.batch) for c in plan.chunks)
+    return {
+        "chunks": plan.num_chunks,
+        "gathers": plan.num_gathers,
+        "useful_elements": useful,
+        "allocated_logits_bytes": sum(c.logits_bytes for c in plan.chunks),
+        "gathered_kv_tokens": sum(c.kv_tokens for c in plan.chunks if c.gather),
+        "heads": get_model(plan.model).index_heads,
+        "k_bytes_per_token": get_model(plan.model).k_bytes_per_token,
+    }
+
+
+@dataclass(frozen=True)
+class TimeModel:
+    per_chunk_us: float = PER_CHUNK_US
+    logits_tflops: float = LOGITS_TFLOPS
+    hbm_tbps: float = HBM_TBPS
+    topk_ps_per_element: float = 0.0  # set by published() or from_data()
+    source: str = PUBLISHED_SOURCE
+
+    def _fixed_terms_ms(self, f: dict) -> float:
+        """Everything except the fitted terms (per-chunk cost and top-k)."""
+        flops = 2 * f["heads"] * _HEAD_DIM * f["useful_elements"]
+        moved = 8 * f["useful_elements"] + 2 * f["gathered_kv_tokens"] * f["k_bytes_per_token"]
+        return flops / (self.logits_tflops * 1e12) * 1e3 + moved / (self.hbm_tbps * 1e12) * 1e3
+
+    def features_ms(self, f: dict) -> float:
+        return (f["chunks"] * self.per_chunk_us * 1e-3 + self._fixed_terms_ms(f)
+                + f["useful_elements"] * self.topk_ps_per_element * 1e-9)
+
+    def plan_ms(self, plan: Plan) -> float:
+        return self.features_ms(plan_features(plan))
+
+    @classmethod
+    def published(cls) -> "TimeModel":
+        """Constants from the published figures; top-k from the 64K anchor."""
+        base = cls()
+        f = _anchor_features()
+        rest_ms = _ANCHOR_MS - base.per_chunk_us * 1e-3 - base._fixed_terms_ms(f)
+        return replace(base, topk_ps_per_element=rest_ms * 1e9 / f["useful_elements"])
+
+    @classmethod
+    def from_data(cls, data_dir: str | Path = "data/h200") -> "TimeModel":
+        """Fit the per-chunk and top-k costs to measured rows, else the published model."""
+        rows = load_measured(data_dir)
+        needed = {"time_ms", "worst_chunks", "worst_useful_elements", "worst_gathered_kv_tokens",
+                  "model"}
+        if rows is None or not needed <= set(rows.columns) or len(rows) < 2:
+            return cls.published()
+        import numpy as np
+
+        base = cls()
+        xs, ys = [], []
+        for r in rows.itertuples(index=False):
+            model = get_model(r.model)
+            f = {"chunks": r.worst_chunks, "useful_elements": r.worst_useful_elements,
+                 "gathered_kv_tokens": r.worst_gathered_kv_tokens, "heads": model.index_heads,
+                 "k_bytes_per_token": model.k_bytes_per_token}
+            xs.append([r.worst_chunks * 1e-3, r.worst_useful_elements * 1e-9])
+            ys.append(r.time_ms - base._fixed_terms_ms(f))
+        (per_chunk, topk), *_ = np.linalg.lstsq(np.array(xs), np.array(ys), rcond=None)
+        if per_chunk < 0 or topk < 0:  # measurements the model cannot explain: keep published
+            return cls.published()
+        return replace(base, per_chunk_us=float(per_chunk), topk_ps_per_element=float(topk),
+                       source=f"fitted to {len(rows)} measured H200 steps in {data_dir}")
+
+
+def _anchor_features() -> dict:
+    n = _ANCHOR_LEN
+    return {"chunks": 1, "gathers": 1, "useful_elements": n * (n + 1) // 2,
+            "gathered_kv_tokens": n, "heads": _ANCHOR_HEADS,
+            "k_bytes_per_token": _HEAD_DIM + 4}
+
+
+def load_measured(data_dir: str | Path = "data/h200"):
+    """Measured sweep rows (``mode == "measure"``, not OOM, timed) under ``data_dir``, or None."""
+    import pandas as pd
+
+    data_dir = Path(data_dir)
+    if not data_dir.is_dir():
+        return None
+    frames = []
+    for path in sorted(data_dir.rglob("*")):
+        if path.suffix == ".parquet":
+            frames.append(pd.read_parquet(path))
+        elif path.suffix == ".csv":
+            frames.append(pd.read_csv(path))
+    frames = [f for f in frames if {"mode", "time_ms"} <= set(f.columns)]
+    if not frames:
+        return None
+    rows = pd.concat(frames, ignore_index=True)
+    rows = rows[(rows["mode"] == "measure") & rows["time_ms"].notna()]
+    if "oom" in rows.columns:
+        rows = rows[~rows["oom"].astype(bool)]
+    return rows if len(rows) else None
+
+
+def overhead_table(batch: StepBatch, strategies, budgets_mb, model: str,
+                   time_model: TimeModel | None = None, **plan_options):
+    """Per strategy x budget on one step: chunks, gathers, peak logits and modelled time,
+    with the overhead against the same step in one chunk per workspace (``n-only``)."""
+    import pandas as pd
+
+    from ..memory import memory_report
+
+    tm = time_model or TimeModel.published()
+    base_ms = tm.plan_ms(make_plan(batch, "n-only", None, model=model, **plan_options))
+    rows = []
+    for strategy in strategies:
+        for mb in budgets_mb:
+            budget = strategy_budget_bytes(strategy, mb)
+            plan = make_plan(batch, strategy, budget, model=model, **plan_options)
+            f = plan_features(plan)
+            ms = tm.features_ms(f)
+            rows.append({
+                "strategy": strategy, "budget_mb": mb, "chunks": f["chunks"],
+                "gathers": f["gathers"],
+                "peak_transient_bytes": memory_report(plan).peak_transient,
+                "allocated_logits_bytes": f["allocated_logits_bytes"],
+                "useful_logits_bytes": 4 * f["useful_elements"],
+                "time_ms": ms, "overhead": ms / base_ms - 1.0,
+                "time_source": "modelled", "time_model": tm.source,
+            })
+    return pd.DataFrame(rows)

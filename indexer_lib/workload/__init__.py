@@ -1,0 +1,19 @@
+"""Layer 1, the workload: prefill requests, step batches, and the engine's scheduler.
+
+- ``batch``: ``PrefillRequest`` and ``StepBatch``, what the indexer sees per engine step;
+- ``simulator``: a closed-loop simulator of vLLM V1's chunked-prefill scheduler;
+- ``vllm_scheduler``: vLLM's own scheduler driven on the CPU (optional, needs vLLM);
+- ``sources``: the two sources by name (``scheduled_steps(..., source=...)``);
+- ``compare``: the simulator next to vLLM's scheduler, step by step.
+"""
+from .batch import PrefillRequest, StepBatch, check_int
+from .simulator import (ClosedLoopWorkload, ScheduledStep, SchedulerConfig, check_kv_capacity,
+                        kv_blocks_needed, simulate)
+from .sources import WORKLOAD_SOURCES, check_source, scheduled_steps
+
+__all__ = [
+    "PrefillRequest", "StepBatch", "check_int",
+    "ClosedLoopWorkload", "ScheduledStep", "SchedulerConfig", "check_kv_capacity", "kv_blocks_needed",
+    "simulate",
+    "WORKLOAD_SOURCES", "check_source", "scheduled_steps",
+]

@@ -1,0 +1,88 @@
+"""Prefill requests and step batches: what the indexer's prefill path sees per engine step.
+
+Each request of a step brings ``context_len`` tokens already in the KV cache and
+``query_len`` new tokens (query rows).  Decoding requests use the token budget
+but go to the decode path, so they are not part of a step batch.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+def check_int(name: str, value, minimum: int) -> int:
+    """A whole number >= minimum, or ValueError naming the value and the rule."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        else:
+            raise ValueError(f"{name} {value!r}: must be a whole number >= {minimum}")
+    if value < minimum:
+        raise ValueError(f"{name} {value!r}: must be a whole number >= {minimum}")
+    return value
+
+
+@dataclass(frozen=True)
+class PrefillRequest:
+    context_len: int  # tokens already cached (earlier chunks, prefix-cache hits)
+    query_len: int  # new tokens this step: the request's query rows
+
+    def __post_init__(self):
+        check_int("context_len", self.context_len, 0)
+        check_int("query_len", self.query_len, 1)
+
+    @property
+    def seq_len(self) -> int:
+        return self.context_len + self.query_len
+
+    @classmethod
+    def from_lengths(cls, query_len: int, seq_len: int) -> "PrefillRequest":
+        check_int("query_len", query_len, 1)
+        check_int("seq_len", seq_len, 1)
+        if query_len > seq_len:
+            raise ValueError(
+                f"query_len {query_len} > seq_len {seq_len}: a request's new tokens "
+                "cannot exceed its sequence length"
+            )
+        return cls(seq_len - query_len, query_len)
+
+
+@dataclass(frozen=True)
+class StepBatch:
+    """The prefill requests of one engine step, in the scheduler's order."""
+
+    requests: tuple[PrefillRequest, ...]
+    step: int = 0  # engine step index in the schedule that produced it
+
+    def __post_init__(self):
+        object.__setattr__(self, "requests", tuple(self.requests))
+
+    @property
+    def num_rows(self) -> int:
+        return sum(r.query_len for r in self.requests)
+
+    @property
+    def num_kv_tokens(self) -> int:
+        return sum(r.seq_len for r in self.requests)
+
+    @property
+    def query_lens(self) -> list[int]:
+        return [r.query_len for r in self.requests]
+
+    @property
+    def seq_lens(self) -> list[int]:
+        return [r.seq_len for r in self.requests]
+
+    @classmethod
+    def from_lengths(cls, query_lens, seq_lens, step: int = 0) -> "StepBatch":
+        query_lens, seq_lens = list(query_lens), list(seq_lens)
+        if len(query_lens) != len(seq_lens):
+            raise ValueError(
+                f"{len(query_lens)} query lengths and {len(seq_lens)} sequence lengths: "
+                "the lists must have the same length"
+            )
+        if not query_lens:
+            raise ValueError("no requests: a step batch needs at least one request")
+        return cls(
+            tuple(PrefillRequest.from_lengths(q, s) for q, s in zip(query_lens, seq_lens)),
+            step,
+        )

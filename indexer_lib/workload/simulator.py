@@ -1,0 +1,223 @@
+"""A simulator of vLLM V1's chunked-prefill scheduler, closed loop.
+
+It turns a workload (C clients, prompts of ISL tokens, OSL output tokens) and the
+scheduler's settings into the engine's steps, each with its prefill ``StepBatch``.
+The rules it follows are in docs/design.md#the-scheduler-that-produces-the-batches;
+``workload.compare`` holds it next to vLLM's own scheduler.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from .batch import PrefillRequest, StepBatch, check_int
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """The vLLM V1 scheduler settings that shape prefill batches."""
+
+    max_num_batched_tokens: int = 8192
+    max_num_seqs: int = 256
+    long_prefill_token_threshold: int = 0  # 0: no cap per request
+    enable_prefix_caching: bool = True
+    block_size: int = 64
+    async_scheduling: bool = False  # the async scheduler learns of finishes one step later
+    # KV cache capacity in blocks; 0: enough for every running request (no preemption)
+    num_kv_blocks: int = 0
+
+    def __post_init__(self):
+        check_int("max_num_batched_tokens", self.max_num_batched_tokens, 1)
+        check_int("max_num_seqs", self.max_num_seqs, 1)
+        check_int("long_prefill_token_threshold", self.long_prefill_token_threshold, 0)
+        check_int("block_size", self.block_size, 1)
+        check_int("num_kv_blocks", self.num_kv_blocks, 0)
+
+
+@dataclass(frozen=True)
+class ClosedLoopWorkload:
+    """C clients, each sending a prompt of ``isl`` tokens and waiting for ``osl``
+    output tokens before sending the next, until ``num_prompts`` were sent."""
+
+    concurrency: int
+    isl: int
+    osl: int = 1
+    shared_prefix: int = 0  # leading tokens every prompt shares (prefix cache)
+    num_prompts: int | None = None  # default: two waves, 2 x concurrency
+
+    def __post_init__(self):
+        check_int("concurrency", self.concurrency, 1)
+        check_int("isl", self.isl, 1)
+        check_int("osl", self.osl, 1)
+        check_int("shared_prefix", self.shared_prefix, 0)
+        if self.shared_prefix > self.isl:
+            raise ValueError(
+                f"shared_prefix {self.shared_prefix} > isl {self.isl}: "
+                "the shared prefix is part of the prompt"
+            )
+        if self.num_prompts is not None:
+            check_int("num_prompts", self.num_prompts, 1)
+
+    @property
+    def total_prompts(self) -> int:
+        return self.num_prompts if self.num_prompts is not None else 2 * self.concurrency
+
+
+@dataclass
+class _Request:
+    rid: int
+    prompt_len: int
+    computed: int = 0  # tokens whose KV is computed (or cached)
+    outputs: int = 0  # output tokens sampled
+
+
+@dataclass
+class ScheduledStep:
+    """One engine step: its prefill batch and how many decode tokens rode along."""
+
+    step: int
+    batch: StepBatch | None  # None when the step had no prefill rows
+    num_decode: int
+    request_ids: tuple[int, ...] = field(default=())  # ids of the prefill requests, in order
+
+
+def kv_blocks_needed(workload: ClosedLoopWorkload, config: SchedulerConfig) -> int:
+    """KV blocks that hold every request the schedule can run at once, each to
+    its last token, counting no prefix block as shared (requests admitted while
+    the prefix is still being computed compute their own copy)."""
+    per_request = -(-(workload.isl + workload.osl) // config.block_size)
+    return min(workload.concurrency, config.max_num_seqs, workload.total_prompts) * per_request
+
+
+def check_kv_capacity(workload: ClosedLoopWorkload, config: SchedulerConfig) -> None:
+    """The simulator does not model KV-cache pressure (vLLM's admission gate and
+    preemption): refuse a capacity that could bring them into play."""
+    need = kv_blocks_needed(workload, config)
+    if config.num_kv_blocks and config.num_kv_blocks < need:
+        raise ValueError(
+            f"num_kv_blocks {config.num_kv_blocks}: below the {need} blocks the running "
+            f"requests of {workload.isl} + {workload.osl} tokens can hold; the simulator "
+            "does not model preemption (use source='vllm' for a smaller KV cache)"
+        )
+
+
+def simulate(workload: ClosedLoopWorkload, config: SchedulerConfig = SchedulerConfig()) -> Iterator[ScheduledStep]:
+    """Simulate vLLM V1's scheduler, step by step, until every prompt is done.
+
+    Per step (DESIGN.md section 5): running requests first, in order, each takes
+    min(remaining, budget left, threshold); a decoding request takes 1 token.
+    Then waiting requests are admitted while fewer than max_num_seqs run and
+    budget is left; a prefix-cache hit becomes context, rounded down to whole
+    blocks and never the whole prompt (the last token is always recomputed);
+    blocks count as cached from the step that schedules them.
+    The threshold caps each chunk except when only one request is running or
+    waiting.  A finished request's replacement arrives before the next step
+    (sync) or one step later (async).
+
+    Async scheduling, as vLLM's engine runs it: step k+1 is scheduled before
+    step k's output is processed, so a request that finished in step k is
+    still running (it takes no tokens, but it counts towards max_num_seqs and
+    towards "more than one request" for the threshold) while step k+1 is
+    scheduled, and its replacement is first seen by step k+2.
+
+    Steps are numbered as the engine executes them: a scheduling pass that
+    schedules nothing (an idle engine, or one whose running requests all wait
+    for outputs in flight) is neither yielded nor counted.  Checked step for
+    step against vLLM's own scheduler (``indexer_lib.vllm_source``).
+    """
+    block = config.block_size
+    check_kv_capacity(workload, config)
+    waiting: deque[_Request] = deque()
+    running: list[_Request] = []
+    sent = 0
+    # tokens of the shared prefix whose blocks are in the prefix cache
+    cached_prefix = 0
+    arrivals: deque[tuple[int, int]] = deque()  # (tick at which it arrives, count)
+
+    def send(n: int) -> None:
+        nonlocal sent
+        for _ in range(min(n, workload.total_prompts - sent)):
+            waiting.append(_Request(sent, workload.isl))
+            sent += 1
+
+    def cacheable_prefix(req: _Request, n: int) -> int:
+        # vLLM caches the full blocks of scheduled tokens when it schedules them,
+        # so a request admitted later in the same step can already hit them
+        if not (config.enable_prefix_caching and workload.shared_prefix):
+            return 0
+        return min(req.computed + n, workload.shared_prefix) // block * block
+
+    send(workload.concurrency)
+    tick = 0  # scheduling passes, empty ones included (they pace async arrivals)
+    step = 0  # executed engine steps
+    while waiting or running or arrivals:
+        # an idle engine runs no step: the next client request starts the next one
+        while arrivals and (arrivals[0][0] <= tick or not (waiting or running)):
+            send(arrivals.popleft()[1])
+        if not (waiting or running):
+            break
+        budget = config.max_num_batched_tokens
+        threshold = config.long_prefill_token_threshold
+        cap_chunks = threshold > 0 and len(running) + len(waiting) > 1
+        prefill: list[tuple[_Request, int]] = []
+        decoding: list[_Request] = []
+
+        for req in running:
+            if budget <= 0:
+                break
+            if req.outputs >= workload.osl:
+                continue  # async: finished in the step in flight, not yet removed
+            if req.computed >= req.prompt_len:
+                decoding.append(req)
+                budget -= 1
+                continue
+            n = req.prompt_len - req.computed
+            if cap_chunks:
+                n = min(n, threshold)
+            n = min(n, budget)
+            prefill.append((req, n))
+            budget -= n
+            cached_prefix = max(cached_prefix, cacheable_prefix(req, n))
+
+        while waiting and budget > 0 and len(running) < config.max_num_seqs:
+            req = waiting.popleft()
+            if config.enable_prefix_caching and workload.shared_prefix:
+                hit = min(cached_prefix, workload.shared_prefix, req.prompt_len - 1)
+                req.computed = hit // block * block
+            n = req.prompt_len - req.computed
+            if cap_chunks:
+                n = min(n, threshold)
+            n = min(n, budget)
+            running.append(req)
+            prefill.append((req, n))
+            budget -= n
+            cached_prefix = max(cached_prefix, cacheable_prefix(req, n))
+
+        # async: the requests that finished in the previous step leave now
+        running = [r for r in running if r.outputs < workload.osl]
+        if prefill or decoding:
+            batch = None
+            if prefill:
+                batch = StepBatch(tuple(PrefillRequest(r.computed, n) for r, n in prefill), step)
+            yield ScheduledStep(step, batch, len(decoding), tuple(r.rid for r, _ in prefill))
+            step += 1
+
+        # advance: prefill chunks compute KV and sample a token when the prompt completes;
+        # each decoding request that got budget computes one token and samples the next
+        finished = 0
+        for req, n in prefill:
+            req.computed += n
+            if req.computed == req.prompt_len:
+                req.outputs = 1
+                finished += req.outputs >= workload.osl
+        for req in decoding:
+            req.computed += 1
+            req.outputs += 1
+            finished += req.outputs >= workload.osl
+        if not config.async_scheduling:
+            running = [r for r in running if r.outputs < workload.osl]
+        if finished and sent < workload.total_prompts:
+            delay = 2 if config.async_scheduling else 1
+            arrivals.append((tick + delay, finished))
+        tick += 1

@@ -1,0 +1,303 @@
+"""Workloads from vLLM's own V1 scheduler, driven closed-loop on the CPU.
+
+``schedule(workload, config)`` builds vLLM's ``Scheduler`` (or ``AsyncScheduler``
+when ``config.async_scheduling``) from the same settings as the built-in
+simulator, feeds it synthetic prompts, plays the model runner (one sampled token
+per request per step once its prompt is done; requests stop on length) and the
+engine loop, and yields the same ``ScheduledStep`` records as
+``indexer_lib.workload.simulate``.  No model, weights, tokenizer or GPU are used.
+
+vLLM is optional: install it with ``bash scripts/install_vllm.sh`` (vLLM
+``VLLM_VERSION``, with ``--no-deps`` next to the CPU build of torch, then the
+few packages the scheduler's imports need).  Without it, ``schedule`` raises
+``VllmUnavailable`` saying so.
+
+How the engine is played, as vLLM's ``EngineCore`` does it:
+
+- sync: schedule a step, run it, process its output; a client whose request
+  finished sends its next prompt before the next step is scheduled;
+- async (``step_with_batch_queue``, queue of two): step k+1 is scheduled before
+  step k's output is processed, so a replacement first meets step k+2.
+
+A scheduling pass that schedules no token is not an executed step: it is not
+yielded and not counted (the simulator numbers steps the same way).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from collections import deque
+from functools import lru_cache
+from typing import Iterator
+
+from .batch import PrefillRequest, StepBatch
+from .simulator import ClosedLoopWorkload, ScheduledStep, SchedulerConfig, kv_blocks_needed
+
+VLLM_VERSION = "0.33.0"  # the version this driver was verified against
+INSTALL_HINT = (
+    f"install it with `bash scripts/install_vllm.sh` (vLLM {VLLM_VERSION} with --no-deps "
+    "next to torch's CPU build, plus the packages its scheduler imports)"
+)
+
+# token ids: a shared-prefix token, the first token of each prompt's own tail
+# (one per request, so no two tails share a block), filler, the sampled token
+_PREFIX_TOKEN = 11
+_TAIL_FIRST = 1000
+_FILLER_TOKEN = 12
+_SAMPLED_TOKEN = 13
+_VOCAB = 1 << 24
+_MAX_EMPTY_PASSES = 64  # consecutive passes that schedule nothing: vLLM is stuck
+
+
+class VllmUnavailable(ImportError, ValueError):
+    """The ``vllm`` workload source was asked for but vLLM cannot be imported.
+
+    An ImportError, and a ValueError so the CLI reports it as one line."""
+
+
+def _import_vllm():
+    # only the scheduler is used: the warnings about vLLM's missing compiled extension
+    # (vllm._C) and torch's missing Triton are expected on a CPU machine and would show
+    # as error output in notebooks; a user's own VLLM_LOGGING_LEVEL still wins
+    quiet = "VLLM_LOGGING_LEVEL" not in os.environ
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    logging.getLogger("torch._library.triton").setLevel(logging.ERROR)
+    try:
+        import torch
+        import vllm
+        from vllm import SamplingParams
+        from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig as VSchedulerConfig
+        from vllm.config import VllmConfig
+        from vllm.utils.hashing import get_hash_fn_by_name
+        from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+        from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+        from vllm.v1.core.sched.scheduler import Scheduler
+        from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+        from vllm.v1.outputs import ModelRunnerOutput
+        from vllm.v1.request import Request
+        from vllm.v1.structured_output import StructuredOutputManager
+        if quiet:  # vLLM configures its loggers on import; its CPU warnings come later
+            logging.getLogger("vllm").setLevel(logging.ERROR)
+    except ImportError as e:
+        raise VllmUnavailable(
+            f"workload source 'vllm' needs vLLM, which cannot be imported here ({e}); "
+            + INSTALL_HINT
+        ) from e
+    return dict(locals())
+
+
+@lru_cache(maxsize=1)
+def vllm_modules() -> dict:
+    """vLLM's scheduler classes and configs, imported once (about 5-10 s)."""
+    return _import_vllm()
+
+
+def vllm_available() -> bool:
+    try:
+        vllm_modules()
+    except VllmUnavailable:
+        return False
+    return True
+
+
+def vllm_version() -> str:
+    return vllm_modules()["vllm"].__version__
+
+
+@lru_cache(maxsize=1)
+def _tiny_model_dir() -> str:
+    """A folder holding only the config.json of a tiny Llama: ModelConfig needs a
+    model, the scheduler never touches weights or a tokenizer."""
+    path = tempfile.mkdtemp(prefix="indexer-lab-tiny-llama-")
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "num_hidden_layers": 1,
+        "vocab_size": _VOCAB,
+        "max_position_embeddings": 1 << 22,
+        "torch_dtype": "bfloat16",
+    }
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(config, f)
+    return path
+
+
+def build_scheduler(workload: ClosedLoopWorkload, config: SchedulerConfig):
+    """vLLM's Scheduler (AsyncScheduler when async) for these settings.
+
+    KV cache: one full-attention group of ``config.num_kv_blocks`` blocks of
+    ``config.block_size`` tokens, or when that is 0 enough blocks that no
+    request is ever refused or preempted (the simulator's assumption).
+    """
+    v = vllm_modules()
+    # any length >= prompt + output schedules the same; vLLM wants it >= the threshold
+    max_model_len = max(workload.isl + workload.osl, config.long_prefill_token_threshold)
+    blocks = config.num_kv_blocks or kv_blocks_needed(workload, config) + 1  # + vLLM's null block
+    try:
+        model_config = v["ModelConfig"](
+            model=_tiny_model_dir(), tokenizer=_tiny_model_dir(), skip_tokenizer_init=True,
+            max_model_len=max_model_len, dtype="bfloat16",
+        )
+        scheduler_config = v["VSchedulerConfig"](
+            max_model_len=max_model_len,
+            is_encoder_decoder=False,
+            max_num_batched_tokens=config.max_num_batched_tokens,
+            max_num_seqs=config.max_num_seqs,
+            long_prefill_token_threshold=config.long_prefill_token_threshold,
+            enable_chunked_prefill=True,
+            async_scheduling=config.async_scheduling,
+        )
+        cache_config = v["CacheConfig"](
+            block_size=config.block_size, enable_prefix_caching=config.enable_prefix_caching,
+        )
+        cache_config.num_gpu_blocks = blocks
+        vllm_config = v["VllmConfig"](
+            model_config=model_config, scheduler_config=scheduler_config,
+            cache_config=cache_config,
+            # explicit: on a machine without a GPU vLLM cannot detect a device
+            device_config=v["DeviceConfig"](device="cuda"),
+        )
+    except ValueError as e:  # pydantic's ValidationError is a ValueError
+        raise ValueError(f"vLLM refuses these scheduler settings: {e}") from None
+    sc = vllm_config.scheduler_config
+    got = (sc.max_num_batched_tokens, sc.max_num_seqs, sc.long_prefill_token_threshold,
+           bool(sc.async_scheduling), vllm_config.cache_config.block_size,
+           bool(vllm_config.cache_config.enable_prefix_caching))
+    want = (config.max_num_batched_tokens, config.max_num_seqs,
+            config.long_prefill_token_threshold, config.async_scheduling, config.block_size,
+            config.enable_prefix_caching)
+    if got != want:
+        raise RuntimeError(f"vLLM changed the scheduler settings: asked {want}, got {got}")
+    kv_cache_config = v["KVCacheConfig"](
+        num_blocks=blocks,
+        kv_cache_tensors=[],
+        kv_cache_groups=[v["KVCacheGroupSpec"](
+            ["model.layers.0.self_attn.attn"],
+            v["FullAttentionSpec"](block_size=config.block_size, num_kv_heads=1, head_size=64,
+                                   dtype=v["torch"].bfloat16),
+        )],
+    )
+    cls = v["AsyncScheduler"] if config.async_scheduling else v["Scheduler"]
+    return cls(
+        vllm_config=vllm_config,
+        kv_cache_config=kv_cache_config,
+        structured_output_manager=v["StructuredOutputManager"](vllm_config),
+        block_size=config.block_size,
+    )
+
+
+def _prompt(workload: ClosedLoopWorkload, rid: int) -> list[int]:
+    tail = workload.isl - workload.shared_prefix
+    tokens = [_PREFIX_TOKEN] * workload.shared_prefix
+    if tail:
+        tokens.append(_TAIL_FIRST + rid % (_VOCAB - _TAIL_FIRST))
+        tokens.extend([_FILLER_TOKEN] * (tail - 1))
+    return tokens
+
+
+def schedule(workload: ClosedLoopWorkload, config: SchedulerConfig = SchedulerConfig()
+             ) -> Iterator[ScheduledStep]:
+    """vLLM's own schedule of a closed-loop workload, step by step.
+
+    Yields one ``ScheduledStep`` per executed engine step: the prefill rows
+    (context, query) in the scheduler's order, the number of decode requests
+    that rode along, and the prefill requests' ids (prompt numbers, from 0).
+    """
+    vllm_modules()  # raises VllmUnavailable now, not at the first step
+    return _drive(build_scheduler(workload, config), workload, config)
+
+
+def _drive(scheduler, workload: ClosedLoopWorkload, config: SchedulerConfig
+           ) -> Iterator[ScheduledStep]:
+    v = vllm_modules()
+    hash_fn = v["get_hash_fn_by_name"](scheduler.cache_config.prefix_caching_hash_algo)
+    v["init_none_hash"](hash_fn)
+    block_hasher = v["get_request_block_hasher"](config.block_size, hash_fn)
+    SamplingParams, Request = v["SamplingParams"], v["Request"]
+    ModelRunnerOutput = v["ModelRunnerOutput"]
+    sent = 0
+
+    def send(n: int) -> None:
+        nonlocal sent
+        for _ in range(min(n, workload.total_prompts - sent)):
+            params = SamplingParams(max_tokens=workload.osl, ignore_eos=True)
+            scheduler.add_request(Request(str(sent), _prompt(workload, sent), params, None,
+                                          block_hasher=block_hasher))
+            sent += 1
+
+    def process(out, sampled: set[str]) -> None:
+        """Play the model runner's output for one step, then the clients."""
+        ids = list(out.num_scheduled_tokens)
+        runner_output = ModelRunnerOutput(
+            req_ids=ids,
+            req_id_to_index={r: i for i, r in enumerate(ids)},
+            sampled_token_ids=[[_SAMPLED_TOKEN] if r in sampled else [] for r in ids],
+            logprobs=None,
+            prompt_logprobs_dict={},
+            prompt_token_id_logprobs_dict={},
+        )
+        finished = 0
+        for outputs in scheduler.update_from_output(out, runner_output).values():
+            finished += sum(o.finish_reason is not None for o in outputs.outputs)
+        send(finished)  # each client whose request finished sends its next prompt
+
+    send(workload.concurrency)
+    in_flight: deque = deque()  # async: the step scheduled but not yet processed
+    step = empty = 0
+    while True:
+        if scheduler.has_requests():
+            out = scheduler.schedule()
+            record = _record(scheduler, out, step)
+            # the runner samples a token for every request whose prompt is done
+            sampled = {r for r in out.num_scheduled_tokens
+                       if not scheduler.requests[r].is_prefill_chunk}
+            if record is not None:
+                yield record
+                step += 1
+                empty = 0
+            else:
+                empty += 1
+                if empty > _MAX_EMPTY_PASSES:
+                    raise RuntimeError(
+                        f"vLLM's scheduler makes no progress ({empty} empty passes with "
+                        f"{len(scheduler.running)} running, {len(scheduler.waiting)} waiting): "
+                        "is the KV cache (num_kv_blocks) too small for one request?"
+                    )
+            if not config.async_scheduling:
+                process(out, sampled)
+                continue
+            in_flight.appendleft((out, sampled))
+            if len(in_flight) < 2 and (out.total_num_scheduled_tokens > 0
+                                       or scheduler.has_requests()):
+                continue
+        elif not in_flight:
+            break
+        process(*in_flight.pop())
+
+
+def _record(scheduler, out, step: int) -> ScheduledStep | None:
+    """The step's prefill rows, in the order vLLM scheduled them."""
+    if out.total_num_scheduled_tokens == 0:
+        return None
+    context: dict[str, int] = {}
+    for new in out.scheduled_new_reqs:
+        context[new.req_id] = new.num_computed_tokens
+    cached = out.scheduled_cached_reqs
+    for rid, computed in zip(cached.req_ids, cached.num_computed_tokens):
+        context[rid] = computed
+    rows, ids, num_decode = [], [], 0
+    for rid, n in out.num_scheduled_tokens.items():
+        ctx = context[rid]
+        if ctx < scheduler.requests[rid].num_prompt_tokens:
+            rows.append(PrefillRequest(ctx, n))
+            ids.append(int(rid))
+        else:
+            num_decode += 1
+    batch = StepBatch(tuple(rows), step) if rows else None
+    return ScheduledStep(step, batch, num_decode, tuple(ids))
