@@ -69,7 +69,7 @@ def test_cli_auto_prints_the_deployable_line_margin_and_time_source(capsys):
     assert rc == 0
     assert out[0].startswith(("VLLM_SPARSE_INDEXER_MAX_LOGITS_MB=", "indexer-lab strategy="))
     assert "margin to the OOM frontier" in out[2] and "MiB" in out[2]
-    assert out[3] == "  time: modelled: published H200 figures (DESIGN.md section 6), not measured"
+    assert out[3] == "  time: modelled: published H200 figures (docs/design.md#time-model), not measured"
     rc = main(["auto", "--free-gib", "2.63", "--workload", "16x8192x8", "--budgets-mb", "512",
                "--strategies", "kv-split,fixed-shape", "--json", "--data-dir", "/nonexistent"])
     d = json.loads(capsys.readouterr().out)

@@ -46,8 +46,9 @@ def register(subparsers) -> None:
     p.add_argument("--max-num-seqs", type=int, default=256)
     p.add_argument("--long-prefill-token-threshold", type=int, default=256)
     p.add_argument("--deepgemm-version", default=DEFAULT_DEEPGEMM_VERSION)
-    p.add_argument("--data-dir", default="data/h200",
-                   help="measured H200 tables that fit the time model (else published figures)")
+    p.add_argument("--data-dir", default=None,
+                   help="measured H200 tables that fit the time model (default: the repository's "
+                        "data/h200/; none there: the published figures)")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.set_defaults(func=cmd_auto)
 
@@ -56,7 +57,7 @@ def cmd_auto(args) -> int:
     from ..study.auto import recommend
     from ..plan import check_strategy
     from ..shapes import get_model
-    from ..study.timemodel import TimeModel
+    from ..study.timemodel import MEASURED_DIR, TimeModel
 
     get_model(args.model)
     if not args.free_gib > 0:
@@ -72,7 +73,7 @@ def cmd_auto(args) -> int:
                                 block_size=get_model(args.model).kv_block)
     rec = recommend(workloads, args.free_gib, args.model, scheduler, strategies,
                     tuple(args.budgets_mb), args.deepgemm_version,
-                    TimeModel.from_data(args.data_dir))
+                    TimeModel.from_data(args.data_dir or MEASURED_DIR))
     best = rec.best
     if args.json:
         print(json.dumps({

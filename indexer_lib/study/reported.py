@@ -1,48 +1,68 @@
 """The failures reported in the field, reproduced by the model, and named steps.
 
-Published numbers (DESIGN.md sections 1, 3 and 5):
-- GLM-5, concurrency 48-64 x ISL 10240, 8192 tokens per step, threshold 256,
-  no logits budget: a ~9.89 GiB allocation (8,192 rows x ~324K KV);
-- one 64K prompt in one step: 65,536^2 x 4 B = 16 GiB;
-- a 64K prompt with --max-num-batched-tokens 32768 under DeepGEMM 2.1's padding:
-  32,768 rows x 65,536 KV = 8.03 GiB.
+The published allocations, with the shapes and settings that produced them and
+their sources, are ``data/field/reported_allocations.csv``: GLM-5 at concurrency
+48-64 x ISL 10240 without a logits budget (~9.89 GiB), one 64K prompt in one step
+(16 GiB), a 64K prompt with ``--max-num-batched-tokens 32768`` under DeepGEMM
+2.1's padding (8.03 GiB), and SGLang's DeepSeek-V4 allocation of 4,096 rows x
+93,184 compressed columns (1.42 GiB).  A ``workload`` case is simulated and its
+worst step planned without a budget; a ``shape`` case is one logits allocation
+of the given rows and columns (docs/design.md#reference-data).
 """
 from __future__ import annotations
 
 from .frontier import prefill_batches, worst_step
-from ..padding import unpadded_logits_bytes
+from ..padding import get_rules, unpadded_logits_bytes
 from ..plan import make_plan
-from ..shapes import GIB
+from ..refdata import number, read_rows
+from ..shapes import GIB, get_model
 from ..workload import ClosedLoopWorkload, PrefillRequest, SchedulerConfig, StepBatch
 
-# published GiB, how close the model must come (the 9.89 is quoted as "~"), and which
-# bytes it counts: the 16 GiB figure is plain M x N x 4, the others what DeepGEMM allocates
-PUBLISHED = {
-    "glm5-c48-isl10240": (9.89, 0.02, "allocated_gib"),
-    "glm5-c64-isl10240": (9.89, 0.02, "allocated_gib"),
-    "prompt-64k-one-step": (16.0, 0.001, "unpadded_gib"),
-    "prompt-64k-mnbt32768-dg2.1": (8.03, 0.001, "allocated_gib"),
-}
+REPORTED_FILE = ("field", "reported_allocations.csv")
 
 
-def _case(name, model, workload, config, version, what):
+def published_cases() -> list[dict]:
+    """The published allocations, one dict per case, numbers parsed."""
+    text = ("case", "kind", "what", "model", "layout", "deepgemm_version", "counts", "source")
+    return [{k: (v if k in text else number(v)) for k, v in row.items()} for row in read_rows(*REPORTED_FILE)]
+
+
+def _largest_logits(case: dict) -> tuple[int, int, int]:
+    """(rows, columns, allocated bytes) of the case's largest logits allocation."""
+    version = case["deepgemm_version"]
+    if case["kind"] == "shape":
+        compressed = case["layout"] == "compressed"
+        allocated = get_rules(version).logits_bytes(case["rows"], case["cols"], case["index_heads"], compressed)
+        return case["rows"], case["cols"], allocated
+    if case["kind"] != "workload":
+        raise ValueError(f"case {case['case']!r}: kind {case['kind']!r} must be 'workload' or 'shape'")
+    model = case["model"]
+    workload = ClosedLoopWorkload(case["concurrency"], case["isl"], case["osl"])
+    config = SchedulerConfig(case["max_num_batched_tokens"], case["max_num_seqs"],
+                             case["long_prefill_token_threshold"], block_size=get_model(model).kv_block)
     batches = prefill_batches(workload, config)
     w = worst_step(batches, "n-only", None, model=model, deepgemm_version=version,
                    topk_rows=config.max_num_batched_tokens)
     batch = next(b for b in batches if b.step == w.worst_step)
     plan = make_plan(batch, "n-only", None, model=model, deepgemm_version=version)
     chunk = max(plan.chunks, key=lambda c: c.logits_bytes)
-    published, tolerance, counted = PUBLISHED[name]
-    gib = {"unpadded_gib": unpadded_logits_bytes(chunk.num_rows, chunk.logits_cols) / GIB,
-           "allocated_gib": chunk.logits_bytes / GIB}
+    return chunk.num_rows, chunk.logits_cols, chunk.logits_bytes
+
+
+def reproduce(case: dict) -> dict:
+    """What the model reproduces for one published case, next to the published GiB."""
+    rows, cols, allocated = _largest_logits(case)
+    gib = {"unpadded_gib": unpadded_logits_bytes(rows, cols) / GIB, "allocated_gib": allocated / GIB}
+    published, tolerance, counted = case["published_gib"], case["tolerance"], case["counts"]
     error = abs(gib[counted] - published) / published
     return {
-        "case": name, "what": what, "model": model, "deepgemm_version": version,
-        "concurrency": workload.concurrency, "isl": workload.isl,
-        "max_num_batched_tokens": config.max_num_batched_tokens,
-        "rows": chunk.num_rows, "kv_tokens": chunk.logits_cols, **gib,
+        "case": case["case"], "what": case["what"], "model": case["model"],
+        "deepgemm_version": case["deepgemm_version"], "concurrency": case["concurrency"],
+        "isl": case["isl"], "max_num_batched_tokens": case["max_num_batched_tokens"],
+        "rows": rows, "kv_tokens": cols, **gib,
         "reproduced_gib": gib[counted], "published_gib": published, "relative_error": error,
         "tolerance": tolerance, "matches": error <= tolerance, "source": "modelled",
+        "published_source": case["source"],
     }
 
 
@@ -50,20 +70,7 @@ def reproductions():
     """One row per reported failure: what the model reproduces, next to the published GiB."""
     import pandas as pd
 
-    glm = SchedulerConfig(8192, 256, 256, block_size=64)
-    rows = [
-        _case("glm5-c48-isl10240", "glm-5", ClosedLoopWorkload(48, 10240, 64), glm, "2.6",
-              "GLM-5, concurrency 48, ISL 10240, no logits budget: the reported OOM"),
-        _case("glm5-c64-isl10240", "glm-5", ClosedLoopWorkload(64, 10240, 64), glm, "2.6",
-              "GLM-5, concurrency 64, ISL 10240, no logits budget: the reported OOM"),
-        _case("prompt-64k-one-step", "deepseek-v3.2", ClosedLoopWorkload(1, 65536, 1),
-              SchedulerConfig(65536, 256, 0), "2.6",
-              "one 64K prompt in one step (M x N x 4)"),
-        _case("prompt-64k-mnbt32768-dg2.1", "deepseek-v3.2", ClosedLoopWorkload(1, 65536, 1),
-              SchedulerConfig(32768, 256, 0), "2.1",
-              "a 64K prompt, --max-num-batched-tokens 32768, DeepGEMM 2.1 padding"),
-    ]
-    return pd.DataFrame(rows)
+    return pd.DataFrame([reproduce(case) for case in published_cases()])
 
 
 def named_steps() -> dict[str, StepBatch]:

@@ -1,18 +1,22 @@
 """A modelled time for a chunk plan on an H200: explicit, documented, labelled modelled.
 
 Per chunk: a fixed cost + logits FLOPs at a stated rate + bytes at a stated
-bandwidth + a top-k cost per scored logit.  The constants come from the
-published H200 figures in DESIGN.md section 6, nothing here was measured:
+bandwidth + a top-k cost per scored logit.  The constants come from published
+figures, read from ``data/field/`` (docs/design.md#time-model); nothing here was
+measured:
 
-- fixed cost per chunk: "9 chunks -> 1 cut 402 us to 37.7 us" on one small
-  shape, so one extra chunk costs (402 - 37.7) / 8 = 45.5 us;
-- logits: DeepGEMM's MQA-logits kernel at 1000 TFLOP/s (published 960-1145),
-  counting 2 * H * D FLOPs per scored logit (sum over rows of ke - ks);
-- bytes at 4.8 TB/s (HBM): each scored logit written once and read once by
-  top-k (8 bytes), each gathered K token read and written (2 x (D + 4) bytes);
-- top-k: what remains of the published 64K causal prefill (114.7 ms, H = 64,
-  one chunk) after the three terms above, per scored logit.  The same constants
-  give 28.7 ms at 32K (published 28.4) and 7.2 ms at 16K (published 6.5).
+- fixed cost per chunk: ``chunk_overhead.csv`` ("9 chunks -> 1 cut 402 us to
+  37.7 us" on one small shape), so one extra chunk costs (402 - 37.7) / 8 = 45.5 us;
+- logits: DeepGEMM's MQA-logits kernel at 1000 TFLOP/s, a round figure inside the
+  published 960-1145 (``kernel_rates.csv``), counting 2 * H * D FLOPs per scored
+  logit (sum over rows of ke - ks);
+- bytes at the H200's HBM bandwidth (``kernel_rates.csv``, 4.8 TB/s): each scored
+  logit written once and read once by top-k (8 bytes), each gathered K token read
+  and written (2 x (D + 4) bytes);
+- top-k: what remains of the longest published causal prefill
+  (``h200_indexer_prefill.csv``: 64K tokens, H = 64, one chunk, 114.7 ms) after
+  the three terms above, per scored logit.  The same constants give 28.7 ms at
+  32K (published 28.4) and 7.2 ms at 16K (published 6.5).
 
 When measured H200 sweep tables exist under ``data/h200/`` (rows with
 ``mode == "measure"`` and a ``time_ms``), ``TimeModel.from_data`` fits the
@@ -24,15 +28,39 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..plan import Chunk, Plan, make_plan, strategy_budget_bytes
-from ..shapes import get_model
+from ..refdata import data_path, number, read_rows
+from ..shapes import K_SCALE_BYTES, get_model
 from ..workload import StepBatch
 
-PUBLISHED_SOURCE = "modelled: published H200 figures (DESIGN.md section 6), not measured"
+PUBLISHED_SOURCE = "modelled: published H200 figures (docs/design.md#time-model), not measured"
+MEASURED_DIR = data_path("h200")
+LOGITS_TFLOPS = 1000.0  # a round figure inside the published range (checked by the tests)
+HEAD_DIM = 128  # D of both models (shapes.MODELS)
 
-PER_CHUNK_US = (402.0 - 37.7) / 8
-LOGITS_TFLOPS = 1000.0
-HBM_TBPS = 4.8
-_ANCHOR_LEN, _ANCHOR_MS, _ANCHOR_HEADS, _HEAD_DIM = 65_536, 114.7, 64, 128
+
+def published_prefill_ms() -> list[dict]:
+    """The published single-sequence indexer prefill times on an H200, shortest first."""
+    rows = [{k: number(v) if k in ("tokens", "index_heads", "head_dim", "ms") else v for k, v in r.items()}
+            for r in read_rows("field", "h200_indexer_prefill.csv")]
+    return sorted(rows, key=lambda r: r["tokens"])
+
+
+def published_rate(quantity: str) -> float:
+    """One figure of ``data/field/kernel_rates.csv`` by name."""
+    for r in read_rows("field", "kernel_rates.csv"):
+        if r["quantity"] == quantity:
+            return float(r["value"])
+    raise KeyError(f"{quantity!r}: not in data/field/kernel_rates.csv")
+
+
+def published_chunk_cost_us() -> float:
+    """The cost of one extra chunk: the published chunk-count change and its time change."""
+    (r,) = read_rows("field", "chunk_overhead.csv")
+    return (float(r["us_before"]) - float(r["us_after"])) / (int(r["chunks_before"]) - int(r["chunks_after"]))
+
+
+PER_CHUNK_US = published_chunk_cost_us()
+HBM_TBPS = published_rate("hbm_bandwidth")
 
 
 def _clipped_window_sum(u: int, v: int, start: int, width: int) -> int:
@@ -89,7 +117,7 @@ class TimeModel:
 
     def _fixed_terms_ms(self, f: dict) -> float:
         """Everything except the fitted terms (per-chunk cost and top-k)."""
-        flops = 2 * f["heads"] * _HEAD_DIM * f["useful_elements"]
+        flops = 2 * f["heads"] * HEAD_DIM * f["useful_elements"]
         moved = 8 * f["useful_elements"] + 2 * f["gathered_kv_tokens"] * f["k_bytes_per_token"]
         return flops / (self.logits_tflops * 1e12) * 1e3 + moved / (self.hbm_tbps * 1e12) * 1e3
 
@@ -102,14 +130,15 @@ class TimeModel:
 
     @classmethod
     def published(cls) -> "TimeModel":
-        """Constants from the published figures; top-k from the 64K anchor."""
+        """Constants from the published figures; top-k from the longest published prefill."""
         base = cls()
-        f = _anchor_features()
-        rest_ms = _ANCHOR_MS - base.per_chunk_us * 1e-3 - base._fixed_terms_ms(f)
+        anchor = published_prefill_ms()[-1]
+        f = _one_sequence_features(anchor["tokens"], anchor["index_heads"], anchor["head_dim"])
+        rest_ms = anchor["ms"] - base.per_chunk_us * 1e-3 - base._fixed_terms_ms(f)
         return replace(base, topk_ps_per_element=rest_ms * 1e9 / f["useful_elements"])
 
     @classmethod
-    def from_data(cls, data_dir: str | Path = "data/h200") -> "TimeModel":
+    def from_data(cls, data_dir: str | Path = MEASURED_DIR) -> "TimeModel":
         """Fit the per-chunk and top-k costs to measured rows, else the published model."""
         rows = load_measured(data_dir)
         needed = {"time_ms", "worst_chunks", "worst_useful_elements", "worst_gathered_kv_tokens",
@@ -134,14 +163,13 @@ class TimeModel:
                        source=f"fitted to {len(rows)} measured H200 steps in {data_dir}")
 
 
-def _anchor_features() -> dict:
-    n = _ANCHOR_LEN
+def _one_sequence_features(n: int, heads: int, head_dim: int) -> dict:
+    """One causal sequence of n tokens prefilled in one chunk."""
     return {"chunks": 1, "gathers": 1, "useful_elements": n * (n + 1) // 2,
-            "gathered_kv_tokens": n, "heads": _ANCHOR_HEADS,
-            "k_bytes_per_token": _HEAD_DIM + 4}
+            "gathered_kv_tokens": n, "heads": heads, "k_bytes_per_token": head_dim + K_SCALE_BYTES}
 
 
-def load_measured(data_dir: str | Path = "data/h200"):
+def load_measured(data_dir: str | Path = MEASURED_DIR):
     """Measured sweep rows (``mode == "measure"``, not OOM, timed) under ``data_dir``, or None."""
     import pandas as pd
 
