@@ -1,6 +1,9 @@
 """indexer-lab: budgeted chunking of the DSA indexer's prefill logits.
 
-Data flows one way: workload -> plan -> memory model / executor -> results -> figures.
+Data flows one way, one subpackage per layer (docs/design.md#architecture):
+``workload`` -> ``plan`` -> ``memory`` -> ``run`` -> ``study`` -> ``notebook`` -> ``cli``,
+with ``shapes``, ``padding`` and ``refdata`` below them all.  Each layer imports only
+from the layers below it.
 """
 from .plan import STRATEGIES, Chunk, Plan, make_plan
 from .workload import ClosedLoopWorkload, PrefillRequest, SchedulerConfig, StepBatch, simulate

@@ -1,4 +1,4 @@
-"""DeepGEMM's padded logits allocation, per version (DESIGN.md section 3).
+"""DeepGEMM's padded logits allocation, per version (docs/design.md#deepgemms-padding).
 
 DeepGEMM allocates the ``[M, N]`` fp32 logits inside its C++ API with more rows
 and a wider row stride than M x N.  Engines budget plain M x N x 4 bytes; this

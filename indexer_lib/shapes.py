@@ -1,6 +1,6 @@
 """Model and GPU presets: the shapes the indexer works with.
 
-Numbers come from the models' public configs (DESIGN.md section 2); capacity is
+Numbers come from the models' public configs (docs/design.md#the-indexer-and-its-logits); capacity is
 what torch reports as ``total_memory`` for an H200 (139.8 GiB).
 """
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""A naive per-row float64 indexer: DESIGN.md section 2's formula, one row at a time.
+"""A naive per-row float64 indexer: the logits formula of docs/design.md#the-indexer-and-its-logits,
+one row at a time.
 
 Used by the tests as the ground truth the executor must equal bit for bit.
 Per row: the window's K against the row's q in float64 (exact: fp8 x fp8 over

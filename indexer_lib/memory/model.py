@@ -9,8 +9,8 @@ Two kinds of memory:
   chunk gathers) and the temporaries of the backend that runs it (by default
   the reference backend's bounded tiles, ``memory.tiling``).
 
-This is what ``indexer_lib.prefill`` allocates; the tracer
-(``indexer_lib.tracer``) checks the two agree.
+This is what ``indexer_lib.run.executor`` allocates; the tracer
+(``indexer_lib.run.tracer``) checks the two agree.
 
 ``fits(plan, free_bytes)`` compares the transient peak with the memory free at
 run time, because the persistent buffers were taken before "free" was read.
@@ -161,7 +161,7 @@ def memory_report(
     ``topk_rows``: rows of the persistent top-k buffer (vLLM: max_num_batched_tokens;
     default: the step's rows).  ``padded=False`` counts logits as plain M x N x 4.
     Temporaries: ``temporaries(chunk, model)`` if given, else those of ``backend``
-    (a name or a Backend; default the reference backend that ``prefill`` runs;
+    (a name or a Backend; default the reference backend that ``run.executor`` runs;
     None: no temporaries, as if logits and top-k were in-place kernels).
     ``topk``: k (default: the model's).  ``workspace_tokens``: the K workspace
     really allocated (default: the plan's, as on cuda and meta).

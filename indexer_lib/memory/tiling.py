@@ -10,7 +10,7 @@ Tiles never cross a request: rows of one request share ``ks``, so a tile's
 columns are one contiguous KV range starting at ``ks``.
 
 A column-range chunk (kv-split, ``Chunk.kv_start``) sees each window clipped to
-its columns (``metadata.column_windows``): row t of a run then has
+its columns (``run.metadata.column_windows``): row t of a run then has
 ``min(max(first_len + t - cut, 0), cap)`` columns, still non-decreasing in t,
 so the same "last tiles are the largest" argument holds.
 """

@@ -18,7 +18,7 @@ from ..workload import ClosedLoopWorkload, PrefillRequest, SchedulerConfig, Step
 # the reported OOM step: 32 partial prefills of 10K prompts, 256 new tokens each
 REPORTED_STEP = StepBatch(tuple(PrefillRequest(9984, 256) for _ in range(32)))
 
-# deployments for auto: name -> (workload mix, free GiB); realistic shapes of DESIGN.md section 5
+# deployments for auto: name -> (workload mix, free GiB); realistic shapes (docs/design.md#the-scheduler-that-produces-the-batches)
 DEPLOYMENTS = {
     "chat: 64 x 10K prompts": ([ClosedLoopWorkload(64, 10_240, 512)], 2.63),
     "long context: 8 x 64K + 64 x 10K": ([ClosedLoopWorkload(8, 65_536, 64),

@@ -1,4 +1,4 @@
-"""Figures from sweep and step tables (DESIGN.md section 10).
+"""Figures from sweep and step tables: one question per figure, its answer in the title.
 
 Each figure's title is the question it answers; axes carry units; colour maps
 are perceptually uniform and readable in grey (cividis); modelled data are
@@ -433,7 +433,7 @@ def auto_candidates(candidates, free_bytes: int, title_detail: str = "") -> Figu
 def schedule_comparison(per_step, title_detail: str = "") -> Figure:
     """The logits each step would need unchunked (M x N x 4 bytes, modelled), step by
     step, for the built-in simulator and vLLM's own scheduler.  ``per_step``: the
-    table of ``source_compare.SourceComparison.per_step``."""
+    table of ``workload.compare.SourceComparison.per_step``."""
     fig = Figure(figsize=(10, 4), layout="constrained")
     ax = fig.subplots()
     styles = {"simulator": dict(color="#1f4e79", linestyle="-", linewidth=2.2),

@@ -323,7 +323,7 @@ def plan_fixed_shape(batch: StepBatch, b: Budgeting, fixed_width: int | None = N
     return build.chunks
 
 
-# the field's strategies (DESIGN.md section 4)
+# the field's strategies (docs/design.md#strategies)
 FIELD_STRATEGIES: dict[str, Callable[..., list[Chunk]]] = {
     "n-only": plan_n_only,
     "vllm": plan_vllm,

@@ -1,6 +1,6 @@
 """Run a chunk plan on tensors as a serving engine would, instrumented per chunk.
 
-Per chunk: row/column metadata from the plan (``indexer_lib.metadata``), the K
+Per chunk: row/column metadata from the plan (``indexer_lib.run.metadata``), the K
 of the chunk's requests gathered into a workspace from offset 0 (skipped on a
 later row slice of the same requests), logits by the backend, top-k written
 into a persistent ``[rows, topk]`` int32 buffer pre-filled with -1.

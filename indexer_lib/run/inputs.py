@@ -1,6 +1,6 @@
 """Synthetic indexer inputs for a step batch, deterministic by seed.
 
-Quantised as served (DESIGN.md section 2):
+Quantised as served (docs/design.md#the-indexer-and-its-logits):
 - q ``[M, H, D]`` float8_e4m3fn from bf16 values, one scale per (token, head)
   (block 128 = D), that scale folded into the weights with D^-0.5 and H^-0.5;
 - the indexer K cache of every request's whole sequence, ``[T, D]``

@@ -3,7 +3,7 @@
 A chunk's requests sit back to back in the gather workspace from column 0:
 request b of the chunk starts at column ``cu[b]``.  Query row i of request b
 (request-local index) scores workspace columns ``[ks, ke)`` with
-``ks = cu[b]`` and ``ke = cu[b] + context_len_b + i + 1`` (DESIGN.md section 2).
+``ks = cu[b]`` and ``ke = cu[b] + context_len_b + i + 1`` (docs/design.md#the-indexer-and-its-logits).
 
 The executor turns these into int32 device tensors; the memory model reads the
 same runs to count the backend's tiles.  Pure Python + numpy, no torch.

@@ -1,6 +1,6 @@
 """The ``trace`` mode: the executor's own peak bytes, without the memory.
 
-The real executor (``prefill.execute``) runs under a ``TorchDispatchMode`` that
+The real executor (``executor.execute``) runs under a ``TorchDispatchMode`` that
 sees every tensor an aten op returns.  A tensor whose storage is new and on
 the traced device counts its storage's bytes until the storage dies (a weak
 reference finalizer: CPython frees it the moment the last tensor or view goes).

@@ -1,6 +1,6 @@
 """Reserved vs allocated bytes over the steps of a long prompt (modelled).
 
-A caching allocator (PyTorch's, ``allocator.CachingAllocatorModel``) keeps every
+A caching allocator (PyTorch's, ``memory.allocator.CachingAllocatorModel``) keeps every
 segment it ever asked the driver for: a logits allocation of a new, larger size
 adds a segment, while a size it has seen is served from the cached block.  This
 module turns each step's plan into the executor's allocation events and replays
@@ -15,7 +15,7 @@ them, step after step, through the allocator model -- no GPU, no torch needed:
 - ``source="trace"``: the tracer's own malloc/free stream of the reference
   executor on the meta device (every tensor it allocates).
 
-Every number here is modelled; ``devicecheck`` stage ``reserved`` measures the
+Every number here is modelled; ``cli.devicecheck`` stage ``reserved`` measures the
 same curves on an H200 (``torch.cuda.memory_reserved``) next to this prediction.
 """
 from __future__ import annotations

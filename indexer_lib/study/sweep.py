@@ -6,7 +6,7 @@
 - ``measure``: the worst step executed on a CUDA GPU: OOM caught, time measured.
 
 Results are one tidy table (one row per point x strategy) in a resumable store
-(``indexer_lib.store``): a task is durable before the next starts, a restart
+(``indexer_lib.study.store``): a task is durable before the next starts, a restart
 with the same arguments skips what is done.  Every row carries its ``mode`` and
 its provenance, so a modelled number is never mistaken for a measured one.
 """
@@ -278,7 +278,7 @@ class Measurer:
     ends with its tensors dropped and the allocator's cache emptied; the row
     records the reserved bytes after that next to the baseline (reserved when
     the measurer started), so a leak between points shows.  ``device``: the
-    device layer (``measure_device.CudaDevice`` by default).
+    device layer (``run.device.CudaDevice`` by default).
     """
 
     def __init__(self, settings: RunSettings, device=None):

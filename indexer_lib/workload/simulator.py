@@ -105,7 +105,7 @@ def check_kv_capacity(workload: ClosedLoopWorkload, config: SchedulerConfig) -> 
 def simulate(workload: ClosedLoopWorkload, config: SchedulerConfig = SchedulerConfig()) -> Iterator[ScheduledStep]:
     """Simulate vLLM V1's scheduler, step by step, until every prompt is done.
 
-    Per step (DESIGN.md section 5): running requests first, in order, each takes
+    Per step (docs/design.md#the-scheduler-that-produces-the-batches): running requests first, in order, each takes
     min(remaining, budget left, threshold); a decoding request takes 1 token.
     Then waiting requests are admitted while fewer than max_num_seqs run and
     budget is left; a prefix-cache hit becomes context, rounded down to whole
@@ -124,7 +124,7 @@ def simulate(workload: ClosedLoopWorkload, config: SchedulerConfig = SchedulerCo
     Steps are numbered as the engine executes them: a scheduling pass that
     schedules nothing (an idle engine, or one whose running requests all wait
     for outputs in flight) is neither yielded nor counted.  Checked step for
-    step against vLLM's own scheduler (``indexer_lib.vllm_source``).
+    step against vLLM's own scheduler (``indexer_lib.workload.vllm_scheduler``).
     """
     block = config.block_size
     check_kv_capacity(workload, config)

@@ -5,7 +5,7 @@ does (a ``[m, width]`` fp32 tensor whose row stride is padded like the DeepGEMM
 version it follows) and a per-row top-k over ``[ks, ke)`` with indices relative
 to ``ks``, padded with -1, ties broken towards the lower index.
 
-The executor (``indexer_lib.prefill``) calls, per chunk::
+The executor (``indexer_lib.run.executor``) calls, per chunk::
 
     backend.check_plan(plan)                                   # once per plan
     logits = backend.logits(q, k, k_scale, weights, ks, ke, width, compressed, **hints)

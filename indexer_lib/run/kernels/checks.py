@@ -8,7 +8,7 @@ only shapes, dtypes, strides and data pointers (plus, optionally, the values of
 ks/ke), so every rule is testable on the CPU, and each failure is a ``ValueError``
 that names the tensor and the rule.
 
-Rules (DESIGN.md section 6 and the checks in DeepGEMM's ``fp8_fp4_mqa_logits``):
+Rules (docs/design.md#deepgemms-padding and the checks in DeepGEMM's ``fp8_fp4_mqa_logits``):
 
 - q ``[M, H, D]`` float8_e4m3fn, contiguous; k ``[N, D]`` float8_e4m3fn, contiguous;
   k_scale ``[N]`` float32, contiguous; weights ``[M, H]`` float32 with stride(1) = 1;

@@ -1,6 +1,6 @@
 """The ``deepgemm`` backend: DeepGEMM's fp8 MQA-logits kernel, whichever build is installed.
 
-What it adapts to (DESIGN.md section 6, checked against the sgl-deep-gemm 0.1.4.post1 wheel):
+What it adapts to (docs/design.md#deepgemms-padding, checked against the sgl-deep-gemm 0.1.4.post1 wheel):
 
 =====================  ==================================================================  =========
 API shape              call                                                                layouts
@@ -474,7 +474,7 @@ def probe_padding(backend: DeepGemmBackend, heads: int, device="cuda") -> dict:
     return result
 
 
-if __name__ == "__main__":  # python -m indexer_lib.kernels.deepgemm: what was found
+if __name__ == "__main__":  # python -m indexer_lib.run.kernels.deepgemm: what was found
     import json
 
     try:

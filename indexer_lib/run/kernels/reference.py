@@ -1,4 +1,5 @@
-"""Reference backend: DESIGN.md section 2's logits formula and an exact top-k, in torch.
+"""Reference backend: the indexer's logits formula (docs/design.md#the-indexer-and-its-logits)
+and an exact top-k, in torch.
 
 Exactness.  fp8 e4m3 values are multiples of 2^-9 below 448, so a product of two
 is a multiple of 2^-18 and a sum of D <= 128 of them stays below 2^25: every

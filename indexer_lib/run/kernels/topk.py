@@ -1,6 +1,6 @@
 """Per-row top-k over each row's window, device-agnostic (the same code on CPU and GPU).
 
-Contract (the reference backend's, DESIGN.md section 2): ``[m, k]`` int32 indices of
+Contract (docs/design.md#top-k-contract-and-tie-rule): ``[m, k]`` int32 indices of
 the k largest logits of row i's window, relative to ks[i]; -1 where the window
 has fewer than k columns; equal values: the lower index wins; rows sorted by
 value, descending (equal values by index, ascending), -1 padding last.
