@@ -1,7 +1,7 @@
 """indexer-lab: budgeted chunking of the DSA indexer's prefill logits.
 
 Data flows one way, one subpackage per layer (docs/design.md#architecture):
-``workload`` -> ``plan`` -> ``memory`` -> ``run`` -> ``study`` -> ``notebook`` -> ``cli``,
+``workload`` -> ``engines`` -> ``plan`` -> ``memory`` -> ``run`` -> ``study`` -> ``notebook`` -> ``cli``,
 with ``shapes``, ``padding`` and ``refdata`` below them all.  Each layer imports only
 from the layers below it.
 """

@@ -7,6 +7,9 @@ bash scripts/setup_env.sh "test,notebooks" || exit 1
 bash scripts/install_browser.sh || exit 1
 # vLLM's own scheduler (about a minute): tests/test_vllm_scheduler.py holds the simulator to it
 bash scripts/install_vllm.sh || exit 1
+# the engines' own chunkers and budget code (vLLM 0.15.1, 0.19.0; SGLang 0.5.23; about two
+# minutes): tests/test_engines.py holds the engine profiles to them
+bash scripts/install_engines.sh || exit 1
 .venv/bin/python -m pytest "$@"
 rc=$?
 if [ "$rc" -eq 5 ]; then

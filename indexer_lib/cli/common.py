@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import argparse
 
+from ..engines import EngineBudget, get_engine
 from ..padding import DEEPGEMM_RULES, DEFAULT_DEEPGEMM_VERSION
-from ..plan import STRATEGIES, make_plan
-from ..shapes import MODELS, budget_bytes_from_mb
+from ..plan import ALL_STRATEGIES, make_plan
+from ..shapes import MODELS, budget_bytes_from_mb, free_bytes_from_gib, get_gpu
 from ..workload import StepBatch
 
 
@@ -41,15 +42,24 @@ def str_list(text: str) -> list[str]:
 
 def add_batch_options(p: argparse.ArgumentParser) -> None:
     """The options that describe one step batch and how it is split (plan, run)."""
-    p.add_argument("--strategy", default="vllm", help=f"one of {', '.join(STRATEGIES)}")
+    p.add_argument("--strategy", default="vllm",
+                   help=f"one of {', '.join(ALL_STRATEGIES)} (engine: the --engine release's own chunker)")
+    p.add_argument("--engine", help="plan on an engine release's DeepGEMM, workspace and layout, e.g. "
+                                    "vllm==0.15.1 or sglang==0.5.23 (a bare vllm or sglang: its latest); "
+                                    "default for --strategy engine: the latest vLLM")
+    p.add_argument("--free-gib", type=float,
+                   help="SGLang: GPU memory free when the engine measures its logits budget (GiB)")
+    p.add_argument("--mem-fraction-static", type=float,
+                   help="SGLang: --mem-fraction-static of the server (caps its budget; default: not set)")
     p.add_argument("--budget-mb", type=float, help="logits budget in MiB (fractions allowed)")
     p.add_argument("--budget-bytes", type=int, help="logits budget in bytes")
     p.add_argument("--workspace-tokens", type=int, help="K gather workspace (default 40 x max_model_len)")
     p.add_argument("--query-lens", type=int_list, required=True, help="comma-separated, one per request")
     p.add_argument("--seq-lens", type=int_list, required=True, help="comma-separated, one per request")
     p.add_argument("--model", default="deepseek-v3.2", help=f"one of {', '.join(MODELS)}")
-    p.add_argument("--deepgemm-version", default=DEFAULT_DEEPGEMM_VERSION,
-                   help=f"padding rules: one of {', '.join(DEEPGEMM_RULES)}")
+    p.add_argument("--deepgemm-version",
+                   help=f"padding rules: one of {', '.join(DEEPGEMM_RULES)} (default {DEFAULT_DEEPGEMM_VERSION}, "
+                        "or the --engine release's)")
     p.add_argument("--no-padding", action="store_true",
                    help="budget with vLLM's unpadded M x N x 4 arithmetic")
     p.add_argument("--compressed", action="store_true",
@@ -57,7 +67,9 @@ def add_batch_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
 
 
-def budget_from_args(args) -> int | None:
+def budget_from_args(args, batch: StepBatch | None = None) -> int | None:
+    """The budget in bytes: --budget-mb / --budget-bytes, else the default of the strategy
+    (for ``engine``: the release's own, computed as it computes it)."""
     if args.budget_mb is not None and args.budget_bytes is not None:
         raise UsageError("--budget-mb and --budget-bytes: give one of them, not both")
     if args.budget_bytes is not None:
@@ -68,7 +80,24 @@ def budget_from_args(args) -> int | None:
         return budget_bytes_from_mb(args.budget_mb)
     if args.strategy == "n-only":
         return None
+    if args.strategy == "engine":
+        return engine_budget_from_args(args, batch)
     return budget_bytes_from_mb(512)  # vLLM's default VLLM_SPARSE_INDEXER_MAX_LOGITS_MB
+
+
+def engine_budget_from_args(args, batch: StepBatch) -> int | None:
+    engine = get_engine(args.engine)
+    if engine.budget_rule.startswith("sglang"):
+        if args.free_gib is None:
+            gate = engine.chunk_skip_elements or 0
+            if batch.num_rows * batch.num_kv_tokens < gate:
+                return None  # the engine reads no budget for this step
+            raise UsageError(f"--engine {engine.name} measures its logits budget from free memory: "
+                             "give --free-gib (or --budget-mb)")
+        budget = EngineBudget(engine, total_bytes=get_gpu("h200").capacity_bytes,
+                              mem_fraction_static=args.mem_fraction_static)
+        return budget.for_call(batch.num_rows, batch.num_kv_tokens, free_bytes_from_gib(args.free_gib))
+    return EngineBudget(engine).for_call(batch.num_rows, batch.num_kv_tokens)
 
 
 def plan_from_args(args):
@@ -76,5 +105,8 @@ def plan_from_args(args):
     options = {"compressed": True} if args.compressed else {}
     if args.compressed and args.strategy != "causal":
         raise UsageError(f"--compressed applies to the causal strategy, not {args.strategy!r}")
-    return make_plan(batch, args.strategy, budget_from_args(args), args.workspace_tokens,
-                     args.model, args.deepgemm_version, padded=not args.no_padding, **options)
+    if args.strategy == "engine" and args.no_padding:
+        raise UsageError("--no-padding: the engine strategy always budgets as the engine does (M x N x 4)")
+    return make_plan(batch, args.strategy, budget_from_args(args, batch), args.workspace_tokens,
+                     args.model, args.deepgemm_version, padded=not args.no_padding, engine=args.engine,
+                     **options)

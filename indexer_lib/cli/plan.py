@@ -17,6 +17,7 @@ def register(subparsers) -> None:
 def plan_json(plan, report) -> dict:
     return {
         "strategy": plan.strategy,
+        "engine": plan.engine,
         "model": plan.model,
         "deepgemm_version": plan.deepgemm_version,
         "padded_budget": plan.padded,
@@ -25,6 +26,9 @@ def plan_json(plan, report) -> dict:
         "num_chunks": plan.num_chunks,
         "peak_bytes": report.peak,
         "peak_transient_bytes": report.peak_transient,
+        "workspace_lifetime": plan.workspace_lifetime,
+        "call_bytes": report.call,
+        "logits_alive": plan.logits_alive,
         "chunks": [c.to_json() for c in plan.chunks],
     }
 
@@ -36,14 +40,18 @@ def cmd_plan(args) -> int:
         print(json.dumps(plan_json(plan, report)))
         return 0
     budget = "none" if plan.budget_bytes is None else format_bytes(plan.budget_bytes)
-    print(f"{plan.strategy}: {plan.num_chunks} chunks, budget {budget} "
+    on = f" on {plan.engine}" if plan.engine else ""
+    print(f"{plan.strategy}{on}: {plan.num_chunks} chunks, budget {budget} "
           f"({'padded' if plan.padded else 'unpadded'} DeepGEMM {plan.deepgemm_version}), "
           f"peak {format_bytes(report.peak)} ({format_bytes(report.peak_transient)} transient)")
+    if not plan.chunks:
+        print(f"no logits: {plan.engine} selects every token of this step (its longest sequence fits the top-k)")
     print(f"{'#':>4} {'requests':>11} {'rows':>15} {'tokens':>15} {'kv':>8} {'cols':>8} "
           f"{'logits':>11}  gather  over")
     for i, c in enumerate(plan.chunks):
         print(f"{i:>4} {str(list(c.requests)):>11} {str(list(c.rows)):>15} "
-              f"{str([c.token_start, c.token_end]):>15} {c.kv_tokens:>8} {c.logits_cols:>8} "
+              f"{str([c.token_start, c.token_end]):>15} {c.kv_tokens:>8} "
+              f"{str(c.logits_cols) + ('c' if c.compressed else ''):>8} "
               f"{format_bytes(c.logits_bytes):>11}  {'yes' if c.gather else 'no ':>6}  "
               f"{'YES' if c.over_budget else '-'}")
     return 0

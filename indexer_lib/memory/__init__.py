@@ -1,4 +1,4 @@
-"""Layer 3, memory: the exact bytes a plan needs on the GPU, without a GPU.
+"""Layer 4, memory: the exact bytes a plan needs on the GPU, without a GPU.
 
 - ``model``: ``memory_report`` (persistent buffers, and per chunk the padded logits,
   metadata and the backend's temporaries), ``peak_bytes``, ``fits``;

@@ -9,6 +9,12 @@ Two kinds of memory:
   chunk gathers) and the temporaries of the backend that runs it (by default
   the reference backend's bounded tiles, ``memory.tiling``).
 
+A plan made on an engine release (``Plan.engine``) says where that engine keeps
+its buffers: a K workspace allocated per chunk (vLLM before 0.13.0: a K buffer
+per chunk) or per call (SGLang: the whole batch's K, with its top-k output, held
+for the call: ``MemoryReport.call``), and whether a chunk's logits stay alive
+until the next chunk's are allocated (SGLang's chunk loop: ``ChunkMemory.held``).
+
 This is what ``indexer_lib.run.executor`` allocates; the tracer
 (``indexer_lib.run.tracer``) checks the two agree.
 
@@ -23,7 +29,7 @@ from typing import Callable
 
 from ..padding import get_rules, unpadded_logits_bytes
 from ..plan import Chunk, Plan, merged_chunks
-from .tiling import merge_temporaries_bytes, reference_temporaries_bytes
+from .tiling import merge_temporaries_bytes, reference_phase_bytes, reference_temporaries_bytes
 from .topk_bytes import topk_temporaries_bytes
 from ..shapes import ModelPreset, get_model
 
@@ -111,23 +117,40 @@ def deepgemm_temporaries_bytes(chunk: Chunk, model: ModelPreset, topk: int,
     return max(bound(*args), padded_inputs_bytes(chunk, model))
 
 
+def phase_temporaries(plan: Plan, backend, topk: int, temporaries: TemporariesFn | None = None):
+    """A backend's temporaries per chunk as (during the logits call, during top-k)."""
+    if temporaries is None and backend == "reference":
+        return lambda chunk, model: reference_phase_bytes(plan, chunk, topk)
+    if temporaries is None and backend == "deepgemm":
+        # DeepGEMM computes on chip; a fixed-shape chunk's padded inputs live through its call
+        return lambda chunk, model: (padded_inputs_bytes(chunk, model),
+                                     _window_topk_bound(chunk.num_rows, chunk.logits_cols, topk))
+    whole = temporaries or backend_temporaries(plan, backend, topk)
+    return lambda chunk, model: (whole(chunk, model),) * 2  # one figure: counted in both phases
+
+
 @dataclass(frozen=True)
 class ChunkMemory:
     logits: int
     metadata: int
     temporaries: int  # peak of the backend's (and, column-split, the merge's) temporaries
     running: int = 0  # column-split chunks: running values + candidate indices
+    kv_buffer: int = 0  # a K buffer allocated for this chunk alone (workspace per chunk)
+    held: int = 0  # the previous chunk's logits, alive while this chunk's logits are computed
+    held_with: int = 0  # this chunk's temporaries during its logits call (next to ``held``)
 
     @property
     def total(self) -> int:
-        return self.logits + self.metadata + self.temporaries + self.running
+        return (self.logits + self.metadata + self.running + self.kv_buffer
+                + max(self.temporaries, self.held + self.held_with))
 
 
 @dataclass(frozen=True)
 class MemoryReport:
-    workspace: int
-    topk_buffer: int
+    workspace: int  # the K workspace reserved once (0 where it is allocated per chunk or call)
+    topk_buffer: int  # the top-k output reserved once (0 where it is allocated per call)
     chunks: tuple[ChunkMemory, ...]
+    call: int = 0  # allocated by the call and held through it (an engine's per-call K and top-k)
 
     @property
     def persistent(self) -> int:
@@ -135,7 +158,7 @@ class MemoryReport:
 
     @property
     def peak_transient(self) -> int:
-        return max((c.total for c in self.chunks), default=0)
+        return self.call + max((c.total for c in self.chunks), default=0)
 
     @property
     def worst_chunk(self) -> int:
@@ -168,9 +191,13 @@ def memory_report(
     """
     model = get_model(plan.model)
     k = model.topk if topk is None else topk
+    phases = phase_temporaries(plan, backend, k, temporaries) \
+        if plan.logits_alive > 1 and (temporaries or backend is not None) else None
     if temporaries is None and backend is not None:
         temporaries = backend_temporaries(plan, backend, k)
+    per_chunk_kv = plan.workspace_lifetime == "chunk"
     chunks = []
+    previous = 0
     for c, merged in zip(plan.chunks, merged_chunks(plan.chunks)):
         tmp = temporaries(c, model) if temporaries else 0
         running = 0
@@ -180,10 +207,23 @@ def memory_report(
             running = running_topk_bytes(c.num_rows, k)
             if temporaries:
                 tmp = max(tmp, merge_temporaries_bytes(c.num_rows, k))
-        chunks.append(ChunkMemory(logits_bytes(c, plan, padded), metadata_bytes(c), tmp, running))
+        logits = logits_bytes(c, plan, padded)
+        held = held_with = 0
+        if plan.logits_alive > 1 and previous:
+            held = previous
+            held_with = phases(c, model)[0] if phases else 0
+        kv_buffer = c.kv_tokens * model.k_bytes_per_token if per_chunk_kv and c.gather else 0
+        chunks.append(ChunkMemory(logits, metadata_bytes(c), tmp, running, kv_buffer, held, held_with))
+        previous = logits
     chunks = tuple(chunks)
-    return MemoryReport(workspace_bytes(plan, workspace_tokens), topk_buffer_bytes(plan, topk_rows, k),
-                        chunks)
+    workspace = 0 if per_chunk_kv else workspace_bytes(plan, workspace_tokens)
+    topk_out = topk_buffer_bytes(plan, topk_rows, k)
+    call = 0
+    if plan.workspace_lifetime == "call":
+        workspace, call = 0, call + workspace
+    if plan.topk_output == "call":
+        topk_out, call = 0, call + topk_out
+    return MemoryReport(workspace, topk_out, chunks, call)
 
 
 def peak_bytes(plan: Plan, **kwargs) -> int:

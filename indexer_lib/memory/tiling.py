@@ -109,15 +109,9 @@ def run_peak_bytes(rows: int, first_len: int, heads: int, head_dim: int, k: int,
                run_topk_peak_bytes(rows, first_len, k, cut, cap))
 
 
-def reference_temporaries_bytes(plan, chunk, topk: int) -> int:
-    """Peak temporaries of the reference backend for one chunk of ``plan``.
-
-    The logits phase and the top-k phase run one after the other, each holding
-    one tile at a time: the larger tile is the chunk's peak.
-    """
-    model = get_model(plan.model)
-    heads, head_dim = model.index_heads, model.head_dim
-    peak = 0
+def _run_clips(plan, chunk):
+    """Per run of the chunk: (rows, first_len, cut, cap) of its windows as the chunk's
+    logits columns see them."""
     column_range = not chunk.compressed and chunk.kv_start > 0
     for _, rows, ks, first_len in chunk_runs(plan.batch, chunk):
         if column_range:
@@ -131,8 +125,30 @@ def reference_temporaries_bytes(plan, chunk, topk: int) -> int:
             cut, cap = 0, None
         if cut == 0 and cap is not None and cap >= first_len + rows - 1:
             cap = None  # no clipping: the same cache entry as any run of this shape
-        peak = max(peak, run_peak_bytes(rows, first_len, heads, head_dim, topk, cut, cap))
-    return peak
+        yield rows, first_len, cut, cap
+
+
+def reference_temporaries_bytes(plan, chunk, topk: int) -> int:
+    """Peak temporaries of the reference backend for one chunk of ``plan``.
+
+    The logits phase and the top-k phase run one after the other, each holding
+    one tile at a time: the larger tile is the chunk's peak.
+    """
+    model = get_model(plan.model)
+    heads, head_dim = model.index_heads, model.head_dim
+    return max((run_peak_bytes(rows, first_len, heads, head_dim, topk, cut, cap)
+                for rows, first_len, cut, cap in _run_clips(plan, chunk)), default=0)
+
+
+def reference_phase_bytes(plan, chunk, topk: int) -> tuple[int, int]:
+    """The reference backend's largest tile during the logits call and during top-k."""
+    model = get_model(plan.model)
+    heads, head_dim = model.index_heads, model.head_dim
+    logits = topk_phase = 0
+    for rows, first_len, cut, cap in _run_clips(plan, chunk):
+        logits = max(logits, run_logits_peak_bytes(rows, first_len, heads, head_dim, cut, cap))
+        topk_phase = max(topk_phase, run_topk_peak_bytes(rows, first_len, topk, cut, cap))
+    return logits, topk_phase
 
 
 # the exact top-k merge of column ranges (kernels.merge): bytes per (row, k) entry

@@ -1,15 +1,17 @@
-"""Layer 2, the plan: how one step batch is split into chunks, as plain data.
+"""Layer 3, the plan: how one step batch is split into chunks, as plain data.
 
 - ``chunks``: ``Chunk`` and ``Plan`` records, the runs of rows per request;
 - ``strategies``: the strategies (``n-only``, ``vllm``, ``per-request``, ``causal``,
-  ``kv-split``, ``fixed-shape``), the budget counting, and ``make_plan``.
+  ``kv-split``, ``fixed-shape``, and ``engine``: an engine release's own chunker), the
+  budget counting, and ``make_plan`` (on an engine release's DeepGEMM and workspace
+  with ``engine=``).
 """
 from .chunks import Chunk, Plan, Run, chunk_runs, merged_chunks
-from .strategies import (BEYOND_STRATEGIES, FIELD_STRATEGIES, KV_SPLIT_ALIGN, STRATEGIES, Budgeting,
-                         check_strategy, make_plan, strategy_budget_bytes)
+from .strategies import (ALL_STRATEGIES, BEYOND_STRATEGIES, ENGINE_STRATEGIES, FIELD_STRATEGIES, KV_SPLIT_ALIGN, STRATEGIES,
+                         Budgeting, check_strategy, make_plan, strategy_budget_bytes)
 
 __all__ = [
     "Chunk", "Plan", "Run", "chunk_runs", "merged_chunks",
-    "BEYOND_STRATEGIES", "FIELD_STRATEGIES", "KV_SPLIT_ALIGN", "STRATEGIES", "Budgeting",
+    "ALL_STRATEGIES", "BEYOND_STRATEGIES", "ENGINE_STRATEGIES", "FIELD_STRATEGIES", "KV_SPLIT_ALIGN", "STRATEGIES", "Budgeting",
     "check_strategy", "make_plan", "strategy_budget_bytes",
 ]

@@ -63,6 +63,11 @@ class Plan:
     chunks: tuple[Chunk, ...]
     # the same chunks come out for any budget b with low <= b < high (high None: no limit)
     budget_stable: tuple[int, int | None] = (0, None)
+    engine: str | None = None  # the engine release planned on (``vllm==0.33.0``), if any
+    # the engine's K workspace: reserved once ("persistent") or allocated per "chunk" or "call"
+    workspace_lifetime: str = "persistent"
+    topk_output: str = "persistent"  # the top-k output buffer: with the model, or per "call"
+    logits_alive: int = 1  # 2: a chunk's logits live until the next chunk's are allocated
 
     @property
     def num_chunks(self) -> int:

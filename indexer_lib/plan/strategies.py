@@ -7,8 +7,10 @@ logits allocation against the budget, with DeepGEMM's padding or without.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable
 
+from ..engines import EngineProfile, get_engine
 from ..padding import DEFAULT_DEEPGEMM_VERSION, PaddingRules, get_rules
 from ..shapes import ModelPreset, budget_bytes_from_mb, get_model
 from ..workload import StepBatch, check_int
@@ -29,6 +31,9 @@ class Budgeting:
         self.budget, self.workspace = budget, workspace
         # planners ask millions of times in a sweep: keep the constant at hand
         self.row_multiple = rules.row_multiple(model.index_heads)
+        # a build with only the compressed layout (DeepGEMM 2.8) allocates every chunk
+        # [rows, max_seqlen_k of its requests], never [rows, N]
+        self.compressed_only = not rules.full_width
         self.stable_low = 0  # most bytes counted and accepted
         self.stable_high: int | None = None  # fewest bytes counted and refused
 
@@ -146,14 +151,36 @@ def _pack(batch: StepBatch, b: Budgeting, may_join, slice_alone, build: _Builder
 
 
 def _slice_equal_rows(i: int, build: _Builder) -> None:
-    """vLLM: slices of max(1, rows-within-budget) rows at the request's full width."""
+    """vLLM: slices of max(1, rows-within-budget) rows at the request's full width (its
+    own seq_len wide in the compressed layout)."""
     b, r = build.b, build.batch.requests[i]
     n = r.seq_len
-    per = b.max_rows(n) if b.budget is not None else r.query_len
+    compressed = b.compressed_only
+    per = r.query_len if b.budget is None else b.max_rows(n, compressed)
     over = per < 1
     per = max(1, per)
     for q0 in range(0, r.query_len, per):
-        build.add(i, i + 1, q0, min(q0 + per, r.query_len), n, gather=q0 == 0, over=over)
+        build.add(i, i + 1, q0, min(q0 + per, r.query_len), n, gather=q0 == 0, over=over,
+                  compressed=compressed, kv_tokens=n)
+
+
+def _pack_field(batch: StepBatch, b: Budgeting, may_join, build: _Builder) -> None:
+    """The field's packing (n-only, vllm, per-request): all of a chunk's K, or, on a
+    compressed-only build, as wide as its longest request."""
+    if not b.compressed_only:
+        _pack(batch, b, may_join, _slice_equal_rows, build)
+        return
+    seq_lens = batch.seq_lens
+    _pack(batch, b, may_join, _slice_equal_rows, build,
+          lambda r0, r1, n: max(seq_lens[r0:r1]), compressed=True)
+
+
+def _budget_width(batch: StepBatch, b: Budgeting, r0: int, r1: int, n: int) -> tuple[int, bool]:
+    """Columns a packed chunk is counted with: its K (vLLM's M x N x 4, and every full
+    layout), or, counting a compressed-only build's padded bytes, its longest request."""
+    if b.compressed_only and b.padded:
+        return max(batch.seq_lens[r0:r1]), True
+    return n, False
 
 
 def _slice_causal(i: int, build: _Builder, compressed: bool) -> None:
@@ -185,13 +212,17 @@ def _useful_area(batch: StepBatch, r0: int, r1: int) -> int:
 def plan_n_only(batch: StepBatch, b: Budgeting, **_) -> list[Chunk]:
     unbudgeted = Budgeting(b.model, b.rules, b.padded, None, b.workspace)  # never refuses
     build = _Builder(batch, unbudgeted)
-    _pack(batch, unbudgeted, lambda r0, r1, m, n: True, _slice_equal_rows, build)
+    _pack_field(batch, unbudgeted, lambda r0, r1, m, n: True, build)
     return build.chunks
 
 
 def plan_vllm(batch: StepBatch, b: Budgeting, **_) -> list[Chunk]:
     build = _Builder(batch, b)
-    _pack(batch, b, lambda r0, r1, m, n: b.within(m, n), _slice_equal_rows, build)
+
+    def may_join(r0, r1, m, n):
+        return b.within(m, *_budget_width(batch, b, r0, r1, n))
+
+    _pack_field(batch, b, may_join, build)
     return build.chunks
 
 
@@ -200,7 +231,7 @@ def plan_per_request(batch: StepBatch, b: Budgeting, pack_factor: float = 1.0, *
         raise ValueError(f"pack_factor {pack_factor!r}: must be >= 1 (allocated / useful area)")
 
     def may_join(r0, r1, m, n):
-        if not b.within(m, n):
+        if not b.within(m, *_budget_width(batch, b, r0, r1, n)):
             return False
         # two or more requests always allocate more than they read: skip the sum at factor 1
         if r1 - r0 == 1:
@@ -208,7 +239,7 @@ def plan_per_request(batch: StepBatch, b: Budgeting, pack_factor: float = 1.0, *
         return pack_factor > 1.0 and m * n <= pack_factor * _useful_area(batch, r0, r1)
 
     build = _Builder(batch, b)
-    _pack(batch, b, may_join, _slice_equal_rows, build)
+    _pack_field(batch, b, may_join, build)
     return build.chunks
 
 
@@ -323,6 +354,55 @@ def plan_fixed_shape(batch: StepBatch, b: Budgeting, fixed_width: int | None = N
     return build.chunks
 
 
+def plan_engine(batch: StepBatch, b: Budgeting, engine: EngineProfile, **_) -> list[Chunk]:
+    """The engine release's own chunker (``data/engines/``), on its DeepGEMM and workspace:
+    vLLM's workspace-only packing (before 0.19.0) or logits budget (#36178), SGLang's
+    query rows against the whole batch's K, or one call."""
+    if engine.skip_logits_at_or_below_topk and max(batch.seq_lens) <= b.model.topk:
+        return []  # no logits at all: the engine selects every token
+    if engine.chunker == "workspace":
+        return plan_n_only(batch, b)
+    if engine.chunker == "logits-budget":
+        return plan_vllm(batch, b)
+    return _plan_rows(batch, b, engine)
+
+
+def _plan_rows(batch: StepBatch, b: Budgeting, engine: EngineProfile) -> list[Chunk]:
+    """SGLang: one gather of the whole batch's K; the step's query rows in slices of
+    min(max(1, budget // (N x 4)), M) rows, each against all N columns, when the
+    M x N x 4 logits break the budget (never below the element gate)."""
+    rows, cols = batch.num_rows, batch.num_kv_tokens
+    gate = engine.chunk_skip_elements
+    if b.budget is None or (gate is not None and rows * cols < gate) or b.within(rows, cols):
+        per = rows
+    else:
+        per = min(max(1, b.max_rows(cols)), rows)
+    build = _Builder(batch, b)
+    for q0 in range(0, rows, per):
+        build.add(0, len(batch.requests), q0, min(q0 + per, rows), cols, gather=q0 == 0, over=False,
+                  kv_tokens=cols)
+    return build.chunks
+
+
+def _check_engine_budget(engine: EngineProfile, batch: StepBatch, budget_bytes: int | None,
+                         topk: int) -> None:
+    """ValueError for a budget the engine has no use for, or a step it cannot plan without one."""
+    if engine.chunker in ("workspace", "none"):
+        if budget_bytes is not None:
+            raise ValueError(f"{engine.name} has no logits budget (its chunker: {engine.chunker}): "
+                             "budget_bytes must be None")
+        return
+    if budget_bytes is not None:
+        return
+    gate = engine.chunk_skip_elements
+    if engine.chunker == "rows" and gate is not None and batch.num_rows * batch.num_kv_tokens < gate:
+        return  # under the element gate the engine reads no budget
+    if engine.skip_logits_at_or_below_topk and max(batch.seq_lens) <= topk:
+        return
+    raise ValueError(f"{engine.name} chunks this step ({batch.num_rows} x {batch.num_kv_tokens} logits) "
+                     "against a budget: budget_bytes must be > 0 (engines.EngineBudget computes it)")
+
+
 # the field's strategies (docs/design.md#strategies)
 FIELD_STRATEGIES: dict[str, Callable[..., list[Chunk]]] = {
     "n-only": plan_n_only,
@@ -338,17 +418,28 @@ BEYOND_STRATEGIES: dict[str, Callable[..., list[Chunk]]] = {
     "fixed-shape": plan_fixed_shape,
 }
 
+# the project's strategies: any DeepGEMM version, on any engine's workspace
 STRATEGIES: dict[str, Callable[..., list[Chunk]]] = {**FIELD_STRATEGIES, **BEYOND_STRATEGIES}
 
+# the engine release's own chunker, on its own DeepGEMM (``make_plan(..., engine=...)``;
+# default: the latest vLLM)
+ENGINE_STRATEGIES: dict[str, Callable[..., list[Chunk]]] = {"engine": plan_engine}
+ALL_STRATEGIES = {**STRATEGIES, **ENGINE_STRATEGIES}
 
-def strategy_budget_bytes(strategy: str, budget_mb: float) -> int | None:
-    """The logits budget a strategy plans with, from MB: none for ``n-only``."""
-    return None if strategy == "n-only" else budget_bytes_from_mb(budget_mb)
+
+def strategy_budget_bytes(strategy: str, budget_mb: float, engine=None) -> int | None:
+    """The logits budget a strategy plans with, from MB: none for ``n-only``, nor for the
+    ``engine`` strategy of a release without a budget."""
+    if strategy == "n-only":
+        return None
+    if strategy == "engine" and get_engine(engine).chunker in ("workspace", "none"):
+        return None
+    return budget_bytes_from_mb(budget_mb)
 
 
 def check_strategy(name: str) -> str:
-    if name not in STRATEGIES:
-        raise ValueError(f"unknown strategy {name!r}: must be one of {', '.join(STRATEGIES)}")
+    if name not in ALL_STRATEGIES:
+        raise ValueError(f"unknown strategy {name!r}: must be one of {', '.join(ALL_STRATEGIES)}")
     return name
 
 
@@ -358,28 +449,51 @@ def make_plan(
     budget_bytes: int | None,
     workspace_tokens: int | None = None,
     model: str = "deepseek-v3.2",
-    deepgemm_version: str = DEFAULT_DEEPGEMM_VERSION,
+    deepgemm_version: str | None = None,
     padded: bool = True,
+    engine: str | EngineProfile | None = None,
     **options,
 ) -> Plan:
     """Split ``batch`` into chunks with the named strategy.
 
     ``budget_bytes`` bounds each chunk's logits (padded bytes of ``deepgemm_version``
     unless ``padded`` is False); ``workspace_tokens`` bounds the K gathered per
-    chunk (default: vLLM's 40 x max_model_len).
+    chunk (default: vLLM's 40 x max_model_len).  ``engine`` (``vllm==0.15.1``, a
+    profile): plan on that release's DeepGEMM padding, workspace and layout; the
+    ``engine`` strategy is the release's own chunker (default: the latest vLLM), which
+    counts plain M x N x 4 bytes as the engines do.
     """
     check_strategy(strategy)
     preset = get_model(model)
+    profile = get_engine(engine) if engine is not None or strategy == "engine" else None
+    if profile is not None:
+        if deepgemm_version is not None and deepgemm_version != profile.deepgemm_rules:
+            raise ValueError(f"deepgemm_version {deepgemm_version!r}: {profile.name} runs "
+                             f"{profile.deepgemm_build}, DeepGEMM rules {profile.deepgemm_rules!r}")
+        deepgemm_version = profile.deepgemm_rules
+        if workspace_tokens is None:
+            workspace_tokens = profile.workspace_tokens(preset.max_model_len) or batch.num_kv_tokens
+    if deepgemm_version is None:
+        deepgemm_version = DEFAULT_DEEPGEMM_VERSION
     rules = get_rules(deepgemm_version)
-    if budget_bytes is None:
-        if strategy != "n-only":
-            raise ValueError(f"strategy {strategy!r} needs a logits budget: budget_bytes must be > 0")
-    else:
+    if strategy == "engine":
+        padded = False  # every engine budgets plain M x N x 4
+        _check_engine_budget(profile, batch, budget_bytes, preset.topk)
+        options["engine"] = profile
+    elif budget_bytes is None and strategy != "n-only":
+        raise ValueError(f"strategy {strategy!r} needs a logits budget: budget_bytes must be > 0")
+    if budget_bytes is not None:
         check_int("budget_bytes", budget_bytes, 1)
     if workspace_tokens is None:
         workspace_tokens = preset.default_workspace_tokens
     check_int("workspace_tokens", workspace_tokens, 1)
     b = Budgeting(preset, rules, padded, budget_bytes, workspace_tokens)
-    chunks = STRATEGIES[strategy](batch, b, **options)
+    chunks = ALL_STRATEGIES[strategy](batch, b, **options)
+    if profile is not None and profile.workspace_lifetime == "chunk":
+        chunks = [replace(c, gather=True) for c in chunks]  # a fresh K buffer per chunk: every chunk gathers
     return Plan(strategy, batch, model, deepgemm_version, padded, budget_bytes,
-                workspace_tokens, tuple(chunks), (b.stable_low, b.stable_high))
+                workspace_tokens, tuple(chunks), (b.stable_low, b.stable_high),
+                engine=None if profile is None else profile.name,
+                workspace_lifetime="persistent" if profile is None else profile.workspace_lifetime,
+                topk_output="persistent" if profile is None else profile.topk_output,
+                logits_alive=profile.logits_alive if strategy == "engine" else 1)

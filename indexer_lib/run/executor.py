@@ -19,6 +19,12 @@ chunk to its last) and int32 indices (the rows of the persistent top-k buffer)
 top-k goes to a ``[rows, k]`` int32 candidate buffer first.  Fixed-shape chunks
 allocate ``[alloc_rows, W]`` logits whatever their rows.
 
+Engine releases (``Plan.engine``).  Where the engine allocates its K buffer per
+chunk (``Plan.workspace_lifetime == "chunk"``, vLLM before 0.13.0) each chunk gathers
+into its own buffer, freed with the chunk; where the engine's chunk loop keeps a
+chunk's logits until the next chunk's are allocated (``Plan.logits_alive == 2``,
+SGLang), so does the executor.
+
 Workspace size.  vLLM reserves ``plan.workspace_tokens`` (40 x max_model_len,
 825 MiB for DeepSeek-V3.2) once.  On cuda and meta that is what we allocate, so
 measurements and traces describe the engine.  On the CPU it would cost 825 MiB
@@ -172,14 +178,19 @@ def execute(plan: Plan, inputs: IndexerInputs, backend="reference", device=None,
     if topk_rows < rows:
         raise ValueError(f"topk_rows {topk_rows}: the step has {rows} rows")
     merged = check_column_groups(plan)
+    if not plan.chunks and rows:
+        raise ValueError(f"plan: no chunks for {rows} rows ({plan.engine} computes no logits for this "
+                         "step and selects every token): nothing to execute")
+    per_chunk = plan.workspace_lifetime == "chunk"
     tokens = workspace_size(plan, device, workspace_tokens)
 
     start = time.perf_counter()
-    workspace = _Workspace(tokens, model.head_dim, device)
+    workspace = None if per_chunk else _Workspace(tokens, model.head_dim, device)
     out = torch.full((topk_rows, k), -1, dtype=torch.int32, device=device)
-    result = ExecutionResult(out, rows, k, tokens, workspace.nbytes + out.untyped_storage().nbytes(),
-                             str(device), backend.name)
+    persistent = (0 if per_chunk else workspace.nbytes) + out.untyped_storage().nbytes()
+    result = ExecutionResult(out, rows, k, 0 if per_chunk else tokens, persistent, str(device), backend.name)
     group = _RunningTopk()
+    held = [] if plan.logits_alive > 1 else None  # the previous chunk's logits, where the engine keeps them
     for i, chunk in enumerate(plan.chunks):
         if observer is not None:
             observer.chunk_start(i)
@@ -188,8 +199,9 @@ def execute(plan: Plan, inputs: IndexerInputs, backend="reference", device=None,
         _sync(device)
         t0 = time.perf_counter()
         last = i + 1 == len(plan.chunks) or _rows_of(plan.chunks[i + 1]) != _rows_of(chunk)
-        run = _run_chunk(i, plan, chunk, inputs, backend, workspace, out, k,
-                         group if merged[i] else None, last)
+        run = _run_chunk(i, plan, chunk, inputs, backend,
+                         _Workspace(_span(chunk), model.head_dim, device) if per_chunk else workspace,
+                         out, k, group if merged[i] else None, last, held)
         _sync(device)
         run.seconds = time.perf_counter() - t0
         if device.type == "cuda":
@@ -246,9 +258,10 @@ class _RunningTopk:
 
 def _run_chunk(i: int, plan: Plan, chunk: Chunk, inputs: IndexerInputs, backend: Backend,
                workspace: _Workspace, out: torch.Tensor, k: int, group: _RunningTopk | None = None,
-               last: bool = True) -> ChunkRun:
+               last: bool = True, held: list | None = None) -> ChunkRun:
     """One chunk; every tensor it makes is a local, freed when it returns (the running
-    values of a column group live until the group's last chunk)."""
+    values of a column group live until the group's last chunk; with ``held``, the
+    logits live until the next chunk's logits are allocated)."""
     device = out.device
     t0, t1 = chunk.token_start, chunk.token_end
     if group is not None and group.rows != (t0, t1):
@@ -286,6 +299,8 @@ def _run_chunk(i: int, plan: Plan, chunk: Chunk, inputs: IndexerInputs, backend:
     span = _span(chunk)
     logits = backend.logits(inputs.q[t0:t1], workspace.k[:span], workspace.scale[:span],
                             inputs.weights[t0:t1], ks, ke, chunk.logits_cols, chunk.compressed, **hints)
+    if held is not None:
+        held[:] = [logits]  # drops the previous chunk's logits only now, as the engine's loop does
     hints.pop("kv_start", None)
     hints.pop("alloc_rows", None)
     result = backend.topk(logits, ks, ke, k, chunk.compressed, out=target, **hints)

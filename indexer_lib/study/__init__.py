@@ -1,4 +1,4 @@
-"""Layer 5, studies over many plans: grids, results and the questions users ask.
+"""Layer 6, studies over many plans: grids, results and the questions users ask.
 
 - ``frontier``: the OOM frontier by model over concurrency x ISL x budget x free memory;
 - ``sweep``, ``store``, ``results``: grids run in ``model``, ``trace`` or ``measure``

@@ -88,9 +88,13 @@ def worst_steps(
     workspace_tokens: int | None = None,
     topk_rows: int | None = None,
     temporaries: str | None = "deepgemm",
+    engine=None,
 ) -> list[WorstStep]:
     """``worst_step`` for several budgets; a step's plan is reused for every budget
     inside the interval over which the planner's decisions do not change.
+
+    ``engine``: plan on that engine release (``make_plan(..., engine=...)``); its DeepGEMM
+    rules replace ``deepgemm_version``.
 
     ``temporaries``: whose temporaries the memory model adds to each chunk:
     ``deepgemm`` (the H200 path that ``measure`` runs, the default),
@@ -108,7 +112,7 @@ def worst_steps(
             entry = known[k]
             if entry is None or not _in_interval(budget, entry[0]):
                 plan = make_plan(batch, strategy, budget, workspace_tokens, model,
-                                 deepgemm_version, padded)
+                                 None if engine is not None else deepgemm_version, padded, engine=engine)
                 report = memory_report(plan, topk_rows=topk_rows, backend=temporaries)
                 entry = known[k] = (plan.budget_stable, plan.num_chunks, report.peak_transient,
                                     report.peak, plan.over_budget)

@@ -12,10 +12,11 @@ of the given rows and columns (docs/design.md#reference-data).
 from __future__ import annotations
 
 from .frontier import prefill_batches, worst_step
+from ..engines import EngineBudget, get_engine
 from ..padding import get_rules, unpadded_logits_bytes
 from ..plan import make_plan
 from ..refdata import number, read_rows
-from ..shapes import GIB, get_model
+from ..shapes import GIB, MIB, get_model
 from ..workload import ClosedLoopWorkload, PrefillRequest, SchedulerConfig, StepBatch
 
 REPORTED_FILE = ("field", "reported_allocations.csv")
@@ -71,6 +72,80 @@ def reproductions():
     import pandas as pd
 
     return pd.DataFrame([reproduce(case) for case in published_cases()])
+
+
+# before the logits budget (vLLM #36178), its first release, the latest
+FIELD_RELEASES = ("vllm==0.15.1", "vllm==0.19.0", "vllm==0.33.0")
+
+
+def through_releases(releases=FIELD_RELEASES):
+    """The reported workloads, planned by each release's own chunker at its default budget:
+    the largest logits allocation over the schedule and the worst step's transient peak.
+    Releases without a budget reproduce the published allocation; later ones bound it."""
+    import pandas as pd
+
+    rows = []
+    for case in published_cases():
+        if case["kind"] != "workload":
+            continue
+        model, mnbt = case["model"], case["max_num_batched_tokens"]
+        workload = ClosedLoopWorkload(case["concurrency"], case["isl"], case["osl"])
+        config = SchedulerConfig(mnbt, case["max_num_seqs"], case["long_prefill_token_threshold"],
+                                 block_size=get_model(model).kv_block)
+        batches = prefill_batches(workload, config)
+        unbudgeted = None
+        for name in releases:
+            engine = get_engine(name)
+            budget = EngineBudget(engine).for_call(mnbt, 1)
+            worst = worst_step(batches, "engine", budget, model=model, topk_rows=mnbt, engine=engine)
+            batch = next(b for b in batches if b.step == worst.worst_step)
+            plan = make_plan(batch, "engine", budget, model=model, engine=engine)
+            chunk = max(plan.chunks, key=lambda c: c.logits_bytes)
+            gib = {"unpadded_gib": unpadded_logits_bytes(chunk.num_rows, chunk.logits_cols) / GIB,
+                   "allocated_gib": chunk.logits_bytes / GIB}
+            if not engine.has_budget and unbudgeted is None:
+                unbudgeted = chunk.logits_bytes
+            reproduces = None
+            if not engine.has_budget:
+                error = abs(gib[case["counts"]] - case["published_gib"]) / case["published_gib"]
+                reproduces = error <= case["tolerance"]
+            rows.append({
+                "case": case["case"], "engine": name, "deepgemm_rules": engine.deepgemm_rules,
+                "layout": engine.layout, "budget_mib": None if budget is None else budget / MIB,
+                "worst_step_chunks": worst.worst_chunks, "largest_logits_rows": chunk.num_rows,
+                "largest_logits_cols": chunk.logits_cols, "largest_logits_bytes": chunk.logits_bytes,
+                "largest_logits_gib": chunk.logits_bytes / GIB,
+                "peak_transient_gib": worst.peak_transient_bytes / GIB,
+                "published_gib": case["published_gib"], "reproduces_published": reproduces,
+                "vs_unbudgeted": None if unbudgeted is None else chunk.logits_bytes / unbudgeted,
+                "source": "modelled",
+            })
+    return pd.DataFrame(rows)
+
+
+def stale_budgets() -> list[dict]:
+    """The reported stale SGLang budget, by its own rule: the budget measured with the first
+    free-memory reading, what a fresh reading at the failure would have given, and whether
+    the engine lets the failing chunk through."""
+    out = []
+    for r in read_rows("field", "reported_budgets.csv"):
+        engine = get_engine(r["engine"])
+        total = int(float(r["total_gib"]) * GIB)
+        args = dict(value=float(r["fraction"]), total_bytes=total, mem_fraction_static=float(r["mem_fraction_static"]))
+        process = EngineBudget(engine, **args)
+        gate = engine.chunk_skip_elements or 1
+        cached = process.for_call(gate, 1, int(float(r["first_free_gib"]) * GIB))
+        at_failure = process.for_call(gate, 1, int(float(r["free_gib"]) * GIB))
+        fresh = EngineBudget(engine, **args).for_call(gate, 1, int(float(r["free_gib"]) * GIB))
+        asked = float(r["asked_gib"]) * GIB
+        out.append({"case": r["case"], "engine": engine.name, "cached_budget_gib": cached / GIB,
+                    "budget_at_failure_gib": at_failure / GIB, "fresh_budget_gib": fresh / GIB,
+                    "asked_gib": asked / GIB, "free_gib": float(r["free_gib"]),
+                    "engine_allows_the_chunk": asked <= at_failure,
+                    "chunk_fits_free_memory": asked <= float(r["free_gib"]) * GIB,
+                    "fresh_budget_would_fit": fresh <= float(r["free_gib"]) * GIB,
+                    "source": f"modelled from {r['source']}"})
+    return out
 
 
 def named_steps() -> dict[str, StepBatch]:

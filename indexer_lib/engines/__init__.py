@@ -1,0 +1,14 @@
+"""Layer 2, the engines: one profile per vLLM and SGLang release, as data.
+
+- ``profiles``: ``get_engine("vllm==0.15.1")``, every known release, the facts of a
+  release (chunker, workspace, budget rule, DeepGEMM build and padding, layout,
+  top-k path, metadata, profile-run reservation, scheduler defaults) and their sources;
+- ``budget``: the logits budget as each release computes it, call after call.
+
+The profiles live in ``data/engines/``; the planners (``plan``) read them.
+"""
+from .budget import EngineBudget, sglang_static_budget
+from .profiles import DEFAULT_ENGINE, ENGINES, EngineProfile, engine_names, get_engine, latest
+
+__all__ = ["DEFAULT_ENGINE", "ENGINES", "EngineBudget", "EngineProfile", "engine_names", "get_engine",
+           "latest", "sglang_static_budget"]

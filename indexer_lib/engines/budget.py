@@ -1,0 +1,82 @@
+"""The logits budget as each engine release computes it, call after call.
+
+- vLLM 0.19.0+: ``VLLM_SPARSE_INDEXER_MAX_LOGITS_MB`` (512), the same bytes every step;
+- SGLang 0.5.13+: ``f x`` free memory (f = ``SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION``,
+  0.2), capped by ``f x (1 - mem_fraction_static) x total`` and ``0.3 x total``, read
+  at the first call with at least 8,000,000 logits elements and kept for the process;
+- SGLang 0.5.6-0.5.12: half the free memory, read on every such call;
+- earlier releases: no budget.
+
+``EngineBudget.for_call(rows, cols, free_bytes)`` is the budget one indexer call
+plans with, or None where the engine does not read one (no budget, or SGLang
+below its element gate).  Integer arithmetic follows the engines' own code
+(``int()`` truncations included), so the budgets match byte for byte.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .profiles import EngineProfile, get_engine
+
+MIB = 2**20
+SGLANG_TOTAL_FRACTION = 0.3
+
+
+def sglang_static_budget(total_bytes: int, mem_fraction_static: float | None, fraction: float) -> int:
+    """SGLang's budget from configuration alone (``mqa_logits_static_budget_bytes``)."""
+    total_budget = int(total_bytes * SGLANG_TOTAL_FRACTION)
+    if mem_fraction_static is None:
+        budget = total_budget
+    else:
+        static_free = int(total_bytes * max(0.0, 1.0 - mem_fraction_static))
+        budget = min(int(static_free * fraction), total_budget)
+    return max(1, budget)
+
+
+@dataclass
+class EngineBudget:
+    """One process's logits budget for an engine release.
+
+    ``value``: vLLM's MiB or SGLang's free-memory fraction (default: the release's);
+    ``total_bytes`` and ``mem_fraction_static``: the GPU and SGLang's static fraction.
+    """
+
+    engine: EngineProfile | str | None = None
+    value: float | None = None
+    total_bytes: int | None = None
+    mem_fraction_static: float | None = None
+    cached: int | None = field(default=None, init=False)  # SGLang's first measured budget
+    readings: int = field(default=0, init=False)  # free-memory readings taken
+
+    def __post_init__(self):
+        self.engine = get_engine(self.engine)
+        if self.value is None:
+            self.value = self.engine.budget_default
+        rule = self.engine.budget_rule
+        if rule == "fixed-mib" and not self.value > 0:
+            raise ValueError(f"{self.engine.budget_env} {self.value!r}: must be > 0 (MiB)")
+        if rule.startswith("sglang") and self.total_bytes is None:
+            raise ValueError(f"{self.engine.name}: its budget needs the GPU's total memory (total_bytes)")
+        if rule == "sglang-cached" and not 0 < self.value <= 1:
+            raise ValueError(f"{self.engine.budget_env} {self.value!r}: must be a fraction in (0, 1]")
+
+    def for_call(self, rows: int, cols: int, free_bytes: int | None = None) -> int | None:
+        """The budget an indexer call over ``rows`` x ``cols`` logits plans with."""
+        rule = self.engine.budget_rule
+        if rule == "none":
+            return None
+        if rule == "fixed-mib":
+            return int(self.value * MIB)
+        gate = self.engine.chunk_skip_elements
+        if gate is not None and rows * cols < gate:
+            return None  # the engine does not read free memory for a small call
+        if rule == "sglang-cached" and self.cached is not None:
+            return self.cached
+        if free_bytes is None:
+            raise ValueError(f"{self.engine.name} reads free memory for this call: give free_bytes")
+        self.readings += 1
+        if rule == "sglang-free-per-call":
+            return max(1, int(free_bytes * self.value))
+        static = sglang_static_budget(self.total_bytes, self.mem_fraction_static, self.value)
+        self.cached = max(1, min(int(free_bytes * self.value), static))
+        return self.cached

@@ -1,0 +1,134 @@
+"""Engine profiles: what each vLLM and SGLang release does in the indexer's prefill.
+
+A profile is plain data read from ``data/engines/`` (one JSON file per era, each
+fact with the release, file and function it was read from, and per-release
+overrides where a fact changed inside an era).  ``get_engine("vllm==0.15.1")``
+returns the release's profile; ``EngineProfile.sources`` says where each fact
+comes from (docs/design.md#engines).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from ..refdata import data_path
+
+ENGINES = ("vllm", "sglang")
+CHUNKERS = ("workspace", "logits-budget", "rows", "none")
+BUDGET_RULES = ("none", "fixed-mib", "sglang-free-per-call", "sglang-cached")
+LIFETIMES = ("persistent", "chunk", "call")
+
+
+@dataclass(frozen=True)
+class EngineProfile:
+    engine: str  # "vllm" or "sglang"
+    release: str  # "0.33.0"
+    era: str
+    # how the engine splits a step: "workspace" (pack requests while the sum of seq_lens
+    # fits the workspace, rows unbounded), "logits-budget" (vLLM #36178), "rows" (SGLang:
+    # query rows against the whole batch's K), "none" (one logits call per step)
+    chunker: str
+    workspace_factor: int | None  # K workspace tokens per max_model_len; None: the batch's own K
+    workspace_lifetime: str  # "persistent" (reserved once), "chunk" or "call" (allocated per chunk / call)
+    budget_rule: str  # where the logits budget comes from (BUDGET_RULES)
+    deepgemm_build: str
+    deepgemm_rules: str  # padding rule name (indexer_lib.padding)
+    layout: str  # "full" ([M, N]) or "compressed" ([M, max_seqlen_k] of the chunk's requests)
+    topk: str  # "kernel" (writes into the output, nothing else) or "torch.topk"
+    topk_output: str  # "persistent" ([max_num_batched_tokens, k] with the model) or "call"
+    logits_alive: int  # logits tensors alive at once (2: the previous chunk's until the next is allocated)
+    dummy_run: str
+    dummy_logits_reservation: bool  # the profile run allocates the logits budget
+    scheduler_max_num_batched_tokens: int
+    scheduler_long_prefill_token_threshold: int
+    metadata: tuple[str, ...] = ()
+    budget_env: str | None = None
+    budget_default: float | None = None  # vLLM: MiB; SGLang: the fraction of free memory
+    chunk_skip_elements: int | None = None  # SGLang: below this many logits elements, one call
+    skip_logits_at_or_below_topk: bool = False  # SGLang: no logits when every seq_len <= top-k
+    logits_dtype: str = "float32"
+    sources: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+    def __post_init__(self):
+        for name, value, allowed in (("engine", self.engine, ENGINES), ("chunker", self.chunker, CHUNKERS),
+                                     ("budget_rule", self.budget_rule, BUDGET_RULES),
+                                     ("workspace_lifetime", self.workspace_lifetime, LIFETIMES),
+                                     ("layout", self.layout, ("full", "compressed"))):
+            if value not in allowed:
+                raise ValueError(f"engine profile {self.engine}=={self.release}: {name} {value!r} "
+                                 f"must be one of {', '.join(allowed)}")
+
+    @property
+    def name(self) -> str:
+        return f"{self.engine}=={self.release}"
+
+    @property
+    def has_budget(self) -> bool:
+        return self.budget_rule != "none"
+
+    def workspace_tokens(self, max_model_len: int) -> int | None:
+        """The K workspace the engine reserves, or None where it gathers each step's own K."""
+        return None if self.workspace_factor is None else self.workspace_factor * max_model_len
+
+    def deploy_line(self, value) -> str:
+        """The setting that selects a budget, as one deploys it (the env var and its value)."""
+        if self.budget_env is None:
+            raise ValueError(f"{self.name} has no logits-budget setting")
+        return f"{self.budget_env}={value:g}"
+
+
+def _parse_version(text: str) -> tuple:
+    """'0.5.13.post1' -> (0, 5, 13, 1); '0.33.0' -> (0, 33, 0, 0): sorts releases."""
+    main, _, post = text.partition(".post")
+    return tuple(int(p) for p in main.split(".")) + (int(post or 0),)
+
+
+@lru_cache(maxsize=None)
+def _load() -> dict[str, EngineProfile]:
+    profiles: dict[str, EngineProfile] = {}
+    files = sorted(data_path("engines").glob("*.json"))
+    if not files:
+        raise FileNotFoundError(f"{data_path('engines')}: no engine profiles (data/engines/*.json)")
+    for path in files:
+        era = json.loads(path.read_text())
+        for release in era["releases"]:
+            facts = {**era["facts"], **era.get("per_release", {}).get(release, {})}
+            values = {k: v["value"] for k, v in facts.items()}
+            if "metadata" in values:
+                values["metadata"] = tuple(values["metadata"])
+            sources = {k: v["source"] for k, v in facts.items()}
+            sources["file"] = f"data/engines/{path.name}"
+            profile = EngineProfile(engine=era["engine"], release=release, era=era["era"], sources=sources,
+                                    **values)
+            if profile.name in profiles:
+                raise ValueError(f"{profile.name}: in two engine profile files")
+            profiles[profile.name] = profile
+    return dict(sorted(profiles.items(), key=lambda kv: (kv[1].engine, _parse_version(kv[1].release))))
+
+
+def engine_names(engine: str | None = None) -> list[str]:
+    """Every known release as ``engine==X.Y.Z``, oldest first (of one engine if given)."""
+    return [n for n, p in _load().items() if engine is None or p.engine == engine]
+
+
+def latest(engine: str) -> EngineProfile:
+    return _load()[engine_names(engine)[-1]]
+
+
+DEFAULT_ENGINE = "vllm"  # the latest vLLM release
+
+
+def get_engine(spec: str | EngineProfile | None = None) -> EngineProfile:
+    """A release's profile from ``vllm==0.15.1``, ``sglang==0.5.23`` or a bare engine name
+    (its latest release); None: the latest vLLM."""
+    if isinstance(spec, EngineProfile):
+        return spec
+    spec = DEFAULT_ENGINE if spec is None else str(spec).strip()
+    profiles = _load()
+    if spec in ENGINES:
+        return latest(spec)
+    if spec in profiles:
+        return profiles[spec]
+    known = ", ".join(f"{e}=={' '.join(n.split('==')[1] for n in engine_names(e))}" for e in ENGINES)
+    raise ValueError(f"unknown engine release {spec!r}: must be ENGINE==RELEASE, one of {known}")
