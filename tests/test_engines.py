@@ -302,3 +302,34 @@ def test_the_reported_failures_come_from_the_releases_that_had_them():
     assert stale["engine_allows_the_chunk"] and not stale["chunk_fits_free_memory"]
     assert stale["fresh_budget_would_fit"]
     assert round(stale["cached_budget_gib"], 2) == 2.85 and round(stale["fresh_budget_gib"], 2) == 0.44
+
+
+def test_where_each_release_runs_out_of_memory_on_the_field_deployments():
+    from indexer_lib.notebook import plots
+    from indexer_lib.study.releases import deployments, release_table
+
+    assert set(deployments()) == {"glm5-8xh200-isl10240", "mnbt32768-seqs16-isl16384"}
+    table = release_table("glm5-8xh200-isl10240", ("vllm==0.15.1", "vllm==0.19.0", "vllm==0.33.0",
+                                                   "sglang==0.5.12", "sglang==0.5.23"))
+    first_oom = {e: rows[rows["oom"]]["concurrency"].min() for e, rows in table.groupby("engine")}
+    assert first_oom["vllm==0.15.1"] == 16  # the reported OOM: 48-64 and below
+    assert first_oom["sglang==0.5.12"] == 24  # half the free memory per chunk, two chunks alive
+    for engine in ("vllm==0.19.0", "vllm==0.33.0", "sglang==0.5.23"):
+        assert not table[table["engine"] == engine]["oom"].any()
+    v33, v19 = (table[table["engine"] == e]["peak_transient_gib"].to_numpy() for e in ("vllm==0.33.0", "vllm==0.19.0"))
+    assert (v33 <= v19).all()
+    fig = plots.release_frontier(table)
+    assert len(fig.axes[0].get_legend().get_texts()) == 5
+
+
+def test_auto_prints_the_chosen_engines_own_setting(capsys):
+    from indexer_lib.cli import main
+
+    base = ["auto", "--model", "glm-5", "--free-gib", "2.63", "--workload", "32x10240x64"]
+    assert main(base + ["--engine", "vllm==0.19.0"]) == 0
+    assert capsys.readouterr().out.splitlines()[0].startswith("VLLM_SPARSE_INDEXER_MAX_LOGITS_MB=")
+    assert main(base + ["--engine", "sglang==0.5.23", "--mem-fraction-static", "0.9"]) == 0
+    assert capsys.readouterr().out.splitlines()[0].startswith("SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION=")
+    assert main(base + ["--engine", "vllm==0.15.1"]) == 2  # no budget to set, and the step OOMs
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "no strategy and budget fits" in err and "vllm==0.15.1 at its default" in err

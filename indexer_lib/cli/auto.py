@@ -46,6 +46,11 @@ def register(subparsers) -> None:
     p.add_argument("--max-num-seqs", type=int, default=256)
     p.add_argument("--long-prefill-token-threshold", type=int, default=256)
     p.add_argument("--deepgemm-version", default=DEFAULT_DEEPGEMM_VERSION)
+    p.add_argument("--engine", help="tune this engine release's own knob (vllm==0.19.0: "
+                                    "VLLM_SPARSE_INDEXER_MAX_LOGITS_MB; sglang==0.5.23: "
+                                    "SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION); --strategies adds ours on it")
+    p.add_argument("--mem-fraction-static", type=float,
+                   help="SGLang: the server's --mem-fraction-static (caps its budget; default: not set)")
     p.add_argument("--data-dir", default=None,
                    help="measured H200 tables that fit the time model (default: the repository's "
                         "data/h200/; none there: the published figures)")
@@ -66,18 +71,21 @@ def cmd_auto(args) -> int:
     strategies = None
     if args.strategies:
         strategies = tuple(check_strategy(s) for s in args.strategies)
-        if "n-only" in strategies:
-            raise UsageError("--strategies n-only: auto chooses among budgeted strategies")
+        if "n-only" in strategies or "engine" in strategies:
+            raise UsageError(f"--strategies {','.join(strategies)}: auto chooses among budgeted strategies "
+                             "(the engine's own chunker: --engine)")
     scheduler = SchedulerConfig(args.max_num_batched_tokens, args.max_num_seqs,
                                 args.long_prefill_token_threshold,
                                 block_size=get_model(args.model).kv_block)
     rec = recommend(workloads, args.free_gib, args.model, scheduler, strategies,
                     tuple(args.budgets_mb), args.deepgemm_version,
-                    TimeModel.from_data(args.data_dir or MEASURED_DIR))
+                    TimeModel.from_data(args.data_dir or MEASURED_DIR), engine=args.engine,
+                    mem_fraction_static=args.mem_fraction_static)
     best = rec.best
     if args.json:
         print(json.dumps({
-            "deploy": rec.deploy_line, "strategy": best.strategy, "budget_mb": best.budget_mb,
+            "deploy": rec.deploy_line, "strategy": best.strategy, "engine": best.engine,
+            "setting": best.setting, "budget_mb": best.budget_mb,
             "padded_budget": best.padded, "total_ms_modelled": best.total_ms,
             "total_chunks": best.total_chunks, "worst_step_bytes": best.peak_transient_bytes,
             "free_bytes": rec.free_bytes, "margin_bytes": rec.margin_bytes,
@@ -85,7 +93,7 @@ def cmd_auto(args) -> int:
             "fitting": sum(c.fits for c in rec.candidates)}))
         return 0
     print(rec.deploy_line)
-    print(f"  {best.strategy} at {best.budget_mb:g} MiB: {best.total_ms:.1f} ms indexer time over the mix "
+    print(f"  {best.label}: {best.total_ms:.1f} ms indexer time over the mix "
           f"(modelled), {best.total_chunks} chunks")
     print(f"  margin to the OOM frontier: {rec.margin_bytes / MIB:.0f} MiB "
           f"(worst step {best.peak_transient_bytes / MIB:.0f} MiB of {rec.free_bytes / MIB:.0f} MiB free)")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+from ..engines import engine_names
 from ..padding import DEEPGEMM_RULES
 from ..plan import STRATEGIES
 from ..shapes import MODELS
@@ -42,6 +43,7 @@ SPECS = {
     "01_oom_frontier": {**_COMMON, **_GRID,
                         "mode": ("str", MODES), "backend": ("str", None),
                         "workload_source": ("str", WORKLOAD_SOURCES),
+                        "engines": ("strs", tuple(engine_names())),
                         "dashboard": ("bool", None)},
     "02_chunk_overhead": {**_COMMON, "budget_mb": ("numbers", ">0"),
                           "strategies": ("strs", tuple(STRATEGIES)),

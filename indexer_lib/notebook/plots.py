@@ -447,3 +447,38 @@ def schedule_comparison(per_step, title_detail: str = "") -> Figure:
     ax.legend()
     fig.suptitle(f"Does the simulator schedule the same prefill steps as vLLM? {title_detail}")
     return fig
+
+
+def release_frontier(table, title_detail: str = "") -> Figure:
+    """The worst step's transient peak per engine release over concurrency, against the
+    memory free: where each release OOMs on a deployment.  ``table``: rows of
+    ``study.releases.release_table`` (one deployment)."""
+    fig = Figure(figsize=(9.0, 4.8), layout="constrained")
+    ax = fig.subplots()
+    engines = list(dict.fromkeys(table["engine"]))
+    colours = _strategy_colours(engines)
+    markers = dict(zip(engines, "osD^v<>phX*"))
+    for engine in engines:
+        rows = table[table["engine"] == engine].sort_values("concurrency")
+        for mode in [m for m in ("model", "trace", "measure") if m in set(rows["mode"])]:
+            r = rows[rows["mode"] == mode]
+            ax.plot(r["concurrency"], r["peak_transient_gib"], marker=markers[engine], color=colours[engine],
+                    label=f"{engine} ({mode_word(mode)})", **_line_style(mode))
+            oom = r[r["oom"].astype(bool)]
+            ax.scatter(oom["concurrency"], oom["peak_transient_gib"], marker="x", color="black", zorder=3)
+    free = float(table["free_gib"].iloc[0])
+    ax.axhline(free, color="black", linewidth=1)
+    ax.annotate(f"{free:g} GiB free", (table["concurrency"].min(), free), textcoords="offset points",
+                xytext=(2, 4), fontsize=8)
+    ax.set_yscale("log", base=2)
+    concs = sorted(table["concurrency"].unique())
+    ax.set_xticks(concs, [str(c) for c in concs])
+    ax.set_xlabel("concurrency (requests)")
+    ax.set_ylabel("worst step: indexer transient peak (GiB)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(title="release, default setting\n(x: OOM)", fontsize=7, title_fontsize=8, loc="upper left",
+              bbox_to_anchor=(1.01, 1.0))
+    isl = int(table["isl"].iloc[0])
+    fig.suptitle(f"Which releases run out of memory at ISL {isl}, and from which concurrency?\n"
+                 f"{title_detail}".rstrip())
+    return fig

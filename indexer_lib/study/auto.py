@@ -9,15 +9,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ..engines import EngineBudget, get_engine
 from .frontier import Schedule, prefill_batches
 from ..memory import memory_report
 from ..padding import DEFAULT_DEEPGEMM_VERSION
 from ..plan import STRATEGIES, make_plan
-from ..shapes import MIB, budget_bytes_from_mb, free_bytes_from_gib, get_model
+from ..shapes import MIB, budget_bytes_from_mb, free_bytes_from_gib, get_gpu, get_model
 from .timemodel import TimeModel, plan_features
 from ..workload import ClosedLoopWorkload, SchedulerConfig
 
 DEFAULT_BUDGETS_MB = (32, 64, 128, 256, 512, 1024, 2048, 4096)
+# SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION values auto tries for an SGLang release
+DEFAULT_FRACTIONS = (0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5)
 
 
 @dataclass(frozen=True)
@@ -29,6 +32,15 @@ class Candidate:
     total_chunks: int
     peak_transient_bytes: int  # worst step over the mix
     fits: bool
+    engine: str | None = None  # the engine release planned on
+    setting: float | None = None  # the engine's own knob (vLLM: MiB; SGLang: the free-memory fraction)
+
+    @property
+    def label(self) -> str:
+        if self.strategy == "engine":
+            knob = "its default" if self.setting is None else f"{get_engine(self.engine).budget_env}={self.setting:g}"
+            return f"{self.engine} at {knob}"
+        return f"{self.strategy} at {self.budget_mb:g} MiB" + (f" on {self.engine}" if self.engine else "")
 
 
 @dataclass(frozen=True)
@@ -46,6 +58,11 @@ class Recommendation:
     @property
     def deploy_line(self) -> str:
         b = self.best
+        if b.strategy == "engine":
+            engine = get_engine(b.engine)
+            if b.setting is None:
+                return f"{engine.name}: no logits budget to set (upgrade to a release with one to bound it)"
+            return engine.deploy_line(b.setting)
         if b.strategy == "vllm" and not b.padded:
             return f"VLLM_SPARSE_INDEXER_MAX_LOGITS_MB={b.budget_mb:g}"
         return (f"indexer-lab strategy={b.strategy} budget_mb={b.budget_mb:g} "
@@ -69,12 +86,16 @@ def recommend(
     deepgemm_version: str = DEFAULT_DEEPGEMM_VERSION,
     time_model: TimeModel | None = None,
     schedules: list[Schedule] | None = None,
+    engine=None,
+    mem_fraction_static: float | None = None,
 ) -> Recommendation:
     """Evaluate every strategy x budget over the workload mix; pick the fastest that fits.
 
     ``vllm`` is evaluated as vLLM deploys it (unpadded budget arithmetic), so its
     recommendation is a value for VLLM_SPARSE_INDEXER_MAX_LOGITS_MB; the other
-    strategies budget with DeepGEMM's padding.
+    strategies budget with DeepGEMM's padding.  ``engine`` (``vllm==0.19.0``,
+    ``sglang==0.5.23``): the release's own chunker at each value of its own knob
+    (``engine_candidates``), and ``strategies`` on its DeepGEMM and workspace.
     """
     get_model(model)
     if not workloads and not schedules:
@@ -85,7 +106,13 @@ def recommend(
         scheduler = SchedulerConfig(block_size=get_model(model).kv_block)
     if schedules is None:
         schedules = [Schedule(prefill_batches(w, scheduler)) for w in workloads]
-    candidates = evaluate_candidates(schedules, model, strategies, budgets_mb, deepgemm_version, tm)
+    if engine is None:
+        candidates = evaluate_candidates(schedules, model, strategies, budgets_mb, deepgemm_version, tm)
+    else:
+        candidates = engine_candidates(schedules, engine, free_bytes_from_gib(free_gib), model, budgets_mb,
+                                       DEFAULT_FRACTIONS, tm, mem_fraction_static=mem_fraction_static)
+        if strategies:
+            candidates += evaluate_candidates(schedules, model, strategies, budgets_mb, None, tm, engine=engine)
     return choose(candidates, free_gib, tm.source)
 
 
@@ -94,7 +121,7 @@ def evaluate_candidates(schedules: list[Schedule], model: str = "glm-5",
                         budgets_mb: tuple[float, ...] = DEFAULT_BUDGETS_MB,
                         deepgemm_version: str = DEFAULT_DEEPGEMM_VERSION,
                         time_model: TimeModel | None = None,
-                        temporaries: str | None = "deepgemm") -> list[Candidate]:
+                        temporaries: str | None = "deepgemm", engine=None) -> list[Candidate]:
     """Every strategy x budget over the schedules: modelled time, chunks and worst-step
     bytes.  Independent of the free memory (``fits`` is filled in by ``choose``), so one
     evaluation serves every free-memory level.  ``temporaries``: whose per-chunk
@@ -110,11 +137,49 @@ def evaluate_candidates(schedules: list[Schedule], model: str = "glm-5",
             for schedule in schedules:
                 for batch, count in zip(schedule.unique, schedule.count):
                     plan = make_plan(batch, strategy, budget, model=model,
-                                     deepgemm_version=deepgemm_version, padded=padded)
+                                     deepgemm_version=deepgemm_version, padded=padded, engine=engine)
                     total_ms += tm.features_ms(plan_features(plan)) * count
                     chunks += plan.num_chunks * count
                     worst = max(worst, memory_report(plan, backend=temporaries).peak_transient)
-            candidates.append(Candidate(strategy, mb, padded, total_ms, chunks, worst, False))
+            candidates.append(Candidate(strategy, mb, padded, total_ms, chunks, worst, False,
+                                        None if engine is None else get_engine(engine).name))
+    return candidates
+
+
+def engine_candidates(schedules: list[Schedule], engine, free_bytes: int, model: str = "glm-5",
+                      budgets_mb: tuple[float, ...] = DEFAULT_BUDGETS_MB,
+                      fractions: tuple[float, ...] = DEFAULT_FRACTIONS,
+                      time_model: TimeModel | None = None, temporaries: str | None = "deepgemm",
+                      mem_fraction_static: float | None = None, gpu: str = "h200") -> list[Candidate]:
+    """The engine release's own chunker at each value of its own knob: vLLM's
+    ``VLLM_SPARSE_INDEXER_MAX_LOGITS_MB`` (``budgets_mb``), SGLang's
+    ``SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION`` (``fractions``; the budget it measures
+    with ``free_bytes`` free, kept for every step), or nothing to set (no budget)."""
+    profile = get_engine(engine)
+    tm = time_model or TimeModel.from_data()
+    rule = profile.budget_rule
+    if rule == "fixed-mib":
+        settings = [(mb, budget_bytes_from_mb(mb)) for mb in budgets_mb]
+    elif rule == "sglang-cached":
+        total = get_gpu(gpu).capacity_bytes
+        gate = profile.chunk_skip_elements or 1
+        settings = [(f, EngineBudget(profile, f, total, mem_fraction_static).for_call(gate, 1, free_bytes))
+                    for f in fractions]
+    elif rule == "sglang-free-per-call":  # a fixed half of the memory free, read every call
+        settings = [(None, EngineBudget(profile).for_call(profile.chunk_skip_elements or 1, 1, free_bytes))]
+    else:
+        settings = [(None, None)]
+    candidates = []
+    for setting, budget in settings:
+        total_ms, chunks, worst = 0.0, 0, 0
+        for schedule in schedules:
+            for batch, count in zip(schedule.unique, schedule.count):
+                plan = make_plan(batch, "engine", budget, model=model, engine=profile)
+                total_ms += tm.features_ms(plan_features(plan)) * count
+                chunks += plan.num_chunks * count
+                worst = max(worst, memory_report(plan, backend=temporaries).peak_transient)
+        mb = float("nan") if budget is None else budget / MIB
+        candidates.append(Candidate("engine", mb, False, total_ms, chunks, worst, False, profile.name, setting))
     return candidates
 
 
@@ -127,8 +192,7 @@ def choose(candidates: list[Candidate], free_gib: float, time_source: str) -> Re
         smallest = min(candidates, key=lambda c: c.peak_transient_bytes)
         raise ValueError(
             f"free memory {free_gib} GiB: no strategy and budget fits; the smallest worst step "
-            f"needs {smallest.peak_transient_bytes / MIB:.0f} MiB ({smallest.strategy} at "
-            f"{smallest.budget_mb:g} MiB)")
+            f"needs {smallest.peak_transient_bytes / MIB:.0f} MiB ({smallest.label})")
     # least time; ties: the larger margin to the frontier
     best = min(fitting, key=lambda c: (round(c.total_ms, 6), c.peak_transient_bytes))
     return Recommendation(best, free, time_source, tuple(candidates))

@@ -1,0 +1,79 @@
+"""What each engine release does on the field's deployments: its own chunker at its
+default setting, every step of the schedule, the worst step's bytes against the memory free.
+
+The deployments are ``data/field/deployments.csv`` (GLM-5-FP8 on 8 x H200 at concurrency
+48-64 x ISL 10240; ``--max-num-batched-tokens 32768 --max-num-seqs 16`` at ISL 16384).
+vLLM releases plan at their default ``VLLM_SPARSE_INDEXER_MAX_LOGITS_MB`` (none before
+0.19.0); SGLang releases at the budget their own rule measures with the deployment's free
+memory as the first reading (``mem_fraction_static`` as SGLang sets it on an H200, about
+0.9).  Every number is modelled.
+"""
+from __future__ import annotations
+
+from ..engines import EngineBudget, get_engine
+from ..refdata import number, read_rows
+from ..shapes import GIB, MIB, free_bytes_from_gib, get_gpu, get_model
+from ..workload import ClosedLoopWorkload, SchedulerConfig
+from .frontier import Schedule, prefill_batches, worst_step
+
+# one release per era: before the budget, its first release, the vendored DeepGEMMs, the
+# compressed widths; SGLang without a budget, with a per-call reading, with a cached one
+ERA_RELEASES = ("vllm==0.12.0", "vllm==0.18.1", "vllm==0.19.1", "vllm==0.29.0", "vllm==0.32.0",
+                "vllm==0.33.0", "sglang==0.5.5.post3", "sglang==0.5.12.post1", "sglang==0.5.23")
+SGLANG_MEM_FRACTION_STATIC = 0.9  # SGLang's own choice on an H200 (arg_groups/memory_hook.py)
+
+
+def deployments() -> dict[str, dict]:
+    """The field's deployments by name, numbers parsed (concurrency: a list)."""
+    out = {}
+    for r in read_rows("field", "deployments.csv"):
+        d = {k: (v if k in ("deployment", "what", "model", "gpu", "source", "concurrency") else number(v))
+             for k, v in r.items()}
+        d["concurrency"] = [int(c) for c in r["concurrency"].split()]
+        out[r["deployment"]] = d
+    return out
+
+
+def engine_budget_for(engine, free_bytes: int, gpu: str = "h200") -> int | None:
+    """The budget a release plans with in a process that first measured ``free_bytes`` free."""
+    profile = get_engine(engine)
+    if profile.budget_rule == "fixed-mib" or profile.budget_rule == "none":
+        return EngineBudget(profile).for_call(1, 1)
+    budget = EngineBudget(profile, total_bytes=get_gpu(gpu).capacity_bytes,
+                          mem_fraction_static=SGLANG_MEM_FRACTION_STATIC)
+    return budget.for_call(profile.chunk_skip_elements or 1, 1, free_bytes)
+
+
+def release_rows(deployment: str, releases=ERA_RELEASES, free_gib: float | None = None) -> list[dict]:
+    """One row per release x concurrency of a deployment: the worst step's transient peak,
+    its chunks and logits, and whether it fits the memory free (modelled)."""
+    d = deployments()[deployment]
+    free_gib = d["free_gib"] if free_gib is None else free_gib
+    free = free_bytes_from_gib(free_gib)
+    model = d["model"]
+    config = SchedulerConfig(d["max_num_batched_tokens"], d["max_num_seqs"], d["long_prefill_token_threshold"],
+                             block_size=get_model(model).kv_block)
+    schedules = {c: Schedule(prefill_batches(ClosedLoopWorkload(c, d["isl"], d["osl"]), config))
+                 for c in d["concurrency"]}
+    rows = []
+    for name in releases:
+        profile = get_engine(name)
+        budget = engine_budget_for(profile, free, d["gpu"])
+        for conc, schedule in schedules.items():
+            w = worst_step(schedule, "engine", budget, model=model, engine=profile,
+                           topk_rows=d["max_num_batched_tokens"])
+            rows.append({
+                "deployment": deployment, "engine": name, "concurrency": conc, "isl": d["isl"],
+                "budget_mib": None if budget is None else budget / MIB,
+                "worst_step": w.worst_step, "worst_rows": w.worst_rows, "worst_kv_tokens": w.worst_kv_tokens,
+                "worst_chunks": w.worst_chunks, "max_chunks": w.max_chunks,
+                "peak_transient_gib": w.peak_transient_bytes / GIB, "free_gib": free_gib,
+                "oom": w.peak_transient_bytes > free, "mode": "model",
+            })
+    return rows
+
+
+def release_table(deployment: str, releases=ERA_RELEASES, free_gib: float | None = None):
+    import pandas as pd
+
+    return pd.DataFrame(release_rows(deployment, releases, free_gib))
