@@ -333,3 +333,22 @@ def test_auto_prints_the_chosen_engines_own_setting(capsys):
     assert main(base + ["--engine", "vllm==0.15.1"]) == 2  # no budget to set, and the step OOMs
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "no strategy and budget fits" in err and "vllm==0.15.1 at its default" in err
+
+
+def test_the_frontier_plans_on_an_engine_release():
+    from indexer_lib.cli import main
+    from indexer_lib.study.frontier import FrontierGrid, frontier_rows
+    from indexer_lib.study.releases import release_table
+
+    for engine in ("vllm==0.15.1", "vllm==0.33.0", "sglang==0.5.23"):
+        grid = FrontierGrid(concurrency=(16, 64), isl=(10240,), osl=64, budget_mb=(512,), strategy=("engine",),
+                            free_gib=(2.63,), engine=engine)
+        rows = {r["concurrency"]: r for r in frontier_rows(grid)}
+        table = release_table("glm5-8xh200-isl10240", (engine,)).set_index("concurrency")
+        for conc in (16, 64):  # the same deployment through the frontier grid and study.releases
+            assert rows[conc]["peak_transient_gib"] == table.loc[conc, "peak_transient_gib"]
+            assert rows[conc]["engine"] == engine and rows[conc]["deepgemm_version"] == get_engine(engine).deepgemm_rules
+    with pytest.raises(ValueError, match="strategy 'engine': give the engine release"):
+        FrontierGrid(strategy=("engine",))
+    assert main(["frontier", "--concurrency", "64", "--isl", "10240", "--strategy", "engine",
+                 "--engine", "vllm==0.99.0"]) == 2

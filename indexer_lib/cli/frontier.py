@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import time
 
+from ..engines import get_engine
 from ..study.frontier import FrontierGrid, frontier_rows
 from ..workload import WORKLOAD_SOURCES
 from .common import UsageError, int_list, number_list, str_list
@@ -27,6 +28,8 @@ def register(subparsers) -> None:
     f.add_argument("--workload-source", default=g.workload_source, choices=WORKLOAD_SOURCES,
                    help="step batches from the built-in simulator or vLLM's own scheduler "
                         "(needs vLLM: bash scripts/install_vllm.sh)")
+    f.add_argument("--engine", help="plan on this engine release (vllm==0.19.0, sglang==0.5.23); "
+                                    "--strategy engine is its own chunker")
     f.add_argument("--out", default="results/frontier/frontier.csv",
                    help="table to write (.csv or .parquet)")
     f.set_defaults(func=cmd_frontier)
@@ -43,7 +46,7 @@ def cmd_frontier(args) -> int:
         max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs,
         long_prefill_token_threshold=args.long_prefill_token_threshold,
         deepgemm_version=args.deepgemm_version, padded=not args.no_padding,
-        workload_source=args.workload_source,
+        workload_source=args.workload_source, engine=args.engine,
     )
     for isl in grid.isl:
         if grid.shared_prefix > isl:
@@ -64,7 +67,8 @@ def print_frontier_summary(rows: list[dict], grid: FrontierGrid) -> None:
         print(f"{grid.model}, {free} GiB free (modelled): largest ISL without OOM, per concurrency")
         print(f"{'strategy':>12} {'budget':>8} " + " ".join(f"{c:>7}" for c in grid.concurrency))
         for strategy in grid.strategy:
-            budgets = grid.budget_mb[:1] if strategy == "n-only" else grid.budget_mb
+            label = budget_label(strategy, grid.engine)
+            budgets = grid.budget_mb[:1] if label else grid.budget_mb
             for budget in budgets:
                 cells = []
                 for conc in grid.concurrency:
@@ -72,5 +76,14 @@ def print_frontier_summary(rows: list[dict], grid: FrontierGrid) -> None:
                           if r["free_gib"] == free and r["strategy"] == strategy
                           and r["budget_mb"] == budget and r["concurrency"] == conc and not r["oom"]]
                     cells.append(f"{max(ok):>7}" if ok else f"{'OOM':>7}")
-                label = "none" if strategy == "n-only" else f"{budget:g}M"
-                print(f"{strategy:>12} {label:>8} " + " ".join(cells))
+                print(f"{strategy:>12} {label or f'{budget:g}M':>8} " + " ".join(cells))
+
+
+def budget_label(strategy: str, engine: str | None) -> str | None:
+    """How a strategy's budget reads when it does not follow the grid's budget_mb axis."""
+    if strategy == "n-only":
+        return "none"
+    if strategy == "engine":
+        rule = get_engine(engine).budget_rule
+        return {"none": "none", "fixed-mib": None}.get(rule, "measured")
+    return None

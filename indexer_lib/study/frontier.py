@@ -16,8 +16,11 @@ from dataclasses import asdict, dataclass
 from ..memory import memory_report
 from ..padding import DEFAULT_DEEPGEMM_VERSION
 from ..plan import check_strategy, make_plan, strategy_budget_bytes
-from ..shapes import GIB, MIB, budget_bytes_from_mb, free_bytes_from_gib, get_model
+from ..shapes import GIB, MIB, budget_bytes_from_mb, free_bytes_from_gib, get_gpu, get_model
+from ..engines import EngineBudget, get_engine
 from ..workload import ClosedLoopWorkload, SchedulerConfig, StepBatch, check_source, scheduled_steps
+
+SGLANG_MEM_FRACTION_STATIC = 0.9  # SGLang's own choice on an H200 (arg_groups/memory_hook.py)
 
 
 TEMPORARIES = ("deepgemm", "reference", None)
@@ -169,6 +172,9 @@ class FrontierGrid:
     workload_source: str = "simulator"  # or "vllm": vLLM's own scheduler
     # whose temporaries each chunk adds: "deepgemm" (the H200 path), "reference", or None
     temporaries: str | None = "deepgemm"
+    # plan on this engine release (its DeepGEMM, workspace, layout; the ``engine`` strategy:
+    # its own chunker at each budget, or at the budget it measures with the free memory)
+    engine: str | None = None
 
     def __post_init__(self):
         get_model(self.model)
@@ -177,6 +183,10 @@ class FrontierGrid:
             raise ValueError(f"temporaries {self.temporaries!r}: must be one of "
                              f"{', '.join(str(t) for t in TEMPORARIES)}")
         check_grid_values(self.strategy, self.budget_mb, self.free_gib)
+        if self.engine is not None:
+            object.__setattr__(self, "engine", get_engine(self.engine).name)
+        elif "engine" in self.strategy:
+            raise ValueError("strategy 'engine': give the engine release (engine='vllm==0.19.0')")
         for name in ("concurrency", "isl", "budget_mb", "strategy", "free_gib"):
             if not getattr(self, name):
                 raise ValueError(f"{name} is empty: the grid needs at least one value")
@@ -203,16 +213,33 @@ def workload_rows(grid: FrontierGrid, conc: int, isl: int) -> list[dict]:
     batches = Schedule(prefill_batches(workload, grid.scheduler, grid.workload_source))
     rows = []
     for strategy in grid.strategy:
-        # n-only has no budget: one plan per step, reported under every budget
-        budgets = [strategy_budget_bytes(strategy, b) for b in grid.budget_mb]
-        outcomes = worst_steps(batches, strategy, budgets, grid.model,
-                               grid.deepgemm_version, grid.padded,
-                               topk_rows=grid.max_num_batched_tokens,
-                               temporaries=grid.temporaries)
-        for budget_mb, outcome in zip(grid.budget_mb, outcomes):
-            for free_gib in grid.free_gib:
-                rows.append(frontier_row(grid, conc, isl, budget_mb, free_gib, outcome))
+        measured = strategy == "engine" and get_engine(grid.engine).budget_rule.startswith("sglang")
+        for free_gib in (grid.free_gib if measured else [None]):
+            if measured:  # the budget this release measures with this much free, for every budget_mb
+                budget = engine_budget_for(grid.engine, free_bytes_from_gib(free_gib))
+                budgets = [budget] * len(grid.budget_mb)
+            else:
+                # n-only (and a release without a budget): one plan per step, under every budget
+                budgets = [strategy_budget_bytes(strategy, b, grid.engine) for b in grid.budget_mb]
+            outcomes = worst_steps(batches, strategy, budgets, grid.model,
+                                   grid.deepgemm_version, grid.padded,
+                                   topk_rows=grid.max_num_batched_tokens,
+                                   temporaries=grid.temporaries, engine=grid.engine)
+            for budget_mb, outcome in zip(grid.budget_mb, outcomes):
+                for free in ([free_gib] if measured else grid.free_gib):
+                    rows.append(frontier_row(grid, conc, isl, budget_mb, free, outcome, strategy))
     return rows
+
+
+def engine_budget_for(engine, free_bytes: int, total_bytes: int | None = None) -> int | None:
+    """The budget a release plans with in a process that first measured ``free_bytes`` free
+    (vLLM: its default MiB; SGLang: its own rule on an H200, ``mem_fraction_static`` 0.9)."""
+    profile = get_engine(engine)
+    if not profile.budget_rule.startswith("sglang"):
+        return EngineBudget(profile).for_call(1, 1)
+    total = total_bytes if total_bytes is not None else get_gpu("h200").capacity_bytes
+    budget = EngineBudget(profile, total_bytes=total, mem_fraction_static=SGLANG_MEM_FRACTION_STATIC)
+    return budget.for_call(profile.chunk_skip_elements or 1, 1, free_bytes)
 
 
 def frontier_rows(grid: FrontierGrid, progress=None, workers: int | None = 1):
@@ -241,19 +268,21 @@ def frontier_rows(grid: FrontierGrid, progress=None, workers: int | None = 1):
 
 
 def frontier_row(grid: FrontierGrid, conc: int, isl: int, budget_mb: float, free_gib: float,
-                 w: WorstStep) -> dict:
+                 w: WorstStep, strategy: str | None = None) -> dict:
     free = free_bytes_from_gib(free_gib)
+    engine = get_engine(grid.engine) if grid.engine else None
     row = {
         "mode": "model",
         "model": grid.model,
+        "engine": engine.name if engine else "",
         "concurrency": conc,
         "isl": isl,
         "osl": grid.osl,
         "shared_prefix": grid.shared_prefix,
         "max_num_batched_tokens": grid.max_num_batched_tokens,
         "long_prefill_token_threshold": grid.long_prefill_token_threshold,
-        "deepgemm_version": grid.deepgemm_version,
-        "padded_budget": grid.padded,
+        "deepgemm_version": engine.deepgemm_rules if engine else grid.deepgemm_version,
+        "padded_budget": grid.padded and strategy != "engine",
         "workload_source": grid.workload_source,
         "temporaries": grid.temporaries or "none",
         "budget_mb": budget_mb,

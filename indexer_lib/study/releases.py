@@ -10,17 +10,16 @@ memory as the first reading (``mem_fraction_static`` as SGLang sets it on an H20
 """
 from __future__ import annotations
 
-from ..engines import EngineBudget, get_engine
+from ..engines import get_engine
 from ..refdata import number, read_rows
 from ..shapes import GIB, MIB, free_bytes_from_gib, get_gpu, get_model
 from ..workload import ClosedLoopWorkload, SchedulerConfig
-from .frontier import Schedule, prefill_batches, worst_step
+from .frontier import Schedule, engine_budget_for, prefill_batches, worst_step
 
 # one release per era: before the budget, its first release, the vendored DeepGEMMs, the
 # compressed widths; SGLang without a budget, with a per-call reading, with a cached one
 ERA_RELEASES = ("vllm==0.12.0", "vllm==0.18.1", "vllm==0.19.1", "vllm==0.29.0", "vllm==0.32.0",
                 "vllm==0.33.0", "sglang==0.5.5.post3", "sglang==0.5.12.post1", "sglang==0.5.23")
-SGLANG_MEM_FRACTION_STATIC = 0.9  # SGLang's own choice on an H200 (arg_groups/memory_hook.py)
 
 
 def deployments() -> dict[str, dict]:
@@ -32,16 +31,6 @@ def deployments() -> dict[str, dict]:
         d["concurrency"] = [int(c) for c in r["concurrency"].split()]
         out[r["deployment"]] = d
     return out
-
-
-def engine_budget_for(engine, free_bytes: int, gpu: str = "h200") -> int | None:
-    """The budget a release plans with in a process that first measured ``free_bytes`` free."""
-    profile = get_engine(engine)
-    if profile.budget_rule == "fixed-mib" or profile.budget_rule == "none":
-        return EngineBudget(profile).for_call(1, 1)
-    budget = EngineBudget(profile, total_bytes=get_gpu(gpu).capacity_bytes,
-                          mem_fraction_static=SGLANG_MEM_FRACTION_STATIC)
-    return budget.for_call(profile.chunk_skip_elements or 1, 1, free_bytes)
 
 
 def release_rows(deployment: str, releases=ERA_RELEASES, free_gib: float | None = None) -> list[dict]:
@@ -58,7 +47,7 @@ def release_rows(deployment: str, releases=ERA_RELEASES, free_gib: float | None 
     rows = []
     for name in releases:
         profile = get_engine(name)
-        budget = engine_budget_for(profile, free, d["gpu"])
+        budget = engine_budget_for(profile, free, get_gpu(d["gpu"]).capacity_bytes)
         for conc, schedule in schedules.items():
             w = worst_step(schedule, "engine", budget, model=model, engine=profile,
                            topk_rows=d["max_num_batched_tokens"])
