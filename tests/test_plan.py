@@ -282,3 +282,27 @@ def test_bad_plan_arguments_name_the_value(kwargs, message):
 def test_bad_batches_name_the_value(q, s, message):
     with pytest.raises(ValueError, match=message):
         StepBatch.from_lengths(q, s)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batch=batches, strategy=st.sampled_from(["vllm", "per-request", "causal"]), budget=st.integers(1, 64 * MIB),
+       padded=st.booleans(), model=st.sampled_from(["deepseek-v3.2", "glm-5"]))
+def test_compressed_only_deepgemm_plans_hold_every_limit(batch, strategy, budget, padded, model):
+    """DeepGEMM 2.8 allocates only [rows, max_seqlen_k]: every chunk is compressed, as wide as
+    its longest request (causal: its last row's window), and within the budget (counted as
+    allocated, or as vLLM counts it: rows x the chunk's K x 4) unless flagged, which only
+    the smallest chunk (one row, or one row block padded) can be."""
+    plan = make_plan(batch, strategy, budget, None, model, "2.8", padded)
+    check_plan(plan)
+    for c in plan.chunks:
+        seq_lens = batch.seq_lens[c.requests[0]:c.requests[1]]
+        assert c.compressed and c.logits_cols <= max(seq_lens)
+        if strategy != "causal":
+            assert c.logits_cols == max(seq_lens)
+        # unpadded, vLLM's arithmetic counts the chunk's K; causal its own width
+        width = c.logits_cols if strategy == "causal" else c.kv_tokens
+        if not c.over_budget:
+            assert (c.logits_bytes if padded else c.num_rows * width * 4) <= budget
+        else:
+            assert c.num_rows <= DEEPGEMM_RULES["2.8"].row_multiple(get_model(model).index_heads) \
+                or c.kv_tokens > plan.workspace_tokens

@@ -476,6 +476,10 @@ def make_plan(
     if deepgemm_version is None:
         deepgemm_version = DEFAULT_DEEPGEMM_VERSION
     rules = get_rules(deepgemm_version)
+    if strategy in ("kv-split", "fixed-shape") and not rules.full_width:
+        on = f" ({profile.name})" if profile is not None else ""
+        raise ValueError(f"strategy {strategy!r} needs DeepGEMM's full logits layout; DeepGEMM "
+                         f"{deepgemm_version}{on} has only the compressed one")
     if strategy == "engine":
         padded = False  # every engine budgets plain M x N x 4
         _check_engine_budget(profile, batch, budget_bytes, preset.topk)
