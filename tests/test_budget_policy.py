@@ -47,3 +47,13 @@ def test_sglang_does_not_chunk_below_8m_elements():
 def test_run_policy_needs_one_reading_per_step():
     with pytest.raises(ValueError, match="2 steps and 1 free-memory readings"):
         run_policy([SMALL, SMALL], [GIB], FixedPolicy())
+
+
+def test_sglang_measures_its_budget_at_the_first_call_past_its_gate():
+    """A small warm-up step reads no free memory: the budget is the first big step's."""
+    total = get_gpu("h200").capacity_bytes
+    steps = run_policy([SMALL, BIG, BIG], [40 * GIB, 10 * GIB, 2 * GIB], SglangPolicy(total), model="glm-5")
+    assert steps[0].budget_bytes is None
+    assert steps[1].budget_bytes == steps[2].budget_bytes == int(10 * GIB * 0.2)
+    capped = run_policy([BIG], [40 * GIB], SglangPolicy(total, mem_fraction_static=0.9), model="glm-5")
+    assert capped[0].budget_bytes == int(int(total * 0.1) * 0.2)  # f x (1 - mem_fraction_static) x total

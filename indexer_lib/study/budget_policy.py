@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..engines import EngineBudget
 from ..memory import memory_report
 from ..plan import make_plan
 from ..shapes import budget_bytes_from_mb
 from ..workload import StepBatch, check_int
-
-SGLANG_SKIP_ELEMENTS = 8 * 1024 * 1024  # SGLang does not chunk below 8M logits elements
 
 
 @dataclass
@@ -30,21 +29,22 @@ class FixedPolicy:
 
 @dataclass
 class SglangPolicy:
-    """SGLang DSA: 0.2 x free memory, read once and cached, capped at 0.3 x total;
-    steps under 8M logits elements are not chunked."""
+    """SGLang DSA's own budget (``engines.EngineBudget`` of ``engine``): f x free memory,
+    capped by f x (1 - mem_fraction_static) x total and 0.3 x total, measured at the first
+    call with at least 8,000,000 logits elements and kept for the run; a smaller call is
+    not chunked."""
 
     total_bytes: int
-    fraction: float = 0.2
-    cap_fraction: float = 0.3
+    fraction: float = 0.2  # SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION
+    mem_fraction_static: float | None = None
     name: str = "sglang-cached"
-    cached_free: int | None = None  # the first reading, kept for the whole run
+    engine: str = "sglang==0.5.23"
+
+    def __post_init__(self):
+        self.process = EngineBudget(self.engine, self.fraction, self.total_bytes, self.mem_fraction_static)
 
     def budget(self, batch: StepBatch, free_bytes: int, plan_kwargs: dict) -> int | None:
-        if self.cached_free is None:
-            self.cached_free = free_bytes
-        if batch.num_rows * batch.num_kv_tokens < SGLANG_SKIP_ELEMENTS:
-            return None  # one chunk, whatever it costs
-        return max(1, int(min(self.fraction * self.cached_free, self.cap_fraction * self.total_bytes)))
+        return self.process.for_call(batch.num_rows, batch.num_kv_tokens, free_bytes)
 
 
 @dataclass
