@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 
+from ..engines import SGLANG_MEM_FRACTION_STATIC
 from .common import UsageError, number_list, str_list
 from ..shapes import MIB, MODELS
 from ..workload import ClosedLoopWorkload, SchedulerConfig
@@ -49,8 +50,9 @@ def register(subparsers) -> None:
     p.add_argument("--engine", help="tune this engine release's own knob (vllm==0.19.0: "
                                     "VLLM_SPARSE_INDEXER_MAX_LOGITS_MB; sglang==0.5.23: "
                                     "SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION); --strategies adds ours on it")
-    p.add_argument("--mem-fraction-static", type=float,
-                   help="SGLang: the server's --mem-fraction-static (caps its budget; default: not set)")
+    p.add_argument("--mem-fraction-static", type=float, default=SGLANG_MEM_FRACTION_STATIC,
+                   help="SGLang: the server's --mem-fraction-static, which caps its budget "
+                        f"(default {SGLANG_MEM_FRACTION_STATIC}: SGLang's own choice on an H200)")
     p.add_argument("--data-dir", default=None,
                    help="measured H200 tables that fit the time model (default: the repository's "
                         "data/h200/; none there: the published figures)")

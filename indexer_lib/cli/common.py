@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import argparse
 
-from ..engines import EngineBudget, get_engine
+from ..engines import SGLANG_MEM_FRACTION_STATIC, get_engine, process_budget
 from ..padding import DEEPGEMM_RULES, DEFAULT_DEEPGEMM_VERSION
 from ..plan import ALL_STRATEGIES, make_plan
-from ..shapes import MODELS, budget_bytes_from_mb, free_bytes_from_gib, get_gpu
+from ..shapes import MODELS, budget_bytes_from_mb, free_bytes_from_gib
 from ..workload import StepBatch
 
 
@@ -49,8 +49,9 @@ def add_batch_options(p: argparse.ArgumentParser) -> None:
                                     "default for --strategy engine: the latest vLLM")
     p.add_argument("--free-gib", type=float,
                    help="SGLang: GPU memory free when the engine measures its logits budget (GiB)")
-    p.add_argument("--mem-fraction-static", type=float,
-                   help="SGLang: --mem-fraction-static of the server (caps its budget; default: not set)")
+    p.add_argument("--mem-fraction-static", type=float, default=SGLANG_MEM_FRACTION_STATIC,
+                   help="SGLang: the server's --mem-fraction-static, which caps its budget "
+                        f"(default {SGLANG_MEM_FRACTION_STATIC}: SGLang's own choice on an H200)")
     p.add_argument("--budget-mb", type=float, help="logits budget in MiB (fractions allowed)")
     p.add_argument("--budget-bytes", type=int, help="logits budget in bytes")
     p.add_argument("--workspace-tokens", type=int, help="K gather workspace (default 40 x max_model_len)")
@@ -87,17 +88,13 @@ def budget_from_args(args, batch: StepBatch | None = None) -> int | None:
 
 def engine_budget_from_args(args, batch: StepBatch) -> int | None:
     engine = get_engine(args.engine)
-    if engine.budget_rule.startswith("sglang"):
-        if args.free_gib is None:
-            gate = engine.chunk_skip_elements or 0
-            if batch.num_rows * batch.num_kv_tokens < gate:
-                return None  # the engine reads no budget for this step
-            raise UsageError(f"--engine {engine.name} measures its logits budget from free memory: "
-                             "give --free-gib (or --budget-mb)")
-        budget = EngineBudget(engine, total_bytes=get_gpu("h200").capacity_bytes,
-                              mem_fraction_static=args.mem_fraction_static)
-        return budget.for_call(batch.num_rows, batch.num_kv_tokens, free_bytes_from_gib(args.free_gib))
-    return EngineBudget(engine).for_call(batch.num_rows, batch.num_kv_tokens)
+    if engine.budget_rule.startswith("sglang") and args.free_gib is None:
+        if batch.num_rows * batch.num_kv_tokens < (engine.chunk_skip_elements or 0):
+            return None  # the engine reads no budget for this step
+        raise UsageError(f"--engine {engine.name} measures its logits budget from free memory: "
+                         "give --free-gib (or --budget-mb)")
+    free = None if args.free_gib is None else free_bytes_from_gib(args.free_gib)
+    return process_budget(engine, free, mem_fraction_static=args.mem_fraction_static)
 
 
 def plan_from_args(args):

@@ -16,10 +16,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..shapes import get_gpu
 from .profiles import EngineProfile, get_engine
 
 MIB = 2**20
 SGLANG_TOTAL_FRACTION = 0.3
+# SGLang sets --mem-fraction-static from the GPU's memory: about 0.9 on an H200
+# (python/sglang/srt/arg_groups/memory_hook.py: 0.886 at TP8 to 0.906 at TP1)
+SGLANG_MEM_FRACTION_STATIC = 0.9
 
 
 def sglang_static_budget(total_bytes: int, mem_fraction_static: float | None, fraction: float) -> int:
@@ -80,3 +84,18 @@ class EngineBudget:
         static = sglang_static_budget(self.total_bytes, self.mem_fraction_static, self.value)
         self.cached = max(1, min(int(free_bytes * self.value), static))
         return self.cached
+
+
+def process_budget(engine, free_bytes: int | None = None, total_bytes: int | None = None,
+                   mem_fraction_static: float | None = SGLANG_MEM_FRACTION_STATIC) -> int | None:
+    """The budget a release plans every large step with, in a process that first measured
+    ``free_bytes`` free: vLLM's default MiB (none before 0.19.0); SGLang's own rule on a GPU
+    of ``total_bytes`` (default: an H200)."""
+    profile = get_engine(engine)
+    if not profile.budget_rule.startswith("sglang"):
+        return EngineBudget(profile).for_call(1, 1)
+    if free_bytes is None:
+        raise ValueError(f"{profile.name} measures its logits budget from free memory: give free_bytes")
+    total = total_bytes if total_bytes is not None else get_gpu("h200").capacity_bytes
+    budget = EngineBudget(profile, total_bytes=total, mem_fraction_static=mem_fraction_static)
+    return budget.for_call(profile.chunk_skip_elements or 1, 1, free_bytes)

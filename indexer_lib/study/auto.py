@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..engines import EngineBudget, get_engine
+from ..engines import SGLANG_MEM_FRACTION_STATIC, EngineBudget, get_engine
 from .frontier import Schedule, prefill_batches
 from ..memory import memory_report
 from ..padding import DEFAULT_DEEPGEMM_VERSION
@@ -87,7 +87,7 @@ def recommend(
     time_model: TimeModel | None = None,
     schedules: list[Schedule] | None = None,
     engine=None,
-    mem_fraction_static: float | None = None,
+    mem_fraction_static: float | None = SGLANG_MEM_FRACTION_STATIC,
 ) -> Recommendation:
     """Evaluate every strategy x budget over the workload mix; pick the fastest that fits.
 
@@ -150,7 +150,8 @@ def engine_candidates(schedules: list[Schedule], engine, free_bytes: int, model:
                       budgets_mb: tuple[float, ...] = DEFAULT_BUDGETS_MB,
                       fractions: tuple[float, ...] = DEFAULT_FRACTIONS,
                       time_model: TimeModel | None = None, temporaries: str | None = "deepgemm",
-                      mem_fraction_static: float | None = None, gpu: str = "h200") -> list[Candidate]:
+                      mem_fraction_static: float | None = SGLANG_MEM_FRACTION_STATIC,
+                      gpu: str = "h200") -> list[Candidate]:
     """The engine release's own chunker at each value of its own knob: vLLM's
     ``VLLM_SPARSE_INDEXER_MAX_LOGITS_MB`` (``budgets_mb``), SGLang's
     ``SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION`` (``fractions``; the budget it measures

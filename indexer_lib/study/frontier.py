@@ -16,11 +16,9 @@ from dataclasses import asdict, dataclass
 from ..memory import memory_report
 from ..padding import DEFAULT_DEEPGEMM_VERSION
 from ..plan import check_strategy, make_plan, strategy_budget_bytes
-from ..shapes import GIB, MIB, budget_bytes_from_mb, free_bytes_from_gib, get_gpu, get_model
-from ..engines import EngineBudget, get_engine
+from ..shapes import GIB, MIB, budget_bytes_from_mb, free_bytes_from_gib, get_model
+from ..engines import get_engine, process_budget
 from ..workload import ClosedLoopWorkload, SchedulerConfig, StepBatch, check_source, scheduled_steps
-
-SGLANG_MEM_FRACTION_STATIC = 0.9  # SGLang's own choice on an H200 (arg_groups/memory_hook.py)
 
 
 TEMPORARIES = ("deepgemm", "reference", None)
@@ -216,7 +214,7 @@ def workload_rows(grid: FrontierGrid, conc: int, isl: int) -> list[dict]:
         measured = strategy == "engine" and get_engine(grid.engine).budget_rule.startswith("sglang")
         for free_gib in (grid.free_gib if measured else [None]):
             if measured:  # the budget this release measures with this much free, for every budget_mb
-                budget = engine_budget_for(grid.engine, free_bytes_from_gib(free_gib))
+                budget = process_budget(grid.engine, free_bytes_from_gib(free_gib))
                 budgets = [budget] * len(grid.budget_mb)
             else:
                 # n-only (and a release without a budget): one plan per step, under every budget
@@ -229,17 +227,6 @@ def workload_rows(grid: FrontierGrid, conc: int, isl: int) -> list[dict]:
                 for free in ([free_gib] if measured else grid.free_gib):
                     rows.append(frontier_row(grid, conc, isl, budget_mb, free, outcome, strategy))
     return rows
-
-
-def engine_budget_for(engine, free_bytes: int, total_bytes: int | None = None) -> int | None:
-    """The budget a release plans with in a process that first measured ``free_bytes`` free
-    (vLLM: its default MiB; SGLang: its own rule on an H200, ``mem_fraction_static`` 0.9)."""
-    profile = get_engine(engine)
-    if not profile.budget_rule.startswith("sglang"):
-        return EngineBudget(profile).for_call(1, 1)
-    total = total_bytes if total_bytes is not None else get_gpu("h200").capacity_bytes
-    budget = EngineBudget(profile, total_bytes=total, mem_fraction_static=SGLANG_MEM_FRACTION_STATIC)
-    return budget.for_call(profile.chunk_skip_elements or 1, 1, free_bytes)
 
 
 def frontier_rows(grid: FrontierGrid, progress=None, workers: int | None = 1):

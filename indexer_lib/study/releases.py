@@ -10,11 +10,11 @@ memory as the first reading (``mem_fraction_static`` as SGLang sets it on an H20
 """
 from __future__ import annotations
 
-from ..engines import get_engine
+from ..engines import get_engine, process_budget
 from ..refdata import number, read_rows
 from ..shapes import GIB, MIB, free_bytes_from_gib, get_gpu, get_model
 from ..workload import ClosedLoopWorkload, SchedulerConfig
-from .frontier import Schedule, engine_budget_for, prefill_batches, worst_step
+from .frontier import Schedule, prefill_batches, worst_step
 
 # one release per era: before the budget, its first release, the vendored DeepGEMMs, the
 # compressed widths; SGLang without a budget, with a per-call reading, with a cached one
@@ -47,7 +47,7 @@ def release_rows(deployment: str, releases=ERA_RELEASES, free_gib: float | None 
     rows = []
     for name in releases:
         profile = get_engine(name)
-        budget = engine_budget_for(profile, free, get_gpu(d["gpu"]).capacity_bytes)
+        budget = process_budget(profile, free, get_gpu(d["gpu"]).capacity_bytes)
         for conc, schedule in schedules.items():
             w = worst_step(schedule, "engine", budget, model=model, engine=profile,
                            topk_rows=d["max_num_batched_tokens"])
