@@ -330,6 +330,9 @@ def test_auto_prints_the_chosen_engines_own_setting(capsys):
     assert capsys.readouterr().out.splitlines()[0].startswith("VLLM_SPARSE_INDEXER_MAX_LOGITS_MB=")
     assert main(base + ["--engine", "sglang==0.5.23", "--mem-fraction-static", "0.9"]) == 0
     assert capsys.readouterr().out.splitlines()[0].startswith("SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION=")
+    assert main(base + ["--engine", "sglang==0.5.12"]) == 2  # half the free memory, two chunks alive
+    err = capsys.readouterr().err.strip()
+    assert "no strategy and budget fits" in err and "sglang==0.5.12 at its default" in err
     assert main(base + ["--engine", "vllm==0.15.1"]) == 2  # no budget to set, and the step OOMs
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "no strategy and budget fits" in err and "vllm==0.15.1 at its default" in err

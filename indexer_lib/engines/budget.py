@@ -16,10 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..shapes import get_gpu
+from ..shapes import budget_bytes_from_mb, get_gpu
 from .profiles import EngineProfile, get_engine
 
-MIB = 2**20
 SGLANG_TOTAL_FRACTION = 0.3
 # SGLang sets --mem-fraction-static from the GPU's memory: about 0.9 on an H200
 # (python/sglang/srt/arg_groups/memory_hook.py: 0.886 at TP8 to 0.906 at TP1)
@@ -57,8 +56,8 @@ class EngineBudget:
         if self.value is None:
             self.value = self.engine.budget_default
         rule = self.engine.budget_rule
-        if rule == "fixed-mib" and not self.value > 0:
-            raise ValueError(f"{self.engine.budget_env} {self.value!r}: must be > 0 (MiB)")
+        if rule == "fixed-mib":
+            budget_bytes_from_mb(self.value)  # a bad MiB value fails here, with its rule
         if rule.startswith("sglang") and self.total_bytes is None:
             raise ValueError(f"{self.engine.name}: its budget needs the GPU's total memory (total_bytes)")
         if rule == "sglang-cached" and not 0 < self.value <= 1:
@@ -70,7 +69,7 @@ class EngineBudget:
         if rule == "none":
             return None
         if rule == "fixed-mib":
-            return int(self.value * MIB)
+            return budget_bytes_from_mb(self.value)
         gate = self.engine.chunk_skip_elements
         if gate is not None and rows * cols < gate:
             return None  # the engine does not read free memory for a small call
@@ -87,15 +86,17 @@ class EngineBudget:
 
 
 def process_budget(engine, free_bytes: int | None = None, total_bytes: int | None = None,
-                   mem_fraction_static: float | None = SGLANG_MEM_FRACTION_STATIC) -> int | None:
+                   mem_fraction_static: float | None = SGLANG_MEM_FRACTION_STATIC,
+                   value: float | None = None) -> int | None:
     """The budget a release plans every large step with, in a process that first measured
-    ``free_bytes`` free: vLLM's default MiB (none before 0.19.0); SGLang's own rule on a GPU
-    of ``total_bytes`` (default: an H200)."""
+    ``free_bytes`` free: vLLM's MiB (``value``, default the release's; none before 0.19.0);
+    SGLang's own rule (``value``: its free-memory fraction) on a GPU of ``total_bytes``
+    (default: an H200)."""
     profile = get_engine(engine)
     if not profile.budget_rule.startswith("sglang"):
-        return EngineBudget(profile).for_call(1, 1)
+        return EngineBudget(profile, value).for_call(1, 1)
     if free_bytes is None:
         raise ValueError(f"{profile.name} measures its logits budget from free memory: give free_bytes")
     total = total_bytes if total_bytes is not None else get_gpu("h200").capacity_bytes
-    budget = EngineBudget(profile, total_bytes=total, mem_fraction_static=mem_fraction_static)
+    budget = EngineBudget(profile, value, total, mem_fraction_static)
     return budget.for_call(profile.chunk_skip_elements or 1, 1, free_bytes)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..engines import SGLANG_MEM_FRACTION_STATIC, EngineBudget, get_engine
+from ..engines import SGLANG_MEM_FRACTION_STATIC, get_engine, process_budget
 from .frontier import Schedule, prefill_batches
 from ..memory import memory_report
 from ..padding import DEFAULT_DEEPGEMM_VERSION
@@ -128,22 +128,30 @@ def evaluate_candidates(schedules: list[Schedule], model: str = "glm-5",
     temporaries the memory model adds (default: the H200 path's, as the frontier)."""
     tm = time_model or TimeModel.from_data()
     strategies = strategies or tuple(s for s in STRATEGIES if s != "n-only")
+    name = None if engine is None else get_engine(engine).name
     candidates = []
     for strategy in strategies:
         padded = strategy != "vllm"
         for mb in budgets_mb:
             budget = budget_bytes_from_mb(mb)
-            total_ms, chunks, worst = 0.0, 0, 0
-            for schedule in schedules:
-                for batch, count in zip(schedule.unique, schedule.count):
-                    plan = make_plan(batch, strategy, budget, model=model,
-                                     deepgemm_version=deepgemm_version, padded=padded, engine=engine)
-                    total_ms += tm.features_ms(plan_features(plan)) * count
-                    chunks += plan.num_chunks * count
-                    worst = max(worst, memory_report(plan, backend=temporaries).peak_transient)
-            candidates.append(Candidate(strategy, mb, padded, total_ms, chunks, worst, False,
-                                        None if engine is None else get_engine(engine).name))
+            totals = _over_schedules(schedules, tm, temporaries, lambda batch: make_plan(
+                batch, strategy, budget, model=model, deepgemm_version=deepgemm_version, padded=padded,
+                engine=engine))
+            candidates.append(Candidate(strategy, mb, padded, *totals, False, name))
     return candidates
+
+
+def _over_schedules(schedules: list[Schedule], tm: TimeModel, temporaries, plan_of) -> tuple[float, int, int]:
+    """(modelled ms, chunks, worst-step transient bytes) of ``plan_of(batch)`` over every
+    step of the schedules (a distinct step planned once, counted as often as it occurs)."""
+    total_ms, chunks, worst = 0.0, 0, 0
+    for schedule in schedules:
+        for batch, count in zip(schedule.unique, schedule.count):
+            plan = plan_of(batch)
+            total_ms += tm.features_ms(plan_features(plan)) * count
+            chunks += plan.num_chunks * count
+            worst = max(worst, memory_report(plan, backend=temporaries).peak_transient)
+    return total_ms, chunks, worst
 
 
 def engine_candidates(schedules: list[Schedule], engine, free_bytes: int, model: str = "glm-5",
@@ -155,32 +163,19 @@ def engine_candidates(schedules: list[Schedule], engine, free_bytes: int, model:
     """The engine release's own chunker at each value of its own knob: vLLM's
     ``VLLM_SPARSE_INDEXER_MAX_LOGITS_MB`` (``budgets_mb``), SGLang's
     ``SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION`` (``fractions``; the budget it measures
-    with ``free_bytes`` free, kept for every step), or nothing to set (no budget)."""
+    with ``free_bytes`` free, kept for every step), or nothing to set (no budget, or
+    SGLang's fixed half of the memory free before 0.5.13)."""
     profile = get_engine(engine)
     tm = time_model or TimeModel.from_data()
-    rule = profile.budget_rule
-    if rule == "fixed-mib":
-        settings = [(mb, budget_bytes_from_mb(mb)) for mb in budgets_mb]
-    elif rule == "sglang-cached":
-        total = get_gpu(gpu).capacity_bytes
-        gate = profile.chunk_skip_elements or 1
-        settings = [(f, EngineBudget(profile, f, total, mem_fraction_static).for_call(gate, 1, free_bytes))
-                    for f in fractions]
-    elif rule == "sglang-free-per-call":  # a fixed half of the memory free, read every call
-        settings = [(None, EngineBudget(profile).for_call(profile.chunk_skip_elements or 1, 1, free_bytes))]
-    else:
-        settings = [(None, None)]
+    knobs = {"fixed-mib": budgets_mb, "sglang-cached": fractions}.get(profile.budget_rule, (None,))
+    total = get_gpu(gpu).capacity_bytes
     candidates = []
-    for setting, budget in settings:
-        total_ms, chunks, worst = 0.0, 0, 0
-        for schedule in schedules:
-            for batch, count in zip(schedule.unique, schedule.count):
-                plan = make_plan(batch, "engine", budget, model=model, engine=profile)
-                total_ms += tm.features_ms(plan_features(plan)) * count
-                chunks += plan.num_chunks * count
-                worst = max(worst, memory_report(plan, backend=temporaries).peak_transient)
+    for setting in knobs:
+        budget = process_budget(profile, free_bytes, total, mem_fraction_static, setting)
+        totals = _over_schedules(schedules, tm, temporaries,
+                                 lambda batch: make_plan(batch, "engine", budget, model=model, engine=profile))
         mb = float("nan") if budget is None else budget / MIB
-        candidates.append(Candidate("engine", mb, False, total_ms, chunks, worst, False, profile.name, setting))
+        candidates.append(Candidate("engine", mb, False, *totals, False, profile.name, setting))
     return candidates
 
 

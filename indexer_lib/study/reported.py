@@ -12,7 +12,7 @@ of the given rows and columns (docs/design.md#reference-data).
 from __future__ import annotations
 
 from .frontier import prefill_batches, worst_step
-from ..engines import EngineBudget, get_engine
+from ..engines import EngineBudget, get_engine, process_budget
 from ..padding import get_rules, unpadded_logits_bytes
 from ..plan import make_plan
 from ..refdata import number, read_rows
@@ -96,7 +96,7 @@ def through_releases(releases=FIELD_RELEASES):
         unbudgeted = None
         for name in releases:
             engine = get_engine(name)
-            budget = EngineBudget(engine).for_call(mnbt, 1)
+            budget = process_budget(engine)
             worst = worst_step(batches, "engine", budget, model=model, topk_rows=mnbt, engine=engine)
             batch = next(b for b in batches if b.step == worst.worst_step)
             plan = make_plan(batch, "engine", budget, model=model, engine=engine)
