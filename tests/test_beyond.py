@@ -20,17 +20,27 @@ SCHED = SchedulerConfig(long_prefill_token_threshold=256)
 
 
 def test_frontier_and_sweep_modes_take_the_new_strategies(tmp_path):
+    # the latest vLLM's DeepGEMM (2.8) has only the compressed layout: these need the full one
+    with pytest.raises(ValueError, match="'kv-split' needs DeepGEMM's full logits layout; DeepGEMM 2.8 "
+                                         r"\(vllm==0.33.0\)"):
+        FrontierGrid(strategy=BEYOND)
+    with pytest.raises(ValueError, match="'fixed-shape' needs DeepGEMM's full logits layout"):
+        sweep.SweepGrid(strategy=("fixed-shape",))
     grid = FrontierGrid(concurrency=(1, 16), isl=(2048, 10240), budget_mb=(64, 512),
-                        strategy=BEYOND + ("vllm",))
+                        strategy=BEYOND + ("vllm",), engine="vllm==0.32.0")
     rows = list(frontier_rows(grid))
     assert {r["strategy"] for r in rows} == set(BEYOND) | {"vllm"} and len(rows) == 24
-    sgrid = sweep.SweepGrid(concurrency=(4,), isl=(4096,), budget_mb=(64,), strategy=BEYOND)
+    assert {(r["engine"], r["deepgemm_version"]) for r in rows} == {("vllm==0.32.0", "2.6")}
+    # ... or on the latest vLLM's workspace with another DeepGEMM build, named as such
+    sgrid = sweep.SweepGrid(concurrency=(4,), isl=(4096,), budget_mb=(64,), strategy=BEYOND,
+                            deepgemm_version="2.6")
     model = sweep.run(sgrid, tmp_path / "m.parquet", progress=False)
     traced = sweep.run(sgrid, tmp_path / "t.parquet", sweep.RunSettings(mode="trace"), progress=False)
     assert set(model["strategy"]) == set(traced["strategy"]) == set(BEYOND)
     assert set(model["mode"]) == {"model"} and set(traced["mode"]) == {"trace"}
     # the same worst step and chunks, whichever mode measured its bytes
     assert list(model["worst_chunks"]) == list(traced["worst_chunks"])
+    assert set(model["engine"]) == {"vllm==0.33.0"} and set(model["deepgemm_version"]) == {"2.6"}
     assert (traced["peak_transient_bytes"] > 0).all()
 
 
@@ -71,10 +81,14 @@ def test_cli_auto_prints_the_deployable_line_margin_and_time_source(capsys):
     assert "margin to the OOM frontier" in out[2] and "MiB" in out[2]
     assert out[3] == "  time: modelled: published H200 figures (docs/design.md#time-model), not measured"
     rc = main(["auto", "--free-gib", "2.63", "--workload", "16x8192x8", "--budgets-mb", "512",
-               "--strategies", "kv-split,fixed-shape", "--json", "--data-dir", "/nonexistent"])
+               "--strategies", "kv-split,fixed-shape", "--json", "--data-dir", "/nonexistent",
+               "--engine", "vllm==0.32.0"])
     d = json.loads(capsys.readouterr().out)
-    assert rc == 0 and d["strategy"] in BEYOND and d["margin_bytes"] >= 0
-    assert d["deploy"].startswith(f"indexer-lab strategy={d['strategy']} budget_mb=512")
+    # ours on the engine's workspace and DeepGEMM, next to the engine's own knob
+    assert rc == 0 and d["candidates"] == 3 and d["engine"] == "vllm==0.32.0" and d["margin_bytes"] >= 0
+    assert d["strategy"] in BEYOND + ("engine",)
+    assert d["deploy"].startswith("VLLM_SPARSE_INDEXER_MAX_LOGITS_MB=512" if d["strategy"] == "engine"
+                                  else f"indexer-lab strategy={d['strategy']} budget_mb=512")
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -44,7 +44,7 @@ def test_plan_table_lists_every_chunk(capsys):
     code, out, _ = run(capsys, "plan", "--strategy", "causal", "--budget-mb", "512",
                        "--query-lens", "65536", "--seq-lens", "65536")
     assert code == 0
-    assert out.startswith("causal: 18 chunks")
+    assert out.startswith("causal on vllm==0.33.0: 18 chunks")  # the default engine: the latest vLLM
     assert len(out.strip().splitlines()) == 2 + 18
 
 
@@ -88,13 +88,15 @@ def test_frontier_writes_a_tidy_table(tmp_path, capsys):
     import pandas as pd
 
     out = tmp_path / "f.parquet"
+    # on a release from before the logits budget (DeepGEMM 2.3, full [M, N] logits)
     code, stdout, _ = run(capsys, "frontier", "--concurrency", "8,64", "--isl", "10240",
                           "--budget-mb", "256,512", "--strategy", "n-only,vllm",
-                          "--free-gib", "2.63,20", "--osl", "4", "--out", str(out))
+                          "--free-gib", "2.63,20", "--osl", "4", "--out", str(out),
+                          "--engine", "vllm==0.18.1")
     assert code == 0
     table = pd.read_parquet(out)
     assert len(table) == 2 * 1 * 2 * 2 * 2
-    assert set(table["mode"]) == {"model"}
+    assert set(table["mode"]) == {"model"} and set(table["engine"]) == {"vllm==0.18.1"}
     no_budget = table[(table.strategy == "n-only") & (table.concurrency == 64)
                       & (table.free_gib == 2.63)]
     assert no_budget["oom"].all()  # the reported OOM: ~10 GiB of logits with 2.63 GiB free
@@ -103,6 +105,13 @@ def test_frontier_writes_a_tidy_table(tmp_path, capsys):
     budgeted = table[(table.strategy == "vllm") & (table.budget_mb == 512)]
     assert not budgeted["oom"].any()
     assert "largest ISL without OOM" in stdout and str(out) in stdout
+    # the default engine is the latest vLLM: its compressed logits (DeepGEMM 2.8) are as wide
+    # as a chunk's longest request, so the same step without a budget fits
+    code, stdout, _ = run(capsys, "frontier", "--concurrency", "64", "--isl", "10240",
+                          "--strategy", "n-only", "--free-gib", "2.63", "--osl", "4", "--out", str(out))
+    latest = pd.read_parquet(out)
+    assert code == 0 and set(latest["engine"]) == {"vllm==0.33.0"} and set(latest["deepgemm_version"]) == {"2.8"}
+    assert not latest["oom"].any() and (latest["peak_transient_gib"] < 1).all()
 
 
 def test_frontier_bad_value_is_one_line(capsys, tmp_path):

@@ -106,7 +106,12 @@ def test_the_engine_strategy_refuses_a_budget_the_engine_has_no_use_for():
     with pytest.raises(ValueError, match="vllm==0.19.0 chunks this step .* budget_bytes must be > 0"):
         make_plan(batch, "engine", None, engine="vllm==0.19.0")
     with pytest.raises(ValueError, match="deepgemm_version '2.6': vllm==0.33.0 runs"):
-        make_plan(batch, "vllm", 512 * MIB, deepgemm_version="2.6", engine="vllm==0.33.0")
+        make_plan(batch, "engine", 512 * MIB, deepgemm_version="2.6", engine="vllm==0.33.0")
+    # the project's strategies may run on another DeepGEMM than the engine's (a what-if)
+    what_if = make_plan(batch, "vllm", 512 * MIB, deepgemm_version="2.6", engine="vllm==0.33.0")
+    assert (what_if.engine, what_if.deepgemm_version) == ("vllm==0.33.0", "2.6")
+    assert not any(c.compressed for c in what_if.chunks)
+    assert make_plan(batch, "vllm", 512 * MIB, engine="vllm==0.33.0").deepgemm_version == "2.8"
     # under SGLang's element gate no budget is read, so none is needed
     assert make_plan(StepBatch.from_lengths([100], [3000]), "engine", None, engine="sglang").num_chunks == 1
     # no logits at all when every sequence fits the top-k
@@ -351,7 +356,7 @@ def test_the_frontier_plans_on_an_engine_release():
         for conc in (16, 64):  # the same deployment through the frontier grid and study.releases
             assert rows[conc]["peak_transient_gib"] == table.loc[conc, "peak_transient_gib"]
             assert rows[conc]["engine"] == engine and rows[conc]["deepgemm_version"] == get_engine(engine).deepgemm_rules
-    with pytest.raises(ValueError, match="strategy 'engine': give the engine release"):
-        FrontierGrid(strategy=("engine",))
+    # without an engine: the latest vLLM
+    assert FrontierGrid(strategy=("engine",)).engine == get_engine("vllm").name == "vllm==0.33.0"
     assert main(["frontier", "--concurrency", "64", "--isl", "10240", "--strategy", "engine",
                  "--engine", "vllm==0.99.0"]) == 2

@@ -36,7 +36,11 @@ def test_every_notebook_ran_and_wrote_figures_and_tables(ci_run):
                   "04_reserved.csv", "04_policies.csv", "04_auto.csv"):
         assert (tables / table).exists(), table
     frame = pd.read_parquet(tables / "frontier-model.parquet")
-    assert len(frame) == 3 * 2 * 2 * 3 and set(frame["mode"]) == {"model"}
+    assert len(frame) == 3 * 2 * 2 * 4 and set(frame["mode"]) == {"model"}
+    # notebooks plan on the latest vLLM by default; its own chunker is among the strategies
+    assert set(frame["engine"]) == {"vllm==0.33.0"} and "engine" in set(frame["strategy"])
+    beyond = pd.read_parquet(tables / "04_frontier.parquet")
+    assert set(beyond["engine"]) == {"vllm==0.32.0"} and set(beyond["deepgemm_version"]) == {"2.6"}
     summary = (out / "summary.txt").read_text().splitlines()
     assert len(summary) == 3
     assert "Summary:" in stdout and str(out.name) in stdout

@@ -34,7 +34,7 @@ def test_handler_sees_what_the_parameters_cell_defined():
     handler = ParameterHandler(ns)
     ns.update(budget=512, model="glm-5", free_gib=2.63, concurrency=[1], isl=[2048], osl=64,
               strategies=["vllm"], max_num_batched_tokens=8192, long_prefill_token_threshold=256,
-              shared_prefix=0, deepgemm_version="2.6", output_dir="x", data_dir="y")
+              shared_prefix=0, deepgemm_version=None, engine="vllm", output_dir="x", data_dir="y")
     assert handler.check("03_strategies", ns)["budget"] == 512
     ns["typo"] = 1
     with pytest.raises(ParameterError, match="'typo': unknown name"):

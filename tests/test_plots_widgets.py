@@ -11,8 +11,9 @@ from PIL import Image
 from indexer_lib.notebook import plots, tables
 from indexer_lib.study import reported, sweep, timemodel
 
+# DeepGEMM 2.6's full [M, N] logits (on the latest vLLM's workspace): n-only OOMs at 64 x 10K
 GRID = sweep.SweepGrid(concurrency=(1, 16, 64), isl=(2048, 10240), budget_mb=(256, 512),
-                       strategy=("n-only", "vllm", "causal"))
+                       strategy=("n-only", "vllm", "causal"), deepgemm_version="2.6")
 
 
 @pytest.fixture(scope="module")
@@ -105,15 +106,26 @@ def test_dashboard_controls_update_figure_and_table():
     png, html, table = bytes(dash.image.value), dash.html.value, dash.table.copy()
     assert (table["OOM points"] == 0).all()
 
+    assert dash.controls["engine"].value == "vllm==0.33.0"  # the default: the latest vLLM
+    assert set(dash.frame["engine"]) == {"vllm==0.33.0"} and set(dash.frame["deepgemm_version"]) == {"2.8"}
+
     dash.controls["strategy"].value = "n-only"  # as a browser would set it
-    assert dash.updates == 2
-    assert bytes(dash.image.value) != png and dash.html.value != html
+    assert dash.updates == 2 and bytes(dash.image.value) != png
+    # no budget on the latest vLLM: its compressed logits are one request wide, nothing OOMs
+    assert dash.table["OOM points"].sum() == 0
+    dash.controls["engine"].value = "vllm==0.18.1"  # a release from before the budget
+    assert dash.updates == 3 and dash.html.value != html
+    assert set(dash.frame["engine"]) == {"vllm==0.18.1"} and set(dash.frame["deepgemm_version"]) == {"2.3"}
     assert dash.table["OOM points"].sum() > 0  # no budget: concurrency 64 x 10K OOMs
 
     before = dash.table.copy()
     dash.controls["free_gib"].value = 12.0
     assert dash.table["OOM points"].sum() < before["OOM points"].sum()
 
+    dash.controls["strategy"].value = "kv-split"  # fine on 0.18.1's full-layout DeepGEMM
+    assert "modelled" in dash.status.value
+    dash.controls["engine"].value = "vllm==0.33.0"  # not on 0.33.0's compressed-only build: said, not raised
+    assert "cannot compute" in dash.status.value and "full logits layout" in dash.status.value
     dash.controls["strategy"].value = "vllm"
     dash.controls["budget_mb"].value = 64
     assert set(dash.frame["budget_mb"]) == {64.0}

@@ -5,14 +5,15 @@ over a workload mix and no OOM at any step, printed as a line one can deploy.
 
 A workload is ``CONCURRENCYxISLxOSL`` (optionally ``xSHARED_PREFIX``).  Prints the
 deployable line, the margin to the OOM frontier at the worst step and where the
-time model's constants come from.  Every number is modelled.  Bad input: one line,
-exit status 2.
+time model's constants come from.  The engine is the latest vLLM unless ``--engine``
+names another release; ``--strategies`` weighs ours on it too.  Every number is
+modelled.  Bad input: one line, exit status 2.
 """
 from __future__ import annotations
 
 import json
 
-from ..engines import SGLANG_MEM_FRACTION_STATIC
+from ..engines import DEFAULT_ENGINE, SGLANG_MEM_FRACTION_STATIC, get_engine
 from .common import UsageError, number_list, str_list
 from ..shapes import MIB, MODELS
 from ..workload import ClosedLoopWorkload, SchedulerConfig
@@ -32,7 +33,6 @@ def parse_workload(text: str) -> ClosedLoopWorkload:
 
 def register(subparsers) -> None:
     from ..study.auto import DEFAULT_BUDGETS_MB
-    from ..padding import DEFAULT_DEEPGEMM_VERSION
 
     p = subparsers.add_parser("auto", help="choose the fastest strategy and budget that never OOMs "
                                            "over a workload mix (modelled)")
@@ -41,15 +41,18 @@ def register(subparsers) -> None:
                    help="memory free for the indexer's transients at run time (GiB)")
     p.add_argument("--workload", action="append", required=True,
                    help="CONCURRENCYxISLxOSL[xSHARED_PREFIX]; repeat for a mix")
-    p.add_argument("--strategies", type=str_list, help="default: every budgeted strategy")
+    p.add_argument("--strategies", type=str_list,
+                   help="our budgeted strategies to weigh on the engine too (default: only the "
+                        "engine's own knob, the line one can deploy)")
     p.add_argument("--budgets-mb", type=number_list, default=list(DEFAULT_BUDGETS_MB))
     p.add_argument("--max-num-batched-tokens", type=int, default=8192)
     p.add_argument("--max-num-seqs", type=int, default=256)
     p.add_argument("--long-prefill-token-threshold", type=int, default=256)
-    p.add_argument("--deepgemm-version", default=DEFAULT_DEEPGEMM_VERSION)
-    p.add_argument("--engine", help="tune this engine release's own knob (vllm==0.19.0: "
-                                    "VLLM_SPARSE_INDEXER_MAX_LOGITS_MB; sglang==0.5.23: "
-                                    "SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION); --strategies adds ours on it")
+    p.add_argument("--deepgemm-version", help="--strategies on this DeepGEMM build instead of the engine's")
+    p.add_argument("--engine", default=DEFAULT_ENGINE,
+                   help="tune this engine release's own knob (vllm==0.19.0: VLLM_SPARSE_INDEXER_MAX_LOGITS_MB; "
+                        "sglang==0.5.23: SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION; default: the latest vLLM, "
+                        f"{get_engine(DEFAULT_ENGINE).name}); --strategies adds ours on it")
     p.add_argument("--mem-fraction-static", type=float, default=SGLANG_MEM_FRACTION_STATIC,
                    help="SGLang: the server's --mem-fraction-static, which caps its budget "
                         f"(default {SGLANG_MEM_FRACTION_STATIC}: SGLang's own choice on an H200)")

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..engines import SGLANG_MEM_FRACTION_STATIC, get_engine, process_budget
-from ..padding import DEEPGEMM_RULES, DEFAULT_DEEPGEMM_VERSION
+from ..engines import DEFAULT_ENGINE, SGLANG_MEM_FRACTION_STATIC, get_engine, process_budget
+from ..padding import DEEPGEMM_RULES
 from ..plan import ALL_STRATEGIES, make_plan
 from ..shapes import MODELS, budget_bytes_from_mb, free_bytes_from_gib
 from ..workload import StepBatch
@@ -42,11 +42,13 @@ def str_list(text: str) -> list[str]:
 
 def add_batch_options(p: argparse.ArgumentParser) -> None:
     """The options that describe one step batch and how it is split (plan, run)."""
-    p.add_argument("--strategy", default="vllm",
-                   help=f"one of {', '.join(ALL_STRATEGIES)} (engine: the --engine release's own chunker)")
-    p.add_argument("--engine", help="plan on an engine release's DeepGEMM, workspace and layout, e.g. "
-                                    "vllm==0.15.1 or sglang==0.5.23 (a bare vllm or sglang: its latest); "
-                                    "default for --strategy engine: the latest vLLM")
+    p.add_argument("--strategy", default="engine",
+                   help=f"one of {', '.join(ALL_STRATEGIES)} (default engine: the --engine release's "
+                        "own chunker; the others: what it could do instead)")
+    p.add_argument("--engine", default=DEFAULT_ENGINE,
+                   help="the engine release planned on (its chunker, DeepGEMM, workspace and layout), "
+                        "e.g. vllm==0.15.1 or sglang==0.5.23; a bare vllm or sglang: its latest "
+                        f"(default: the latest vLLM, {get_engine(DEFAULT_ENGINE).name})")
     p.add_argument("--free-gib", type=float,
                    help="SGLang: GPU memory free when the engine measures its logits budget (GiB)")
     p.add_argument("--mem-fraction-static", type=float, default=SGLANG_MEM_FRACTION_STATIC,
@@ -59,8 +61,8 @@ def add_batch_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seq-lens", type=int_list, required=True, help="comma-separated, one per request")
     p.add_argument("--model", default="deepseek-v3.2", help=f"one of {', '.join(MODELS)}")
     p.add_argument("--deepgemm-version",
-                   help=f"padding rules: one of {', '.join(DEEPGEMM_RULES)} (default {DEFAULT_DEEPGEMM_VERSION}, "
-                        "or the --engine release's)")
+                   help=f"padding rules: one of {', '.join(DEEPGEMM_RULES)} (default: the --engine "
+                        "release's; another version: our strategies on that build instead)")
     p.add_argument("--no-padding", action="store_true",
                    help="budget with vLLM's unpadded M x N x 4 arithmetic")
     p.add_argument("--compressed", action="store_true",

@@ -23,13 +23,15 @@ def register(subparsers) -> None:
     f.add_argument("--max-num-batched-tokens", type=int, default=g.max_num_batched_tokens)
     f.add_argument("--max-num-seqs", type=int, default=g.max_num_seqs)
     f.add_argument("--long-prefill-token-threshold", type=int, default=g.long_prefill_token_threshold)
-    f.add_argument("--deepgemm-version", default=g.deepgemm_version)
+    f.add_argument("--deepgemm-version", default=g.deepgemm_version,
+                   help="default: the --engine release's; another version: our strategies on that build")
     f.add_argument("--no-padding", action="store_true")
     f.add_argument("--workload-source", default=g.workload_source, choices=WORKLOAD_SOURCES,
                    help="step batches from the built-in simulator or vLLM's own scheduler "
                         "(needs vLLM: bash scripts/install_vllm.sh)")
-    f.add_argument("--engine", help="plan on this engine release (vllm==0.19.0, sglang==0.5.23); "
-                                    "--strategy engine is its own chunker")
+    f.add_argument("--engine", default=g.engine,
+                   help="plan on this engine release (vllm==0.19.0, sglang==0.5.23; default: the latest "
+                        f"vLLM, {g.engine}); --strategy engine is its own chunker")
     f.add_argument("--out", default="results/frontier/frontier.csv",
                    help="table to write (.csv or .parquet)")
     f.set_defaults(func=cmd_frontier)

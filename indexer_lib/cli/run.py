@@ -45,7 +45,8 @@ def cmd_run(args) -> int:
         raise UsageError("--device cuda: no CUDA device here (torch.cuda.is_available() is False)")
     plan = plan_from_args(args)
 
-    out = {"strategy": plan.strategy, "model": plan.model, "deepgemm_version": plan.deepgemm_version,
+    out = {"strategy": plan.strategy, "engine": plan.engine, "model": plan.model,
+           "deepgemm_version": plan.deepgemm_version,
            "budget_bytes": plan.budget_bytes, "device": args.device, "backend": args.backend,
            "seed": args.seed, "num_chunks": plan.num_chunks}
     if args.device == "meta":
@@ -72,7 +73,7 @@ def cmd_run(args) -> int:
     if args.json:
         print(json.dumps(out))
         return 0
-    print(f"{plan.strategy} on {args.device} ({args.backend}): {plan.num_chunks} chunks, "
+    print(f"{plan.strategy} on {plan.engine}, {args.device} ({args.backend}): {plan.num_chunks} chunks, "
           f"{result.seconds * 1e3:.1f} ms, workspace {result.workspace_tokens} tokens")
     print(f"{'#':>4} {'rows':>7} {'width':>8} {'kv':>8} {'gather':>6} {'logits':>11} "
           f"{'metadata':>10} {'ms':>9}" + (f" {'traced peak':>12}" if args.device == "meta" else ""))

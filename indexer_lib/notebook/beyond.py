@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from ..study.auto import choose, evaluate_candidates
+from ..engines import get_engine
+from ..study.auto import choose, engine_candidates, evaluate_candidates
 from ..study.budget_policy import FixedPolicy, FreshPolicy, SglangPolicy, run_policy, shrinking_free_memory
 from ..study.frontier import Schedule, prefill_batches
 from ..memory import memory_report
-from ..plan import make_plan, strategy_budget_bytes
+from ..plan import plan_at
 from ..shapes import GIB, free_bytes_from_gib, get_gpu, get_model
 from ..study.timemodel import TimeModel, plan_features
 from ..workload import ClosedLoopWorkload, PrefillRequest, SchedulerConfig, StepBatch
@@ -39,10 +40,11 @@ def chunk_table(steps: dict, strategies, budgets_mb, model: str, time_model: Tim
     for name, batch in steps.items():
         for s in strategies:
             for mb in budgets_mb:
-                budget = strategy_budget_bytes(s, mb)
-                plan = make_plan(batch, s, budget, model=model, **plan_options)
+                plan = plan_at(batch, s, mb, model, **plan_options)
                 f = plan_features(plan)
-                rows.append({"step": name, "strategy": s, "budget_mb": mb, "chunks": plan.num_chunks,
+                rows.append({"step": name, "strategy": s, "engine": plan.engine or "",
+                             "deepgemm_version": plan.deepgemm_version, "budget_mb": mb,
+                             "chunks": plan.num_chunks,
                              "over_budget": plan.over_budget,
                              "peak_transient_bytes": memory_report(plan, backend="deepgemm").peak_transient,
                              "allocated_logits_bytes": f["allocated_logits_bytes"],
@@ -96,7 +98,7 @@ class AutoDeployments:
     def __init__(self, deployments: dict | None = None, model: str = "glm-5",
                  budgets_mb=(64, 128, 256, 512, 1024, 2048), strategies=None,
                  scheduler: SchedulerConfig | None = None, time_model: TimeModel | None = None,
-                 deepgemm_version: str = "2.6"):
+                 deepgemm_version: str | None = None, engine=None):
         self.deployments = deployments or DEPLOYMENTS
         self.model = model
         self.tm = time_model or TimeModel.published()
@@ -106,7 +108,11 @@ class AutoDeployments:
         for name, (mix, _) in self.deployments.items():
             schedules = [Schedule(prefill_batches(w, scheduler)) for w in mix]
             self.candidates[name] = evaluate_candidates(schedules, model, strategies, tuple(budgets_mb),
-                                                        deepgemm_version, self.tm)
+                                                        deepgemm_version, self.tm, engine=engine)
+            if engine is not None and not get_engine(engine).budget_rule.startswith("sglang"):
+                # the release's own knob too, where its budget does not move with free memory
+                self.candidates[name] += engine_candidates(schedules, engine, 0, model, tuple(budgets_mb),
+                                                           time_model=self.tm)
 
     def recommend(self, name: str, free_gib: float | None = None):
         free = self.deployments[name][1] if free_gib is None else free_gib

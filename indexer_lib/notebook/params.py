@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import math
 
-from ..engines import engine_names
+from ..engines import get_engine
 from ..padding import DEEPGEMM_RULES
-from ..plan import STRATEGIES
+from ..plan import ALL_STRATEGIES
 from ..shapes import MODELS
 from ..study.sweep import MODES
 from ..workload import WORKLOAD_SOURCES
@@ -21,11 +21,14 @@ class ParameterError(ValueError):
     """A bad notebook parameter (one line: notebook, name, rule)."""
 
 
-# kind, rule: kinds are int, number, str, bool, ints, numbers, strs (lists)
+# kind, rule: kinds are int, number, str, str? (a string or None), bool, ints, numbers, strs (lists)
 _COMMON = {
     "model": ("str", tuple(MODELS)),
     "free_gib": ("number", ">=0"),
-    "deepgemm_version": ("str", tuple(DEEPGEMM_RULES)),
+    # the engine release planned on (a bare vllm or sglang: its latest); default: the latest vLLM
+    "engine": ("str", "engine release"),
+    # None: the engine's own DeepGEMM; a version: our strategies on that build instead
+    "deepgemm_version": ("str?", tuple(DEEPGEMM_RULES)),
     "output_dir": ("str", None),
     "data_dir": ("str", None),
 }
@@ -34,7 +37,7 @@ _GRID = {
     "isl": ("ints", ">0"),
     "osl": ("int", ">0"),
     "budget_mb": ("numbers", ">0"),
-    "strategies": ("strs", tuple(STRATEGIES)),
+    "strategies": ("strs", tuple(ALL_STRATEGIES)),
     "max_num_batched_tokens": ("int", ">0"),
     "long_prefill_token_threshold": ("int", ">=0"),
     "shared_prefix": ("int", ">=0"),
@@ -43,10 +46,10 @@ SPECS = {
     "01_oom_frontier": {**_COMMON, **_GRID,
                         "mode": ("str", MODES), "backend": ("str", None),
                         "workload_source": ("str", WORKLOAD_SOURCES),
-                        "engines": ("strs", tuple(engine_names())),
+                        "engines": ("strs", "engine release"),
                         "dashboard": ("bool", None)},
     "02_chunk_overhead": {**_COMMON, "budget_mb": ("numbers", ">0"),
-                          "strategies": ("strs", tuple(STRATEGIES)),
+                          "strategies": ("strs", tuple(ALL_STRATEGIES)),
                           "max_overhead": ("number", ">0")},
     "03_strategies": {**_COMMON, **{k: v for k, v in _GRID.items() if k != "budget_mb"},
                       "budget": ("number", ">0")},
@@ -67,7 +70,7 @@ def _kind_ok(kind: str, value) -> bool:
         return isinstance(v, (int, float)) and not isinstance(v, bool)
 
     single = {"int": is_int, "number": is_number, "str": lambda v: isinstance(v, str),
-              "bool": lambda v: isinstance(v, bool)}
+              "str?": lambda v: v is None or isinstance(v, str), "bool": lambda v: isinstance(v, bool)}
     if kind in single:
         return single[kind](value)
     item = single[{"ints": "int", "numbers": "number", "strs": "str"}[kind]]
@@ -75,6 +78,7 @@ def _kind_ok(kind: str, value) -> bool:
 
 
 _KIND_WORDS = {"int": "a whole number", "number": "a number", "str": "a string",
+               "str?": "a string or null",
                "bool": "true or false", "ints": "a non-empty list of whole numbers",
                "numbers": "a non-empty list of numbers", "strs": "a non-empty list of strings"}
 
@@ -91,8 +95,15 @@ def check_one(notebook: str, name: str, value) -> None:
     if kind in ("number", "numbers") and not all(math.isfinite(v) for v in values):
         raise ParameterError(f"{where} = {value!r}: must be a finite number")
     for v in values:
+        if v is None and kind == "str?":
+            continue
         if isinstance(rule, tuple) and v not in rule:
             raise ParameterError(f"{where} = {v!r}: must be one of {', '.join(rule)}")
+        if rule == "engine release":
+            try:
+                get_engine(v)
+            except ValueError as e:  # its message lists every known release, compactly
+                raise ParameterError(f"{where} = {v!r}: {e}") from None
         if rule == ">0" and not v > 0:
             raise ParameterError(f"{where} = {v!r}: must be > 0")
         if rule == ">=0" and not v >= 0:

@@ -56,14 +56,28 @@ def _select(frame, **equal):
     return frame
 
 
+def _engine_of(frame, engine: str | None) -> str | None:
+    """The engine release a figure shows: the one asked for, else the frame's first (frames
+    from before engines were recorded have none)."""
+    if engine is not None or "engine" not in frame.columns or frame.empty:
+        return engine
+    return frame["engine"].iloc[0] or None
+
+
+def _on(engine: str | None) -> str:
+    return f" on {engine}" if engine else ""
+
+
 def frontier_heatmap(frame, by: str = "budget_mb", strategy: str = "vllm",
                      budget_mb: float = 512, free_gib: float | None = None,
-                     model: str | None = None, mode: str = "model") -> Figure:
+                     model: str | None = None, mode: str = "model", engine: str | None = None) -> Figure:
     """Worst-step transient GiB over concurrency x ISL, the free-memory line drawn,
-    one panel per budget (``by="budget_mb"``) or per strategy (``by="strategy"``)."""
+    one panel per budget (``by="budget_mb"``) or per strategy (``by="strategy"``), for one
+    engine release (default: the frame's first)."""
     model = model or frame["model"].iloc[0]
     free_gib = free_gib if free_gib is not None else float(frame["free_gib"].iloc[0])
-    data = _select(frame, model=model, free_gib=free_gib, mode=mode)
+    engine = _engine_of(frame, engine)
+    data = _select(frame, model=model, free_gib=free_gib, mode=mode, engine=engine)
     if by == "budget_mb":
         data = data[data["strategy"] == strategy]
         panels = sorted(data["budget_mb"].unique())
@@ -119,15 +133,15 @@ def frontier_heatmap(frame, by: str = "budget_mb", strategy: str = "vllm",
                                label=f"free memory: {free_gib:g} GiB")],
                loc="outside lower center")
     what = f"strategy {strategy}" if by == "budget_mb" else f"budget {budget_mb:g} MiB"
-    fig.suptitle(f"Where does {model}'s indexer run out of memory?\n"
+    fig.suptitle(f"Where does {model}'s indexer run out of memory{_on(engine)}?\n"
                  f"({free_gib:g} GiB free, {what}, {mode_word(mode)})")
     return fig
 
 
-def frontier_table(frame, strategy: str, free_gib: float | None = None):
+def frontier_table(frame, strategy: str, free_gib: float | None = None, engine: str | None = None):
     """Largest ISL without OOM, per budget (rows) and concurrency (columns); 0: none fits."""
     free_gib = free_gib if free_gib is not None else float(frame["free_gib"].iloc[0])
-    data = _select(frame, strategy=strategy, free_gib=free_gib)
+    data = _select(frame, strategy=strategy, free_gib=free_gib, engine=_engine_of(frame, engine))
     fits = data[~data["oom"].astype(bool)]
     table = fits.pivot_table(index="budget_mb", columns="concurrency", values="isl",
                              aggfunc="max")
@@ -137,11 +151,13 @@ def frontier_table(frame, strategy: str, free_gib: float | None = None):
 
 
 def frontier_curves(frame, strategy: str = "vllm", budgets_mb=None,
-                    free_gib: float | None = None, model: str | None = None) -> Figure:
+                    free_gib: float | None = None, model: str | None = None,
+                    engine: str | None = None) -> Figure:
     """Largest ISL without OOM vs concurrency, one curve per budget (and per mode)."""
     model = model or frame["model"].iloc[0]
     free_gib = free_gib if free_gib is not None else float(frame["free_gib"].iloc[0])
-    data = _select(frame, model=model, free_gib=free_gib)
+    engine = _engine_of(frame, engine)
+    data = _select(frame, model=model, free_gib=free_gib, engine=engine)
     fig = Figure(figsize=(7.5, 4.8), layout="constrained")
     ax = fig.subplots()
     isls = sorted(data["isl"].unique())
@@ -174,7 +190,7 @@ def frontier_curves(frame, strategy: str = "vllm", budgets_mb=None,
     ax.grid(True, alpha=0.3)
     ax.legend(title=f"{strategy} budget (missing point: every ISL OOMs)", fontsize=8,
               title_fontsize=8, loc="best")
-    fig.suptitle(f"How long can prompts get before {model}'s indexer OOMs, per logits budget?\n"
+    fig.suptitle(f"How long can prompts get before {model}'s indexer OOMs{_on(engine)}, per logits budget?\n"
                  f"({free_gib:g} GiB free, strategy {strategy}, {_modes_word(data)})")
     return fig
 

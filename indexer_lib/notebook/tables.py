@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 
 from ..memory import memory_report
-from ..plan import make_plan, strategy_budget_bytes
+from ..plan import plan_at
 from ..shapes import GIB, free_bytes_from_gib
 from ..study.timemodel import plan_features
 
@@ -31,8 +31,11 @@ def frontier_sentence(frame, budget_mb: float = 512, strategy: str = "vllm") -> 
     """Line 1 of the summary: the budgeted strategy's reach, and where no budget OOMs."""
     model, free = frame["model"].iloc[0], float(frame["free_gib"].iloc[0])
     data = frame[(frame["free_gib"] == free) & (frame["mode"] == "model")]
+    engine = data["engine"].iloc[0] if "engine" in data.columns and len(data) else ""
+    if engine:
+        data = data[data["engine"] == engine]
     cmax, imax = data["concurrency"].max(), data["isl"].max()
-    parts = [f"{model}, {free:g} GiB free (modelled):"]
+    parts = [f"{model}{' on ' + engine if engine else ''}, {free:g} GiB free (modelled):"]
     budgeted = data[(data["strategy"] == strategy) & (data["budget_mb"] == budget_mb)]
     if len(budgeted):
         if not budgeted["oom"].any():
@@ -55,21 +58,22 @@ def frontier_sentence(frame, budget_mb: float = 512, strategy: str = "vllm") -> 
 
 
 def step_strategy_table(steps: dict, strategies, budget_mb: float, model: str,
-                        deepgemm_version: str = "2.6", free_gib: float | None = None):
+                        deepgemm_version: str | None = None, free_gib: float | None = None,
+                        engine=None):
     """Strategies side by side on the same steps (modelled): peak incl. padding,
-    allocated vs useful logits, chunks, gathers."""
+    allocated vs useful logits, chunks, gathers; on ``engine`` (a release) where given."""
     import pandas as pd
 
     rows = []
     for name, batch in steps.items():
         for s in strategies:
-            budget = strategy_budget_bytes(s, budget_mb)
-            plan = make_plan(batch, s, budget, model=model, deepgemm_version=deepgemm_version)
+            plan = plan_at(batch, s, budget_mb, model, engine, deepgemm_version)
             f = plan_features(plan)
             peak = memory_report(plan).peak_transient
             rows.append({
                 "step": name, "strategy": s,
-                "budget": "none" if s == "n-only" else f"{budget_mb:g} MiB",
+                "budget": "none" if plan.budget_bytes is None else f"{budget_mb:g} MiB",
+                "engine": plan.engine or "", "deepgemm_version": plan.deepgemm_version,
                 "rows (M)": batch.num_rows, "kv tokens (N)": batch.num_kv_tokens,
                 "peak_transient_bytes": peak, "peak GiB (incl. padding)": peak / GIB,
                 "allocated_logits_bytes": f["allocated_logits_bytes"],

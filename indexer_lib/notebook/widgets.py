@@ -10,8 +10,9 @@ from __future__ import annotations
 import ipywidgets as w
 
 from . import plots
+from ..engines import DEFAULT_ENGINE, engine_names, get_engine
 from ..study import sweep
-from ..plan import STRATEGIES
+from ..plan import ALL_STRATEGIES
 from ..shapes import MODELS
 
 
@@ -21,8 +22,8 @@ def figure_png(fig) -> bytes:
 
 
 class FrontierDashboard:
-    """The OOM frontier over concurrency x ISL for one model, budget and strategy,
-    with sliders for free memory and the scheduler settings (modelled)."""
+    """The OOM frontier over concurrency x ISL for one model, engine release, budget and
+    strategy, with sliders for free memory and the scheduler settings (modelled)."""
 
     BUDGETS = (32, 64, 128, 256, 512, 1024, 2048, 4096)
     TOKENS = (2048, 4096, 8192, 16384, 32768)
@@ -30,8 +31,8 @@ class FrontierDashboard:
     def __init__(self, concurrency=(1, 4, 8, 16, 24, 32, 48, 64),
                  isl=(2048, 4096, 8192, 10240, 16384, 32768), model="glm-5", free_gib=2.63,
                  budget_mb=512, strategy="vllm", max_num_batched_tokens=8192, shared_prefix=0,
-                 osl=64, long_prefill_token_threshold=256, deepgemm_version="2.6",
-                 workload_source="simulator"):
+                 osl=64, long_prefill_token_threshold=256, deepgemm_version=None,
+                 workload_source="simulator", engine=DEFAULT_ENGINE):
         self.concurrency, self.isl = tuple(concurrency), tuple(isl)
         self.fixed = {"osl": (osl,), "long_prefill_token_threshold": (long_prefill_token_threshold,),
                       "deepgemm_version": deepgemm_version, "workload_source": workload_source}
@@ -40,11 +41,13 @@ class FrontierDashboard:
         style = {"description_width": "initial"}
         self.controls = {
             "model": w.Dropdown(options=sorted(MODELS), value=model, description="model"),
+            "engine": w.Dropdown(options=engine_names(), value=get_engine(engine).name,
+                                 description="engine"),
             "free_gib": w.FloatSlider(value=free_gib, min=0.25, max=40.0, step=0.01,
                                       description="free GiB", style=style),
             "budget_mb": w.SelectionSlider(options=budgets, value=budget_mb,
                                            description="budget (MiB)", style=style),
-            "strategy": w.Dropdown(options=list(STRATEGIES), value=strategy,
+            "strategy": w.Dropdown(options=list(ALL_STRATEGIES), value=strategy,
                                    description="strategy"),
             "max_num_batched_tokens": w.SelectionSlider(
                 options=tokens, value=max_num_batched_tokens,
@@ -71,7 +74,8 @@ class FrontierDashboard:
             model=(state["model"],), concurrency=self.concurrency, isl=self.isl,
             budget_mb=(state["budget_mb"],), strategy=(state["strategy"],),
             free_gib=(round(state["free_gib"], 4),), shared_prefix=(state["shared_prefix"],),
-            max_num_batched_tokens=(state["max_num_batched_tokens"],), **self.fixed)
+            max_num_batched_tokens=(state["max_num_batched_tokens"],), engine=(state["engine"],),
+            **self.fixed)
         return sweep.to_frame(list(sweep.model_rows(grid)))
 
     def update(self) -> None:
@@ -110,7 +114,7 @@ class FrontierDashboard:
     @property
     def widget(self) -> w.Widget:
         c = self.controls
-        left = w.VBox([c["model"], c["strategy"], c["budget_mb"], c["free_gib"]])
+        left = w.VBox([c["model"], c["engine"], c["strategy"], c["budget_mb"], c["free_gib"]])
         right = w.VBox([c["max_num_batched_tokens"], c["shared_prefix"], self.status])
         return w.VBox([w.HBox([left, right]), w.HBox([self.image, self.html])])
 

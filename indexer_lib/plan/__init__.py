@@ -8,10 +8,10 @@
 """
 from .chunks import Chunk, Plan, Run, chunk_runs, merged_chunks
 from .strategies import (ALL_STRATEGIES, BEYOND_STRATEGIES, ENGINE_STRATEGIES, FIELD_STRATEGIES, KV_SPLIT_ALIGN, STRATEGIES,
-                         Budgeting, check_strategy, make_plan, strategy_budget_bytes)
+                         Budgeting, check_layout, check_strategy, make_plan, plan_at, strategy_budget_bytes)
 
 __all__ = [
     "Chunk", "Plan", "Run", "chunk_runs", "merged_chunks",
     "ALL_STRATEGIES", "BEYOND_STRATEGIES", "ENGINE_STRATEGIES", "FIELD_STRATEGIES", "KV_SPLIT_ALIGN", "STRATEGIES", "Budgeting",
-    "check_strategy", "make_plan", "strategy_budget_bytes",
+    "check_layout", "check_strategy", "make_plan", "plan_at", "strategy_budget_bytes",
 ]

@@ -437,10 +437,33 @@ def strategy_budget_bytes(strategy: str, budget_mb: float, engine=None) -> int |
     return budget_bytes_from_mb(budget_mb)
 
 
+def plan_at(batch: StepBatch, strategy: str, budget_mb: float, model: str = "deepseek-v3.2",
+            engine: str | EngineProfile | None = None, deepgemm_version: str | None = None,
+            **options) -> Plan:
+    """A strategy's plan at a budget in MiB on an engine release: the ``engine`` strategy is
+    its own chunker on its own DeepGEMM; the others run on ``deepgemm_version`` where given."""
+    return make_plan(batch, strategy, strategy_budget_bytes(strategy, budget_mb, engine), model=model,
+                     deepgemm_version=None if strategy == "engine" else deepgemm_version,
+                     engine=engine, **options)
+
+
 def check_strategy(name: str) -> str:
     if name not in ALL_STRATEGIES:
         raise ValueError(f"unknown strategy {name!r}: must be one of {', '.join(ALL_STRATEGIES)}")
     return name
+
+
+FULL_LAYOUT_STRATEGIES = ("kv-split", "fixed-shape")
+
+
+def check_layout(strategy: str, deepgemm_version: str, engine: EngineProfile | str | None = None) -> None:
+    """ValueError for a strategy that needs DeepGEMM's full ``[M, N]`` layout on a build that
+    has only the compressed one (2.8, as in vLLM 0.33.0)."""
+    if strategy in FULL_LAYOUT_STRATEGIES and not get_rules(deepgemm_version).full_width:
+        on = f" ({get_engine(engine).name})" if engine is not None else ""
+        raise ValueError(f"strategy {strategy!r} needs DeepGEMM's full logits layout; DeepGEMM "
+                         f"{deepgemm_version}{on} has only the compressed one (give another "
+                         "deepgemm_version, or an engine release before vllm==0.33.0)")
 
 
 def make_plan(
@@ -461,25 +484,29 @@ def make_plan(
     chunk (default: vLLM's 40 x max_model_len).  ``engine`` (``vllm==0.15.1``, a
     profile): plan on that release's DeepGEMM padding, workspace and layout; the
     ``engine`` strategy is the release's own chunker (default: the latest vLLM), which
-    counts plain M x N x 4 bytes as the engines do.
+    counts plain M x N x 4 bytes as the engines do.  A ``deepgemm_version`` given with an
+    engine replaces its DeepGEMM for the project's strategies (a what-if); the ``engine``
+    strategy refuses one that is not the release's own.
     """
     check_strategy(strategy)
     preset = get_model(model)
     profile = get_engine(engine) if engine is not None or strategy == "engine" else None
+    if deepgemm_version is not None:
+        get_rules(deepgemm_version)  # an unknown version says so before anything else
     if profile is not None:
         if deepgemm_version is not None and deepgemm_version != profile.deepgemm_rules:
-            raise ValueError(f"deepgemm_version {deepgemm_version!r}: {profile.name} runs "
-                             f"{profile.deepgemm_build}, DeepGEMM rules {profile.deepgemm_rules!r}")
-        deepgemm_version = profile.deepgemm_rules
+            if strategy == "engine":  # the release's own behaviour includes its own build
+                raise ValueError(f"deepgemm_version {deepgemm_version!r}: {profile.name} runs "
+                                 f"{profile.deepgemm_build}, DeepGEMM rules {profile.deepgemm_rules!r}")
+            # the project's strategies may ask "this engine's workspace on another DeepGEMM"
+        else:
+            deepgemm_version = profile.deepgemm_rules
         if workspace_tokens is None:
             workspace_tokens = profile.workspace_tokens(preset.max_model_len) or batch.num_kv_tokens
     if deepgemm_version is None:
         deepgemm_version = DEFAULT_DEEPGEMM_VERSION
     rules = get_rules(deepgemm_version)
-    if strategy in ("kv-split", "fixed-shape") and not rules.full_width:
-        on = f" ({profile.name})" if profile is not None else ""
-        raise ValueError(f"strategy {strategy!r} needs DeepGEMM's full logits layout; DeepGEMM "
-                         f"{deepgemm_version}{on} has only the compressed one")
+    check_layout(strategy, deepgemm_version, profile)
     if strategy == "engine":
         padded = False  # every engine budgets plain M x N x 4
         _check_engine_budget(profile, batch, budget_bytes, preset.topk)

@@ -12,7 +12,6 @@ from dataclasses import dataclass, replace
 from ..engines import SGLANG_MEM_FRACTION_STATIC, get_engine, process_budget
 from .frontier import Schedule, prefill_batches
 from ..memory import memory_report
-from ..padding import DEFAULT_DEEPGEMM_VERSION
 from ..plan import STRATEGIES, make_plan
 from ..shapes import MIB, budget_bytes_from_mb, free_bytes_from_gib, get_gpu, get_model
 from .timemodel import TimeModel, plan_features
@@ -83,7 +82,7 @@ def recommend(
     scheduler: SchedulerConfig | None = None,
     strategies: tuple[str, ...] | None = None,
     budgets_mb: tuple[float, ...] = DEFAULT_BUDGETS_MB,
-    deepgemm_version: str = DEFAULT_DEEPGEMM_VERSION,
+    deepgemm_version: str | None = None,
     time_model: TimeModel | None = None,
     schedules: list[Schedule] | None = None,
     engine=None,
@@ -112,14 +111,15 @@ def recommend(
         candidates = engine_candidates(schedules, engine, free_bytes_from_gib(free_gib), model, budgets_mb,
                                        DEFAULT_FRACTIONS, tm, mem_fraction_static=mem_fraction_static)
         if strategies:
-            candidates += evaluate_candidates(schedules, model, strategies, budgets_mb, None, tm, engine=engine)
+            candidates += evaluate_candidates(schedules, model, strategies, budgets_mb, deepgemm_version, tm,
+                                              engine=engine)
     return choose(candidates, free_gib, tm.source)
 
 
 def evaluate_candidates(schedules: list[Schedule], model: str = "glm-5",
                         strategies: tuple[str, ...] | None = None,
                         budgets_mb: tuple[float, ...] = DEFAULT_BUDGETS_MB,
-                        deepgemm_version: str = DEFAULT_DEEPGEMM_VERSION,
+                        deepgemm_version: str | None = None,
                         time_model: TimeModel | None = None,
                         temporaries: str | None = "deepgemm", engine=None) -> list[Candidate]:
     """Every strategy x budget over the schedules: modelled time, chunks and worst-step

@@ -14,10 +14,10 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 
 from ..memory import memory_report
-from ..padding import DEFAULT_DEEPGEMM_VERSION
-from ..plan import check_strategy, make_plan, strategy_budget_bytes
+from ..padding import get_rules
+from ..plan import check_layout, check_strategy, make_plan, strategy_budget_bytes
 from ..shapes import GIB, MIB, budget_bytes_from_mb, free_bytes_from_gib, get_model
-from ..engines import get_engine, process_budget
+from ..engines import DEFAULT_ENGINE, get_engine, process_budget
 from ..workload import ClosedLoopWorkload, SchedulerConfig, StepBatch, check_source, scheduled_steps
 
 
@@ -32,6 +32,16 @@ def check_grid_values(strategies, budgets_mb, frees_gib) -> None:
         budget_bytes_from_mb(b)
     for f in frees_gib:
         free_bytes_from_gib(f)
+
+
+def check_engine_strategies(engines, strategies, deepgemm_version: str | None) -> None:
+    """ValueError, before any work, for a strategy an engine's DeepGEMM cannot run (kv-split
+    and fixed-shape need the full layout) or a DeepGEMM version that does not exist."""
+    if deepgemm_version is not None:
+        get_rules(deepgemm_version)
+    for engine in engines:
+        for strategy in strategies:
+            check_layout(strategy, deepgemm_of(engine, deepgemm_version, strategy), engine)
 
 
 def prefill_batches(workload: ClosedLoopWorkload, config: SchedulerConfig,
@@ -84,7 +94,7 @@ def worst_steps(
     strategy: str,
     budgets: list[int | None],
     model: str = "deepseek-v3.2",
-    deepgemm_version: str = DEFAULT_DEEPGEMM_VERSION,
+    deepgemm_version: str | None = None,
     padded: bool = True,
     workspace_tokens: int | None = None,
     topk_rows: int | None = None,
@@ -94,8 +104,9 @@ def worst_steps(
     """``worst_step`` for several budgets; a step's plan is reused for every budget
     inside the interval over which the planner's decisions do not change.
 
-    ``engine``: plan on that engine release (``make_plan(..., engine=...)``); its DeepGEMM
-    rules replace ``deepgemm_version``.
+    ``engine``: plan on that engine release (``make_plan(..., engine=...)``), on its own
+    DeepGEMM unless ``deepgemm_version`` names another (never for the ``engine`` strategy).
+    Without either: DeepGEMM 2.6 on vLLM's workspace.
 
     ``temporaries``: whose temporaries the memory model adds to each chunk:
     ``deepgemm`` (the H200 path that ``measure`` runs, the default),
@@ -113,7 +124,7 @@ def worst_steps(
             entry = known[k]
             if entry is None or not _in_interval(budget, entry[0]):
                 plan = make_plan(batch, strategy, budget, workspace_tokens, model,
-                                 None if engine is not None else deepgemm_version, padded, engine=engine)
+                                 None if strategy == "engine" else deepgemm_version, padded, engine=engine)
                 report = memory_report(plan, topk_rows=topk_rows, backend=temporaries)
                 entry = known[k] = (plan.budget_stable, plan.num_chunks, report.peak_transient,
                                     report.peak, plan.over_budget)
@@ -165,14 +176,16 @@ class FrontierGrid:
     max_num_batched_tokens: int = 8192
     max_num_seqs: int = 256
     long_prefill_token_threshold: int = 256
-    deepgemm_version: str = DEFAULT_DEEPGEMM_VERSION
+    # None: the engine's own DeepGEMM; a version: the project's strategies on that build instead
+    deepgemm_version: str | None = None
     padded: bool = True
     workload_source: str = "simulator"  # or "vllm": vLLM's own scheduler
     # whose temporaries each chunk adds: "deepgemm" (the H200 path), "reference", or None
     temporaries: str | None = "deepgemm"
     # plan on this engine release (its DeepGEMM, workspace, layout; the ``engine`` strategy:
-    # its own chunker at each budget, or at the budget it measures with the free memory)
-    engine: str | None = None
+    # its own chunker at each budget, or at the budget it measures with the free memory);
+    # default: the latest vLLM
+    engine: str = DEFAULT_ENGINE
 
     def __post_init__(self):
         get_model(self.model)
@@ -181,10 +194,8 @@ class FrontierGrid:
             raise ValueError(f"temporaries {self.temporaries!r}: must be one of "
                              f"{', '.join(str(t) for t in TEMPORARIES)}")
         check_grid_values(self.strategy, self.budget_mb, self.free_gib)
-        if self.engine is not None:
-            object.__setattr__(self, "engine", get_engine(self.engine).name)
-        elif "engine" in self.strategy:
-            raise ValueError("strategy 'engine': give the engine release (engine='vllm==0.19.0')")
+        object.__setattr__(self, "engine", get_engine(self.engine).name)
+        check_engine_strategies((self.engine,), self.strategy, self.deepgemm_version)
         for name in ("concurrency", "isl", "budget_mb", "strategy", "free_gib"):
             if not getattr(self, name):
                 raise ValueError(f"{name} is empty: the grid needs at least one value")
@@ -257,18 +268,18 @@ def frontier_rows(grid: FrontierGrid, progress=None, workers: int | None = 1):
 def frontier_row(grid: FrontierGrid, conc: int, isl: int, budget_mb: float, free_gib: float,
                  w: WorstStep, strategy: str | None = None) -> dict:
     free = free_bytes_from_gib(free_gib)
-    engine = get_engine(grid.engine) if grid.engine else None
+    engine = get_engine(grid.engine)
     row = {
         "mode": "model",
         "model": grid.model,
-        "engine": engine.name if engine else "",
+        "engine": engine.name,
         "concurrency": conc,
         "isl": isl,
         "osl": grid.osl,
         "shared_prefix": grid.shared_prefix,
         "max_num_batched_tokens": grid.max_num_batched_tokens,
         "long_prefill_token_threshold": grid.long_prefill_token_threshold,
-        "deepgemm_version": engine.deepgemm_rules if engine else grid.deepgemm_version,
+        "deepgemm_version": deepgemm_of(engine, grid.deepgemm_version, strategy),
         "padded_budget": grid.padded and strategy != "engine",
         "workload_source": grid.workload_source,
         "temporaries": grid.temporaries or "none",
@@ -280,6 +291,14 @@ def frontier_row(grid: FrontierGrid, conc: int, isl: int, budget_mb: float, free
     row["oom"] = w.peak_transient_bytes > free
     row["peak_transient_gib"] = w.peak_transient_bytes / GIB
     return row
+
+
+def deepgemm_of(engine, deepgemm_version: str | None, strategy: str | None) -> str:
+    """The DeepGEMM rules a strategy plans with on an engine: the engine's own, unless
+    another version is asked for (never for the ``engine`` strategy)."""
+    if deepgemm_version is None or strategy == "engine":
+        return get_engine(engine).deepgemm_rules
+    return deepgemm_version
 
 
 def format_bytes(n: int) -> str:

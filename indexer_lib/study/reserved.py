@@ -24,8 +24,8 @@ from dataclasses import asdict, dataclass
 
 from ..memory.allocator import CachingAllocatorModel, replay
 from ..memory import INT32_BYTES, MemoryReport, memory_report
-from ..plan import Plan, make_plan, merged_chunks
-from ..shapes import budget_bytes_from_mb, get_model
+from ..plan import Plan, merged_chunks, plan_at
+from ..shapes import get_model
 from ..workload import PrefillRequest, StepBatch, check_int
 
 STRATEGIES = ("vllm", "causal", "fixed-shape")
@@ -129,8 +129,8 @@ class StepReserved:
 
 
 def reserved_curve(strategy: str, steps: list[StepBatch], budget_mb: float = 512,
-                   model: str = "glm-5", deepgemm_version: str = "2.6",
-                   fixed_width: int | None = None, source: str = "model",
+                   model: str = "glm-5", deepgemm_version: str | None = None,
+                   fixed_width: int | None = None, source: str = "model", engine=None,
                    backend: str | None = "deepgemm", topk_rows: int | None = None,
                    include_inputs: bool = False, plan_fn=None, report_fn=None) -> list[StepReserved]:
     """Replay every step's allocations through one allocator; one row per step.
@@ -153,8 +153,7 @@ def reserved_curve(strategy: str, steps: list[StepBatch], budget_mb: float = 512
             plan = plan_fn(batch, strategy)
         else:
             options = {"fixed_width": fixed_width} if strategy == "fixed-shape" else {}
-            plan = make_plan(batch, strategy, budget_bytes_from_mb(budget_mb), model=model,
-                             deepgemm_version=deepgemm_version, **options)
+            plan = plan_at(batch, strategy, budget_mb, model, engine, deepgemm_version, **options)
         if source == "model":
             report = report_fn(plan) if report_fn is not None else \
                 memory_report(plan, topk_rows=topk_rows, backend=backend)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from . import frontier
 from ..memory import topk_buffer_bytes, workspace_bytes
-from ..padding import DEFAULT_DEEPGEMM_VERSION, get_rules
+from ..engines import DEFAULT_ENGINE, get_engine, process_budget
 from ..plan import make_plan, strategy_budget_bytes
 from ..shapes import GIB, free_bytes_from_gib, get_model
 from .results import git_state
@@ -50,9 +50,13 @@ class SweepGrid:
     max_num_seqs: tuple[int, ...] = (256,)
     long_prefill_token_threshold: tuple[int, ...] = (256,)
     async_scheduling: bool = False
-    deepgemm_version: str = DEFAULT_DEEPGEMM_VERSION
+    # None: each engine's own DeepGEMM; a version: the project's strategies on that build instead
+    deepgemm_version: str | None = None
     padded: bool = True
     workload_source: str = "simulator"
+    # engine releases (ENGINE==RELEASE; a bare vllm or sglang: its latest): each plans on its
+    # own DeepGEMM, workspace and layout; the ``engine`` strategy is its own chunker
+    engine: tuple[str, ...] = (DEFAULT_ENGINE,)
 
     def __post_init__(self):
         for f in fields(self):
@@ -71,8 +75,10 @@ class SweepGrid:
                 check_int(name, v, minimum)
         for m in self.model:
             frontier.check_isl(m, self.isl)
-        get_rules(self.deepgemm_version)
         check_source(self.workload_source)
+        # the releases' full names: a grid means the same whatever release is newest later
+        object.__setattr__(self, "engine", tuple(dict.fromkeys(get_engine(e).name for e in self.engine)))
+        frontier.check_engine_strategies(self.engine, self.strategy, self.deepgemm_version)
 
     def workloads(self):
         """(model, workload, scheduler config) for every workload of the grid, in order."""
@@ -89,7 +95,8 @@ class SweepGrid:
     @property
     def num_rows(self) -> int:
         n_workloads = sum(1 for _ in self.workloads())
-        return n_workloads * len(self.strategy) * len(self.budget_mb) * len(self.free_gib)
+        return (n_workloads * len(self.engine) * len(self.strategy) * len(self.budget_mb)
+                * len(self.free_gib))
 
 
 @dataclass(frozen=True)
@@ -148,10 +155,11 @@ def provenance(device: str) -> dict:
 
 # -- the grid's tasks ---------------------------------------------------------------
 
-def task_id(model, workload, config, strategy, budget_mb=None, free_gib=None) -> str:
+def task_id(model, workload, config, engine, strategy, budget_mb=None, free_gib=None) -> str:
     parts = [model, f"c{workload.concurrency}", f"isl{workload.isl}", f"osl{workload.osl}",
              f"prefix{workload.shared_prefix}", f"mnbt{config.max_num_batched_tokens}",
-             f"seqs{config.max_num_seqs}", f"thr{config.long_prefill_token_threshold}", strategy]
+             f"seqs{config.max_num_seqs}", f"thr{config.long_prefill_token_threshold}", engine,
+             strategy]
     if budget_mb is not None:
         parts.append(f"budget{budget_mb:g}")
     if free_gib is not None:
@@ -160,25 +168,23 @@ def task_id(model, workload, config, strategy, budget_mb=None, free_gib=None) ->
 
 
 def tasks(grid: SweepGrid, mode: str):
-    """(task id, model, workload, config, strategy, budgets, free GiBs) in grid order.
+    """(task id, model, workload, config, engine, strategy, budgets, free GiBs) in grid order.
 
     A model task covers every budget and free GiB of a workload x strategy (one
     schedule, plans shared across budgets); a trace task one budget; a measure
     task one budget and one free GiB, so each GPU run is durable on its own.
     """
     for model, workload, config in grid.workloads():
-        for strategy in grid.strategy:
+        for engine, strategy in itertools.product(grid.engine, grid.strategy):
+            head = (model, workload, config, engine, strategy)
             if mode == "model":
-                yield (task_id(model, workload, config, strategy), model, workload, config,
-                       strategy, grid.budget_mb, grid.free_gib)
+                yield (task_id(*head), *head, grid.budget_mb, grid.free_gib)
             elif mode == "trace":
                 for mb in grid.budget_mb:
-                    yield (task_id(model, workload, config, strategy, mb), model, workload,
-                           config, strategy, (mb,), grid.free_gib)
+                    yield (task_id(*head, mb), *head, (mb,), grid.free_gib)
             else:
                 for mb, free in itertools.product(grid.budget_mb, grid.free_gib):
-                    yield (task_id(model, workload, config, strategy, mb, free), model,
-                           workload, config, strategy, (mb,), (free,))
+                    yield (task_id(*head, mb, free), *head, (mb,), (free,))
 
 
 @functools.lru_cache(maxsize=256)  # dashboards replan the same schedules; bounded memory
@@ -187,25 +193,46 @@ def schedule_of(workload, config, source: str) -> frontier.Schedule:
     return frontier.Schedule(frontier.prefill_batches(workload, config, source))
 
 
-def base_row(grid, model, workload, config, strategy, budget_mb, free_gib, mode) -> dict:
+def measured_budget(engine: str, strategy: str) -> bool:
+    """Whether the strategy's budget is the one the engine measures from free memory (SGLang's
+    own chunker), rather than the grid's budget_mb."""
+    return strategy == "engine" and get_engine(engine).budget_rule.startswith("sglang")
+
+
+def budget_of(engine: str, strategy: str, budget_mb: float, free_gib: float) -> int | None:
+    """The logits budget a strategy plans with at one point of the grid."""
+    if measured_budget(engine, strategy):
+        return process_budget(engine, free_bytes_from_gib(free_gib))
+    return strategy_budget_bytes(strategy, budget_mb, engine)
+
+
+def plan_of(batch, strategy, budget_bytes, model, grid, engine):
+    """A step's plan on the grid's engine (on its own DeepGEMM unless the grid names one)."""
+    version = None if strategy == "engine" else grid.deepgemm_version
+    return make_plan(batch, strategy, budget_bytes, None, model, version, grid.padded, engine=engine)
+
+
+def base_row(grid, model, workload, config, engine, strategy, budget_mb, free_gib, mode) -> dict:
     return {
-        "mode": mode, "model": model, "concurrency": workload.concurrency, "isl": workload.isl,
+        "mode": mode, "model": model, "engine": engine, "concurrency": workload.concurrency,
+        "isl": workload.isl,
         "osl": workload.osl, "shared_prefix": workload.shared_prefix,
         "max_num_batched_tokens": config.max_num_batched_tokens,
         "max_num_seqs": config.max_num_seqs,
         "long_prefill_token_threshold": config.long_prefill_token_threshold,
         "async_scheduling": config.async_scheduling,
-        "workload_source": grid.workload_source, "deepgemm_version": grid.deepgemm_version,
-        "padded_budget": grid.padded, "strategy": strategy, "budget_mb": float(budget_mb),
+        "workload_source": grid.workload_source,
+        "deepgemm_version": frontier.deepgemm_of(engine, grid.deepgemm_version, strategy),
+        "padded_budget": grid.padded and strategy != "engine", "strategy": strategy,
+        "budget_mb": float(budget_mb),
         "free_gib": float(free_gib),
     }
 
 
-def worst_step_detail(schedule, w, strategy, model, grid, time_model) -> tuple[dict, object]:
+def worst_step_detail(schedule, w, engine, strategy, model, grid, time_model) -> tuple[dict, object]:
     """The plan of a worst step and what the tables report about it."""
     batch = next(b for b in schedule.batches if b.step == w.worst_step)
-    plan = make_plan(batch, strategy, w.budget_bytes, None, model, grid.deepgemm_version,
-                     grid.padded)
+    plan = plan_of(batch, strategy, w.budget_bytes, model, grid, engine)
     f = plan_features(plan)
     detail = {
         "budget_bytes": -1 if w.budget_bytes is None else w.budget_bytes,
@@ -222,47 +249,55 @@ def worst_step_detail(schedule, w, strategy, model, grid, time_model) -> tuple[d
     return detail, plan
 
 
-def model_task(grid, model, workload, config, strategy, budgets_mb, frees, time_model,
+def model_task(grid, model, workload, config, engine, strategy, budgets_mb, frees, time_model,
                prov) -> list[dict]:
     schedule = schedule_of(workload, config, grid.workload_source)
-    budgets = [strategy_budget_bytes(strategy, mb) for mb in budgets_mb]
-    outcomes = frontier.worst_steps(schedule, strategy, budgets, model=model,
-                                    deepgemm_version=grid.deepgemm_version, padded=grid.padded,
-                                    topk_rows=config.max_num_batched_tokens)
+    # the grid's budgets serve every free GiB, unless the engine measures its own from free memory
+    groups = [(f,) for f in frees] if measured_budget(engine, strategy) else [tuple(frees)]
     rows = []
-    for mb, w in zip(budgets_mb, outcomes):
-        detail, _ = worst_step_detail(schedule, w, strategy, model, grid, time_model)
-        for free in frees:
-            row = base_row(grid, model, workload, config, strategy, mb, free, "model")
-            row.update(detail)
-            row.update(peak_bytes=w.peak_bytes, peak_transient_bytes=w.peak_transient_bytes,
-                       oom=w.peak_transient_bytes > free_bytes_from_gib(free), time_ms=None,
-                       error=None, **prov)
-            rows.append(row)
+    for group in groups:
+        budgets = [budget_of(engine, strategy, mb, group[0]) for mb in budgets_mb]
+        outcomes = frontier.worst_steps(schedule, strategy, budgets, model=model,
+                                        deepgemm_version=grid.deepgemm_version, padded=grid.padded,
+                                        topk_rows=config.max_num_batched_tokens, engine=engine)
+        for mb, w in zip(budgets_mb, outcomes):
+            detail, _ = worst_step_detail(schedule, w, engine, strategy, model, grid, time_model)
+            for free in group:
+                row = base_row(grid, model, workload, config, engine, strategy, mb, free, "model")
+                row.update(detail)
+                row.update(peak_bytes=w.peak_bytes, peak_transient_bytes=w.peak_transient_bytes,
+                           oom=w.peak_transient_bytes > free_bytes_from_gib(free), time_ms=None,
+                           error=None, **prov)
+                rows.append(row)
     return rows
 
 
-def _model_worst(grid, model, workload, config, strategy, budget_mb, time_model, backend):
+def _model_worst(grid, model, workload, config, engine, strategy, budget_bytes, time_model, backend):
     """The modelled worst step, counting the temporaries of the backend that will run it."""
     schedule = schedule_of(workload, config, grid.workload_source)
-    w = frontier.worst_step(schedule, strategy, strategy_budget_bytes(strategy, budget_mb), model=model,
+    w = frontier.worst_step(schedule, strategy, budget_bytes, model=model,
                             deepgemm_version=grid.deepgemm_version, padded=grid.padded,
-                            topk_rows=config.max_num_batched_tokens, temporaries=backend)
-    return worst_step_detail(schedule, w, strategy, model, grid, time_model)
+                            topk_rows=config.max_num_batched_tokens, temporaries=backend,
+                            engine=engine)
+    return worst_step_detail(schedule, w, engine, strategy, model, grid, time_model)
 
 
-def trace_task(grid, settings, model, workload, config, strategy, budgets_mb, frees,
+def trace_task(grid, settings, model, workload, config, engine, strategy, budgets_mb, frees,
                time_model, prov) -> list[dict]:
     from ..run.tracer import trace  # torch: only trace mode needs it
 
     (mb,) = budgets_mb
-    detail, plan = _model_worst(grid, model, workload, config, strategy, mb, time_model,
-                                 settings.backend)
-    result = trace(plan, topk_rows=config.max_num_batched_tokens, backend=settings.backend)
-    traced, transient = int(result.peak_bytes), int(result.peak_transient)
+    traced_by_budget = {}  # one trace per distinct budget (SGLang's depends on free memory)
     rows = []
     for free in frees:
-        row = base_row(grid, model, workload, config, strategy, mb, free, "trace")
+        budget = budget_of(engine, strategy, mb, free)
+        if budget not in traced_by_budget:
+            detail, plan = _model_worst(grid, model, workload, config, engine, strategy, budget,
+                                         time_model, settings.backend)
+            result = trace(plan, topk_rows=config.max_num_batched_tokens, backend=settings.backend)
+            traced_by_budget[budget] = detail, int(result.peak_bytes), int(result.peak_transient)
+        detail, traced, transient = traced_by_budget[budget]
+        row = base_row(grid, model, workload, config, engine, strategy, mb, free, "trace")
         row.update(detail)
         row.update(peak_bytes=traced, peak_transient_bytes=transient,
                    oom=transient > free_bytes_from_gib(free), time_ms=None, error=None, **prov)
@@ -336,13 +371,13 @@ class Measurer:
             del ballast, inputs, run
 
 
-def measure_task(grid, settings, measurer, model, workload, config, strategy, budgets_mb,
+def measure_task(grid, settings, measurer, model, workload, config, engine, strategy, budgets_mb,
                  frees, time_model, prov) -> list[dict]:
     (mb,), (free,) = budgets_mb, frees
-    detail, plan = _model_worst(grid, model, workload, config, strategy, mb, time_model,
-                                 settings.backend)
+    detail, plan = _model_worst(grid, model, workload, config, engine, strategy,
+                                 budget_of(engine, strategy, mb, free), time_model, settings.backend)
     result = measurer.run(plan, free, config.max_num_batched_tokens)
-    row = base_row(grid, model, workload, config, strategy, mb, free, "measure")
+    row = base_row(grid, model, workload, config, engine, strategy, mb, free, "measure")
     row.update(detail)
     peak = result.get("measured_peak_bytes")
     row.update(peak_bytes=peak, peak_transient_bytes=peak, oom=result["oom"],
@@ -407,10 +442,10 @@ def run(grid: SweepGrid, out: str | Path, settings: RunSettings = RunSettings(),
         bar = tqdm(total=total, initial=len(store.done), desc=f"sweep ({settings.mode})",
                    unit="task", disable=not progress)
         prov = provenance(device_name)
-        for tid, model, workload, config, strategy, budgets_mb, frees in tasks(grid, settings.mode):
+        for tid, *task in tasks(grid, settings.mode):
             if tid in store.done:
                 continue
-            args = (model, workload, config, strategy, budgets_mb, frees, time_model)
+            args = (*task, time_model)
             if settings.mode == "model":
                 rows = model_task(grid, *args, prov)
             elif settings.mode == "trace":

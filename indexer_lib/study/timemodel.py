@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..plan import Chunk, Plan, make_plan, strategy_budget_bytes
+from ..plan import Chunk, Plan, plan_at
 from ..refdata import data_path, number, read_rows
 from ..shapes import K_SCALE_BYTES, get_model
 from ..workload import StepBatch
@@ -201,12 +201,11 @@ def overhead_table(batch: StepBatch, strategies, budgets_mb, model: str,
     from ..memory import memory_report
 
     tm = time_model or TimeModel.published()
-    base_ms = tm.plan_ms(make_plan(batch, "n-only", None, model=model, **plan_options))
+    base_ms = tm.plan_ms(plan_at(batch, "n-only", 0, model, **plan_options))
     rows = []
     for strategy in strategies:
         for mb in budgets_mb:
-            budget = strategy_budget_bytes(strategy, mb)
-            plan = make_plan(batch, strategy, budget, model=model, **plan_options)
+            plan = plan_at(batch, strategy, mb, model, **plan_options)
             f = plan_features(plan)
             ms = tm.features_ms(f)
             rows.append({
