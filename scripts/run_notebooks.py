@@ -12,6 +12,7 @@ a notebook that fails is reported in one line, exit 1.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import time
 from pathlib import Path
@@ -79,8 +80,22 @@ def notebook_parameters(spec: dict, name: str, out_dir: Path) -> dict:
     return params
 
 
+class _PapermillGuesses(logging.Filter):
+    """Drops papermill's guesses about the parameters cell: it cannot read a line with two
+    '=' (``engine = "vllm==0.32.0"``) and then calls the parameter unknown.  Every
+    parameter is checked here before a kernel starts (``notebook_parameters``), and an
+    unknown or bad one stops the run with one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not message.startswith(("Unable to parse line", "Passed unknown parameter"))
+
+
 def run(params_file: Path, run_name: str | None, results: Path, only: list[str]) -> int:
     import papermill as pm
+
+    for logger in ("papermill", "papermill.translators"):
+        logging.getLogger(logger).addFilter(_PapermillGuesses())
 
     spec = load_run(params_file)
     run_name = run_name or spec.get("run_name") or params_file.stem

@@ -142,25 +142,34 @@ def test_frontier_dashboard_follows_its_controls(lab_page, notebook_parameters, 
     shown1 = wait_for_outputs(lab_page, dash, cells1, digest1 if same_png else None, shown0)
     assert dash.readout("budget (MiB)") == "64"
 
-    # 2. the strategy dropdown: no budget at all
-    dash.choose("strategy", "n-only")
-    here.controls["strategy"].value = "n-only"
+    # 2. the engine dropdown: the latest vLLM (the default) -> a release from before the
+    # logits budget, whose own chunker bounds only the workspace
+    assert dash.control("widget-dropdown", "engine").locator("select").input_value() == "vllm==0.33.0"
+    dash.choose("engine", "vllm==0.18.1")
+    here.controls["engine"].value = "vllm==0.18.1"
     cells2, digest2 = expected()
-    assert here.table["OOM points"].sum() > 0  # unbudgeted: concurrency 64 x 10K OOMs
+    assert here.table["OOM points"].sum() > 0  # no budget: concurrency 64 x 10K OOMs
     shown2 = wait_for_outputs(lab_page, dash, cells2, digest2 if same_png else None, shown1)
 
-    # 3. free GiB typed in: 12 GiB holds every point
+    # 3. the strategy dropdown: no budget at all (the same plans on that release; its title)
+    dash.choose("strategy", "n-only")
+    here.controls["strategy"].value = "n-only"
+    cells3, digest3 = expected()
+    assert here.table["OOM points"].sum() > 0
+    shown3 = wait_for_outputs(lab_page, dash, cells3, digest3 if same_png else None, shown2)
+
+    # 4. free GiB typed in: 12 GiB holds every point
     dash.type_readout("free GiB", "12")
     here.controls["free_gib"].value = 12.0
-    cells3, digest3 = expected()
+    cells4, digest4 = expected()
     assert here.table["OOM points"].sum() == 0
-    wait_for_outputs(lab_page, dash, cells3, digest3 if same_png else None, shown2)
+    wait_for_outputs(lab_page, dash, cells4, digest4 if same_png else None, shown3)
     assert "0 OOM" in page.locator(".widget-html-content", has_text="modelled;").inner_text()
 
     assert lab_page.stderr_outputs() == [] and lab_page.console_errors == [], (
         lab_page.stderr_outputs(), lab_page.console_errors)
     dash.image.scroll_into_view_if_needed()
     lab_page.screenshot(screenshot_dir / "01_oom_frontier.png")
-    print(f"01_oom_frontier: run in the browser in {run_seconds:.1f} s, then 3 control moves "
+    print(f"01_oom_frontier: run in the browser in {run_seconds:.1f} s, then 4 control moves "
           f"(figures byte-equal to the library's: {same_png}); "
           f"{time.perf_counter() - start:.1f} s in all")
