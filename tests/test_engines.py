@@ -7,6 +7,7 @@ engine=...)`` and ``EngineBudget``; ``bash scripts/install_engines.sh`` installs
 """
 from __future__ import annotations
 
+import ast
 import importlib.metadata
 import json
 import os
@@ -99,6 +100,14 @@ def test_the_eras_as_the_engines_ship_them():
     assert get_engine("vllm==0.19.0").dummy_logits_reservation and not get_engine("vllm==0.18.1").dummy_logits_reservation
 
 
+def test_the_profile_run_reserves_one_chunks_logits_from_vllm_0_19_0():
+    from indexer_lib.engines import profile_run_logits_bytes
+
+    assert profile_run_logits_bytes("vllm==0.18.1") == 0 == profile_run_logits_bytes("sglang==0.5.23")
+    assert profile_run_logits_bytes("vllm==0.19.0") == 512 * MIB == profile_run_logits_bytes("vllm")
+    assert profile_run_logits_bytes("vllm==0.33.0", 1024) == 1024 * MIB
+
+
 def test_the_engine_strategy_refuses_a_budget_the_engine_has_no_use_for():
     batch = StepBatch.from_lengths([256] * 32, [10240] * 32)
     with pytest.raises(ValueError, match="vllm==0.15.1 has no logits budget"):
@@ -116,6 +125,66 @@ def test_the_engine_strategy_refuses_a_budget_the_engine_has_no_use_for():
     assert make_plan(StepBatch.from_lengths([100], [3000]), "engine", None, engine="sglang").num_chunks == 1
     # no logits at all when every sequence fits the top-k
     assert make_plan(StepBatch.from_lengths([2048], [2048]), "engine", None, engine="sglang").chunks == ()
+
+
+# ------------------------------------------------ the chunk loops, read from the engines' own code
+
+def vllm_source(release: str) -> Path:
+    """The file holding vLLM ``release``'s prefill chunk loop (``sparse_attn_indexer``)."""
+    python = Path(vllm_python(release))
+    found = subprocess.run([str(python), "-c", "import importlib.util as u; "
+                            "print(u.find_spec('vllm').submodule_search_locations[0])"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    return Path(found) / "model_executor" / "layers" / "sparse_attn_indexer.py"
+
+
+def keeps_previous_chunk_alive(path: Path, function: str, name: str) -> bool:
+    """Whether ``function`` in ``path`` has a loop that binds ``name`` to a call's result
+    (a kernel's new logits) and never deletes it or sets it to None inside the loop: Python
+    evaluates the call, which allocates, before the old tensor loses its name."""
+    tree = ast.parse(path.read_text())
+    fn = next(n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+              and n.name == function)
+
+    def binds(node, value_ok):
+        return isinstance(node, ast.Assign) and value_ok(node.value) and any(
+            isinstance(t, ast.Name) and t.id == name for t in node.targets)
+
+    for loop in (n for n in ast.walk(fn) if isinstance(n, (ast.For, ast.While))):
+        body = list(ast.walk(loop))
+        rebinds = any(binds(n, lambda v: isinstance(v, ast.Call)) for n in body)
+        released = any(isinstance(n, ast.Delete) and any(isinstance(t, ast.Name) and t.id == name
+                                                         for t in n.targets) for n in body) or \
+            any(binds(n, lambda v: isinstance(v, ast.Constant) and v.value is None) for n in body)
+        if rebinds and not released:
+            return True
+    return False
+
+
+@pytest.mark.parametrize("release", ("0.15.1", "0.19.0", "0.33.0"))
+def test_vllms_chunk_loop_keeps_the_previous_chunks_logits_alive(release):
+    """Each chunk's ``logits = <kernel>(...)`` allocates before the previous chunk's logits lose
+    their name: two chunks' logits are alive at that moment, in every era checked."""
+    assert keeps_previous_chunk_alive(vllm_source(release), "sparse_attn_indexer", "logits")
+    assert get_engine(f"vllm=={release}").logits_alive == 2
+    for name in engine_names("vllm"):
+        assert get_engine(name).logits_alive == 2, name
+
+
+def test_the_loop_check_sees_a_release_that_frees_its_logits(tmp_path):
+    code = ("def sparse_attn_indexer(chunks):\n    for chunk in chunks:\n        logits = kernel(chunk)\n"
+            "        top_k(logits)\n        {free}\n")
+    for free, kept in (("pass", True), ("del logits", False), ("logits = None", False)):
+        path = tmp_path / "loop.py"
+        path.write_text(code.format(free=free))
+        assert keeps_previous_chunk_alive(path, "sparse_attn_indexer", "logits") is kept, free
+
+
+def test_sglangs_chunk_loop_keeps_the_previous_chunks_logits_alive():
+    path = Path(sglang_src()) / "sglang/srt/layers/attention/dsa/dsa_indexer.py"
+    assert keeps_previous_chunk_alive(path, "_get_topk_ragged", "logits_chunk")
+    assert not keeps_previous_chunk_alive(path, "_get_topk_ragged", "no_such_name")  # the check can fail
+    assert get_engine("sglang==0.5.23").logits_alive == 2
 
 
 # --------------------------------------------------------------------- what each release allocates
@@ -168,7 +237,7 @@ def test_the_tracer_equals_the_memory_model_for_every_profile(engine):
         traced = trace(plan)
         assert traced.peak_bytes == report.peak, (name, engine)
         assert traced.chunk_transient == [c.total for c in report.chunks], (name, engine)
-        if profile.logits_alive == 2 and plan.num_chunks > 1:  # SGLang keeps two chunks' logits
+        if profile.logits_alive == 2 and plan.num_chunks > 1:  # two chunks' logits alive at once
             assert report.peak_transient >= report.call + 2 * min(c.logits for c in report.chunks)
 
 
@@ -323,6 +392,11 @@ def test_where_each_release_runs_out_of_memory_on_the_field_deployments():
         assert not table[table["engine"] == engine]["oom"].any()
     v33, v19 = (table[table["engine"] == e]["peak_transient_gib"].to_numpy() for e in ("vllm==0.33.0", "vllm==0.19.0"))
     assert (v33 <= v19).all()
+    # 0.19.0's profile run reserves one chunk's logits (512 MiB); the worst step has two alive
+    busy = table[(table["engine"] == "vllm==0.19.0") & (table["concurrency"] == 64)].iloc[0]
+    assert busy["worst_chunks"] > 1 and busy["profile_run_logits_gib"] == 0.5
+    assert 0.5 <= busy["unreserved_gib"] and busy["peak_transient_gib"] >= 2 * 0.5
+    assert set(table[table["engine"] == "vllm==0.15.1"]["profile_run_logits_gib"]) == {0.0}
     fig = plots.release_frontier(table)
     assert len(fig.axes[0].get_legend().get_texts()) == 5
 

@@ -85,6 +85,17 @@ class EngineBudget:
         return self.cached
 
 
+def profile_run_logits_bytes(engine, value: float | None = None) -> int:
+    """What the release's profile (dummy) run allocates for the indexer's logits, so that the
+    KV cache is sized to leave it free: vLLM from 0.19.0 a ``torch.empty`` of
+    ``VLLM_SPARSE_INDEXER_MAX_LOGITS_MB`` (``value``; default the release's), one chunk's
+    worth; 0 for the releases whose profile run reserves no logits."""
+    profile = get_engine(engine)
+    if not profile.dummy_logits_reservation:
+        return 0
+    return budget_bytes_from_mb(profile.budget_default if value is None else value)
+
+
 def process_budget(engine, free_bytes: int | None = None, total_bytes: int | None = None,
                    mem_fraction_static: float | None = SGLANG_MEM_FRACTION_STATIC,
                    value: float | None = None) -> int | None:

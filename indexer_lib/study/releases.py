@@ -10,7 +10,7 @@ memory as the first reading (``mem_fraction_static`` as SGLang sets it on an H20
 """
 from __future__ import annotations
 
-from ..engines import get_engine, process_budget
+from ..engines import get_engine, process_budget, profile_run_logits_bytes
 from ..refdata import number, read_rows
 from ..shapes import GIB, MIB, free_bytes_from_gib, get_gpu, get_model
 from ..workload import ClosedLoopWorkload, SchedulerConfig
@@ -35,7 +35,10 @@ def deployments() -> dict[str, dict]:
 
 def release_rows(deployment: str, releases=ERA_RELEASES, free_gib: float | None = None) -> list[dict]:
     """One row per release x concurrency of a deployment: the worst step's transient peak,
-    its chunks and logits, and whether it fits the memory free (modelled)."""
+    its chunks and logits, and whether it fits the memory free (modelled).  ``unreserved_gib``:
+    how much of that peak the release's profile run did not reserve (it sizes the KV cache
+    around one chunk's logits, while two chunks' are alive at once), which must come out of
+    the headroom the KV cache leaves."""
     d = deployments()[deployment]
     free_gib = d["free_gib"] if free_gib is None else free_gib
     free = free_bytes_from_gib(free_gib)
@@ -56,7 +59,10 @@ def release_rows(deployment: str, releases=ERA_RELEASES, free_gib: float | None 
                 "budget_mib": None if budget is None else budget / MIB,
                 "worst_step": w.worst_step, "worst_rows": w.worst_rows, "worst_kv_tokens": w.worst_kv_tokens,
                 "worst_chunks": w.worst_chunks, "max_chunks": w.max_chunks,
-                "peak_transient_gib": w.peak_transient_bytes / GIB, "free_gib": free_gib,
+                "peak_transient_gib": w.peak_transient_bytes / GIB,
+                "profile_run_logits_gib": profile_run_logits_bytes(profile) / GIB,
+                "unreserved_gib": (w.peak_transient_bytes - profile_run_logits_bytes(profile)) / GIB,
+                "free_gib": free_gib,
                 "oom": w.peak_transient_bytes > free, "mode": "model",
             })
     return rows
