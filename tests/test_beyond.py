@@ -117,3 +117,28 @@ def test_auto_dashboard_follows_free_memory_and_deployment():
     assert dash.recommendation.best.budget_mb == 64
     dash.controls["deployment"].value = "long"
     assert dash.updates == 3 and len(dash.image.value) > 1000
+
+
+def test_auto_dashboard_changes_engine_release():
+    from indexer_lib.notebook.widgets import AutoDashboard
+
+    deployments = {"small": ([ClosedLoopWorkload(8, 4096, 8)], 2.63)}
+    dash = AutoDashboard(deployments, budgets_mb=(64, 512), engine="vllm==0.32.0",
+                         engines=("vllm==0.33.0", "sglang==0.5.23"))
+    assert list(dash.controls["engine"].options) == ["vllm==0.32.0", "vllm==0.33.0", "sglang==0.5.23"]
+    strategies = {c.strategy for c in dash.recommendation.candidates}
+    assert {"engine", "kv-split", "fixed-shape"} <= strategies  # its own knob and ours
+    assert {c.engine for c in dash.recommendation.candidates} == {"vllm==0.32.0"}
+    dash.controls["engine"].value = "vllm==0.33.0"
+    # DeepGEMM 2.8 has only the compressed layout: kv-split and fixed-shape are not candidates
+    strategies = {c.strategy for c in dash.recommendation.candidates}
+    assert "engine" in strategies and not strategies & set(BEYOND)
+    assert {c.engine for c in dash.recommendation.candidates} == {"vllm==0.33.0"}
+    assert "vllm==0.33.0" in dash.html.value or "VLLM_SPARSE" in dash.html.value
+    dash.controls["engine"].value = "sglang==0.5.23"
+    rec = dash.recommendation
+    assert {c.engine for c in rec.candidates} == {"sglang==0.5.23"}
+    if rec.best.strategy == "vllm":  # vLLM's chunker on SGLang: not a vLLM setting
+        assert rec.deploy_line.endswith("on sglang==0.5.23") and "VLLM_SPARSE" not in rec.deploy_line
+    dash.controls["engine"].value = "vllm==0.32.0"
+    assert dash.auto is dash.by_engine["vllm==0.32.0"]  # evaluated once, then kept

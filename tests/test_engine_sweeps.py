@@ -144,3 +144,15 @@ def test_plan_and_run_default_to_the_latest_vllm_and_its_own_chunker(capsys):
     result = json.loads(out)
     assert code == 0 and result["engine"] == "vllm==0.15.1" and result["strategy"] == "engine"
     assert result["deepgemm_version"] == "2.1" and result["peak_bytes_traced"] == result["peak_bytes_model"]
+
+
+def test_the_deploy_line_names_vllms_setting_only_on_a_vllm_release_that_has_it():
+    from indexer_lib.study.auto import Candidate, Recommendation
+
+    def line(engine):
+        best = Candidate("vllm", 512, False, 1.0, 3, 2**20, True, engine)
+        return Recommendation(best, 2**30, "modelled", (best,)).deploy_line
+
+    assert line(None) == line("vllm==0.19.0") == "VLLM_SPARSE_INDEXER_MAX_LOGITS_MB=512"
+    assert line("sglang==0.5.23") == "indexer-lab strategy=vllm budget_mb=512 (unpadded logits budget) on sglang==0.5.23"
+    assert line("vllm==0.15.1").endswith("on vllm==0.15.1")  # no such setting before 0.19.0

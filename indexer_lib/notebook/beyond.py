@@ -100,10 +100,15 @@ class AutoDeployments:
                  scheduler: SchedulerConfig | None = None, time_model: TimeModel | None = None,
                  deepgemm_version: str | None = None, engine=None):
         self.deployments = deployments or DEPLOYMENTS
+        self.engine = None if engine is None else get_engine(engine).name
         self.model = model
         self.tm = time_model or TimeModel.published()
         scheduler = scheduler or SchedulerConfig(long_prefill_token_threshold=256,
                                                  block_size=get_model(model).kv_block)
+        # to evaluate the same deployments on another engine release (``on_engine``)
+        self.options = dict(deployments=self.deployments, model=model, budgets_mb=tuple(budgets_mb),
+                            strategies=strategies, scheduler=scheduler, time_model=self.tm,
+                            deepgemm_version=deepgemm_version)
         self.candidates = {}
         for name, (mix, _) in self.deployments.items():
             schedules = [Schedule(prefill_batches(w, scheduler)) for w in mix]
@@ -113,6 +118,12 @@ class AutoDeployments:
                 # the release's own knob too, where its budget does not move with free memory
                 self.candidates[name] += engine_candidates(schedules, engine, 0, model, tuple(budgets_mb),
                                                            time_model=self.tm)
+
+    def on_engine(self, engine) -> "AutoDeployments":
+        """The same deployments and options, evaluated on another engine release."""
+        if engine is not None and get_engine(engine).name == self.engine:
+            return self
+        return AutoDeployments(**self.options, engine=engine)
 
     def recommend(self, name: str, free_gib: float | None = None):
         free = self.deployments[name][1] if free_gib is None else free_gib

@@ -125,16 +125,18 @@ class FrontierDashboard:
 
 
 class AutoDashboard:
-    """auto's recommendation per deployment as free memory moves (modelled).
+    """auto's recommendation per deployment as free memory moves (modelled), on an engine
+    release picked from ``engines`` (if given).
 
-    Candidates are evaluated once per deployment (``beyond.AutoDeployments``); moving
-    the free-memory slider only re-filters them, so every move is instant."""
+    Candidates are evaluated once per deployment and engine (``beyond.AutoDeployments``);
+    moving the free-memory slider only re-filters them, so every move is instant."""
 
-    def __init__(self, deployments=None, free_gib: float | None = None, **auto_options):
+    def __init__(self, deployments=None, free_gib: float | None = None, engines=None, **auto_options):
         from .beyond import AutoDeployments
 
         self.auto = deployments if isinstance(deployments, AutoDeployments) else \
             AutoDeployments(deployments, **auto_options)
+        self.by_engine = {self.auto.engine: self.auto}
         names = list(self.auto.deployments)
         first_free = self.auto.deployments[names[0]][1] if free_gib is None else free_gib
         style = {"description_width": "initial"}
@@ -144,6 +146,12 @@ class AutoDashboard:
             "free_gib": w.FloatSlider(value=first_free, min=0.25, max=16.0, step=0.05,
                                       description="free GiB", style=style),
         }
+        if engines:
+            options = list(dict.fromkeys(get_engine(e).name for e in engines))
+            if self.auto.engine is not None and self.auto.engine not in options:
+                options.insert(0, self.auto.engine)
+            self.controls["engine"] = w.Dropdown(options=options, value=self.auto.engine or options[0],
+                                                 description="engine", style=style)
         self.image = w.Image(format="png")
         self.html = w.HTML()
         self.recommendation = None
@@ -153,10 +161,16 @@ class AutoDashboard:
         self.update()
 
     def update(self) -> None:
+        if "engine" in self.controls:  # another release: evaluated once, then kept
+            engine = self.controls["engine"].value
+            if engine not in self.by_engine:
+                self.by_engine[engine] = self.auto.on_engine(engine)
+            self.auto = self.by_engine[engine]
         name, free = self.controls["deployment"].value, round(self.controls["free_gib"].value, 4)
         frame, rec = self.auto.candidates_frame(name, free)
         self.recommendation = rec
-        fig = plots.auto_candidates(frame, rec.free_bytes, f"\n({name}, {free:g} GiB free)")
+        on = f" on {self.auto.engine}" if self.auto.engine else ""
+        fig = plots.auto_candidates(frame, rec.free_bytes, f"\n({name}{on}, {free:g} GiB free)")
         self.image.value = figure_png(fig)
         self.html.value = (f"<code>{rec.deploy_line}</code><br>margin to the OOM frontier: "
                            f"{rec.margin_bytes / 2**20:.0f} MiB; {rec.best.total_ms:.1f} ms over the mix "

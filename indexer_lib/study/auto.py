@@ -12,7 +12,8 @@ from dataclasses import dataclass, replace
 from ..engines import SGLANG_MEM_FRACTION_STATIC, get_engine, process_budget
 from .frontier import Schedule, prefill_batches
 from ..memory import memory_report
-from ..plan import STRATEGIES, make_plan
+from ..padding import DEFAULT_DEEPGEMM_VERSION
+from ..plan import STRATEGIES, check_layout, make_plan
 from ..shapes import MIB, budget_bytes_from_mb, free_bytes_from_gib, get_gpu, get_model
 from .timemodel import TimeModel, plan_features
 from ..workload import ClosedLoopWorkload, SchedulerConfig
@@ -62,10 +63,12 @@ class Recommendation:
             if b.setting is None:
                 return f"{engine.name}: no logits budget to set (upgrade to a release with one to bound it)"
             return engine.deploy_line(b.setting)
-        if b.strategy == "vllm" and not b.padded:
+        vllm_knob = b.engine is None or get_engine(b.engine).budget_env == "VLLM_SPARSE_INDEXER_MAX_LOGITS_MB"
+        if b.strategy == "vllm" and not b.padded and vllm_knob:
             return f"VLLM_SPARSE_INDEXER_MAX_LOGITS_MB={b.budget_mb:g}"
+        on = f" on {b.engine}" if b.engine else ""
         return (f"indexer-lab strategy={b.strategy} budget_mb={b.budget_mb:g} "
-                f"({'padded' if b.padded else 'unpadded'} logits budget)")
+                f"({'padded' if b.padded else 'unpadded'} logits budget){on}")
 
     def summary(self) -> str:
         b = self.best
@@ -127,7 +130,9 @@ def evaluate_candidates(schedules: list[Schedule], model: str = "glm-5",
     evaluation serves every free-memory level.  ``temporaries``: whose per-chunk
     temporaries the memory model adds (default: the H200 path's, as the frontier)."""
     tm = time_model or TimeModel.from_data()
-    strategies = strategies or tuple(s for s in STRATEGIES if s != "n-only")
+    if not strategies:  # every budgeted strategy the DeepGEMM build can run
+        version = deepgemm_version or (DEFAULT_DEEPGEMM_VERSION if engine is None else get_engine(engine).deepgemm_rules)
+        strategies = tuple(s for s in STRATEGIES if s != "n-only" and _runs_on(s, version))
     name = None if engine is None else get_engine(engine).name
     candidates = []
     for strategy in strategies:
@@ -139,6 +144,14 @@ def evaluate_candidates(schedules: list[Schedule], model: str = "glm-5",
                 engine=engine))
             candidates.append(Candidate(strategy, mb, padded, *totals, False, name))
     return candidates
+
+
+def _runs_on(strategy: str, deepgemm_version: str) -> bool:
+    try:
+        check_layout(strategy, deepgemm_version)
+    except ValueError:
+        return False
+    return True
 
 
 def _over_schedules(schedules: list[Schedule], tm: TimeModel, temporaries, plan_of) -> tuple[float, int, int]:
