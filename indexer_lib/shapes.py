@@ -5,6 +5,7 @@ what torch reports as ``total_memory`` for an H200 (139.8 GiB).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 GIB = 2**30
@@ -73,8 +74,10 @@ def free_bytes_from_gib(free_gib: float) -> int:
     This is memory free at run time, after the engine has loaded weights, sized
     its KV cache and reserved its persistent indexer buffers (as vLLM does).
     """
-    if not isinstance(free_gib, (int, float)) or isinstance(free_gib, bool) or free_gib < 0:
+    if not isinstance(free_gib, (int, float)) or isinstance(free_gib, bool) or not free_gib >= 0:
         raise ValueError(f"free memory {free_gib!r} GiB: must be a number >= 0")
+    if not math.isfinite(free_gib):
+        raise ValueError(f"free memory {free_gib!r} GiB: must be a finite number")
     return int(free_gib * GIB)
 
 
@@ -84,4 +87,6 @@ def budget_bytes_from_mb(budget_mb: float) -> int:
         raise ValueError(f"budget {budget_mb!r} MB: must be a number > 0")
     if not budget_mb > 0:
         raise ValueError(f"budget {budget_mb!r} MB: must be > 0")
+    if not math.isfinite(budget_mb):
+        raise ValueError(f"budget {budget_mb!r} MB: must be a finite number")
     return max(1, round(budget_mb * MIB))

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 
 from ..engines import DEFAULT_ENGINE, SGLANG_MEM_FRACTION_STATIC, get_engine
-from .common import UsageError, number_list, str_list
+from .common import UsageError, finite_float, fraction, number_list, str_list
 from ..shapes import MIB, MODELS
 from ..workload import ClosedLoopWorkload, SchedulerConfig
 
@@ -37,7 +37,7 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("auto", help="choose the fastest strategy and budget that never OOMs "
                                            "over a workload mix (modelled)")
     p.add_argument("--model", default="glm-5", help=f"one of {', '.join(MODELS)}")
-    p.add_argument("--free-gib", type=float, required=True,
+    p.add_argument("--free-gib", type=finite_float, required=True,
                    help="memory free for the indexer's transients at run time (GiB)")
     p.add_argument("--workload", action="append", required=True,
                    help="CONCURRENCYxISLxOSL[xSHARED_PREFIX]; repeat for a mix")
@@ -53,7 +53,7 @@ def register(subparsers) -> None:
                    help="tune this engine release's own knob (vllm==0.19.0: VLLM_SPARSE_INDEXER_MAX_LOGITS_MB; "
                         "sglang==0.5.23: SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION; default: the latest vLLM, "
                         f"{get_engine(DEFAULT_ENGINE).name}); --strategies adds ours on it")
-    p.add_argument("--mem-fraction-static", type=float, default=SGLANG_MEM_FRACTION_STATIC,
+    p.add_argument("--mem-fraction-static", type=fraction, default=SGLANG_MEM_FRACTION_STATIC,
                    help="SGLang: the server's --mem-fraction-static, which caps its budget "
                         f"(default {SGLANG_MEM_FRACTION_STATIC}: SGLang's own choice on an H200)")
     p.add_argument("--data-dir", default=None,

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 
 from ..engines import DEFAULT_ENGINE, SGLANG_MEM_FRACTION_STATIC, get_engine, process_budget
 from ..padding import DEEPGEMM_RULES
@@ -25,13 +26,29 @@ def int_list(text: str) -> list[int]:
     return values
 
 
+def finite_float(text: str) -> float:
+    """A number option: argparse's float, but inf and nan are refused (no option means them)."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text.strip()!r} is not a number") from None
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"{text.strip()!r} is not a finite number")
+    return v
+
+
+def fraction(text: str) -> float:
+    """A fraction option such as SGLang's --mem-fraction-static: a finite number in [0, 1]."""
+    v = finite_float(text)
+    if not 0 <= v <= 1:
+        raise argparse.ArgumentTypeError(f"{text.strip()!r} is not a fraction in [0, 1]")
+    return v
+
+
 def number_list(text: str) -> list[float]:
     values = []
     for item in text.split(","):
-        try:
-            v = float(item)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{item.strip()!r} is not a number") from None
+        v = finite_float(item)
         values.append(int(v) if v.is_integer() else v)
     return values
 
@@ -49,12 +66,12 @@ def add_batch_options(p: argparse.ArgumentParser) -> None:
                    help="the engine release planned on (its chunker, DeepGEMM, workspace and layout), "
                         "e.g. vllm==0.15.1 or sglang==0.5.23; a bare vllm or sglang: its latest "
                         f"(default: the latest vLLM, {get_engine(DEFAULT_ENGINE).name})")
-    p.add_argument("--free-gib", type=float,
+    p.add_argument("--free-gib", type=finite_float,
                    help="SGLang: GPU memory free when the engine measures its logits budget (GiB)")
-    p.add_argument("--mem-fraction-static", type=float, default=SGLANG_MEM_FRACTION_STATIC,
+    p.add_argument("--mem-fraction-static", type=fraction, default=SGLANG_MEM_FRACTION_STATIC,
                    help="SGLang: the server's --mem-fraction-static, which caps its budget "
                         f"(default {SGLANG_MEM_FRACTION_STATIC}: SGLang's own choice on an H200)")
-    p.add_argument("--budget-mb", type=float, help="logits budget in MiB (fractions allowed)")
+    p.add_argument("--budget-mb", type=finite_float, help="logits budget in MiB (fractions allowed)")
     p.add_argument("--budget-bytes", type=int, help="logits budget in bytes")
     p.add_argument("--workspace-tokens", type=int, help="K gather workspace (default 40 x max_model_len)")
     p.add_argument("--query-lens", type=int_list, required=True, help="comma-separated, one per request")

@@ -32,6 +32,11 @@ def register(subparsers) -> None:
     f.add_argument("--engine", default=g.engine,
                    help="plan on this engine release (vllm==0.19.0, sglang==0.5.23; default: the latest "
                         f"vLLM, {g.engine}); --strategy engine is its own chunker")
+    f.add_argument("--temporaries", default="deepgemm", choices=("deepgemm", "reference", "none"),
+                   help="whose per-chunk temporaries the peaks count: the H200 path (deepgemm, default), "
+                        "the CPU reference executor, or none (logits and metadata only)")
+    f.add_argument("--workers", type=int, default=1,
+                   help="processes to spread the workloads over (0: one per CPU; default 1)")
     f.add_argument("--out", default="results/frontier/frontier.csv",
                    help="table to write (.csv or .parquet)")
     f.set_defaults(func=cmd_frontier)
@@ -49,13 +54,16 @@ def cmd_frontier(args) -> int:
         long_prefill_token_threshold=args.long_prefill_token_threshold,
         deepgemm_version=args.deepgemm_version, padded=not args.no_padding,
         workload_source=args.workload_source, engine=args.engine,
+        temporaries=None if args.temporaries == "none" else args.temporaries,
     )
+    if args.workers < 0:
+        raise UsageError(f"--workers {args.workers}: must be >= 0 (0: one per CPU)")
     for isl in grid.isl:
         if grid.shared_prefix > isl:
             raise UsageError(f"--shared-prefix {grid.shared_prefix} > --isl {isl}: "
                              "the shared prefix is part of the prompt")
     start = time.perf_counter()
-    rows = list(frontier_rows(grid))
+    rows = list(frontier_rows(grid, workers=args.workers or None))
     elapsed = time.perf_counter() - start
     path = write_table(rows, args.out)
     print_frontier_summary(rows, grid)

@@ -26,6 +26,33 @@ def register(subparsers) -> None:
     p.set_defaults(func=cmd_run)
 
 
+def device_bytes(device: str) -> int:
+    """What one allocation on the device can hold at most: the machine's memory (cpu), the
+    GPU's (cuda), or what torch can size at all (meta)."""
+    import os
+
+    import torch
+
+    if device == "cpu":
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if device == "cuda":
+        return torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+    return 1 << 62
+
+
+def check_fits_device(plan, args) -> None:
+    """UsageError, before any tensor, for a plan whose buffers the device cannot hold (a huge
+    --workspace-tokens, --topk or --topk-rows)."""
+    from ..memory import memory_report
+
+    report = memory_report(plan, topk_rows=args.topk_rows, topk=args.topk, backend=None)
+    limit = device_bytes(args.device)
+    if report.peak > limit:
+        raise UsageError(f"the plan needs {report.peak} bytes ({format_bytes(report.peak)}) on {args.device}, "
+                         f"more than it holds ({format_bytes(limit)}): check --workspace-tokens, --topk "
+                         "and --topk-rows")
+
+
 def cmd_run(args) -> int:
     import numpy as np
     import torch
@@ -44,6 +71,7 @@ def cmd_run(args) -> int:
     if args.device == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda: no CUDA device here (torch.cuda.is_available() is False)")
     plan = plan_from_args(args)
+    check_fits_device(plan, args)
 
     out = {"strategy": plan.strategy, "engine": plan.engine, "model": plan.model,
            "deepgemm_version": plan.deepgemm_version,

@@ -28,6 +28,9 @@ SGLANG_MEM_FRACTION_STATIC = 0.9
 def sglang_static_budget(total_bytes: int, mem_fraction_static: float | None, fraction: float) -> int:
     """SGLang's budget from configuration alone (``mqa_logits_static_budget_bytes``)."""
     total_budget = int(total_bytes * SGLANG_TOTAL_FRACTION)
+    if mem_fraction_static is not None and not 0 <= mem_fraction_static <= 1:
+        raise ValueError(f"mem_fraction_static {mem_fraction_static!r}: must be a fraction in [0, 1] "
+                         "(SGLang's --mem-fraction-static)")
     if mem_fraction_static is None:
         budget = total_budget
     else:

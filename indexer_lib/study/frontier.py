@@ -18,7 +18,8 @@ from ..padding import get_rules
 from ..plan import check_layout, check_strategy, make_plan, strategy_budget_bytes
 from ..shapes import GIB, MIB, budget_bytes_from_mb, free_bytes_from_gib, get_model
 from ..engines import DEFAULT_ENGINE, get_engine, process_budget
-from ..workload import ClosedLoopWorkload, SchedulerConfig, StepBatch, check_source, scheduled_steps
+from ..workload import (MAX_CONCURRENCY, MAX_OSL, ClosedLoopWorkload, SchedulerConfig, StepBatch, check_int,
+                        check_source, scheduled_steps)
 
 
 TEMPORARIES = ("deepgemm", "reference", None)
@@ -155,6 +156,14 @@ def worst_step(batches: list[StepBatch] | Schedule, strategy: str, budget_bytes:
     return worst_steps(batches, strategy, [budget_bytes], **kwargs)[0]
 
 
+def check_workload_axes(concurrencies, osls) -> None:
+    """ValueError, before any work, for a concurrency or OSL the simulator refuses."""
+    for c in concurrencies:
+        check_int("concurrency", c, 1, MAX_CONCURRENCY)
+    for o in osls:
+        check_int("osl", o, 1, MAX_OSL)
+
+
 def check_isl(model: str, isls) -> None:
     """ValueError for a prompt longer than the model serves."""
     max_len = get_model(model).max_model_len
@@ -199,6 +208,7 @@ class FrontierGrid:
         for name in ("concurrency", "isl", "budget_mb", "strategy", "free_gib"):
             if not getattr(self, name):
                 raise ValueError(f"{name} is empty: the grid needs at least one value")
+        check_workload_axes(self.concurrency, (self.osl,))
         check_isl(self.model, self.isl)
 
     @property

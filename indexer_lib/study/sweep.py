@@ -73,6 +73,7 @@ class SweepGrid:
                               ("long_prefill_token_threshold", 0)):
             for v in getattr(self, name):
                 check_int(name, v, minimum)
+        frontier.check_workload_axes(self.concurrency, self.osl)
         for m in self.model:
             frontier.check_isl(m, self.isl)
         check_source(self.workload_source)

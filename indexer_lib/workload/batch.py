@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-def check_int(name: str, value, minimum: int) -> int:
-    """A whole number >= minimum, or ValueError naming the value and the rule."""
+def check_int(name: str, value, minimum: int, maximum: int | None = None) -> int:
+    """A whole number >= minimum (and <= maximum), or ValueError naming the value and the rule."""
     if isinstance(value, bool) or not isinstance(value, int):
         if isinstance(value, float) and value.is_integer():
             value = int(value)
@@ -18,6 +18,8 @@ def check_int(name: str, value, minimum: int) -> int:
             raise ValueError(f"{name} {value!r}: must be a whole number >= {minimum}")
     if value < minimum:
         raise ValueError(f"{name} {value!r}: must be a whole number >= {minimum}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} {value!r}: must be at most {maximum}")
     return value
 
 

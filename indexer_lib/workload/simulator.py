@@ -35,6 +35,10 @@ class SchedulerConfig:
         check_int("num_kv_blocks", self.num_kv_blocks, 0)
 
 
+MAX_CONCURRENCY = 65_536  # requests in flight; engines schedule at most a few thousand at once
+MAX_OSL = 1 << 20  # output tokens per request; above every model's max_model_len
+
+
 @dataclass(frozen=True)
 class ClosedLoopWorkload:
     """C clients, each sending a prompt of ``isl`` tokens and waiting for ``osl``
@@ -47,9 +51,11 @@ class ClosedLoopWorkload:
     num_prompts: int | None = None  # default: two waves, 2 x concurrency
 
     def __post_init__(self):
-        check_int("concurrency", self.concurrency, 1)
+        # the simulator runs every request and every decode step: bounds that no deployment
+        # reaches keep a typo (an extra zero or ten) from running for hours
+        check_int("concurrency", self.concurrency, 1, MAX_CONCURRENCY)
         check_int("isl", self.isl, 1)
-        check_int("osl", self.osl, 1)
+        check_int("osl", self.osl, 1, MAX_OSL)
         check_int("shared_prefix", self.shared_prefix, 0)
         if self.shared_prefix > self.isl:
             raise ValueError(

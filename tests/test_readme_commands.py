@@ -1,0 +1,51 @@
+"""Every ``indexer-lab`` command line the README shows runs as written (in a scratch
+folder, so the tables it writes land there), and so does the DeepGEMM probe it names."""
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from indexer_lib.cli import main
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def readme_commands() -> list[str]:
+    """``indexer-lab ...`` lines of the README's bash blocks and inline code (an inline one may
+    wrap over lines); placeholders (``...``, ``X.Y.Z``) are not commands."""
+    text = README.read_text()
+    found = []
+    for block in re.findall(r"```bash\n(.*?)```", text, re.S):
+        found += [line.split("#")[0].strip() for line in block.splitlines()]
+    found += [" ".join(span.split()) for span in re.findall(r"`(indexer-lab [^`]+)`", text)]
+    commands = [c for c in found if c.startswith("indexer-lab ") and "..." not in c and "X.Y.Z" not in c]
+    return list(dict.fromkeys(commands))
+
+
+def test_the_readme_shows_the_commands_of_every_subcommand():
+    commands = readme_commands()
+    assert {c.split()[1] for c in commands} >= {"plan", "frontier", "auto"}
+    assert len(commands) >= 10
+
+
+@pytest.mark.parametrize("command", readme_commands())
+def test_every_readme_command_line_runs(command, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    argv = shlex.split(command)[1:]
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert code == 0, (command, err)
+    assert out.strip(), command
+
+
+def test_the_deepgemm_probe_the_readme_names_runs_without_deepgemm():
+    assert "python -m indexer_lib.run.kernels.deepgemm" in README.read_text()
+    done = subprocess.run([sys.executable, "-m", "indexer_lib.run.kernels.deepgemm"], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode in (0, 1), done.stderr[-2000:]
+    assert "Traceback" not in done.stderr and (done.stdout + done.stderr).strip()
