@@ -193,27 +193,29 @@ def memory_report(
     k = model.topk if topk is None else topk
     phases = phase_temporaries(plan, backend, k, temporaries) \
         if plan.logits_alive > 1 and (temporaries or backend is not None) else None
+    shareable = temporaries is None and backend in ("deepgemm", None)
     if temporaries is None and backend is not None:
         temporaries = backend_temporaries(plan, backend, k)
     per_chunk_kv = plan.workspace_lifetime == "chunk"
+    # the deepgemm backend's temporaries (and none) depend on a chunk's shape alone, so chunks
+    # of one shape (a request's equal row slices) are counted once; the reference backend's
+    # depend on the chunk's windows, and a backend object counts its own: never shared
+    by_shape: dict | None = {} if shareable else None
     chunks = []
     previous = 0
     for c, merged in zip(plan.chunks, merged_chunks(plan.chunks)):
-        tmp = temporaries(c, model) if temporaries else 0
-        running = 0
-        if merged:
-            # held through the range's logits, top-k and merge; the merge runs after
-            # the backend's temporaries are gone
-            running = running_topk_bytes(c.num_rows, k)
-            if temporaries:
-                tmp = max(tmp, merge_temporaries_bytes(c.num_rows, k))
-        logits = logits_bytes(c, plan, padded)
+        shape = (c.num_rows, c.logits_cols, c.compressed, c.alloc_rows, c.kv_tokens, c.gather, merged)
+        known = by_shape.get(shape) if by_shape is not None else None
+        if known is None:
+            known = _chunk_bytes(c, merged, plan, model, padded, temporaries, k, per_chunk_kv)
+            if by_shape is not None:
+                by_shape[shape] = known
+        logits, metadata, tmp, running, kv_buffer = known
         held = held_with = 0
         if plan.logits_alive > 1 and previous:
             held = previous
             held_with = phases(c, model)[0] if phases else 0
-        kv_buffer = c.kv_tokens * model.k_bytes_per_token if per_chunk_kv and c.gather else 0
-        chunks.append(ChunkMemory(logits, metadata_bytes(c), tmp, running, kv_buffer, held, held_with))
+        chunks.append(ChunkMemory(logits, metadata, tmp, running, kv_buffer, held, held_with))
         previous = logits
     chunks = tuple(chunks)
     workspace = 0 if per_chunk_kv else workspace_bytes(plan, workspace_tokens)
@@ -224,6 +226,21 @@ def memory_report(
     if plan.topk_output == "call":
         topk_out, call = 0, call + topk_out
     return MemoryReport(workspace, topk_out, chunks, call)
+
+
+def _chunk_bytes(c: Chunk, merged: bool, plan: Plan, model: ModelPreset, padded: bool,
+                 temporaries, k: int, per_chunk_kv: bool) -> tuple[int, int, int, int, int]:
+    """(logits, metadata, temporaries, running, kv_buffer) of one chunk."""
+    tmp = temporaries(c, model) if temporaries else 0
+    running = 0
+    if merged:
+        # held through the range's logits, top-k and merge; the merge runs after
+        # the backend's temporaries are gone
+        running = running_topk_bytes(c.num_rows, k)
+        if temporaries:
+            tmp = max(tmp, merge_temporaries_bytes(c.num_rows, k))
+    kv_buffer = c.kv_tokens * model.k_bytes_per_token if per_chunk_kv and c.gather else 0
+    return logits_bytes(c, plan, padded), metadata_bytes(c), tmp, running, kv_buffer
 
 
 def peak_bytes(plan: Plan, **kwargs) -> int:

@@ -124,27 +124,30 @@ def _pack(batch: StepBatch, b: Budgeting, may_join, slice_alone, build: _Builder
           over: bool = False) -> None:
     """Greedy packing in order; a request that alone breaks a limit is sliced by ``slice_alone``.
 
-    ``may_join(r0, r1, rows, kv)`` says whether requests [r0, r1) may share a chunk;
-    ``pack_width(r0, r1, kv)`` is a packed chunk's logits width (default: all kv);
-    ``alloc_rows`` pads a packed chunk's logits rows up (fixed-shape); ``over``: the
-    packed chunks break the budget whatever the split (fixed-shape: not one row fits).
+    ``may_join(r0, r1, rows, kv, longest)`` says whether requests [r0, r1) may share a
+    chunk (``longest``: their longest sequence, kept as the chunk grows, so a compressed
+    width costs nothing to ask); ``pack_width(r0, r1, kv, longest)`` is a packed chunk's
+    logits width (default: all kv); ``alloc_rows`` pads a packed chunk's logits rows up
+    (fixed-shape); ``over``: the packed chunks break the budget whatever the split
+    (fixed-shape: not one row fits).
     """
     query_lens, seq_lens = batch.query_lens, batch.seq_lens
     n_req, workspace = len(query_lens), b.workspace
     i = 0
     while i < n_req:
-        j, rows, kv = i, 0, 0
+        j, rows, kv, longest = i, 0, 0, 0
         while j < n_req:
             q, s = query_lens[j], seq_lens[j]
-            if kv + s <= workspace and may_join(i, j + 1, rows + q, kv + s):
-                rows, kv, j = rows + q, kv + s, j + 1
+            wider = s if s > longest else longest
+            if kv + s <= workspace and may_join(i, j + 1, rows + q, kv + s, wider):
+                rows, kv, longest, j = rows + q, kv + s, wider, j + 1
             else:
                 break
         if j == i:
             slice_alone(i, build)
             i += 1
         else:
-            width = kv if pack_width is None else pack_width(i, j, kv)
+            width = kv if pack_width is None else pack_width(i, j, kv, longest)
             build.add(i, j, 0, rows, width, gather=True, over=over,
                       compressed=compressed, kv_tokens=kv, alloc_rows=alloc_rows)
             i = j
@@ -170,16 +173,15 @@ def _pack_field(batch: StepBatch, b: Budgeting, may_join, build: _Builder) -> No
     if not b.compressed_only:
         _pack(batch, b, may_join, _slice_equal_rows, build)
         return
-    seq_lens = batch.seq_lens
     _pack(batch, b, may_join, _slice_equal_rows, build,
-          lambda r0, r1, n: max(seq_lens[r0:r1]), compressed=True)
+          lambda r0, r1, n, longest: longest, compressed=True)
 
 
-def _budget_width(batch: StepBatch, b: Budgeting, r0: int, r1: int, n: int) -> tuple[int, bool]:
+def _budget_width(b: Budgeting, n: int, longest: int) -> tuple[int, bool]:
     """Columns a packed chunk is counted with: its K (vLLM's M x N x 4, and every full
     layout), or, counting a compressed-only build's padded bytes, its longest request."""
     if b.compressed_only and b.padded:
-        return max(batch.seq_lens[r0:r1]), True
+        return longest, True
     return n, False
 
 
@@ -212,15 +214,15 @@ def _useful_area(batch: StepBatch, r0: int, r1: int) -> int:
 def plan_n_only(batch: StepBatch, b: Budgeting, **_) -> list[Chunk]:
     unbudgeted = Budgeting(b.model, b.rules, b.padded, None, b.workspace)  # never refuses
     build = _Builder(batch, unbudgeted)
-    _pack_field(batch, unbudgeted, lambda r0, r1, m, n: True, build)
+    _pack_field(batch, unbudgeted, lambda r0, r1, m, n, longest: True, build)
     return build.chunks
 
 
 def plan_vllm(batch: StepBatch, b: Budgeting, **_) -> list[Chunk]:
     build = _Builder(batch, b)
 
-    def may_join(r0, r1, m, n):
-        return b.within(m, *_budget_width(batch, b, r0, r1, n))
+    def may_join(r0, r1, m, n, longest):
+        return b.within(m, *_budget_width(b, n, longest))
 
     _pack_field(batch, b, may_join, build)
     return build.chunks
@@ -230,8 +232,8 @@ def plan_per_request(batch: StepBatch, b: Budgeting, pack_factor: float = 1.0, *
     if not pack_factor >= 1.0:
         raise ValueError(f"pack_factor {pack_factor!r}: must be >= 1 (allocated / useful area)")
 
-    def may_join(r0, r1, m, n):
-        if not b.within(m, *_budget_width(batch, b, r0, r1, n)):
+    def may_join(r0, r1, m, n, longest):
+        if not b.within(m, *_budget_width(b, n, longest)):
             return False
         # two or more requests always allocate more than they read: skip the sum at factor 1
         if r1 - r0 == 1:
@@ -254,14 +256,13 @@ def plan_causal(batch: StepBatch, b: Budgeting, compressed: bool | None = None, 
         )
     if not compressed and not b.rules.full_width:
         raise ValueError(f"DeepGEMM {b.rules.version} has only the compressed layout")
-    reqs = batch.requests
     build = _Builder(batch, b)
 
-    def pack_width(r0, r1, n):
-        return max(r.seq_len for r in reqs[r0:r1]) if compressed else n
+    def pack_width(r0, r1, n, longest):
+        return longest if compressed else n
 
-    def may_join(r0, r1, m, n):
-        return b.within(m, pack_width(r0, r1, n), compressed)
+    def may_join(r0, r1, m, n, longest):
+        return b.within(m, pack_width(r0, r1, n, longest), compressed)
 
     # same greedy packing as vLLM, but a request alone is sliced causally
     _pack(batch, b, may_join, lambda i, bld: _slice_causal(i, bld, compressed), build,
@@ -289,7 +290,7 @@ def plan_kv_split(batch: StepBatch, b: Budgeting, **_) -> list[Chunk]:
                 return
         _split_columns(i, bld)
 
-    _pack(batch, b, lambda r0, r1, m, n: b.within(m, n), slice_alone, build)
+    _pack(batch, b, lambda r0, r1, m, n, longest: b.within(m, n), slice_alone, build)
     return build.chunks
 
 
@@ -340,7 +341,7 @@ def plan_fixed_shape(batch: StepBatch, b: Budgeting, fixed_width: int | None = N
     rows_per = max(1, min(max_rows, max(c.num_rows for c in field)))
     build = _Builder(batch, b)
 
-    def may_join(r0, r1, m, n):
+    def may_join(r0, r1, m, n, longest):
         return m <= rows_per and n <= width
 
     def slice_alone(i: int, bld: _Builder) -> None:
@@ -349,7 +350,7 @@ def plan_fixed_shape(batch: StepBatch, b: Budgeting, fixed_width: int | None = N
             bld.add(i, i + 1, q0, min(q0 + rows_per, r.query_len), width, gather=q0 == 0,
                     over=over, kv_tokens=r.seq_len, alloc_rows=rows_per)
 
-    _pack(batch, b, may_join, slice_alone, build, lambda r0, r1, kv: width,
+    _pack(batch, b, may_join, slice_alone, build, lambda r0, r1, kv, longest: width,
           alloc_rows=rows_per, over=over)
     return build.chunks
 

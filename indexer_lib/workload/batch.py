@@ -7,6 +7,7 @@ but go to the decode path, so they are not part of a step batch.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 
 def check_int(name: str, value, minimum: int, maximum: int | None = None) -> int:
@@ -58,21 +59,22 @@ class StepBatch:
     def __post_init__(self):
         object.__setattr__(self, "requests", tuple(self.requests))
 
-    @property
+    # computed once per batch: planners ask for them millions of times in a sweep
+    @cached_property
     def num_rows(self) -> int:
         return sum(r.query_len for r in self.requests)
 
-    @property
+    @cached_property
     def num_kv_tokens(self) -> int:
         return sum(r.seq_len for r in self.requests)
 
-    @property
-    def query_lens(self) -> list[int]:
-        return [r.query_len for r in self.requests]
+    @cached_property
+    def query_lens(self) -> tuple[int, ...]:
+        return tuple(r.query_len for r in self.requests)
 
-    @property
-    def seq_lens(self) -> list[int]:
-        return [r.seq_len for r in self.requests]
+    @cached_property
+    def seq_lens(self) -> tuple[int, ...]:
+        return tuple(r.seq_len for r in self.requests)
 
     @classmethod
     def from_lengths(cls, query_lens, seq_lens, step: int = 0) -> "StepBatch":

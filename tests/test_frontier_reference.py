@@ -1,0 +1,47 @@
+"""The planners and the memory model, however they are sped up, give the frontier the same
+worst steps, bytes and chunk counts as the reference planners did, on the long-context grid
+and on 200 random points (``tests/data/frontier_reference.json.gz``, written by
+``scripts/frontier_reference.py`` from the commit it names, before the planners were
+sped up)."""
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from indexer_lib.study.frontier import FrontierGrid, frontier_rows
+
+REFERENCE = Path(__file__).resolve().parent / "data" / "frontier_reference.json.gz"
+
+
+def load() -> dict:
+    with gzip.open(REFERENCE, "rt") as f:
+        return json.load(f)
+
+
+def grid_of(spec: dict) -> FrontierGrid:
+    return FrontierGrid(**{k: tuple(v) if isinstance(v, list) else v for k, v in spec.items()})
+
+
+def test_the_reference_holds_the_long_context_grid_and_200_random_points():
+    ref = load()
+    assert len(ref["planners_commit"]) == 40
+    long_context, *points = ref["cases"]
+    assert long_context["grid"]["isl"][-1] == 202_752 and len(long_context["rows"]) == 7 * 6 * 6 * 4
+    assert len(points) >= 200
+    assert len({json.dumps(p["grid"], sort_keys=True) for p in points}) == len(points)
+    strategies = {p["grid"]["strategy"][0] for p in points}
+    assert strategies >= {"n-only", "vllm", "per-request", "causal", "kv-split", "fixed-shape", "engine"}
+
+
+@pytest.mark.fullscale
+@pytest.mark.parametrize("which", ["long-context", "random points"])
+def test_the_frontier_equals_the_reference_planners(which):
+    ref = load()
+    cases = ref["cases"][:1] if which == "long-context" else ref["cases"][1:]
+    for case in cases:
+        rows = list(frontier_rows(grid_of(case["grid"])))
+        ours = [{k: r[k] for k in case["rows"][0]} for r in rows]
+        assert ours == case["rows"], case["grid"]
