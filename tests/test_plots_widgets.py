@@ -137,3 +137,27 @@ def test_dashboard_controls_update_figure_and_table():
     dash.controls["max_num_batched_tokens"].value = 4096
     assert set(dash.frame["max_num_batched_tokens"]) == {4096}
     assert dash.widget is not None
+
+
+def test_a_free_memory_move_reuses_the_plans_and_equals_a_fresh_computation():
+    from indexer_lib.notebook.widgets import FrontierDashboard
+
+    grid = dict(concurrency=(1, 16, 64), isl=(2048, 10240), budget_mb=(512,), strategy=("n-only", "vllm"),
+                engine=("vllm==0.18.1",))
+    planned = sweep.to_frame(list(sweep.model_rows(sweep.SweepGrid(**grid, free_gib=(2.63,)))))
+    for free in (0.5, 2.63, 12.0):
+        fresh = sweep.to_frame(list(sweep.model_rows(sweep.SweepGrid(**grid, free_gib=(free,)))))
+        pd.testing.assert_frame_equal(sweep.at_free_memory(planned, free), fresh, check_exact=True)
+    sglang = sweep.to_frame(list(sweep.model_rows(sweep.SweepGrid(
+        concurrency=(16,), isl=(10240,), budget_mb=(512,), strategy=("engine",), engine=("sglang",)))))
+    with pytest.raises(ValueError, match="recompute its rows"):
+        sweep.at_free_memory(sglang, 20.0)
+
+    dash = FrontierDashboard(concurrency=(1, 16, 64), isl=(2048, 10240), strategy="engine", budget_mb=512,
+                             engine="sglang==0.5.23")
+    for free in (20.0, 2.63):  # SGLang's own budget moves with free memory: replanned, not re-read
+        dash.controls["free_gib"].value = free
+        fresh = FrontierDashboard(concurrency=(1, 16, 64), isl=(2048, 10240), strategy="engine", budget_mb=512,
+                                  engine="sglang==0.5.23", free_gib=free)
+        pd.testing.assert_frame_equal(dash.frame, fresh.frame, check_exact=True)
+    assert len({b for b in dash.frame["budget_bytes"]}) == 1

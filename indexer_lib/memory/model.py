@@ -24,7 +24,7 @@ run time, because the persistent buffers were taken before "free" was read.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Callable
 
 from ..padding import get_rules, unpadded_logits_bytes
@@ -156,7 +156,7 @@ class MemoryReport:
     def persistent(self) -> int:
         return self.workspace + self.topk_buffer
 
-    @property
+    @cached_property  # a frontier asks each report for its peak several times
     def peak_transient(self) -> int:
         return self.call + max((c.total for c in self.chunks), default=0)
 

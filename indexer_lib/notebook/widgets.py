@@ -60,6 +60,7 @@ class FrontierDashboard:
         self.html = w.HTML()
         self.status = w.HTML()
         self.frame = self.table = None
+        self.planned = {}  # planned rows per setting other than free memory (compute)
         self.updates = 0  # how many times the outputs were recomputed
         for control in self.controls.values():
             control.observe(self.on_change, names="value")
@@ -68,15 +69,29 @@ class FrontierDashboard:
     def state(self) -> dict:
         return {name: c.value for name, c in self.controls.items()}
 
+    PLANNED = 16  # planned settings kept, so that moving back to one is instant
+
     def compute(self, state: dict):
-        """Model-mode rows of the current settings (schedules are cached in sweep)."""
-        grid = sweep.SweepGrid(
-            model=(state["model"],), concurrency=self.concurrency, isl=self.isl,
-            budget_mb=(state["budget_mb"],), strategy=(state["strategy"],),
-            free_gib=(round(state["free_gib"], 4),), shared_prefix=(state["shared_prefix"],),
-            max_num_batched_tokens=(state["max_num_batched_tokens"],), engine=(state["engine"],),
-            **self.fixed)
-        return sweep.to_frame(list(sweep.model_rows(grid)))
+        """Model-mode rows of the current settings.  The plans do not depend on free memory
+        (except SGLang's own chunker's): a free-GiB move only re-reads the planned rows
+        (``sweep.at_free_memory``), and the last settings planned are kept."""
+        free = round(state["free_gib"], 4)
+        key = tuple((k, v) for k, v in sorted(state.items()) if k != "free_gib")
+        if sweep.measured_budget(get_engine(state["engine"]).name, state["strategy"]):
+            key += (("free_gib", free),)  # its budget moves with the free memory
+        frame = self.planned.get(key)
+        if frame is None:
+            grid = sweep.SweepGrid(
+                model=(state["model"],), concurrency=self.concurrency, isl=self.isl,
+                budget_mb=(state["budget_mb"],), strategy=(state["strategy"],), free_gib=(free,),
+                shared_prefix=(state["shared_prefix"],), max_num_batched_tokens=(state["max_num_batched_tokens"],),
+                engine=(state["engine"],), **self.fixed)
+            frame = sweep.to_frame(list(sweep.model_rows(grid)))
+            self.planned[key] = frame
+            while len(self.planned) > self.PLANNED:
+                self.planned.pop(next(iter(self.planned)))
+            return frame
+        return frame if "free_gib" in dict(key) else sweep.at_free_memory(frame, free)
 
     def update(self) -> None:
         state = self.state()

@@ -474,6 +474,20 @@ class TaskIds:
         return (t[0] for t in tasks(self.grid, self.mode))
 
 
+def at_free_memory(frame, free_gib: float):
+    """Model-mode rows moved to another free memory: only ``free_gib`` and ``oom`` change, as
+    no plan depends on it (except SGLang's own chunker, whose budget is measured from it:
+    recompute those rows instead)."""
+    measured = frame[["engine", "strategy"]].drop_duplicates()
+    if any(measured_budget(e, s) for e, s in measured.itertuples(index=False)):
+        raise ValueError("SGLang's own chunker plans with the budget it measures from free memory: "
+                         "recompute its rows for another free GiB")
+    moved = frame.copy()
+    moved["free_gib"] = float(free_gib)
+    moved["oom"] = (moved["peak_transient_bytes"] > free_bytes_from_gib(free_gib)).astype("boolean")
+    return moved
+
+
 def load(path: str | Path):
     """A finished sweep table, as a DataFrame."""
     import pandas as pd

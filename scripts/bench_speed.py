@@ -1,0 +1,139 @@
+"""How fast the frontier and its dashboard answer, this checkout next to an earlier one.
+
+    .venv/bin/python scripts/bench_speed.py                  # against 0ab2fb1 (before the speed work)
+    .venv/bin/python scripts/bench_speed.py --before HEAD~3 --repeats 3 --main
+
+The earlier commit is checked out into a temporary git worktree; every measurement runs in
+its own process (``PYTHONPATH`` pointing at one checkout or the other), before and after
+alternating, so machine noise falls on both.  Measured, one process each:
+
+- the dashboard (``FrontierDashboard``, default 8 x 6 grid): each control changed at least
+  20 times, p50 and p95 of the time until its figure and table are recomputed;
+- ``frontier_rows`` on the default grid (1152 points) and on the long-context grid (GLM-5,
+  ISL 4K-202,752 x concurrency 1-64, 1008 points);
+- with ``--main``: the headless main job (``scripts/run_notebooks.py``, default parameters).
+
+Each figure is printed next to the goal of issue 15 and the ratio before / after.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+GOALS_MS = {"dashboard p95": 150, "dashboard free GiB p95": 60, "frontier default grid": 1000,
+            "frontier long-context grid": 2000, "main job": 180_000}
+LONG_CONTEXT = dict(model="glm-5", isl=(4096, 16384, 32768, 65536, 131072, 202752),
+                    concurrency=(1, 2, 4, 8, 16, 32, 64))
+
+
+def measure(kind: str) -> dict:
+    """Runs in a worker process, on whichever checkout PYTHONPATH names."""
+    from indexer_lib.study.frontier import FrontierGrid, frontier_rows
+
+    if kind == "frontier-default":
+        start = time.perf_counter()
+        n = len(list(frontier_rows(FrontierGrid())))
+        return {"frontier default grid": [1e3 * (time.perf_counter() - start)], "points": n}
+    if kind == "frontier-long":
+        start = time.perf_counter()
+        n = len(list(frontier_rows(FrontierGrid(**LONG_CONTEXT))))
+        return {"frontier long-context grid": [1e3 * (time.perf_counter() - start)], "points": n}
+    if kind == "dashboard":
+        from indexer_lib.notebook.widgets import FrontierDashboard
+
+        dash = FrontierDashboard()
+        moves = {"budget_mb": [64, 128, 256, 512, 1024, 2048],
+                 "strategy": ["vllm", "causal", "per-request", "n-only"],
+                 "free_gib": [1.0, 2.0, 2.63, 4.0, 8.0, 16.0],
+                 "max_num_batched_tokens": [4096, 8192, 16384],
+                 "shared_prefix": [0, 1024, 2048]}
+        out = {}
+        for name, values in moves.items():
+            times = []
+            control = dash.controls[name]
+            for i in range(max(20, len(values))):
+                value = values[i % len(values)]
+                if control.value == value:
+                    value = values[(i + 1) % len(values)]
+                start = time.perf_counter()
+                control.value = value
+                times.append(1e3 * (time.perf_counter() - start))
+            out[f"dashboard {name}"] = times
+        return out
+    if kind == "main":
+        with tempfile.TemporaryDirectory() as results:
+            start = time.perf_counter()
+            subprocess.run([sys.executable, str(Path.cwd() / "scripts" / "run_notebooks.py"),
+                            "notebooks/params/default.yaml", "--results", results, "--run-name", "bench"],
+                           check=True, capture_output=True)
+            return {"main job": [1e3 * (time.perf_counter() - start)]}
+    raise ValueError(f"unknown measurement {kind!r}")
+
+
+def run_worker(checkout: Path, kind: str) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(checkout), "MPLBACKEND": "Agg"}
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_speed.py"), "--worker", kind],
+                          cwd=checkout, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"{kind} on {checkout}: {done.stderr.strip().splitlines()[-1:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def percentile(values, q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--before", default="0ab2fb1", help="the earlier commit (default: before issue 15's speed work)")
+    p.add_argument("--repeats", type=int, default=2, help="before/after rounds, alternating")
+    p.add_argument("--main", action="store_true", help="also time the headless main job (minutes)")
+    p.add_argument("--worker", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        print(json.dumps(measure(args.worker)))
+        return 0
+    if args.repeats < 1:
+        p.error(f"--repeats {args.repeats}: must be >= 1")
+    kinds = ["dashboard", "frontier-default", "frontier-long"] + (["main"] if args.main else [])
+    with tempfile.TemporaryDirectory() as tmp:
+        before = Path(tmp) / "before"
+        subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "-q", str(before), args.before],
+                       check=True)
+        try:
+            results = {"before": {}, "after": {}}
+            for round_ in range(args.repeats):
+                for kind in kinds:
+                    for side, checkout in (("before", before), ("after", REPO))[::1 if round_ % 2 == 0 else -1]:
+                        for key, values in run_worker(checkout, kind).items():
+                            if isinstance(values, list):
+                                results[side].setdefault(key, []).extend(values)
+                        print(f"  round {round_ + 1}: {kind} ({side}) done", file=sys.stderr, flush=True)
+        finally:
+            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(before)], check=False)
+    sha = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
+                         text=True).stdout.strip()
+    print(f"before: {args.before}; after: {sha} (this checkout); {args.repeats} rounds, alternating")
+    print(f"{'what':<40} {'before p50/p95 ms':>20} {'after p50/p95 ms':>20} {'ratio p95':>10} {'goal ms':>8}")
+    for key in results["after"]:
+        b, a = results["before"].get(key, []), results["after"][key]
+        goal = GOALS_MS.get(key, GOALS_MS["dashboard free GiB p95"] if key == "dashboard free_gib"
+                            else GOALS_MS["dashboard p95"] if key.startswith("dashboard") else None)
+        bp = f"{statistics.median(b):.0f}/{percentile(b, 0.95):.0f}" if b else "-"
+        ratio = f"{percentile(b, 0.95) / percentile(a, 0.95):.1f}x" if b else "-"
+        print(f"{key:<40} {bp:>20} {statistics.median(a):>10.0f}/{percentile(a, 0.95):<9.0f} {ratio:>10} "
+              f"{goal if goal else '-':>8}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
