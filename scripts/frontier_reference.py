@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import inspect
 import json
 import random
 import subprocess
 from pathlib import Path
 
-import indexer_lib
 from indexer_lib.study.frontier import FrontierGrid, frontier_rows
 
 LONG_CONTEXT = dict(model="glm-5", isl=(4096, 16384, 32768, 65536, 131072, 202752),
@@ -72,7 +72,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True)
     args = p.parse_args()
-    source = Path(indexer_lib.__file__).resolve().parent.parent
+    source = Path(inspect.getfile(FrontierGrid)).resolve().parents[2]  # the checkout imported
     commit = subprocess.run(["git", "-C", str(source), "rev-parse", "HEAD"], capture_output=True,
                             text=True).stdout.strip() or "unknown"
     cases = [{"grid": as_json(LONG_CONTEXT), "rows": results(LONG_CONTEXT)}]
