@@ -105,9 +105,9 @@ def check_inputs_match(plan: Plan, inputs: IndexerInputs) -> None:
     if plan.batch.requests != inputs.batch.requests:
         raise ValueError(
             f"plan: made for a batch of {len(plan.batch.requests)} requests "
-            f"(query_lens {plan.batch.query_lens}, seq_lens {plan.batch.seq_lens}), but the inputs are "
-            f"for {len(inputs.batch.requests)} requests (query_lens {inputs.batch.query_lens}, "
-            f"seq_lens {inputs.batch.seq_lens})")
+            f"(query_lens {list(plan.batch.query_lens)}, seq_lens {list(plan.batch.seq_lens)}), but the inputs are "
+            f"for {len(inputs.batch.requests)} requests (query_lens {list(inputs.batch.query_lens)}, "
+            f"seq_lens {list(inputs.batch.seq_lens)})")
     for name, (shape, dtype) in input_shapes(plan.batch, plan.model).items():
         t = getattr(inputs, name)
         if tuple(t.shape) != shape or t.dtype != dtype:
