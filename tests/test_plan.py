@@ -306,3 +306,34 @@ def test_compressed_only_deepgemm_plans_hold_every_limit(batch, strategy, budget
         else:
             assert c.num_rows <= DEEPGEMM_RULES["2.8"].row_multiple(get_model(model).index_heads) \
                 or c.kv_tokens > plan.workspace_tokens
+
+
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(lengths=st.lists(st.tuples(st.integers(1, 3000), st.integers(0, 40_000)), min_size=1, max_size=40),
+       strategy=st.sampled_from(["n-only", "vllm", "causal", "kv-split", "fixed-shape", "per-request"]),
+       budget_mb=st.sampled_from([0.05, 1, 16, 64, 512, 4096]),
+       version=st.sampled_from(["2.1", "2.6", "2.8"]), padded=st.booleans(),
+       workspace=st.sampled_from([None, 50_000, 200_000]))
+def test_packing_the_rest_at_once_gives_the_request_by_request_plan(monkeypatch, lengths, strategy, budget_mb,
+                                                                    version, padded, workspace):
+    """The shortcut of monotone packing (ask for the whole rest first) changes neither the
+    chunks nor the budget interval over which the plan holds."""
+    from indexer_lib.plan import strategies
+
+    if version == "2.8" and strategy in ("kv-split", "fixed-shape"):
+        return
+    batch = StepBatch(tuple(PrefillRequest(c, q) for q, c in lengths))
+    if workspace is not None and max(batch.seq_lens) > workspace:
+        workspace = None
+    budget = None if strategy == "n-only" else max(1, round(budget_mb * MIB))
+
+    def plan():
+        return make_plan(batch, strategy, budget, workspace, "glm-5", version, padded)
+
+    fast = plan()
+    pack = strategies._pack
+    with monkeypatch.context() as m:  # the same planners, packing request by request
+        m.setattr(strategies, "_pack", lambda *a, **k: pack(*a, **{**k, "monotone": False}))
+        slow = plan()
+    assert fast.chunks == slow.chunks and fast.budget_stable == slow.budget_stable

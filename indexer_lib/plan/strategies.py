@@ -121,7 +121,7 @@ class _Builder:
 
 def _pack(batch: StepBatch, b: Budgeting, may_join, slice_alone, build: _Builder,
           pack_width=None, compressed: bool = False, alloc_rows: int | None = None,
-          over: bool = False) -> None:
+          over: bool = False, monotone: bool = False) -> None:
     """Greedy packing in order; a request that alone breaks a limit is sliced by ``slice_alone``.
 
     ``may_join(r0, r1, rows, kv, longest)`` says whether requests [r0, r1) may share a
@@ -129,13 +129,26 @@ def _pack(batch: StepBatch, b: Budgeting, may_join, slice_alone, build: _Builder
     width costs nothing to ask); ``pack_width(r0, r1, kv, longest)`` is a packed chunk's
     logits width (default: all kv); ``alloc_rows`` pads a packed chunk's logits rows up
     (fixed-shape); ``over``: the packed chunks break the budget whatever the split
-    (fixed-shape: not one row fits).
+    (fixed-shape: not one row fits).  ``monotone``: whenever requests [r0, r1) may join, so
+    may any [r0, r1') with r1' < r1 (more rows and columns only add bytes); then the rest of
+    the batch is asked first, in one call, and packed whole when it fits (most steps do):
+    the same chunks as request by request, and the same budget interval (a refusal of the
+    rest is never below the refusal that stops the request-by-request packing).
     """
     query_lens, seq_lens = batch.query_lens, batch.seq_lens
     n_req, workspace = len(query_lens), b.workspace
+    if monotone:
+        rows_after, kv_after, longest_after = [0] * (n_req + 1), [0] * (n_req + 1), [0] * (n_req + 1)
+        for k in range(n_req - 1, -1, -1):
+            rows_after[k] = rows_after[k + 1] + query_lens[k]
+            kv_after[k] = kv_after[k + 1] + seq_lens[k]
+            longest_after[k] = max(longest_after[k + 1], seq_lens[k])
     i = 0
     while i < n_req:
         j, rows, kv, longest = i, 0, 0, 0
+        if monotone and kv_after[i] <= workspace and \
+                may_join(i, n_req, rows_after[i], kv_after[i], longest_after[i]):
+            j, rows, kv, longest = n_req, rows_after[i], kv_after[i], longest_after[i]
         while j < n_req:
             q, s = query_lens[j], seq_lens[j]
             wider = s if s > longest else longest
@@ -167,14 +180,14 @@ def _slice_equal_rows(i: int, build: _Builder) -> None:
                   compressed=compressed, kv_tokens=n)
 
 
-def _pack_field(batch: StepBatch, b: Budgeting, may_join, build: _Builder) -> None:
+def _pack_field(batch: StepBatch, b: Budgeting, may_join, build: _Builder, monotone: bool = False) -> None:
     """The field's packing (n-only, vllm, per-request): all of a chunk's K, or, on a
     compressed-only build, as wide as its longest request."""
     if not b.compressed_only:
-        _pack(batch, b, may_join, _slice_equal_rows, build)
+        _pack(batch, b, may_join, _slice_equal_rows, build, monotone=monotone)
         return
     _pack(batch, b, may_join, _slice_equal_rows, build,
-          lambda r0, r1, n, longest: longest, compressed=True)
+          lambda r0, r1, n, longest: longest, compressed=True, monotone=monotone)
 
 
 def _budget_width(b: Budgeting, n: int, longest: int) -> tuple[int, bool]:
@@ -214,7 +227,7 @@ def _useful_area(batch: StepBatch, r0: int, r1: int) -> int:
 def plan_n_only(batch: StepBatch, b: Budgeting, **_) -> list[Chunk]:
     unbudgeted = Budgeting(b.model, b.rules, b.padded, None, b.workspace)  # never refuses
     build = _Builder(batch, unbudgeted)
-    _pack_field(batch, unbudgeted, lambda r0, r1, m, n, longest: True, build)
+    _pack_field(batch, unbudgeted, lambda r0, r1, m, n, longest: True, build, monotone=True)
     return build.chunks
 
 
@@ -224,7 +237,7 @@ def plan_vllm(batch: StepBatch, b: Budgeting, **_) -> list[Chunk]:
     def may_join(r0, r1, m, n, longest):
         return b.within(m, *_budget_width(b, n, longest))
 
-    _pack_field(batch, b, may_join, build)
+    _pack_field(batch, b, may_join, build, monotone=True)
     return build.chunks
 
 
@@ -266,7 +279,7 @@ def plan_causal(batch: StepBatch, b: Budgeting, compressed: bool | None = None, 
 
     # same greedy packing as vLLM, but a request alone is sliced causally
     _pack(batch, b, may_join, lambda i, bld: _slice_causal(i, bld, compressed), build,
-          pack_width, compressed)
+          pack_width, compressed, monotone=True)
     return build.chunks
 
 
@@ -290,7 +303,7 @@ def plan_kv_split(batch: StepBatch, b: Budgeting, **_) -> list[Chunk]:
                 return
         _split_columns(i, bld)
 
-    _pack(batch, b, lambda r0, r1, m, n, longest: b.within(m, n), slice_alone, build)
+    _pack(batch, b, lambda r0, r1, m, n, longest: b.within(m, n), slice_alone, build, monotone=True)
     return build.chunks
 
 
@@ -351,7 +364,7 @@ def plan_fixed_shape(batch: StepBatch, b: Budgeting, fixed_width: int | None = N
                     over=over, kv_tokens=r.seq_len, alloc_rows=rows_per)
 
     _pack(batch, b, may_join, slice_alone, build, lambda r0, r1, kv, longest: width,
-          alloc_rows=rows_per, over=over)
+          alloc_rows=rows_per, over=over, monotone=True)
     return build.chunks
 
 
