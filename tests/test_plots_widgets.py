@@ -161,3 +161,25 @@ def test_a_free_memory_move_reuses_the_plans_and_equals_a_fresh_computation():
                                   engine="sglang==0.5.23", free_gib=free)
         pd.testing.assert_frame_equal(dash.frame, fresh.frame, check_exact=True)
     assert len({b for b in dash.frame["budget_bytes"]}) == 1
+
+
+def test_the_live_heatmap_shows_the_rows_and_a_free_memory_move_draws_what_a_full_redraw_draws():
+    from indexer_lib.notebook.live_heatmap import LiveHeatmap
+
+    grid = dict(concurrency=(1, 16, 64), isl=(2048, 10240), budget_mb=(512,), strategy=("n-only",),
+                engine=("vllm==0.18.1",))
+    planned = sweep.to_frame(list(sweep.model_rows(sweep.SweepGrid(**grid))))
+    live = LiveHeatmap((1, 16, 64), (2048, 10240))
+    moved = None
+    for free in (2.63, 12.0, 0.5, 4.0):  # the first draws everything, the others only blit
+        frame = sweep.at_free_memory(planned, free)
+        moved = live.render(frame, "n-only", 512, free, "glm-5", "vllm==0.18.1")
+        assert len(live.marks) == int(frame["oom"].sum())  # one OOM mark per OOM point
+        gib = frame.set_index(["concurrency", "isl"])["peak_transient_bytes"] / 2**30
+        shown = live.image.get_array()
+        for (i, c), (j, s) in ((a, b) for a in enumerate(live.concs) for b in enumerate(live.isls)):
+            assert shown[i, j] == pytest.approx(max(gib[(c, s)], live.image.norm.vmin))
+        assert f"({free:g} GiB free" in live.title.get_text()
+    fresh = LiveHeatmap((1, 16, 64), (2048, 10240)).render(sweep.at_free_memory(planned, 4.0), "n-only", 512, 4.0,
+                                                           "glm-5", "vllm==0.18.1")
+    assert moved == fresh and Image.open(__import__("io").BytesIO(moved)).size == (630, 396)

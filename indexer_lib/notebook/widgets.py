@@ -10,6 +10,7 @@ from __future__ import annotations
 import ipywidgets as w
 
 from . import plots
+from .live_heatmap import LiveHeatmap
 from ..engines import DEFAULT_ENGINE, engine_names, get_engine
 from ..study import sweep
 from ..plan import ALL_STRATEGIES
@@ -60,6 +61,7 @@ class FrontierDashboard:
         self.html = w.HTML()
         self.status = w.HTML()
         self.frame = self.table = None
+        self.view = LiveHeatmap(self.concurrency, self.isl)  # the figure, redrawn in place
         self.planned = {}  # planned rows per setting other than free memory (compute)
         self.updates = 0  # how many times the outputs were recomputed
         for control in self.controls.values():
@@ -96,9 +98,8 @@ class FrontierDashboard:
     def update(self) -> None:
         state = self.state()
         self.frame = self.compute(state)
-        fig = plots.frontier_heatmap(self.frame, by="strategy", budget_mb=state["budget_mb"],
-                                     free_gib=round(state["free_gib"], 4), model=state["model"])
-        self.image.value = figure_png(fig)
+        self.image.value = self.view.render(self.frame, state["strategy"], state["budget_mb"],
+                                            round(state["free_gib"], 4), state["model"], state["engine"])
         self.table = self.summary(self.frame)
         self.html.value = self.table.to_html(index=False)
         self.updates += 1

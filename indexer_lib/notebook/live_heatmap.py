@@ -1,0 +1,115 @@
+"""The dashboard's frontier heatmap, kept alive between control changes.
+
+``plots.frontier_heatmap`` builds a new figure each time: most of a redraw then goes to
+laying it out.  ``LiveHeatmap`` lays out one panel (concurrency x ISL) once and afterwards
+only updates what a change touches: the cells, the colour scale, the OOM marks, the
+free-memory line and the titles.  A change of free memory alone leaves the cells and the
+colour scale as they are, so it redraws the marks, the line and the titles over a saved
+copy of the rest (blitting).  Every call returns the figure as PNG bytes; the figure says
+what ``frontier_heatmap`` says for the same rows.
+"""
+from __future__ import annotations
+
+import io
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import LogNorm
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from PIL import Image
+
+from .plots import CMAP, GIB, _budget_label, _on, mode_word
+
+
+class LiveHeatmap:
+    """One panel of worst-step transient GiB over ``concurrency`` x ``isl``."""
+
+    def __init__(self, concurrency, isl, dpi: int = 90):
+        self.concs, self.isls = sorted(concurrency), sorted(isl)
+        self.dpi = dpi
+        self.fig = Figure(figsize=(7.0, 4.4), dpi=dpi, layout="constrained")
+        self.canvas = FigureCanvasAgg(self.fig)
+        self.ax = self.fig.add_subplot()
+        empty = np.full((len(self.concs), len(self.isls)), 1.0)
+        self.image = self.ax.imshow(empty, origin="lower", aspect="auto", cmap=CMAP, norm=LogNorm(1e-3, 2e-3))
+        self.ax.set_xticks(range(len(self.isls)), [f"{v // 1024}K" if v >= 1024 else str(v) for v in self.isls])
+        self.ax.set_yticks(range(len(self.concs)), [str(v) for v in self.concs])
+        self.ax.set_xlabel("input length, ISL (tokens)")
+        self.ax.set_ylabel("concurrency (requests)")
+        self.ax.set_title(" ")
+        self.bar = self.fig.colorbar(self.image, ax=self.ax, shrink=0.9)
+        self.bar.set_label("worst-step transient peak (GiB, modelled)")
+        self.legend = self.fig.legend(handles=[Line2D([], [], color="red", linewidth=2, label="free memory")],
+                                      loc="outside lower center")
+        self.title = self.fig.suptitle(" \n ")
+        self.marks: list = []  # the OOM texts
+        self.line = None  # the free-memory contour
+        self.cells = None  # (grid, norm limits) last drawn
+        self.background = None  # the figure without marks, line and titles, for a free-memory move
+        self.canvas.draw()  # lay out once, then keep the positions
+        self.fig.set_layout_engine("none")
+
+    def _grid(self, frame):
+        grid = np.full((len(self.concs), len(self.isls)), np.nan)
+        oom = np.zeros_like(grid, dtype=bool)
+        for r in frame.itertuples(index=False):
+            i, j = self.concs.index(r.concurrency), self.isls.index(r.isl)
+            grid[i, j] = r.peak_transient_bytes / GIB
+            oom[i, j] = bool(r.oom)
+        return grid, oom
+
+    def _dynamic(self) -> list:
+        return self.marks + ([self.line] if self.line is not None else []) + [self.legend, self.title]
+
+    def render(self, frame, strategy: str, budget_mb: float, free_gib: float, model: str,
+               engine: str | None = None, mode: str = "model") -> bytes:
+        """The panel for these rows (one strategy and budget, one free GiB) as PNG."""
+        if frame.empty:
+            raise ValueError(f"no {mode} rows for {model} at {free_gib} GiB free")
+        grid, oom = self._grid(frame)
+        gib = frame["peak_transient_bytes"].astype(float) / GIB
+        limits = (max(gib.min(), 1e-3), max(gib.max(), 2e-3))
+        panel = (limits, strategy, _budget_label(strategy, budget_mb), mode)  # all the background shows
+        same_cells = self.cells is not None and self.cells[1] == panel and \
+            np.array_equal(self.cells[0], grid, equal_nan=True) and self.background is not None
+        for artist in self.marks + ([self.line] if self.line is not None else []):
+            artist.remove()
+        self.marks, self.line = [], None
+        if not same_cells:
+            self.image.set_norm(LogNorm(*limits))  # the colour bar follows its mappable's new norm
+            self.image.set_data(np.clip(grid, limits[0], None))
+            self.ax.set_title(f"{strategy} ({_budget_label(strategy, budget_mb)})")
+            self.bar.set_label(f"worst-step transient peak (GiB, {mode_word(mode)})")
+        if len(self.concs) > 1 and len(self.isls) > 1 and np.nanmin(grid) < free_gib < np.nanmax(grid):
+            self.line = self.ax.contour(np.arange(len(self.isls)), np.arange(len(self.concs)), grid,
+                                        levels=[free_gib], colors="red", linewidths=2)
+        norm = self.image.norm
+        for i, j in zip(*np.nonzero(oom)):
+            light = norm(grid[i, j]) > 0.6  # dark text on light cells, light on dark
+            self.marks.append(self.ax.text(j, i, "OOM", ha="center", va="center", fontsize=7, fontweight="bold",
+                                           color="black" if light else "white"))
+        self.legend.get_texts()[0].set_text(f"free memory: {free_gib:g} GiB")
+        self.title.set_text(f"Where does {model}'s indexer run out of memory{_on(engine)}?\n"
+                            f"({free_gib:g} GiB free, budget {budget_mb:g} MiB, {mode_word(mode)})")
+        if same_cells:  # free memory moved: the marks, the line and the titles over the rest
+            self.canvas.restore_region(self.background)
+            for artist in self._dynamic():
+                self.fig.draw_artist(artist)
+        else:
+            for artist in self._dynamic():
+                artist.set_visible(False)
+            self.canvas.draw()
+            self.background = self.canvas.copy_from_bbox(self.fig.bbox)
+            for artist in self._dynamic():
+                artist.set_visible(True)
+                self.fig.draw_artist(artist)
+            self.cells = (grid, panel)
+        return self.png()
+
+    def png(self) -> bytes:
+        width, height = self.canvas.get_width_height()
+        image = Image.frombuffer("RGBA", (width, height), self.canvas.buffer_rgba(), "raw", "RGBA", 0, 1)
+        out = io.BytesIO()
+        image.save(out, format="PNG", compress_level=1)  # fast: the widget sends it at once
+        return out.getvalue()
