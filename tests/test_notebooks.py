@@ -30,7 +30,7 @@ def test_every_notebook_ran_and_wrote_figures_and_tables(ci_run):
         for png in pngs:  # every figure in both formats
             assert png.with_suffix(".svg").exists()
     tables = out / "tables"
-    for table in ("reproductions.csv", "frontier-model.parquet", "01_largest_isl_vllm.csv",
+    for table in ("reproductions.csv", "frontier-model.parquet", "01_largest_isl_vllm.csv", "01_long_context.csv",
                   "02_chunk_overhead.csv", "02_budget_payoff.csv", "03_strategies_steps.csv",
                   "03_strategies_workloads.csv", "04_frontier.parquet", "04_chunks.csv",
                   "04_reserved.csv", "04_policies.csv", "04_auto.csv"):

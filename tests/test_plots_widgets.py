@@ -183,3 +183,18 @@ def test_the_live_heatmap_shows_the_rows_and_a_free_memory_move_draws_what_a_ful
     fresh = LiveHeatmap((1, 16, 64), (2048, 10240)).render(sweep.at_free_memory(planned, 4.0), "n-only", 512, 4.0,
                                                            "glm-5", "vllm==0.18.1")
     assert moved == fresh and Image.open(__import__("io").BytesIO(moved)).size == (630, 396)
+
+
+def test_the_long_context_figure_draws_each_strategys_frontier_over_free_memory_and_budget():
+    grid = sweep.SweepGrid(concurrency=(1, 8), isl=(65536,), budget_mb=(64, 512, 2048),
+                           strategy=("n-only", "vllm", "engine"))
+    frame = sweep.to_frame(list(sweep.model_rows(grid)))
+    fig = plots.budget_frontier(frame, 2.63)
+    axes = axes_labelled(fig)
+    assert len(axes) == 2 and "long contexts on vllm==0.33.0" in fig.get_suptitle()
+    for ax, conc in zip(axes, (1, 8)):
+        lines = {ln.get_label(): ln for ln in ax.get_lines()}
+        assert {"n-only", "vllm", "engine", "2.63 GiB free"} <= set(lines)
+        rows = frame[(frame["concurrency"] == conc) & (frame["strategy"] == "vllm")].sort_values("budget_mb")
+        assert list(lines["vllm"].get_ydata()) == list(rows["peak_transient_bytes"] / 2**30)
+        assert len(set(lines["n-only"].get_ydata())) == 1  # no budget: flat

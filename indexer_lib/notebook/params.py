@@ -47,6 +47,8 @@ SPECS = {
                         "mode": ("str", MODES), "backend": ("str", None),
                         "workload_source": ("str", WORKLOAD_SOURCES),
                         "engines": ("strs", "engine release"),
+                        "long_concurrency": ("ints", ">0"), "long_isl": ("ints", ">0"),
+                        "long_budget_mb": ("numbers", ">0"),
                         "dashboard": ("bool", None)},
     "02_chunk_overhead": {**_COMMON, "budget_mb": ("numbers", ">0"),
                           "strategies": ("strs", tuple(ALL_STRATEGIES)),
@@ -123,12 +125,13 @@ def check_values(notebook: str, values: dict) -> dict:
 def check_together(notebook: str, values: dict) -> None:
     """Values that are each fine but impossible together (or on this machine)."""
     where = f"{notebook}.ipynb parameter"
-    if "isl" in values and "model" in values:
-        limit = MODELS[values["model"]].max_model_len
-        too_long = [i for i in values["isl"] if i > limit]
-        if too_long:
-            raise ParameterError(f"{where} 'isl' = {too_long[0]!r}: longer than "
-                                 f"{values['model']}'s max_model_len {limit}")
+    for name in ("isl", "long_isl"):
+        if name in values and "model" in values:
+            limit = MODELS[values["model"]].max_model_len
+            too_long = [i for i in values[name] if i > limit]
+            if too_long:
+                raise ParameterError(f"{where} {name!r} = {too_long[0]!r}: longer than "
+                                     f"{values['model']}'s max_model_len {limit}")
     if "shared_prefix" in values and "isl" in values and values["shared_prefix"] > max(values["isl"]):
         raise ParameterError(f"{where} 'shared_prefix' = {values['shared_prefix']!r}: longer than "
                              f"every isl (at most {max(values['isl'])}), so no point is left")

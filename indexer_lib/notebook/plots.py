@@ -498,3 +498,43 @@ def release_frontier(table, title_detail: str = "") -> Figure:
     fig.suptitle(f"Which releases run out of memory at ISL {isl}, and from which concurrency?\n"
                  f"{title_detail}".rstrip())
     return fig
+
+
+def budget_frontier(frame, free_gib: float | None = None, title_detail: str = "") -> Figure:
+    """Where the OOM frontier lies over free memory x budget for long-context workloads: per
+    workload (one panel per concurrency x ISL), the worst step's transient peak against the
+    logits budget, one line per strategy.  A budget OOMs wherever the free memory is below
+    its line, so each line is that strategy's frontier; a strategy without a budget is flat.
+    ``frame``: model rows over several budgets (one free GiB); ``free_gib``: a level drawn."""
+    engine = _engine_of(frame, None)
+    data = _select(frame, engine=engine, mode="model")
+    workloads = sorted({(int(c), int(i)) for c, i in zip(data["concurrency"], data["isl"])})
+    strategies = list(dict.fromkeys(data["strategy"]))
+    colours, markers = _strategy_colours(strategies), _strategy_markers(strategies)
+    ncols = min(3, len(workloads))
+    nrows = -(-len(workloads) // ncols)
+    fig = Figure(figsize=(4.2 * ncols + 1.6, 3.4 * nrows + 1.2), layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False)
+    for ax, (conc, isl) in zip(axes.flat, workloads):
+        cell = data[(data["concurrency"] == conc) & (data["isl"] == isl)]
+        for s in strategies:
+            rows = cell[cell["strategy"] == s].sort_values("budget_mb")
+            budgets = rows["budget_mb"].astype(float)
+            peak = rows["peak_transient_bytes"].astype(float) / GIB
+            ax.plot(budgets, peak, marker=markers[s], color=colours[s], markerfacecolor="none",
+                    linestyle="--", label=s)
+        if free_gib is not None:
+            ax.axhline(free_gib, color="red", linewidth=1.5, label=f"{free_gib:g} GiB free")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log", base=2)
+        ticks = sorted(set(cell["budget_mb"].astype(float)))
+        ax.set_xticks(ticks, [f"{t:g}" for t in ticks], fontsize=7)
+        ax.set_xlabel("logits budget (MiB)")
+        ax.set_ylabel("free memory needed (GiB, modelled)")
+        ax.set_title(f"{conc} x ISL {isl // 1024}K")
+        ax.grid(True, alpha=0.3)
+    for ax in list(axes.flat)[len(workloads):]:
+        ax.set_visible(False)
+    axes.flat[0].legend(fontsize=7, title="strategy (below a line: OOM)", title_fontsize=7)
+    fig.suptitle(f"How much free memory does each budget need at long contexts{_on(engine)}? {title_detail}".rstrip())
+    return fig
