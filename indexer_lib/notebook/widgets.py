@@ -12,7 +12,7 @@ import ipywidgets as w
 from . import plots
 from .live_heatmap import LiveHeatmap
 from ..engines import DEFAULT_ENGINE, engine_names, get_engine
-from ..study import sweep
+from ..study import frontier, sweep
 from ..plan import ALL_STRATEGIES
 from ..shapes import MODELS
 
@@ -79,7 +79,7 @@ class FrontierDashboard:
         (``sweep.at_free_memory``), and the last settings planned are kept."""
         free = round(state["free_gib"], 4)
         key = tuple((k, v) for k, v in sorted(state.items()) if k != "free_gib")
-        if sweep.measured_budget(get_engine(state["engine"]).name, state["strategy"]):
+        if frontier.measured_budget(state["engine"], state["strategy"]):
             key += (("free_gib", free),)  # its budget moves with the free memory
         frame = self.planned.get(key)
         if frame is None:

@@ -232,22 +232,31 @@ def workload_rows(grid: FrontierGrid, conc: int, isl: int) -> list[dict]:
     batches = Schedule(prefill_batches(workload, grid.scheduler, grid.workload_source))
     rows = []
     for strategy in grid.strategy:
-        measured = strategy == "engine" and get_engine(grid.engine).budget_rule.startswith("sglang")
-        for free_gib in (grid.free_gib if measured else [None]):
-            if measured:  # the budget this release measures with this much free, for every budget_mb
-                budget = process_budget(grid.engine, free_bytes_from_gib(free_gib))
-                budgets = [budget] * len(grid.budget_mb)
-            else:
-                # n-only (and a release without a budget): one plan per step, under every budget
-                budgets = [strategy_budget_bytes(strategy, b, grid.engine) for b in grid.budget_mb]
+        # the grid's budgets serve every free GiB, unless the engine measures its own from free memory
+        measured = measured_budget(grid.engine, strategy)
+        for frees in ([(f,) for f in grid.free_gib] if measured else [grid.free_gib]):
+            budgets = [budget_of(grid.engine, strategy, b, frees[0]) for b in grid.budget_mb]
             outcomes = worst_steps(batches, strategy, budgets, grid.model,
                                    grid.deepgemm_version, grid.padded,
                                    topk_rows=grid.max_num_batched_tokens,
                                    temporaries=grid.temporaries, engine=grid.engine)
             for budget_mb, outcome in zip(grid.budget_mb, outcomes):
-                for free in ([free_gib] if measured else grid.free_gib):
+                for free in frees:
                     rows.append(frontier_row(grid, conc, isl, budget_mb, free, outcome, strategy))
     return rows
+
+
+def measured_budget(engine, strategy: str) -> bool:
+    """Whether the strategy's budget is the one the engine measures from free memory (SGLang's
+    own chunker), rather than the grid's budget_mb."""
+    return strategy == "engine" and get_engine(engine).budget_rule.startswith("sglang")
+
+
+def budget_of(engine, strategy: str, budget_mb: float, free_gib: float) -> int | None:
+    """The logits budget a strategy plans with at one point of a grid (None: no budget)."""
+    if measured_budget(engine, strategy):
+        return process_budget(engine, free_bytes_from_gib(free_gib))
+    return strategy_budget_bytes(strategy, budget_mb, engine)
 
 
 def frontier_rows(grid: FrontierGrid, progress=None, workers: int | None = 1):

@@ -22,8 +22,8 @@ from pathlib import Path
 
 from . import frontier
 from ..memory import topk_buffer_bytes, workspace_bytes
-from ..engines import DEFAULT_ENGINE, get_engine, process_budget
-from ..plan import make_plan, strategy_budget_bytes
+from ..engines import DEFAULT_ENGINE, get_engine
+from ..plan import make_plan
 from ..shapes import GIB, free_bytes_from_gib, get_model
 from .results import git_state
 from .store import ResultStore
@@ -194,19 +194,6 @@ def schedule_of(workload, config, source: str) -> frontier.Schedule:
     return frontier.Schedule(frontier.prefill_batches(workload, config, source))
 
 
-def measured_budget(engine: str, strategy: str) -> bool:
-    """Whether the strategy's budget is the one the engine measures from free memory (SGLang's
-    own chunker), rather than the grid's budget_mb."""
-    return strategy == "engine" and get_engine(engine).budget_rule.startswith("sglang")
-
-
-def budget_of(engine: str, strategy: str, budget_mb: float, free_gib: float) -> int | None:
-    """The logits budget a strategy plans with at one point of the grid."""
-    if measured_budget(engine, strategy):
-        return process_budget(engine, free_bytes_from_gib(free_gib))
-    return strategy_budget_bytes(strategy, budget_mb, engine)
-
-
 def plan_of(batch, strategy, budget_bytes, model, grid, engine):
     """A step's plan on the grid's engine (on its own DeepGEMM unless the grid names one)."""
     version = None if strategy == "engine" else grid.deepgemm_version
@@ -254,10 +241,10 @@ def model_task(grid, model, workload, config, engine, strategy, budgets_mb, free
                prov) -> list[dict]:
     schedule = schedule_of(workload, config, grid.workload_source)
     # the grid's budgets serve every free GiB, unless the engine measures its own from free memory
-    groups = [(f,) for f in frees] if measured_budget(engine, strategy) else [tuple(frees)]
+    groups = [(f,) for f in frees] if frontier.measured_budget(engine, strategy) else [tuple(frees)]
     rows = []
     for group in groups:
-        budgets = [budget_of(engine, strategy, mb, group[0]) for mb in budgets_mb]
+        budgets = [frontier.budget_of(engine, strategy, mb, group[0]) for mb in budgets_mb]
         outcomes = frontier.worst_steps(schedule, strategy, budgets, model=model,
                                         deepgemm_version=grid.deepgemm_version, padded=grid.padded,
                                         topk_rows=config.max_num_batched_tokens, engine=engine)
@@ -291,7 +278,7 @@ def trace_task(grid, settings, model, workload, config, engine, strategy, budget
     traced_by_budget = {}  # one trace per distinct budget (SGLang's depends on free memory)
     rows = []
     for free in frees:
-        budget = budget_of(engine, strategy, mb, free)
+        budget = frontier.budget_of(engine, strategy, mb, free)
         if budget not in traced_by_budget:
             detail, plan = _model_worst(grid, model, workload, config, engine, strategy, budget,
                                          time_model, settings.backend)
@@ -376,7 +363,7 @@ def measure_task(grid, settings, measurer, model, workload, config, engine, stra
                  frees, time_model, prov) -> list[dict]:
     (mb,), (free,) = budgets_mb, frees
     detail, plan = _model_worst(grid, model, workload, config, engine, strategy,
-                                 budget_of(engine, strategy, mb, free), time_model, settings.backend)
+                                 frontier.budget_of(engine, strategy, mb, free), time_model, settings.backend)
     result = measurer.run(plan, free, config.max_num_batched_tokens)
     row = base_row(grid, model, workload, config, engine, strategy, mb, free, "measure")
     row.update(detail)
@@ -479,7 +466,7 @@ def at_free_memory(frame, free_gib: float):
     no plan depends on it (except SGLang's own chunker, whose budget is measured from it:
     recompute those rows instead)."""
     measured = frame[["engine", "strategy"]].drop_duplicates()
-    if any(measured_budget(e, s) for e, s in measured.itertuples(index=False)):
+    if any(frontier.measured_budget(e, s) for e, s in measured.itertuples(index=False)):
         raise ValueError("SGLang's own chunker plans with the budget it measures from free memory: "
                          "recompute its rows for another free GiB")
     moved = frame.copy()
