@@ -19,7 +19,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from PIL import Image
 
-from .plots import CMAP, GIB, _budget_label, _on, mode_word
+from .plots import (CMAP, GIB, _budget_label, free_memory_line, heatmap_cells, heatmap_panel_title, heatmap_title,
+                    label_heatmap_axes, mark_oom, mode_word)
 
 
 class LiveHeatmap:
@@ -33,10 +34,7 @@ class LiveHeatmap:
         self.ax = self.fig.add_subplot()
         empty = np.full((len(self.concs), len(self.isls)), 1.0)
         self.image = self.ax.imshow(empty, origin="lower", aspect="auto", cmap=CMAP, norm=LogNorm(1e-3, 2e-3))
-        self.ax.set_xticks(range(len(self.isls)), [f"{v // 1024}K" if v >= 1024 else str(v) for v in self.isls])
-        self.ax.set_yticks(range(len(self.concs)), [str(v) for v in self.concs])
-        self.ax.set_xlabel("input length, ISL (tokens)")
-        self.ax.set_ylabel("concurrency (requests)")
+        label_heatmap_axes(self.ax, self.concs, self.isls)
         self.ax.set_title(" ")
         self.bar = self.fig.colorbar(self.image, ax=self.ax, shrink=0.9)
         self.bar.set_label("worst-step transient peak (GiB, modelled)")
@@ -50,15 +48,6 @@ class LiveHeatmap:
         self.canvas.draw()  # lay out once, then keep the positions
         self.fig.set_layout_engine("none")
 
-    def _grid(self, frame):
-        grid = np.full((len(self.concs), len(self.isls)), np.nan)
-        oom = np.zeros_like(grid, dtype=bool)
-        for r in frame.itertuples(index=False):
-            i, j = self.concs.index(r.concurrency), self.isls.index(r.isl)
-            grid[i, j] = r.peak_transient_bytes / GIB
-            oom[i, j] = bool(r.oom)
-        return grid, oom
-
     def _dynamic(self) -> list:
         return self.marks + ([self.line] if self.line is not None else []) + [self.legend, self.title]
 
@@ -67,7 +56,7 @@ class LiveHeatmap:
         """The panel for these rows (one strategy and budget, one free GiB) as PNG."""
         if frame.empty:
             raise ValueError(f"no {mode} rows for {model} at {free_gib} GiB free")
-        grid, oom = self._grid(frame)
+        grid, oom = heatmap_cells(frame, self.concs, self.isls)
         gib = frame["peak_transient_bytes"].astype(float) / GIB
         limits = (max(gib.min(), 1e-3), max(gib.max(), 2e-3))
         panel = (limits, strategy, _budget_label(strategy, budget_mb), mode)  # all the background shows
@@ -79,19 +68,12 @@ class LiveHeatmap:
         if not same_cells:
             self.image.set_norm(LogNorm(*limits))  # the colour bar follows its mappable's new norm
             self.image.set_data(np.clip(grid, limits[0], None))
-            self.ax.set_title(f"{strategy} ({_budget_label(strategy, budget_mb)})")
+            self.ax.set_title(heatmap_panel_title(strategy, budget_mb))
             self.bar.set_label(f"worst-step transient peak (GiB, {mode_word(mode)})")
-        if len(self.concs) > 1 and len(self.isls) > 1 and np.nanmin(grid) < free_gib < np.nanmax(grid):
-            self.line = self.ax.contour(np.arange(len(self.isls)), np.arange(len(self.concs)), grid,
-                                        levels=[free_gib], colors="red", linewidths=2)
-        norm = self.image.norm
-        for i, j in zip(*np.nonzero(oom)):
-            light = norm(grid[i, j]) > 0.6  # dark text on light cells, light on dark
-            self.marks.append(self.ax.text(j, i, "OOM", ha="center", va="center", fontsize=7, fontweight="bold",
-                                           color="black" if light else "white"))
+        self.line = free_memory_line(self.ax, grid, free_gib)
+        self.marks = mark_oom(self.ax, grid, oom, self.image.norm)
         self.legend.get_texts()[0].set_text(f"free memory: {free_gib:g} GiB")
-        self.title.set_text(f"Where does {model}'s indexer run out of memory{_on(engine)}?\n"
-                            f"({free_gib:g} GiB free, budget {budget_mb:g} MiB, {mode_word(mode)})")
+        self.title.set_text(heatmap_title(model, engine, free_gib, f"budget {budget_mb:g} MiB", mode))
         if same_cells:  # free memory moved: the marks, the line and the titles over the rest
             self.canvas.restore_region(self.background)
             for artist in self._dynamic():

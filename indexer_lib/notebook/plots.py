@@ -101,29 +101,14 @@ def frontier_heatmap(frame, by: str = "budget_mb", strategy: str = "vllm",
     axes = fig.subplots(nrows, ncols, squeeze=False)
     image = None
     for ax, panel in zip(axes.flat, panels):
-        cells = data[data[by] == panel]
-        grid = np.full((len(concs), len(isls)), np.nan)
-        oom = np.zeros_like(grid, dtype=bool)
-        for r in cells.itertuples(index=False):
-            i, j = concs.index(r.concurrency), isls.index(r.isl)
-            grid[i, j] = r.peak_transient_bytes / GIB
-            oom[i, j] = bool(r.oom)
+        grid, oom = heatmap_cells(data[data[by] == panel], concs, isls)
         image = ax.imshow(np.clip(grid, norm.vmin, None), origin="lower", aspect="auto",
                           cmap=CMAP, norm=norm)
-        if len(concs) > 1 and len(isls) > 1 and np.nanmin(grid) < free_gib < np.nanmax(grid):
-            ax.contour(np.arange(len(isls)), np.arange(len(concs)), grid, levels=[free_gib],
-                       colors="red", linewidths=2)
-        for i, j in zip(*np.nonzero(oom)):
-            # dark text on light cells, light on dark: readable in grey too
-            light = norm(grid[i, j]) > 0.6
-            ax.text(j, i, "OOM", ha="center", va="center", fontsize=7, fontweight="bold",
-                    color="black" if light else "white")
-        ax.set_xticks(range(len(isls)), [f"{v // 1024}K" if v >= 1024 else str(v) for v in isls])
-        ax.set_yticks(range(len(concs)), [str(v) for v in concs])
-        ax.set_xlabel("input length, ISL (tokens)")
-        ax.set_ylabel("concurrency (requests)")
+        free_memory_line(ax, grid, free_gib)
+        mark_oom(ax, grid, oom, norm)
+        label_heatmap_axes(ax, concs, isls)
         title = (_budget_label(strategy, panel) if by == "budget_mb"
-                 else f"{panel} ({_budget_label(panel, budget_mb)})")
+                 else heatmap_panel_title(panel, budget_mb))
         ax.set_title(title)
     for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
@@ -133,9 +118,56 @@ def frontier_heatmap(frame, by: str = "budget_mb", strategy: str = "vllm",
                                label=f"free memory: {free_gib:g} GiB")],
                loc="outside lower center")
     what = f"strategy {strategy}" if by == "budget_mb" else f"budget {budget_mb:g} MiB"
-    fig.suptitle(f"Where does {model}'s indexer run out of memory{_on(engine)}?\n"
-                 f"({free_gib:g} GiB free, {what}, {mode_word(mode)})")
+    fig.suptitle(heatmap_title(model, engine, free_gib, what, mode))
     return fig
+
+
+# the pieces of a frontier heatmap, shared with the dashboard's live one (live_heatmap)
+
+def heatmap_cells(rows, concs, isls):
+    """(worst-step transient GiB, OOM) per concurrency x ISL cell of ``rows``; NaN where none."""
+    grid = np.full((len(concs), len(isls)), np.nan)
+    oom = np.zeros_like(grid, dtype=bool)
+    for r in rows.itertuples(index=False):
+        i, j = concs.index(r.concurrency), isls.index(r.isl)
+        grid[i, j] = r.peak_transient_bytes / GIB
+        oom[i, j] = bool(r.oom)
+    return grid, oom
+
+
+def free_memory_line(ax, grid, free_gib: float):
+    """The free-memory contour where it crosses the cells (else None)."""
+    rows, cols = grid.shape
+    if rows > 1 and cols > 1 and np.nanmin(grid) < free_gib < np.nanmax(grid):
+        return ax.contour(np.arange(cols), np.arange(rows), grid, levels=[free_gib], colors="red", linewidths=2)
+    return None
+
+
+def mark_oom(ax, grid, oom, norm) -> list:
+    """An "OOM" text on each cell that runs out of memory."""
+    marks = []
+    for i, j in zip(*np.nonzero(oom)):
+        # dark text on light cells, light on dark: readable in grey too
+        light = norm(grid[i, j]) > 0.6
+        marks.append(ax.text(j, i, "OOM", ha="center", va="center", fontsize=7, fontweight="bold",
+                             color="black" if light else "white"))
+    return marks
+
+
+def label_heatmap_axes(ax, concs, isls) -> None:
+    ax.set_xticks(range(len(isls)), [f"{v // 1024}K" if v >= 1024 else str(v) for v in isls])
+    ax.set_yticks(range(len(concs)), [str(v) for v in concs])
+    ax.set_xlabel("input length, ISL (tokens)")
+    ax.set_ylabel("concurrency (requests)")
+
+
+def heatmap_panel_title(strategy: str, budget_mb: float) -> str:
+    return f"{strategy} ({_budget_label(strategy, budget_mb)})"
+
+
+def heatmap_title(model: str, engine: str | None, free_gib: float, what: str, mode: str) -> str:
+    return (f"Where does {model}'s indexer run out of memory{_on(engine)}?\n"
+            f"({free_gib:g} GiB free, {what}, {mode_word(mode)})")
 
 
 def frontier_table(frame, strategy: str, free_gib: float | None = None, engine: str | None = None):

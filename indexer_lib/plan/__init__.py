@@ -8,10 +8,11 @@
 """
 from .chunks import Chunk, Plan, Run, chunk_runs, merged_chunks
 from .strategies import (ALL_STRATEGIES, BEYOND_STRATEGIES, ENGINE_STRATEGIES, FIELD_STRATEGIES, KV_SPLIT_ALIGN, STRATEGIES,
-                         Budgeting, check_layout, check_strategy, make_plan, plan_at, strategy_budget_bytes)
+                         Budgeting, asked_deepgemm, check_layout, check_strategy, make_plan, plan_at, runs_on,
+                         strategy_budget_bytes)
 
 __all__ = [
     "Chunk", "Plan", "Run", "chunk_runs", "merged_chunks",
     "ALL_STRATEGIES", "BEYOND_STRATEGIES", "ENGINE_STRATEGIES", "FIELD_STRATEGIES", "KV_SPLIT_ALIGN", "STRATEGIES", "Budgeting",
-    "check_layout", "check_strategy", "make_plan", "plan_at", "strategy_budget_bytes",
+    "asked_deepgemm", "check_layout", "check_strategy", "make_plan", "plan_at", "runs_on", "strategy_budget_bytes",
 ]

@@ -457,7 +457,7 @@ def plan_at(batch: StepBatch, strategy: str, budget_mb: float, model: str = "dee
     """A strategy's plan at a budget in MiB on an engine release: the ``engine`` strategy is
     its own chunker on its own DeepGEMM; the others run on ``deepgemm_version`` where given."""
     return make_plan(batch, strategy, strategy_budget_bytes(strategy, budget_mb, engine), model=model,
-                     deepgemm_version=None if strategy == "engine" else deepgemm_version,
+                     deepgemm_version=asked_deepgemm(strategy, deepgemm_version),
                      engine=engine, **options)
 
 
@@ -470,10 +470,22 @@ def check_strategy(name: str) -> str:
 FULL_LAYOUT_STRATEGIES = ("kv-split", "fixed-shape")
 
 
+def runs_on(strategy: str, deepgemm_version: str) -> bool:
+    """Whether a DeepGEMM build has the layout the strategy needs (kv-split and fixed-shape
+    need the full ``[M, N]`` one, which 2.8, as in vLLM 0.33.0, lacks)."""
+    return strategy not in FULL_LAYOUT_STRATEGIES or get_rules(deepgemm_version).full_width
+
+
+def asked_deepgemm(strategy: str, deepgemm_version: str | None) -> str | None:
+    """The DeepGEMM version a strategy is asked to plan on with an engine: the ``engine``
+    strategy always keeps its release's own build (None), the others run on the one named."""
+    return None if strategy == "engine" else deepgemm_version
+
+
 def check_layout(strategy: str, deepgemm_version: str, engine: EngineProfile | str | None = None) -> None:
     """ValueError for a strategy that needs DeepGEMM's full ``[M, N]`` layout on a build that
-    has only the compressed one (2.8, as in vLLM 0.33.0)."""
-    if strategy in FULL_LAYOUT_STRATEGIES and not get_rules(deepgemm_version).full_width:
+    has only the compressed one (``runs_on``)."""
+    if not runs_on(strategy, deepgemm_version):
         on = f" ({get_engine(engine).name})" if engine is not None else ""
         raise ValueError(f"strategy {strategy!r} needs DeepGEMM's full logits layout; DeepGEMM "
                          f"{deepgemm_version}{on} has only the compressed one (give another "

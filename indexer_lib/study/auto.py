@@ -13,7 +13,7 @@ from ..engines import SGLANG_MEM_FRACTION_STATIC, get_engine, process_budget
 from .frontier import Schedule, prefill_batches
 from ..memory import memory_report
 from ..padding import DEFAULT_DEEPGEMM_VERSION
-from ..plan import STRATEGIES, check_layout, make_plan
+from ..plan import STRATEGIES, make_plan, runs_on
 from ..shapes import MIB, budget_bytes_from_mb, free_bytes_from_gib, get_gpu, get_model
 from .timemodel import TimeModel, plan_features
 from ..workload import ClosedLoopWorkload, SchedulerConfig
@@ -132,7 +132,7 @@ def evaluate_candidates(schedules: list[Schedule], model: str = "glm-5",
     tm = time_model or TimeModel.from_data()
     if not strategies:  # every budgeted strategy the DeepGEMM build can run
         version = deepgemm_version or (DEFAULT_DEEPGEMM_VERSION if engine is None else get_engine(engine).deepgemm_rules)
-        strategies = tuple(s for s in STRATEGIES if s != "n-only" and _runs_on(s, version))
+        strategies = tuple(s for s in STRATEGIES if s != "n-only" and runs_on(s, version))
     name = None if engine is None else get_engine(engine).name
     candidates = []
     for strategy in strategies:
@@ -144,14 +144,6 @@ def evaluate_candidates(schedules: list[Schedule], model: str = "glm-5",
                 engine=engine))
             candidates.append(Candidate(strategy, mb, padded, *totals, False, name))
     return candidates
-
-
-def _runs_on(strategy: str, deepgemm_version: str) -> bool:
-    try:
-        check_layout(strategy, deepgemm_version)
-    except ValueError:
-        return False
-    return True
 
 
 def _over_schedules(schedules: list[Schedule], tm: TimeModel, temporaries, plan_of) -> tuple[float, int, int]:

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 
 from ..memory import memory_report
 from ..padding import get_rules
-from ..plan import check_layout, check_strategy, make_plan, strategy_budget_bytes
+from ..plan import asked_deepgemm, check_layout, check_strategy, make_plan, strategy_budget_bytes
 from ..shapes import GIB, MIB, budget_bytes_from_mb, free_bytes_from_gib, get_model
 from ..engines import DEFAULT_ENGINE, get_engine, process_budget
 from ..workload import (MAX_CONCURRENCY, MAX_OSL, ClosedLoopWorkload, SchedulerConfig, StepBatch, check_int,
@@ -125,7 +125,7 @@ def worst_steps(
             entry = known[k]
             if entry is None or not _in_interval(budget, entry[0]):
                 plan = make_plan(batch, strategy, budget, workspace_tokens, model,
-                                 None if strategy == "engine" else deepgemm_version, padded, engine=engine)
+                                 asked_deepgemm(strategy, deepgemm_version), padded, engine=engine)
                 report = memory_report(plan, topk_rows=topk_rows, backend=temporaries)
                 entry = known[k] = (plan.budget_stable, plan.num_chunks, report.peak_transient,
                                     report.peak, plan.over_budget)
@@ -315,9 +315,7 @@ def frontier_row(grid: FrontierGrid, conc: int, isl: int, budget_mb: float, free
 def deepgemm_of(engine, deepgemm_version: str | None, strategy: str | None) -> str:
     """The DeepGEMM rules a strategy plans with on an engine: the engine's own, unless
     another version is asked for (never for the ``engine`` strategy)."""
-    if deepgemm_version is None or strategy == "engine":
-        return get_engine(engine).deepgemm_rules
-    return deepgemm_version
+    return asked_deepgemm(strategy, deepgemm_version) or get_engine(engine).deepgemm_rules
 
 
 def format_bytes(n: int) -> str:

@@ -23,7 +23,7 @@ from pathlib import Path
 from . import frontier
 from ..memory import topk_buffer_bytes, workspace_bytes
 from ..engines import DEFAULT_ENGINE, get_engine
-from ..plan import make_plan
+from ..plan import asked_deepgemm, make_plan
 from ..shapes import GIB, free_bytes_from_gib, get_model
 from .results import git_state
 from .store import ResultStore
@@ -68,12 +68,11 @@ class SweepGrid:
             if f.type.startswith("tuple") and not getattr(self, f.name):
                 raise ValueError(f"{f.name} is empty: the grid needs at least one value")
         frontier.check_grid_values(self.strategy, self.budget_mb, self.free_gib)
-        for name, minimum in (("concurrency", 1), ("isl", 1), ("osl", 1), ("shared_prefix", 0),
-                              ("max_num_batched_tokens", 1), ("max_num_seqs", 1),
+        frontier.check_workload_axes(self.concurrency, self.osl)  # bounded above too: the simulator runs them
+        for name, minimum in (("isl", 1), ("shared_prefix", 0), ("max_num_batched_tokens", 1), ("max_num_seqs", 1),
                               ("long_prefill_token_threshold", 0)):
             for v in getattr(self, name):
                 check_int(name, v, minimum)
-        frontier.check_workload_axes(self.concurrency, self.osl)
         for m in self.model:
             frontier.check_isl(m, self.isl)
         check_source(self.workload_source)
@@ -196,8 +195,8 @@ def schedule_of(workload, config, source: str) -> frontier.Schedule:
 
 def plan_of(batch, strategy, budget_bytes, model, grid, engine):
     """A step's plan on the grid's engine (on its own DeepGEMM unless the grid names one)."""
-    version = None if strategy == "engine" else grid.deepgemm_version
-    return make_plan(batch, strategy, budget_bytes, None, model, version, grid.padded, engine=engine)
+    return make_plan(batch, strategy, budget_bytes, None, model, asked_deepgemm(strategy, grid.deepgemm_version),
+                     grid.padded, engine=engine)
 
 
 def base_row(grid, model, workload, config, engine, strategy, budget_mb, free_gib, mode) -> dict:
