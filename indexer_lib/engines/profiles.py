@@ -18,6 +18,7 @@ ENGINES = ("vllm", "sglang")
 CHUNKERS = ("workspace", "logits-budget", "rows", "none")
 BUDGET_RULES = ("none", "fixed-mib", "sglang-free-per-call", "sglang-cached")
 LIFETIMES = ("persistent", "chunk", "call")
+PATHS = (None, "vllm-request-spans", "vllm-row-ends")
 
 
 @dataclass(frozen=True)
@@ -48,13 +49,21 @@ class EngineProfile:
     chunk_skip_elements: int | None = None  # SGLang: below this many logits elements, one call
     skip_logits_at_or_below_topk: bool = False  # SGLang: no logits when every seq_len <= top-k
     logits_dtype: str = "float32"
+    # the engine's own path around the logits, as replayed from its code (``engines.replay``);
+    # None: not replayed, so the memory model's ``engine`` backend refuses the release
+    # "vllm-request-spans" (0.15.1, 0.19.0): every chunk's metadata held, ks/ke for all rows of its
+    # requests; "vllm-row-ends" (0.33.0): ks/ke for its own rows, row_ends + zeros per chunk
+    path: str | None = None
+    workspace_align: int = 1  # the workspace manager rounds each buffer up to this many bytes
+    workspace_extra_bytes: int = 0  # bytes the profile run adds to the shared workspace (kept)
     sources: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def __post_init__(self):
         for name, value, allowed in (("engine", self.engine, ENGINES), ("chunker", self.chunker, CHUNKERS),
                                      ("budget_rule", self.budget_rule, BUDGET_RULES),
                                      ("workspace_lifetime", self.workspace_lifetime, LIFETIMES),
-                                     ("layout", self.layout, ("full", "compressed"))):
+                                     ("layout", self.layout, ("full", "compressed")),
+                                     ("path", self.path, PATHS)):
             if value not in allowed:
                 raise ValueError(f"engine profile {self.engine}=={self.release}: {name} {value!r} "
                                  f"must be one of {', '.join(allowed)}")

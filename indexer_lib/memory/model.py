@@ -29,6 +29,7 @@ from typing import Callable
 
 from ..padding import get_rules, unpadded_logits_bytes
 from ..plan import Chunk, Plan, merged_chunks
+from .engine_path import call_metadata_bytes, chunk_path_bytes, engine_path, workspace_path_bytes
 from .tiling import merge_temporaries_bytes, reference_phase_bytes, reference_temporaries_bytes
 from .topk_bytes import topk_temporaries_bytes
 from ..shapes import ModelPreset, get_model
@@ -38,7 +39,8 @@ INT32_BYTES = 4
 # bytes of executor temporaries for one chunk
 TemporariesFn = Callable[[Chunk, ModelPreset], int]
 DEFAULT_BACKEND = "reference"
-MODELLED_BACKENDS = ("reference", "deepgemm")
+# "engine": the engine release's own kernels and metadata (``engine_path``)
+MODELLED_BACKENDS = ("reference", "deepgemm", "engine")
 
 
 def logits_bytes(chunk: Chunk, plan: Plan, padded: bool = True) -> int:
@@ -191,6 +193,8 @@ def memory_report(
     """
     model = get_model(plan.model)
     k = model.topk if topk is None else topk
+    if backend == "engine" and temporaries is None:
+        return _engine_report(plan, model, topk_rows, k, padded, workspace_tokens)
     phases = phase_temporaries(plan, backend, k, temporaries) \
         if plan.logits_alive > 1 and (temporaries or backend is not None) else None
     shareable = temporaries is None and backend in ("deepgemm", None)
@@ -226,6 +230,26 @@ def memory_report(
     if plan.topk_output == "call":
         topk_out, call = 0, call + topk_out
     return MemoryReport(workspace, topk_out, chunks, call)
+
+
+def _engine_report(plan: Plan, model: ModelPreset, topk_rows: int | None, k: int, padded: bool,
+                   workspace_tokens: int | None) -> MemoryReport:
+    """The engine's own path (``engine_path``): its metadata for the whole call, row_ends next
+    to each chunk's logits, its zeros during the top-k, the previous chunk's logits held while
+    the next are allocated (``logits_alive``)."""
+    profile = engine_path(plan)
+    chunks = []
+    previous = 0
+    for c in plan.chunks:
+        logits = logits_bytes(c, plan, padded)
+        with_logits, during_topk = chunk_path_bytes(c, profile.path)
+        held = previous if plan.logits_alive > 1 else 0
+        chunks.append(ChunkMemory(logits, with_logits, during_topk, held=held))
+        previous = logits
+    tokens = plan.workspace_tokens if workspace_tokens is None else workspace_tokens
+    workspace = workspace_path_bytes(profile, tokens, model.head_dim, model.k_bytes_per_token - model.head_dim)
+    return MemoryReport(workspace, topk_buffer_bytes(plan, topk_rows, k), tuple(chunks),
+                        call=call_metadata_bytes(plan, profile.path))
 
 
 def _chunk_bytes(c: Chunk, merged: bool, plan: Plan, model: ModelPreset, padded: bool,

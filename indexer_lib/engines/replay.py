@@ -1,0 +1,231 @@
+"""The engine's own indexer prefill, replayed on the meta device, next to the memory model.
+
+``replay_steps("vllm==0.33.0", "glm-5", [(query_lens, seq_lens), ...])`` runs the release's
+own code (``engines/vllm_replay.py``, in the Python environment that holds that release:
+the project's ``.venv`` for the vLLM it installs, ``.venv-engines/vllm-X`` for the others,
+see scripts/install_engines.sh) and returns, per step, the peak bytes of the real code path,
+every allocation it made, its logits calls, and the memory model's figures for the same
+engine profile (``memory_report(..., backend="engine")``).  Each step is replayed as the
+server lives it: a fresh workspace manager, the profile run (the dummy forward), then the
+step.  Numbers are measured from the engine's code on meta tensors; the logits allocation
+inside DeepGEMM, which cannot run on a CPU, follows the release's DeepGEMM padding rules
+(``indexer_lib.padding``).
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..padding import get_rules
+from ..refdata import DATA_DIR
+from ..shapes import get_model
+from ..workload import StepBatch
+from .budget import profile_run_logits_bytes
+from .profiles import EngineProfile, get_engine
+
+DRIVER = Path(__file__).with_name("vllm_replay.py")
+REPO = DATA_DIR.parent
+MAX_NUM_BATCHED_TOKENS = 8192  # the engines' default on an H200: the top-k buffer's rows
+
+
+@dataclass(frozen=True)
+class StepReplay:
+    """One step replayed through the engine's own code, and what the model says of it."""
+
+    engine: str
+    model: str
+    query_lens: tuple[int, ...]
+    seq_lens: tuple[int, ...]
+    budget_mb: int | None  # the logits budget the release planned with (None: it has none)
+    peak_bytes: int  # live bytes at the peak of the step: top-k buffer, workspace, metadata, call
+    persistent_bytes: int  # what was alive before the step: the top-k buffer and the workspace
+    metadata_bytes: int  # the chunk metadata the builder made for the step
+    chunks: tuple[tuple[int, int, int, int], ...]  # (request start, end, row start, end) per chunk
+    logits_calls: tuple[tuple[int, int], ...]  # the logits shape of each call
+    logits_allocated_bytes: tuple[int, ...]  # what DeepGEMM allocated for each
+    profile_run_peak_bytes: int  # the dummy forward's peak (the budget's torch.empty included)
+    profile_run_reserved_bytes: int  # what it left reserved: top-k buffer and workspace
+    seconds: float  # the replay's own time (profile run, metadata and call)
+    modelled_peak_bytes: int  # memory_report(plan, backend="engine").peak, same profile
+    modelled_chunks: tuple[tuple[int, int, int, int], ...]
+    allocations: tuple[dict, ...] = field(default=(), repr=False)  # record=True: every storage
+
+    @property
+    def difference_bytes(self) -> int:
+        """Modelled minus replayed peak (0: the model is exact on this step)."""
+        return self.modelled_peak_bytes - self.peak_bytes
+
+    def to_row(self) -> dict:
+        return {"engine": self.engine, "model": self.model, "requests": len(self.query_lens),
+                "rows": sum(self.query_lens), "kv_tokens": sum(self.seq_lens),
+                "longest": max(self.seq_lens), "budget_mb": self.budget_mb,
+                "chunks": len(self.chunks), "replayed_peak_bytes": self.peak_bytes,
+                "modelled_peak_bytes": self.modelled_peak_bytes,
+                "difference_bytes": self.difference_bytes,
+                "metadata_bytes": self.metadata_bytes,
+                "profile_run_reserved_bytes": self.profile_run_reserved_bytes,
+                "unreserved_bytes": self.peak_bytes - self.profile_run_peak_bytes,
+                "seconds": self.seconds}
+
+
+@dataclass(frozen=True)
+class ProfileRunReplay:
+    """The dummy forward alone: what vLLM reserves for the indexer at start-up."""
+
+    engine: str
+    model: str
+    budget_mb: int | None
+    peak_bytes: int  # top-k buffer + workspace + the budget's torch.empty (0.19.0+)
+    reserved_bytes: int  # what stays: top-k buffer and workspace
+    modelled_peak_bytes: int
+    modelled_reserved_bytes: int
+
+
+def replayable(engine) -> EngineProfile:
+    """The profile of a release whose path the project replays (ValueError otherwise)."""
+    profile = get_engine(engine)
+    if profile.engine != "vllm" or profile.path is None:
+        replayed = ", ".join(n for n in _replayed())
+        raise ValueError(f"engine {profile.name}: its indexer path is not replayed; the replay drives "
+                         f"{replayed}")
+    return profile
+
+
+def _replayed() -> list[str]:
+    from .profiles import engine_names
+    return [n for n in engine_names("vllm") if get_engine(n).path is not None]
+
+
+def engine_python(engine) -> str:
+    """The Python of the environment that holds the release (ValueError with the install line)."""
+    profile = replayable(engine)
+    if _installed_vllm() == profile.release:
+        return sys.executable
+    candidate = REPO / ".venv-engines" / f"vllm-{profile.release}" / "bin" / "python"
+    if candidate.exists():
+        return str(candidate)
+    raise ValueError(f"engine {profile.name} is not installed here: bash scripts/install_engines.sh "
+                     f"vllm-{profile.release}" if profile.release != _project_vllm() else
+                     f"engine {profile.name} is not installed here: bash scripts/install_vllm.sh")
+
+
+def _installed_vllm() -> str | None:
+    try:
+        return importlib.metadata.version("vllm")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _project_vllm() -> str:
+    text = (REPO / "scripts" / "install_vllm.sh").read_text()
+    return text.split("VLLM_VERSION=", 1)[1].split()[0]
+
+
+def _request(profile: EngineProfile, model: str, steps, budget_mb, max_num_batched_tokens: int,
+             record: bool) -> dict:
+    preset = get_model(model)
+    rules = get_rules(profile.deepgemm_rules)
+    return {
+        "steps": [{"query_lens": list(q), "seq_lens": list(s)} for q, s in steps],
+        "max_logits_mb": budget_mb,
+        "model": {"index_heads": preset.index_heads, "head_dim": preset.head_dim, "topk": preset.topk,
+                  "max_model_len": preset.max_model_len, "kv_block": preset.kv_block,
+                  "hidden_size": 1},  # the hidden states' width is never read, only their rows
+        "max_num_batched_tokens": max_num_batched_tokens,
+        "workspace_factor": profile.workspace_factor,
+        "deepgemm": {"row_multiple": rules.row_multiple(preset.index_heads),
+                     "stride_extra": rules.stride_extra, "stride_align": rules.stride_align,
+                     "compressed_align": 256},
+        "record": record,
+    }
+
+
+def _run_driver(profile: EngineProfile, request: dict, timeout: float | None) -> dict:
+    python = engine_python(profile)
+    done = subprocess.run([python, str(DRIVER)], input=json.dumps(request), capture_output=True,
+                          text=True, timeout=timeout)
+    if done.returncode != 0:
+        tail = done.stderr.strip().splitlines()[-1:] or ["no output"]
+        raise RuntimeError(f"the replay of {profile.name} failed (exit {done.returncode}): {tail[0]}")
+    answer = json.loads(done.stdout)
+    if "error" in answer:
+        raise RuntimeError(f"{profile.name} cannot be driven: {answer['error']}")
+    if answer["vllm"] != profile.release:
+        raise RuntimeError(f"{python} holds vllm {answer['vllm']}, not {profile.release}")
+    return answer
+
+
+def _budget_mb(profile: EngineProfile, budget_mb) -> int | None:
+    if profile.chunker != "logits-budget":
+        if budget_mb is not None:
+            raise ValueError(f"budget_mb {budget_mb!r}: {profile.name} has no logits budget "
+                             f"(its chunker: {profile.chunker})")
+        return None
+    if budget_mb is None:
+        return int(profile.budget_default)
+    if isinstance(budget_mb, bool) or not isinstance(budget_mb, int) or budget_mb < 1:
+        raise ValueError(f"budget_mb {budget_mb!r}: must be a whole number of MiB >= 1 "
+                         f"({profile.budget_env} is an integer)")
+    return budget_mb
+
+
+def replay_steps(engine, model: str, steps, budget_mb: int | None = None,
+                 max_num_batched_tokens: int = MAX_NUM_BATCHED_TOKENS, record: bool = False,
+                 timeout: float | None = 600) -> list[StepReplay]:
+    """Replay each ``(query_lens, seq_lens)`` step through the release's own code, in one process.
+
+    ``budget_mb``: ``VLLM_SPARSE_INDEXER_MAX_LOGITS_MB`` (default the release's; releases
+    without a budget take None).  ``record``: keep every allocation.
+    """
+    from ..memory import memory_report
+    from ..plan import make_plan
+
+    profile = replayable(engine)
+    budget = _budget_mb(profile, budget_mb)
+    batches = [StepBatch.from_lengths(q, s) for q, s in steps]  # bad lengths say so here
+    if not batches:
+        raise ValueError("steps is empty: give at least one (query_lens, seq_lens)")
+    answer = _run_driver(profile, _request(profile, model, [(b.query_lens, b.seq_lens) for b in batches],
+                                           budget, max_num_batched_tokens, record), timeout)
+    out = []
+    for batch, r in zip(batches, answer["results"]):
+        if "error" in r:
+            raise RuntimeError(f"{profile.name} step {list(batch.query_lens)} x {list(batch.seq_lens)}: "
+                               f"{r['error']}")
+        plan = make_plan(batch, "engine", None if budget is None else budget << 20, model=model,
+                         engine=profile)
+        report = memory_report(plan, topk_rows=max_num_batched_tokens, backend="engine")
+        modelled = tuple((c.requests[0], c.requests[1], c.rows[0], c.rows[1]) for c in plan.chunks)
+        out.append(StepReplay(
+            profile.name, model, batch.query_lens, batch.seq_lens, budget, r["peak_bytes"],
+            r["persistent_bytes"], r["metadata_bytes"], tuple(tuple(c) for c in r["chunks"]),
+            tuple(tuple(s) for s in r["logits_calls"]), tuple(r["logits_allocated_bytes"]),
+            r["profile_run"]["peak_bytes"], r["profile_run"]["reserved_bytes"], r["seconds"],
+            report.peak, modelled, tuple(r.get("allocations", ()))))
+    return out
+
+
+def replay_profile_run(engine, model: str, budget_mb: int | None = None,
+                       max_num_batched_tokens: int = MAX_NUM_BATCHED_TOKENS,
+                       timeout: float | None = 600) -> ProfileRunReplay:
+    """The dummy forward alone, next to what the model says it reserves."""
+    from ..memory.engine_path import workspace_path_bytes
+
+    profile = replayable(engine)
+    budget = _budget_mb(profile, budget_mb)
+    answer = _run_driver(profile, _request(profile, model, [], budget, max_num_batched_tokens, False),
+                         timeout)
+    r = answer["results"][0]
+    if "error" in r:
+        raise RuntimeError(f"{profile.name} profile run: {r['error']}")
+    preset = get_model(model)
+    reserved = (workspace_path_bytes(profile, profile.workspace_tokens(preset.max_model_len),
+                                     preset.head_dim, preset.k_bytes_per_token - preset.head_dim)
+                + max_num_batched_tokens * preset.topk * 4)
+    logits = profile_run_logits_bytes(profile, budget) if budget is not None else 0
+    return ProfileRunReplay(profile.name, model, budget, r["profile_run"]["peak_bytes"],
+                            r["profile_run"]["reserved_bytes"], reserved + logits, reserved)
