@@ -1,5 +1,5 @@
 """``indexer-lab`` command line: one module per subcommand (``plan``, ``frontier``,
-``run``, ``auto``), each adding its parser with ``register(subparsers)``.
+``run``, ``auto``, ``replay``), each adding its parser with ``register(subparsers)``.
 
 Bad input ends with one line naming the value and the rule, exit status 2.
 """
@@ -8,9 +8,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import auto, frontier, plan, run
+from . import auto, frontier, plan, replay, run
 
-SUBCOMMANDS = (plan, frontier, run, auto)
+SUBCOMMANDS = (plan, frontier, run, auto, replay)
 
 
 class OneLineParser(argparse.ArgumentParser):

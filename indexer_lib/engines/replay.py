@@ -127,10 +127,11 @@ def _project_vllm() -> str:
 
 def _request(profile: EngineProfile, model: str, steps, budget_mb, max_num_batched_tokens: int,
              record: bool) -> dict:
+    """``steps``: (query_lens, seq_lens, budget MiB) per step."""
     preset = get_model(model)
     rules = get_rules(profile.deepgemm_rules)
     return {
-        "steps": [{"query_lens": list(q), "seq_lens": list(s)} for q, s in steps],
+        "steps": [{"query_lens": list(q), "seq_lens": list(s), "max_logits_mb": b} for q, s, b in steps],
         "max_logits_mb": budget_mb,
         "model": {"index_heads": preset.index_heads, "head_dim": preset.head_dim, "topk": preset.topk,
                   "max_model_len": preset.max_model_len, "kv_block": preset.kv_block,
@@ -176,23 +177,33 @@ def _budget_mb(profile: EngineProfile, budget_mb) -> int | None:
 def replay_steps(engine, model: str, steps, budget_mb: int | None = None,
                  max_num_batched_tokens: int = MAX_NUM_BATCHED_TOKENS, record: bool = False,
                  timeout: float | None = 600) -> list[StepReplay]:
-    """Replay each ``(query_lens, seq_lens)`` step through the release's own code, in one process.
+    """Replay each ``(query_lens, seq_lens)`` step (or ``(query_lens, seq_lens, budget_mb)``)
+    through the release's own code, all in one process.
 
-    ``budget_mb``: ``VLLM_SPARSE_INDEXER_MAX_LOGITS_MB`` (default the release's; releases
-    without a budget take None).  ``record``: keep every allocation.
+    ``budget_mb``: ``VLLM_SPARSE_INDEXER_MAX_LOGITS_MB`` of the steps that name none (default
+    the release's; releases without a budget take None).  ``record``: keep every allocation.
     """
     from ..memory import memory_report
     from ..plan import make_plan
 
     profile = replayable(engine)
-    budget = _budget_mb(profile, budget_mb)
-    batches = [StepBatch.from_lengths(q, s) for q, s in steps]  # bad lengths say so here
-    if not batches:
+    if not steps:
         raise ValueError("steps is empty: give at least one (query_lens, seq_lens)")
-    answer = _run_driver(profile, _request(profile, model, [(b.query_lens, b.seq_lens) for b in batches],
-                                           budget, max_num_batched_tokens, record), timeout)
+    if max_num_batched_tokens < 1:
+        raise ValueError(f"max_num_batched_tokens {max_num_batched_tokens}: must be >= 1")
+    cases = []
+    for step in steps:
+        q, s, *own = step
+        batch = StepBatch.from_lengths(q, s)  # bad lengths say so here
+        if batch.num_rows > max_num_batched_tokens:
+            raise ValueError(f"a step of {batch.num_rows} rows > max_num_batched_tokens "
+                             f"{max_num_batched_tokens}: the engine's top-k buffer has that many rows")
+        cases.append((batch, _budget_mb(profile, own[0] if own else budget_mb)))
+    request = _request(profile, model, [(b.query_lens, b.seq_lens, mb) for b, mb in cases], None,
+                       max_num_batched_tokens, record)
+    answer = _run_driver(profile, request, timeout)
     out = []
-    for batch, r in zip(batches, answer["results"]):
+    for (batch, budget), r in zip(cases, answer["results"]):
         if "error" in r:
             raise RuntimeError(f"{profile.name} step {list(batch.query_lens)} x {list(batch.seq_lens)}: "
                                f"{r['error']}")
@@ -217,8 +228,8 @@ def replay_profile_run(engine, model: str, budget_mb: int | None = None,
 
     profile = replayable(engine)
     budget = _budget_mb(profile, budget_mb)
-    answer = _run_driver(profile, _request(profile, model, [], budget, max_num_batched_tokens, False),
-                         timeout)
+    request = _request(profile, model, [], budget, max_num_batched_tokens, False)
+    answer = _run_driver(profile, request, timeout)
     r = answer["results"][0]
     if "error" in r:
         raise RuntimeError(f"{profile.name} profile run: {r['error']}")
@@ -229,3 +240,18 @@ def replay_profile_run(engine, model: str, budget_mb: int | None = None,
     logits = profile_run_logits_bytes(profile, budget) if budget is not None else 0
     return ProfileRunReplay(profile.name, model, budget, r["profile_run"]["peak_bytes"],
                             r["profile_run"]["reserved_bytes"], reserved + logits, reserved)
+
+
+def replay_cases(engine, model: str, cases, timeout: float | None = 600) -> list[tuple]:
+    """(case, StepReplay) for each ``replay_cases.ReplayCase``: one process per top-k buffer size.
+    A release without a logits budget replays every case without one."""
+    profile = replayable(engine)
+    budgeted = profile.chunker == "logits-budget"
+    out: dict[int, StepReplay] = {}
+    for rows in sorted({c.max_num_batched_tokens for c in cases}):
+        group = [(i, c) for i, c in enumerate(cases) if c.max_num_batched_tokens == rows]
+        steps = [(c.query_lens, c.seq_lens, c.budget_mb if budgeted else None) for _, c in group]
+        for (i, _), r in zip(group, replay_steps(profile, model, steps, max_num_batched_tokens=rows,
+                                                 timeout=timeout)):
+            out[i] = r
+    return [(c, out[i]) for i, c in enumerate(cases)]

@@ -21,7 +21,8 @@ allocated and freed).  The inputs (hidden states, q, k, weights, the KV cache) e
 the indexer runs and are not counted; the top-k output buffer is counted, as the engine
 reserves it next to the model.
 
-stdin: {"steps": [{"query_lens": [...], "seq_lens": [...]}], "max_logits_mb": int or null,
+stdin: {"steps": [{"query_lens": [...], "seq_lens": [...], "max_logits_mb": (optional) int}],
+        "max_logits_mb": int or null (every step's, unless it names its own),
         "model": {"index_heads": H, "head_dim": D, "topk": k, "max_model_len": L,
                   "kv_block": B, "hidden_size": S},
         "max_num_batched_tokens": T, "workspace_factor": 40,
@@ -347,7 +348,7 @@ def replay_step(eng: Engine, req: dict, step: dict | None) -> dict:
     rec = Recorder(torch, req.get("record", False))
     start = time.perf_counter()
     eng.workspace.init_workspace_manager(torch.device("meta"))
-    budget_mb = req.get("max_logits_mb")
+    budget_mb = (step or {}).get("max_logits_mb", req.get("max_logits_mb"))
     if budget_mb is None:
         budget_mb = int(getattr(eng.envs, "VLLM_SPARSE_INDEXER_MAX_LOGITS_MB", 0))
     workspace = req["workspace_factor"] * m["max_model_len"]

@@ -1,0 +1,94 @@
+"""``indexer-lab replay``: run a vLLM release's own indexer prefill on the meta device for one
+step (or its profile run alone) and print its peak next to the memory model's."""
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict
+
+from ..engines import DEFAULT_ENGINE, get_engine
+from ..engines.replay import replay_profile_run, replay_steps
+from ..shapes import MODELS
+from ..study.frontier import format_bytes
+from .common import UsageError, int_list
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "replay", help="run a vLLM release's own indexer code on the meta device for one step")
+    p.add_argument("--engine", default=DEFAULT_ENGINE,
+                   help="a vLLM release whose code is installed (vllm==0.33.0 in .venv; vllm==0.15.1 "
+                        f"and vllm==0.19.0 from scripts/install_engines.sh; default {get_engine(DEFAULT_ENGINE).name})")
+    p.add_argument("--model", default="glm-5", help=f"one of {', '.join(MODELS)} (default glm-5)")
+    p.add_argument("--query-lens", type=int_list, help="comma-separated, one per request")
+    p.add_argument("--seq-lens", type=int_list, help="comma-separated, one per request")
+    p.add_argument("--budget-mb", type=int,
+                   help="VLLM_SPARSE_INDEXER_MAX_LOGITS_MB, whole MiB (default: the release's)")
+    p.add_argument("--max-num-batched-tokens", type=int, default=8192,
+                   help="rows of the engine's top-k output buffer (default 8192)")
+    p.add_argument("--profile-run", action="store_true",
+                   help="replay only the dummy forward: what vLLM reserves for the indexer at start-up")
+    p.add_argument("--allocations", action="store_true",
+                   help="list every allocation (size, shape, dtype, the vLLM line, allocated, freed)")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    p.set_defaults(func=cmd_replay)
+
+
+def cmd_replay(args) -> int:
+    try:
+        return _replay(args)
+    except RuntimeError as e:  # the engine's code failed to run: one line, not a traceback
+        print(f"indexer-lab replay: {e}", file=sys.stderr)
+        return 1
+
+
+def _replay(args) -> int:
+    if args.max_num_batched_tokens < 1:
+        raise UsageError(f"--max-num-batched-tokens {args.max_num_batched_tokens}: must be >= 1")
+    if args.profile_run:
+        if args.query_lens or args.seq_lens:
+            raise UsageError("--profile-run replays the dummy forward alone: drop --query-lens/--seq-lens")
+        r = replay_profile_run(args.engine, args.model, args.budget_mb, args.max_num_batched_tokens)
+        if args.json:
+            print(json.dumps(asdict(r)))
+            return 0
+        print(f"{r.engine} profile run, {r.model}: peak {format_bytes(r.peak_bytes)} "
+              f"(modelled {format_bytes(r.modelled_peak_bytes)}), reserved after it "
+              f"{format_bytes(r.reserved_bytes)} (modelled {format_bytes(r.modelled_reserved_bytes)}), "
+              f"difference {r.modelled_peak_bytes - r.peak_bytes} bytes")
+        return 0
+    if not args.query_lens or not args.seq_lens:
+        raise UsageError("give --query-lens and --seq-lens (one value per request), or --profile-run")
+    if len(args.query_lens) != len(args.seq_lens):
+        raise UsageError(f"--query-lens has {len(args.query_lens)} values and --seq-lens "
+                         f"{len(args.seq_lens)}: one of each per request")
+    (r,) = replay_steps(args.engine, args.model, [(args.query_lens, args.seq_lens)], args.budget_mb,
+                        args.max_num_batched_tokens, record=args.allocations)
+    if args.json:
+        out = r.to_row()
+        out.update(chunks=[list(c) for c in r.chunks], logits_calls=[list(s) for s in r.logits_calls],
+                   logits_allocated_bytes=list(r.logits_allocated_bytes),
+                   profile_run_peak_bytes=r.profile_run_peak_bytes,
+                   persistent_bytes=r.persistent_bytes)
+        if args.allocations:
+            out["allocations"] = list(r.allocations)
+        print(json.dumps(out))
+        return 0
+    budget = "none" if r.budget_mb is None else f"{r.budget_mb} MiB"
+    print(f"{r.engine}, {r.model}, {len(r.query_lens)} requests, {sum(r.query_lens)} rows x "
+          f"{sum(r.seq_lens)} KV tokens, budget {budget}: {len(r.chunks)} chunks, replayed peak "
+          f"{format_bytes(r.peak_bytes)} ({r.peak_bytes} bytes), modelled {r.modelled_peak_bytes} bytes, "
+          f"difference {r.difference_bytes} bytes")
+    print(f"  persistent {format_bytes(r.persistent_bytes)} (top-k buffer and workspace), chunk metadata "
+          f"{format_bytes(r.metadata_bytes)}; the profile run peaked at "
+          f"{format_bytes(r.profile_run_peak_bytes)}: step peak minus that = "
+          f"{r.peak_bytes - r.profile_run_peak_bytes} bytes (what the KV-cache sizing did not see, if > 0)")
+    for shape, nbytes in zip(r.logits_calls, r.logits_allocated_bytes):
+        print(f"  logits {shape[0]} x {shape[1]}: {format_bytes(nbytes)} allocated")
+    if args.allocations:
+        print(f"  {'bytes':>14} {'shape':>18} {'dtype':>8} {'alloc':>6} {'freed':>6}  by")
+        for a in r.allocations:
+            freed = "-" if a["freed"] is None else a["freed"]
+            print(f"  {a['bytes']:>14} {str(a['shape']):>18} {a['dtype']:>8} {a['allocated']:>6} "
+                  f"{freed:>6}  {a['by']}")
+    return 0
