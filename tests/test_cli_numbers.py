@@ -12,6 +12,7 @@ BASE = {
     "run": ["run", "--query-lens", "4,4", "--seq-lens", "3000,3000", "--device", "meta"],
     "frontier": ["frontier", "--concurrency", "4", "--isl", "2048", "--budget-mb", "512", "--strategy", "vllm"],
     "auto": ["auto", "--free-gib", "2.63", "--workload", "4x2048x8", "--budgets-mb", "512"],
+    "replay": ["replay", "--query-lens", "256", "--seq-lens", "1024"],
 }
 OPTIONS = {
     "plan": ["--free-gib", "--mem-fraction-static", "--budget-mb", "--budget-bytes", "--workspace-tokens"],
@@ -21,6 +22,7 @@ OPTIONS = {
                  "--max-num-batched-tokens", "--max-num-seqs", "--long-prefill-token-threshold", "--workers"],
     "auto": ["--free-gib", "--budgets-mb", "--max-num-batched-tokens", "--max-num-seqs",
              "--long-prefill-token-threshold", "--mem-fraction-static"],
+    "replay": ["--budget-mb", "--max-num-batched-tokens"],
 }
 VALUES = ["nan", "inf", "-inf", "-1", "0", "1e30", str(10**18)]
 CASES = [(cmd, opt, v) for cmd, opts in OPTIONS.items() for opt in opts for v in VALUES]

@@ -43,8 +43,6 @@ def cmd_replay(args) -> int:
 
 
 def _replay(args) -> int:
-    if args.max_num_batched_tokens < 1:
-        raise UsageError(f"--max-num-batched-tokens {args.max_num_batched_tokens}: must be >= 1")
     if args.profile_run:
         if args.query_lens or args.seq_lens:
             raise UsageError("--profile-run replays the dummy forward alone: drop --query-lens/--seq-lens")

@@ -30,6 +30,7 @@ from .profiles import EngineProfile, get_engine
 DRIVER = Path(__file__).with_name("vllm_replay.py")
 REPO = DATA_DIR.parent
 MAX_NUM_BATCHED_TOKENS = 8192  # the engines' default on an H200: the top-k buffer's rows
+LIMIT = 1 << 20  # budgets in MiB and top-k rows above this (1 TiB, a million rows) are no GPU's
 
 
 @dataclass(frozen=True)
@@ -160,6 +161,12 @@ def _run_driver(profile: EngineProfile, request: dict, timeout: float | None) ->
     return answer
 
 
+def check_tokens(max_num_batched_tokens: int) -> None:
+    if not 1 <= max_num_batched_tokens <= LIMIT:
+        raise ValueError(f"max_num_batched_tokens {max_num_batched_tokens}: must be from 1 to {LIMIT} "
+                         "(the rows of the engine's top-k buffer)")
+
+
 def _budget_mb(profile: EngineProfile, budget_mb) -> int | None:
     if profile.chunker != "logits-budget":
         if budget_mb is not None:
@@ -168,8 +175,8 @@ def _budget_mb(profile: EngineProfile, budget_mb) -> int | None:
         return None
     if budget_mb is None:
         return int(profile.budget_default)
-    if isinstance(budget_mb, bool) or not isinstance(budget_mb, int) or budget_mb < 1:
-        raise ValueError(f"budget_mb {budget_mb!r}: must be a whole number of MiB >= 1 "
+    if isinstance(budget_mb, bool) or not isinstance(budget_mb, int) or not 1 <= budget_mb <= LIMIT:
+        raise ValueError(f"budget_mb {budget_mb!r}: must be a whole number of MiB from 1 to {LIMIT} "
                          f"({profile.budget_env} is an integer)")
     return budget_mb
 
@@ -189,8 +196,7 @@ def replay_steps(engine, model: str, steps, budget_mb: int | None = None,
     profile = replayable(engine)
     if not steps:
         raise ValueError("steps is empty: give at least one (query_lens, seq_lens)")
-    if max_num_batched_tokens < 1:
-        raise ValueError(f"max_num_batched_tokens {max_num_batched_tokens}: must be >= 1")
+    check_tokens(max_num_batched_tokens)
     cases = []
     for step in steps:
         q, s, *own = step
@@ -228,6 +234,7 @@ def replay_profile_run(engine, model: str, budget_mb: int | None = None,
 
     profile = replayable(engine)
     budget = _budget_mb(profile, budget_mb)
+    check_tokens(max_num_batched_tokens)
     request = _request(profile, model, [], budget, max_num_batched_tokens, False)
     answer = _run_driver(profile, request, timeout)
     r = answer["results"][0]
