@@ -116,3 +116,14 @@ def test_cli_json(capsys):
     assert main(["replay", "--query-lens", "3584,3584", "--seq-lens", "117248,117248", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["difference_bytes"] == 0 and out["chunks"] and out["engine"] == "vllm==0.33.0"
+
+
+def test_a_missing_release_names_its_install_line(monkeypatch, tmp_path):
+    import indexer_lib.engines.replay as replay
+
+    monkeypatch.setattr(replay, "REPO", tmp_path)  # no .venv-engines here
+    monkeypatch.setattr(replay, "_installed_vllm", lambda: None)
+    with pytest.raises(ValueError, match="bash scripts/install_engines.sh vllm-0.19.0"):
+        engine_python("vllm==0.19.0")
+    with pytest.raises(ValueError, match="bash scripts/install_vllm.sh"):
+        engine_python("vllm==0.33.0")

@@ -25,7 +25,7 @@ from ..refdata import DATA_DIR
 from ..shapes import get_model
 from ..workload import StepBatch
 from .budget import profile_run_logits_bytes
-from .profiles import EngineProfile, get_engine
+from .profiles import EngineProfile, engine_names, get_engine
 
 DRIVER = Path(__file__).with_name("vllm_replay.py")
 REPO = DATA_DIR.parent
@@ -90,14 +90,13 @@ def replayable(engine) -> EngineProfile:
     """The profile of a release whose path the project replays (ValueError otherwise)."""
     profile = get_engine(engine)
     if profile.engine != "vllm" or profile.path is None:
-        replayed = ", ".join(n for n in _replayed())
+        replayed = ", ".join(_replayed())
         raise ValueError(f"engine {profile.name}: its indexer path is not replayed; the replay drives "
                          f"{replayed}")
     return profile
 
 
 def _replayed() -> list[str]:
-    from .profiles import engine_names
     return [n for n in engine_names("vllm") if get_engine(n).path is not None]
 
 
@@ -109,9 +108,10 @@ def engine_python(engine) -> str:
     candidate = REPO / ".venv-engines" / f"vllm-{profile.release}" / "bin" / "python"
     if candidate.exists():
         return str(candidate)
-    raise ValueError(f"engine {profile.name} is not installed here: bash scripts/install_engines.sh "
-                     f"vllm-{profile.release}" if profile.release != _project_vllm() else
-                     f"engine {profile.name} is not installed here: bash scripts/install_vllm.sh")
+    # the latest vLLM is the project's own (scripts/install_vllm.sh), the others sit in .venv-engines
+    install = ("bash scripts/install_vllm.sh" if profile == get_engine("vllm")
+               else f"bash scripts/install_engines.sh vllm-{profile.release}")
+    raise ValueError(f"engine {profile.name} is not installed here: {install}")
 
 
 def _installed_vllm() -> str | None:
@@ -119,11 +119,6 @@ def _installed_vllm() -> str | None:
         return importlib.metadata.version("vllm")
     except importlib.metadata.PackageNotFoundError:
         return None
-
-
-def _project_vllm() -> str:
-    text = (REPO / "scripts" / "install_vllm.sh").read_text()
-    return text.split("VLLM_VERSION=", 1)[1].split()[0]
 
 
 def _request(profile: EngineProfile, model: str, steps, budget_mb, max_num_batched_tokens: int,

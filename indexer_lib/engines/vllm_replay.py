@@ -56,7 +56,7 @@ def _align(x: int, multiple: int) -> int:
 class Recorder:
     """Every storage an aten op creates on the meta device, with its life (a dispatch mode)."""
 
-    def __init__(self, torch, record: bool):
+    def __init__(self, torch):
         from torch.utils._python_dispatch import TorchDispatchMode
         from torch.utils._pytree import tree_leaves
 
@@ -74,17 +74,16 @@ class Recorder:
                 return out
 
         self.mode = Mode()
-        self.record = record
         self.clock = 0  # events so far: allocation and free times are counted in events
         self.live: dict[int, int] = {}
-        self.current = self.peak = self.peak_at = 0
+        self.current = self.peak = 0
         self.allocations: list[dict] = []
         self.index: dict[int, dict] = {}
         self.kernel = None  # the replaced kernel running now, if any
         self.scalar_op = torch.ops.aten.scalar_tensor.default
 
     def reset_peak(self) -> None:
-        self.peak, self.peak_at = self.current, self.clock
+        self.peak = self.current
 
     def track(self, t, given, func) -> None:
         storage = t.untyped_storage()
@@ -97,8 +96,7 @@ class Recorder:
         self.clock += 1
         self.live[key] = nbytes
         self.current += nbytes
-        if self.current > self.peak:
-            self.peak, self.peak_at = self.current, self.clock
+        self.peak = max(self.peak, self.current)
         entry = {"bytes": nbytes, "shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", ""),
                  "op": str(func), "by": self.kernel or _caller(), "allocated": self.clock, "freed": None}
         self.allocations.append(entry)
@@ -345,7 +343,7 @@ def replay_step(eng: Engine, req: dict, step: dict | None) -> dict:
     the profile run alone)."""
     torch = eng.torch
     m = req["model"]
-    rec = Recorder(torch, req.get("record", False))
+    rec = Recorder(torch)
     start = time.perf_counter()
     eng.workspace.init_workspace_manager(torch.device("meta"))
     budget_mb = (step or {}).get("max_logits_mb", req.get("max_logits_mb"))
