@@ -11,9 +11,9 @@ import os
 import pytest
 
 from indexer_lib.cli.main import main
-from indexer_lib.engines.replay import (ProfileRunReplay, engine_python, replay_cases, replay_profile_run,
+from indexer_lib.study.replay import (ProfileRunReplay, engine_python, replay_cases, replay_profile_run,
                                         replay_steps, replayable)
-from indexer_lib.engines.replay_cases import field_cases, random_cases
+from indexer_lib.study.replay_cases import field_cases, random_cases
 from indexer_lib.memory import memory_report
 from indexer_lib.plan import make_plan
 from indexer_lib.workload import StepBatch
@@ -119,7 +119,7 @@ def test_cli_json(capsys):
 
 
 def test_a_missing_release_names_its_install_line(monkeypatch, tmp_path):
-    import indexer_lib.engines.replay as replay
+    import indexer_lib.study.replay as replay
 
     monkeypatch.setattr(replay, "REPO", tmp_path)  # no .venv-engines here
     monkeypatch.setattr(replay, "_installed_vllm", lambda: None)

@@ -7,7 +7,7 @@ import sys
 from dataclasses import asdict
 
 from ..engines import DEFAULT_ENGINE, get_engine
-from ..engines.replay import replay_profile_run, replay_steps
+from ..study.replay import replay_profile_run, replay_steps
 from ..shapes import MODELS
 from ..study.frontier import format_bytes
 from .common import UsageError, int_list

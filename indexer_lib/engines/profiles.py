@@ -49,7 +49,7 @@ class EngineProfile:
     chunk_skip_elements: int | None = None  # SGLang: below this many logits elements, one call
     skip_logits_at_or_below_topk: bool = False  # SGLang: no logits when every seq_len <= top-k
     logits_dtype: str = "float32"
-    # the engine's own path around the logits, as replayed from its code (``engines.replay``);
+    # the engine's own path around the logits, as replayed from its code (``study.replay``);
     # None: not replayed, so the memory model's ``engine`` backend refuses the release
     # "vllm-request-spans" (0.15.1, 0.19.0): every chunk's metadata held, ks/ke for all rows of its
     # requests; "vllm-row-ends" (0.33.0): ks/ke for its own rows, row_ends + zeros per chunk

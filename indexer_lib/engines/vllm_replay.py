@@ -1,7 +1,7 @@
 """Replay an installed vLLM release's own indexer prefill on the meta device.
 
 A standalone script (stdlib, torch and the installed vllm only; nothing of indexer_lib), run
-with the Python of the environment that holds the release (``engines.replay`` starts it):
+with the Python of the environment that holds the release (``study.replay`` starts it):
 
     python vllm_replay.py < request.json > result.json
 

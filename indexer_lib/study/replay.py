@@ -1,7 +1,7 @@
 """The engine's own indexer prefill, replayed on the meta device, next to the memory model.
 
 ``replay_steps("vllm==0.33.0", "glm-5", [(query_lens, seq_lens), ...])`` runs the release's
-own code (``engines/vllm_replay.py``, in the Python environment that holds that release:
+own code (``indexer_lib/engines/vllm_replay.py``, in the Python environment that holds that release:
 the project's ``.venv`` for the vLLM it installs, ``.venv-engines/vllm-X`` for the others,
 see scripts/install_engines.sh) and returns, per step, the peak bytes of the real code path,
 every allocation it made, its logits calls, and the memory model's figures for the same
@@ -24,10 +24,12 @@ from ..padding import get_rules
 from ..refdata import DATA_DIR
 from ..shapes import get_model
 from ..workload import StepBatch
-from .budget import profile_run_logits_bytes
-from .profiles import EngineProfile, engine_names, get_engine
+from ..engines import EngineProfile, engine_names, get_engine, profile_run_logits_bytes
+from ..memory import memory_report
+from ..memory.engine_path import workspace_path_bytes
+from ..plan import make_plan
 
-DRIVER = Path(__file__).with_name("vllm_replay.py")
+DRIVER = Path(__file__).resolve().parent.parent / "engines" / "vllm_replay.py"
 REPO = DATA_DIR.parent
 MAX_NUM_BATCHED_TOKENS = 8192  # the engines' default on an H200: the top-k buffer's rows
 LIMIT = 1 << 20  # budgets in MiB and top-k rows above this (1 TiB, a million rows) are no GPU's
@@ -185,9 +187,6 @@ def replay_steps(engine, model: str, steps, budget_mb: int | None = None,
     ``budget_mb``: ``VLLM_SPARSE_INDEXER_MAX_LOGITS_MB`` of the steps that name none (default
     the release's; releases without a budget take None).  ``record``: keep every allocation.
     """
-    from ..memory import memory_report
-    from ..plan import make_plan
-
     profile = replayable(engine)
     if not steps:
         raise ValueError("steps is empty: give at least one (query_lens, seq_lens)")
@@ -225,8 +224,6 @@ def replay_profile_run(engine, model: str, budget_mb: int | None = None,
                        max_num_batched_tokens: int = MAX_NUM_BATCHED_TOKENS,
                        timeout: float | None = 600) -> ProfileRunReplay:
     """The dummy forward alone, next to what the model says it reserves."""
-    from ..memory.engine_path import workspace_path_bytes
-
     profile = replayable(engine)
     budget = _budget_mb(profile, budget_mb)
     check_tokens(max_num_batched_tokens)
