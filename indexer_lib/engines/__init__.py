@@ -9,8 +9,8 @@ The profiles live in ``data/engines/``; the planners (``plan``) read them.
 """
 from .budget import (SGLANG_MEM_FRACTION_STATIC, EngineBudget, process_budget, profile_run_logits_bytes,
                      sglang_static_budget)
-from .profiles import DEFAULT_ENGINE, ENGINES, EngineProfile, engine_names, get_engine, latest
+from .profiles import DEFAULT_ENGINE, ENGINES, EngineProfile, engine_names, get_engine, latest, replayed_engines
 
 __all__ = ["DEFAULT_ENGINE", "ENGINES", "SGLANG_MEM_FRACTION_STATIC", "EngineBudget", "EngineProfile",
-           "engine_names", "get_engine", "latest", "process_budget", "profile_run_logits_bytes",
+           "engine_names", "get_engine", "latest", "process_budget", "profile_run_logits_bytes", "replayed_engines",
            "sglang_static_budget"]

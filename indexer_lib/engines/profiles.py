@@ -121,6 +121,11 @@ def engine_names(engine: str | None = None) -> list[str]:
     return [n for n, p in _load().items() if engine is None or p.engine == engine]
 
 
+def replayed_engines() -> list[str]:
+    """The releases whose own indexer path the project replays (a ``path`` in their profile)."""
+    return [n for n, p in _load().items() if p.path is not None]
+
+
 def latest(engine: str) -> EngineProfile:
     return _load()[engine_names(engine)[-1]]
 

@@ -21,7 +21,7 @@ workspace).
 """
 from __future__ import annotations
 
-from ..engines import EngineProfile, get_engine
+from ..engines import EngineProfile, get_engine, replayed_engines
 from ..plan import Chunk, Plan
 
 INT32_BYTES = 4
@@ -35,12 +35,8 @@ def engine_path(plan: Plan) -> EngineProfile:
     profile = get_engine(plan.engine)
     if profile.path is None:
         raise ValueError(f"backend 'engine': {profile.name}'s own path has not been replayed "
-                         "(replayed: vllm==0.15.1, 0.19.0, 0.33.0); use backend 'deepgemm' or None")
+                         f"(replayed: {', '.join(replayed_engines())}); use backend 'deepgemm' or None")
     return profile
-
-
-def has_engine_path(engine) -> bool:
-    return engine is not None and get_engine(engine).path is not None
 
 
 def call_metadata_bytes(plan: Plan, path: str) -> int:

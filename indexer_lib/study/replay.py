@@ -24,7 +24,7 @@ from ..padding import get_rules
 from ..refdata import DATA_DIR
 from ..shapes import get_model
 from ..workload import StepBatch
-from ..engines import EngineProfile, engine_names, get_engine, profile_run_logits_bytes
+from ..engines import EngineProfile, get_engine, profile_run_logits_bytes, replayed_engines
 from ..memory import memory_report
 from ..memory.engine_path import workspace_path_bytes
 from ..plan import make_plan
@@ -92,14 +92,10 @@ def replayable(engine) -> EngineProfile:
     """The profile of a release whose path the project replays (ValueError otherwise)."""
     profile = get_engine(engine)
     if profile.engine != "vllm" or profile.path is None:
-        replayed = ", ".join(_replayed())
+        replayed = ", ".join(replayed_engines())
         raise ValueError(f"engine {profile.name}: its indexer path is not replayed; the replay drives "
                          f"{replayed}")
     return profile
-
-
-def _replayed() -> list[str]:
-    return [n for n in engine_names("vllm") if get_engine(n).path is not None]
 
 
 def engine_python(engine) -> str:
