@@ -58,9 +58,7 @@ def main() -> int:
         results = replay_cases(engine, "glm-5", cases)
         wall = time.perf_counter() - start
         replay_seconds = sum(r.seconds for _, r in results)
-        processes = len({c.max_num_batched_tokens for c in cases})
-        summary.append((engine, len(results), replay_seconds / len(results),
-                        (wall - replay_seconds) / processes,
+        summary.append((engine, len(results), replay_seconds / len(results), wall - replay_seconds,
                         sum(r.difference_bytes != 0 for _, r in results)))
         for case, r in results:
             row = r.to_row()
@@ -82,7 +80,7 @@ def main() -> int:
     print()
     for engine, n, per_step, startup, differing in summary:
         print(f"{engine}: {n} steps, model == replay on {n - differing}; replay {1e3 * per_step:.1f} ms "
-              f"per step, plus {startup:.1f} s per process to import vLLM")
+              f"per step, plus {startup:.1f} s once (the process's start, importing vLLM)")
     if args.csv:
         args.csv.parent.mkdir(parents=True, exist_ok=True)
         with args.csv.open("w", newline="") as f:

@@ -127,3 +127,35 @@ def test_a_missing_release_names_its_install_line(monkeypatch, tmp_path):
         engine_python("vllm==0.19.0")
     with pytest.raises(ValueError, match="bash scripts/install_vllm.sh"):
         engine_python("vllm==0.33.0")
+
+
+def test_trace_sweep_replays_the_engine_and_equals_the_model(tmp_path):
+    """sweep.run(mode="trace", backend="engine"): each worst step of the ``engine`` strategy goes
+    through the release's own code (one process per release for the whole sweep)."""
+    from indexer_lib.study import sweep
+
+    for engine in RELEASES:
+        need(engine)
+    grid = sweep.SweepGrid(concurrency=(4, 32), isl=(10240, 65536), budget_mb=(64, 512),
+                           strategy=("engine",), engine=RELEASES)
+    frame = sweep.run(grid, tmp_path / "r.parquet", sweep.RunSettings(mode="trace", backend="engine"),
+                      progress=False)
+    assert len(frame) == 2 * 2 * 2 * len(RELEASES)
+    assert (frame["peak_bytes"] == frame["model_peak_bytes"]).all()
+    assert (frame["peak_transient_bytes"] == frame["model_peak_transient_bytes"]).all()
+    assert frame["device"].str.contains("replayed").all()
+    # the three eras differ: 0.15.1 has no budget, 0.33.0 compresses
+    peaks = frame.groupby("engine")["peak_bytes"].max()
+    assert peaks["vllm==0.15.1"] > peaks["vllm==0.19.0"] > peaks["vllm==0.33.0"]
+
+
+def test_trace_sweep_replay_refusals(tmp_path):
+    from indexer_lib.study import sweep
+
+    with pytest.raises(ValueError, match="mode must be 'trace'"):
+        sweep.RunSettings(mode="measure", backend="engine")
+    grid = sweep.SweepGrid(concurrency=(4,), isl=(2048,), budget_mb=(64,), strategy=("engine", "causal"))
+    with pytest.raises(ValueError, match="strategy 'causal' is ours"):
+        sweep.run(grid, tmp_path / "x.parquet", sweep.RunSettings(mode="trace", backend="engine"),
+                  progress=False)
+    assert not (tmp_path / "x.parquet").exists()

@@ -3,7 +3,10 @@
 A standalone script (stdlib, torch and the installed vllm only; nothing of indexer_lib), run
 with the Python of the environment that holds the release (``study.replay`` starts it):
 
-    python vllm_replay.py < request.json > result.json
+    python vllm_replay.py < requests.jsonl > answers.jsonl
+
+vLLM is imported once; each line of stdin is one request, answered by one line of stdout
+(``study.replay.ReplayProcess`` keeps one running for a whole sweep).
 
 What runs is the release's code, unmodified: its prefill chunker, its chunk-metadata
 builder (``build_prefill_chunk_metadata``), its forward context, its workspace manager and
@@ -21,7 +24,7 @@ allocated and freed).  The inputs (hidden states, q, k, weights, the KV cache) e
 the indexer runs and are not counted; the top-k output buffer is counted, as the engine
 reserves it next to the model.
 
-stdin: {"steps": [{"query_lens": [...], "seq_lens": [...], "max_logits_mb": (optional) int}],
+a request: {"steps": [{"query_lens": [...], "seq_lens": [...], "max_logits_mb": (optional) int}],
         "max_logits_mb": int or null (every step's, unless it names its own),
         "model": {"index_heads": H, "head_dim": D, "topk": k, "max_model_len": L,
                   "kv_block": B, "hidden_size": S},
@@ -29,7 +32,8 @@ stdin: {"steps": [{"query_lens": [...], "seq_lens": [...], "max_logits_mb": (opt
         "deepgemm": {"row_multiple": r, "stride_extra": e, "stride_align": a,
                      "compressed_align": c},
         "record": bool}   (no steps: the profile run alone)
-stdout: {"vllm": version, "driver": what could be driven, "results": [{...} or {"error": text}]}
+its answer: {"vllm": version, "results": [{...} or {"error": text}]}, or {"vllm": version,
+        "error": what stops this release} when its code cannot be driven
 """
 from __future__ import annotations
 
@@ -387,27 +391,33 @@ def replay_step(eng: Engine, req: dict, step: dict | None) -> dict:
     return result
 
 
-def main() -> None:
-    request = json.load(sys.stdin)
-    real_stdout, sys.stdout = sys.stdout, sys.stderr  # vLLM may print while importing
-    try:
-        eng = Engine()
-    except Exception as exc:  # noqa: BLE001 - reported as data: what stops this release
-        sys.stdout = real_stdout
-        json.dump({"vllm": importlib.metadata.version("vllm"), "error": f"{type(exc).__name__}: {exc}"},
-                  sys.stdout)
-        return
+def replay_request(eng: Engine, request: dict) -> list[dict]:
     results = []
+    for step in request["steps"] or [None]:
+        try:
+            results.append(replay_step(eng, request, step))
+        except Exception as exc:  # noqa: BLE001 - reported per step, as data
+            results.append({"error": f"{type(exc).__name__}: {exc}",
+                            "traceback": traceback.format_exc(limit=-4)})
+    return results
+
+
+def main() -> None:
+    """vLLM is imported once; then each line of stdin is a request, answered by one line."""
+    real_stdout, sys.stdout = sys.stdout, sys.stderr  # vLLM may print while importing or running
+    version = importlib.metadata.version("vllm")
     try:
-        for step in request["steps"] or [None]:
-            try:
-                results.append(replay_step(eng, request, step))
-            except Exception as exc:  # noqa: BLE001
-                results.append({"error": f"{type(exc).__name__}: {exc}",
-                                "traceback": traceback.format_exc(limit=-4)})
-    finally:
-        sys.stdout = real_stdout
-    json.dump({"vllm": eng.version, "results": results}, sys.stdout)
+        eng, error = Engine(), None
+    except Exception as exc:  # noqa: BLE001 - reported as data: what stops this release
+        eng, error = None, f"{type(exc).__name__}: {exc}"
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        request = json.loads(line)
+        answer = {"vllm": version, "error": error} if eng is None else \
+            {"vllm": version, "results": replay_request(eng, request)}
+        real_stdout.write(json.dumps(answer) + "\n")
+        real_stdout.flush()
 
 
 if __name__ == "__main__":

@@ -17,6 +17,8 @@ import importlib.metadata
 import json
 import subprocess
 import sys
+import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -139,19 +141,69 @@ def _request(profile: EngineProfile, model: str, steps, budget_mb, max_num_batch
     }
 
 
-def _run_driver(profile: EngineProfile, request: dict, timeout: float | None) -> dict:
-    python = engine_python(profile)
-    done = subprocess.run([python, str(DRIVER)], input=json.dumps(request), capture_output=True,
-                          text=True, timeout=timeout)
-    if done.returncode != 0:
-        tail = done.stderr.strip().splitlines()[-1:] or ["no output"]
-        raise RuntimeError(f"the replay of {profile.name} failed (exit {done.returncode}): {tail[0]}")
-    answer = json.loads(done.stdout)
-    if "error" in answer:
-        raise RuntimeError(f"{profile.name} cannot be driven: {answer['error']}")
-    if answer["vllm"] != profile.release:
-        raise RuntimeError(f"{python} holds vllm {answer['vllm']}, not {profile.release}")
-    return answer
+class ReplayProcess:
+    """A running replay driver for one release: vLLM is imported once (6-8 s), then each request
+    is one line in and one line out.  ``with ReplayProcess("vllm==0.33.0") as p: replay_steps(...,
+    process=p)``; a sweep keeps one per release for all its points."""
+
+    def __init__(self, engine, timeout: float | None = 600):
+        self.profile = replayable(engine)
+        self.python = engine_python(self.profile)
+        self.timeout = timeout  # seconds per request, vLLM's import included for the first
+        self._stderr = tempfile.TemporaryFile(mode="w+")  # vLLM logs there; its tail explains a failure
+        self._proc = subprocess.Popen([self.python, str(DRIVER)], stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, stderr=self._stderr, text=True)
+
+    def ask(self, request: dict) -> dict:
+        killer = threading.Timer(self.timeout, self._proc.kill) if self.timeout else None
+        if killer:
+            killer.start()
+        try:
+            self._proc.stdin.write(json.dumps(request) + "\n")
+            self._proc.stdin.flush()
+            line = self._proc.stdout.readline()
+        except BrokenPipeError:
+            line = ""
+        finally:
+            if killer:
+                killer.cancel()
+        if not line:
+            code = self._proc.wait()
+            self._stderr.seek(0)
+            tail = self._stderr.read().strip().splitlines()[-1:] or ["no output"]
+            raise RuntimeError(f"the replay of {self.profile.name} failed (exit {code}): {tail[0]}")
+        answer = json.loads(line)
+        if "error" in answer:
+            raise RuntimeError(f"{self.profile.name} cannot be driven: {answer['error']}")
+        if answer["vllm"] != self.profile.release:
+            raise RuntimeError(f"{self.python} holds vllm {answer['vllm']}, not {self.profile.release}")
+        return answer
+
+    def close(self) -> None:
+        if self._proc.poll() is None:
+            self._proc.stdin.close()
+            try:
+                self._proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        self._stderr.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _ask(profile: EngineProfile, request: dict, process: ReplayProcess | None, timeout) -> dict:
+    """One request, to the given process (which must run this release) or to a process of its own."""
+    if process is not None:
+        if process.profile != profile:
+            raise ValueError(f"the replay process runs {process.profile.name}, not {profile.name}")
+        return process.ask(request)
+    with ReplayProcess(profile, timeout) as own:
+        return own.ask(request)
 
 
 def check_tokens(max_num_batched_tokens: int) -> None:
@@ -176,12 +228,13 @@ def _budget_mb(profile: EngineProfile, budget_mb) -> int | None:
 
 def replay_steps(engine, model: str, steps, budget_mb: int | None = None,
                  max_num_batched_tokens: int = MAX_NUM_BATCHED_TOKENS, record: bool = False,
-                 timeout: float | None = 600) -> list[StepReplay]:
+                 timeout: float | None = 600, process: ReplayProcess | None = None) -> list[StepReplay]:
     """Replay each ``(query_lens, seq_lens)`` step (or ``(query_lens, seq_lens, budget_mb)``)
     through the release's own code, all in one process.
 
     ``budget_mb``: ``VLLM_SPARSE_INDEXER_MAX_LOGITS_MB`` of the steps that name none (default
     the release's; releases without a budget take None).  ``record``: keep every allocation.
+    ``process``: a running ``ReplayProcess`` of the release (default: one for this call).
     """
     profile = replayable(engine)
     if not steps:
@@ -197,7 +250,7 @@ def replay_steps(engine, model: str, steps, budget_mb: int | None = None,
         cases.append((batch, _budget_mb(profile, own[0] if own else budget_mb)))
     request = _request(profile, model, [(b.query_lens, b.seq_lens, mb) for b, mb in cases], None,
                        max_num_batched_tokens, record)
-    answer = _run_driver(profile, request, timeout)
+    answer = _ask(profile, request, process, timeout)
     out = []
     for (batch, budget), r in zip(cases, answer["results"]):
         if "error" in r:
@@ -224,7 +277,7 @@ def replay_profile_run(engine, model: str, budget_mb: int | None = None,
     budget = _budget_mb(profile, budget_mb)
     check_tokens(max_num_batched_tokens)
     request = _request(profile, model, [], budget, max_num_batched_tokens, False)
-    answer = _run_driver(profile, request, timeout)
+    answer = _ask(profile, request, None, timeout)
     r = answer["results"][0]
     if "error" in r:
         raise RuntimeError(f"{profile.name} profile run: {r['error']}")
@@ -238,15 +291,16 @@ def replay_profile_run(engine, model: str, budget_mb: int | None = None,
 
 
 def replay_cases(engine, model: str, cases, timeout: float | None = 600) -> list[tuple]:
-    """(case, StepReplay) for each ``replay_cases.ReplayCase``: one process per top-k buffer size.
-    A release without a logits budget replays every case without one."""
+    """(case, StepReplay) for each ``replay_cases.ReplayCase``, in one process (one request per top-k
+    buffer size).  A release without a logits budget replays every case without one."""
     profile = replayable(engine)
     budgeted = profile.chunker == "logits-budget"
     out: dict[int, StepReplay] = {}
-    for rows in sorted({c.max_num_batched_tokens for c in cases}):
-        group = [(i, c) for i, c in enumerate(cases) if c.max_num_batched_tokens == rows]
-        steps = [(c.query_lens, c.seq_lens, c.budget_mb if budgeted else None) for _, c in group]
-        for (i, _), r in zip(group, replay_steps(profile, model, steps, max_num_batched_tokens=rows,
-                                                 timeout=timeout)):
-            out[i] = r
+    with ReplayProcess(profile, timeout) as process:
+        for rows in sorted({c.max_num_batched_tokens for c in cases}):
+            group = [(i, c) for i, c in enumerate(cases) if c.max_num_batched_tokens == rows]
+            steps = [(c.query_lens, c.seq_lens, c.budget_mb if budgeted else None) for _, c in group]
+            for (i, _), r in zip(group, replay_steps(profile, model, steps, max_num_batched_tokens=rows,
+                                                     process=process)):
+                out[i] = r
     return [(c, out[i]) for i, c in enumerate(cases)]

@@ -12,6 +12,7 @@ its provenance, so a modelled number is never mistaken for a measured one.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import functools
 import hashlib
@@ -104,13 +105,18 @@ class RunSettings:
     """How a sweep runs; part of what identifies its result file."""
 
     mode: str = "model"
-    backend: str = "reference"  # trace / measure: the kernels backend
+    # trace / measure: the kernels backend; trace with "engine": the `engine` strategy's worst
+    # steps replayed through the release's own code (``study.replay``) instead of our executor
+    backend: str = "reference"
     seed: int = 0  # measure: inputs
     repeats: int = 3  # measure: timed runs per point (after one warm-up)
 
     def __post_init__(self):
         if self.mode not in MODES:
             raise ValueError(f"mode {self.mode!r}: must be one of {', '.join(MODES)}")
+        if self.backend == "engine" and self.mode != "trace":
+            raise ValueError(f"backend 'engine' replays the engine's own code on the meta device: "
+                             f"mode must be 'trace', not {self.mode!r}")
         check_int("repeats", self.repeats, 1)
 
 
@@ -269,8 +275,35 @@ def _model_worst(grid, model, workload, config, engine, strategy, budget_bytes, 
     return worst_step_detail(schedule, w, engine, strategy, model, grid, time_model)
 
 
+def check_replay(grid: SweepGrid) -> None:
+    """ValueError, before any work, for a grid the engine replay cannot run: only the ``engine``
+    strategy, on releases whose path is replayed and installed here."""
+    from .replay import engine_python
+
+    others = [s for s in grid.strategy if s != "engine"]
+    if others:
+        raise ValueError(f"backend 'engine' replays the engine's own chunker: strategy {others[0]!r} "
+                         "is ours (trace it with backend 'reference' or 'deepgemm')")
+    for engine in grid.engine:
+        engine_python(engine)
+
+
+def _replay_peaks(plan, config, process) -> tuple[int, int]:
+    """(peak, peak minus the persistent buffers) of a worst step, replayed by the engine's code."""
+    from .replay import replay_steps
+
+    budget = plan.budget_bytes
+    if budget is not None and budget % (1 << 20):
+        raise ValueError(f"budget {budget} bytes: the engine's budget is a whole number of MiB")
+    (r,) = replay_steps(process.profile, plan.model, [(plan.batch.query_lens, plan.batch.seq_lens,
+                                                      None if budget is None else budget >> 20)],
+                        max_num_batched_tokens=config.max_num_batched_tokens, process=process)
+    return r.peak_bytes, r.peak_bytes - r.persistent_bytes
+
+
 def trace_task(grid, settings, model, workload, config, engine, strategy, budgets_mb, frees,
-               time_model, prov) -> list[dict]:
+               time_model, prov, replayers=None) -> list[dict]:
+    """``replayers``: engine -> ``replay.ReplayProcess`` (backend 'engine')."""
     from ..run.tracer import trace  # torch: only trace mode needs it
 
     (mb,) = budgets_mb
@@ -281,8 +314,12 @@ def trace_task(grid, settings, model, workload, config, engine, strategy, budget
         if budget not in traced_by_budget:
             detail, plan = _model_worst(grid, model, workload, config, engine, strategy, budget,
                                          time_model, settings.backend)
-            result = trace(plan, topk_rows=config.max_num_batched_tokens, backend=settings.backend)
-            traced_by_budget[budget] = detail, int(result.peak_bytes), int(result.peak_transient)
+            if settings.backend == "engine":
+                peaks = _replay_peaks(plan, config, replayers[engine])
+            else:
+                result = trace(plan, topk_rows=config.max_num_batched_tokens, backend=settings.backend)
+                peaks = int(result.peak_bytes), int(result.peak_transient)
+            traced_by_budget[budget] = (detail, *peaks)
         detail, traced, transient = traced_by_budget[budget]
         row = base_row(grid, model, workload, config, engine, strategy, mb, free, "trace")
         row.update(detail)
@@ -423,7 +460,12 @@ def run(grid: SweepGrid, out: str | Path, settings: RunSettings = RunSettings(),
     total = sum(1 for _ in tasks(grid, settings.mode))
     measurer = Measurer(settings, device) if settings.mode == "measure" else None
     device_name = measurer.device if measurer else "cpu"
-    with ResultStore(out, header, sync_seconds=SYNC_SECONDS[settings.mode]) as store:
+    replayers = {}  # backend 'engine': one running replay per release, vLLM imported once
+    if settings.backend == "engine":
+        check_replay(grid)
+        device_name = "meta (the engine's own code, replayed)"
+    with ResultStore(out, header, sync_seconds=SYNC_SECONDS[settings.mode]) as store, \
+            contextlib.ExitStack() as stack:
         for note in store.notes:
             print(note)
         bar = tqdm(total=total, initial=len(store.done), desc=f"sweep ({settings.mode})",
@@ -436,7 +478,11 @@ def run(grid: SweepGrid, out: str | Path, settings: RunSettings = RunSettings(),
             if settings.mode == "model":
                 rows = model_task(grid, *args, prov)
             elif settings.mode == "trace":
-                rows = trace_task(grid, settings, *args, prov)
+                engine = task[3]
+                if settings.backend == "engine" and engine not in replayers:
+                    from .replay import ReplayProcess
+                    replayers[engine] = stack.enter_context(ReplayProcess(engine))
+                rows = trace_task(grid, settings, *args, prov, replayers)
             else:
                 rows = measure_task(grid, settings, measurer, *args, prov)
             for row in rows:
