@@ -116,6 +116,10 @@ def worst_steps(
     schedule = batches if isinstance(batches, Schedule) else Schedule(batches)
     # per distinct step: (stable interval, chunks, transient peak, peak, over budget)
     known: list[tuple | None] = [None] * len(schedule.unique)
+    # the same step recurs across the workloads of a grid (and a dashboard's moves): its plans are
+    # kept by everything they depend on, one per budget interval
+    settings = (strategy, model, deepgemm_version, padded, workspace_tokens, topk_rows, temporaries,
+                None if engine is None else get_engine(engine).name)
     results = []
     for budget in budgets:
         best = None
@@ -124,11 +128,16 @@ def worst_steps(
         for k, (batch, count) in enumerate(zip(schedule.unique, schedule.count)):
             entry = known[k]
             if entry is None or not _in_interval(budget, entry[0]):
-                plan = make_plan(batch, strategy, budget, workspace_tokens, model,
-                                 asked_deepgemm(strategy, deepgemm_version), padded, engine=engine)
-                report = memory_report(plan, topk_rows=topk_rows, backend=temporaries)
-                entry = known[k] = (plan.budget_stable, plan.num_chunks, report.peak_transient,
-                                    report.peak, plan.over_budget)
+                plans = _STEP_PLANS.setdefault((settings, batch.requests), [])
+                entry = next((e for e in plans if _in_interval(budget, e[0])), None)
+                if entry is None:
+                    plan = make_plan(batch, strategy, budget, workspace_tokens, model,
+                                     asked_deepgemm(strategy, deepgemm_version), padded, engine=engine)
+                    report = memory_report(plan, topk_rows=topk_rows, backend=temporaries)
+                    entry = (plan.budget_stable, plan.num_chunks, report.peak_transient, report.peak,
+                             plan.over_budget)
+                    plans.append(entry)
+                known[k] = entry
             _, chunks, transient, peak, over_step = entry
             max_chunks = max(max_chunks, chunks)
             total_chunks += chunks * count
@@ -141,6 +150,22 @@ def worst_steps(
                                  batch.num_kv_tokens, chunks, peak, transient, max_chunks,
                                  total_chunks, over))
     return results
+
+
+class _StepPlans(dict):
+    """(plan settings, step requests) -> [(stable interval, chunks, transient, peak, over)], one
+    per budget interval planned; emptied when it holds more than ``limit`` steps (memory stays
+    bounded in a long-lived dashboard; a grid's steps number in the thousands)."""
+
+    limit = 200_000
+
+    def setdefault(self, key, default):
+        if len(self) >= self.limit and key not in self:
+            self.clear()
+        return super().setdefault(key, default)
+
+
+_STEP_PLANS = _StepPlans()
 
 
 def _in_interval(budget: int | None, interval: tuple[int, int | None]) -> bool:
