@@ -205,6 +205,7 @@ def memory_report(
     # of one shape (a request's equal row slices) are counted once; the reference backend's
     # depend on the chunk's windows, and a backend object counts its own: never shared
     by_shape: dict | None = {} if shareable else None
+    made: dict[tuple, ChunkMemory] = {}  # equal records are one object (a frontier makes millions)
     chunks = []
     previous = 0
     for c, merged in zip(plan.chunks, merged_chunks(plan.chunks)):
@@ -219,7 +220,11 @@ def memory_report(
         if plan.logits_alive > 1 and previous:
             held = previous
             held_with = phases(c, model)[0] if phases else 0
-        chunks.append(ChunkMemory(logits, metadata, tmp, running, kv_buffer, held, held_with))
+        fields = (logits, metadata, tmp, running, kv_buffer, held, held_with)
+        record = made.get(fields)
+        if record is None:
+            record = made[fields] = ChunkMemory(*fields)
+        chunks.append(record)
         previous = logits
     chunks = tuple(chunks)
     workspace = 0 if per_chunk_kv else workspace_bytes(plan, workspace_tokens)

@@ -128,7 +128,8 @@ def worst_steps(
         for k, (batch, count) in enumerate(zip(schedule.unique, schedule.count)):
             entry = known[k]
             if entry is None or not _in_interval(budget, entry[0]):
-                plans = _STEP_PLANS.setdefault((settings, batch.requests), [])
+                # the lengths are tuples of ints: hashed in C, unlike the requests' dataclasses
+                plans = _STEP_PLANS.setdefault((settings, batch.query_lens, batch.seq_lens), [])
                 entry = next((e for e in plans if _in_interval(budget, e[0])), None)
                 if entry is None:
                     plan = make_plan(batch, strategy, budget, workspace_tokens, model,
@@ -153,7 +154,7 @@ def worst_steps(
 
 
 class _StepPlans(dict):
-    """(plan settings, step requests) -> [(stable interval, chunks, transient, peak, over)], one
+    """(plan settings, step query lens, seq lens) -> [(stable interval, chunks, transient, peak, over)], one
     per budget interval planned; emptied when it holds more than ``limit`` steps (memory stays
     bounded in a long-lived dashboard; a grid's steps number in the thousands)."""
 
