@@ -29,7 +29,7 @@ from indexer_lib.memory import memory_report  # noqa: E402
 from indexer_lib.plan import make_plan  # noqa: E402
 from indexer_lib.workload import StepBatch  # noqa: E402
 
-RELEASES = ("vllm==0.33.0", "vllm==0.19.0", "vllm==0.15.1")
+RELEASES = ("vllm==0.33.0", "vllm==0.30.0", "vllm==0.20.0", "vllm==0.19.0", "vllm==0.15.1")
 MIB = 2**20
 
 

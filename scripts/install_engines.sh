@@ -5,6 +5,10 @@
 #   vllm-0.15.1/, vllm-0.19.0/   virtual environments: torch (the CPU build), the release with
 #                                --no-deps, and the few pure-Python packages its indexer module
 #                                imports (its chunker runs there, called by tests/engine_oracles/)
+#   vllm-0.20.0/, vllm-0.30.0/   overlays, for the engine replay (tests/test_replay.py): the
+#                                release's unpacked wheel and the packages it adds, in front of
+#                                another environment's (0.19.0's; the project's .venv with 0.33.0),
+#                                run by bin/python, a wrapper that sets PYTHONPATH (no second torch)
 #   sglang-0.5.23/               the release's wheel, unpacked: its budget and chunk code is
 #                                loaded from the files (no triton, no GPU kernels)
 #
@@ -17,7 +21,10 @@ TORCH=torch==2.13.0  # the CPU wheel on disk; an unpinned torch pulls a CUDA bui
 # what vllm.v1.attention.backends.mla.indexer imports in 0.15.1 and 0.19.0 (found by trying);
 # transformers below 5, as both releases declare
 VLLM_DEPS=(numpy packaging pydantic regex psutil cbor2 "transformers>=4.56.0,<5" gguf aiohttp pyzmq)
-TARGETS=("$@"); [ ${#TARGETS[@]} -gt 0 ] || TARGETS=(vllm-0.15.1 vllm-0.19.0 sglang-0.5.23)
+TARGETS=("$@"); [ ${#TARGETS[@]} -gt 0 ] || TARGETS=(vllm-0.15.1 vllm-0.19.0 vllm-0.20.0 vllm-0.30.0 sglang-0.5.23)
+# overlays: the environment whose packages a release runs on, and what it needs besides them
+declare -A OVERLAY_BASE=([0.20.0]="$ROOT/vllm-0.19.0/bin/python" [0.30.0]=".venv/bin/python")
+declare -A OVERLAY_DEPS=([0.20.0]="openai-harmony openai" [0.30.0]="")
 quiet() {  # pip's resolver complains that vllm wants another torch: expected with --no-deps
     local rc
     set +e
@@ -42,6 +49,25 @@ for target in "${TARGETS[@]}"; do
         vllm-*)
             release=${target#vllm-}; venv="$ROOT/$target"; py="$venv/bin/python"
             if [ -x "$py" ] && vllm_ready "$py" "$release"; then echo "$target: ready"; continue; fi
+            if [ -n "${OVERLAY_BASE[$release]+set}" ]; then
+                base="$(pwd)/${OVERLAY_BASE[$release]}"
+                [ -x "$base" ] || { echo "$target: needs $base first" >&2; exit 1; }
+                rm -rf "$venv" && mkdir -p "$venv/bin" "$venv/site" "$venv/wheel"
+                quiet "$base" -m pip download -q --disable-pip-version-check --no-deps \
+                    -d "$venv/wheel" "vllm==$release"
+                "$base" -m zipfile -e "$venv"/wheel/vllm-*.whl "$venv/site"
+                rm -rf "$venv/wheel"
+                deps=${OVERLAY_DEPS[$release]}
+                [ -z "$deps" ] || quiet "$base" -m pip install -q --disable-pip-version-check \
+                    --target "$venv/site" $deps
+                site="$(pwd)/$venv/site"
+                printf '#!/bin/sh\nPYTHONPATH="%s${PYTHONPATH:+:$PYTHONPATH}" exec "%s" "$@"\n' \
+                    "$site" "$base" > "$py"
+                chmod +x "$py"
+                vllm_ready "$py" "$release" || { echo "$target: vllm $release does not import" >&2; exit 1; }
+                echo "$target: installed in $((SECONDS - start)) s ($(du -sh "$venv" | cut -f1), on $base)"
+                continue
+            fi
             [ -x "$py" ] || python3 -m venv "$venv"
             pip=("$py" -m pip install -q --disable-pip-version-check)
             quiet "${pip[@]}" "$TORCH"

@@ -1,7 +1,7 @@
 """The engine's own indexer prefill, replayed on the meta device, against the memory model.
 
-vLLM 0.33.0 comes from .venv (scripts/install_vllm.sh), 0.15.1 and 0.19.0 from
-.venv-engines (scripts/install_engines.sh); scripts/test.sh installs all three.  Without
+vLLM 0.33.0 comes from .venv (scripts/install_vllm.sh), 0.15.1, 0.19.0, 0.20.0 and 0.30.0
+from .venv-engines (scripts/install_engines.sh); scripts/test.sh installs them all.  Without
 them these tests skip, except under CI, where they fail.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ from indexer_lib.memory import memory_report
 from indexer_lib.plan import make_plan
 from indexer_lib.workload import StepBatch
 
-RELEASES = ("vllm==0.33.0", "vllm==0.19.0", "vllm==0.15.1")
+RELEASES = ("vllm==0.33.0", "vllm==0.30.0", "vllm==0.20.0", "vllm==0.19.0", "vllm==0.15.1")
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
@@ -37,6 +37,12 @@ def replayed(request):
     need(request.param)
     cases = field_cases() + random_cases(50, seed=0)
     return request.param, replay_cases(request.param, "glm-5", cases)
+
+
+def test_every_replayed_release_is_tested():
+    from indexer_lib.engines import replayed_engines
+
+    assert sorted(replayed_engines()) == sorted(RELEASES)
 
 
 def test_model_equals_replay_byte_for_byte(replayed):
@@ -144,7 +150,7 @@ def test_trace_sweep_replays_the_engine_and_equals_the_model(tmp_path):
     assert (frame["peak_bytes"] == frame["model_peak_bytes"]).all()
     assert (frame["peak_transient_bytes"] == frame["model_peak_transient_bytes"]).all()
     assert frame["device"].str.contains("replayed").all()
-    # the three eras differ: 0.15.1 has no budget, 0.33.0 compresses
+    # the eras differ: 0.15.1 has no budget, 0.33.0 compresses
     peaks = frame.groupby("engine")["peak_bytes"].max()
     assert peaks["vllm==0.15.1"] > peaks["vllm==0.19.0"] > peaks["vllm==0.33.0"]
 

@@ -6,7 +6,7 @@ import json
 import sys
 from dataclasses import asdict
 
-from ..engines import DEFAULT_ENGINE, get_engine
+from ..engines import DEFAULT_ENGINE, get_engine, replayed_engines
 from ..study.replay import replay_profile_run, replay_steps
 from ..shapes import MODELS
 from ..study.frontier import format_bytes
@@ -17,8 +17,9 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "replay", help="run a vLLM release's own indexer code on the meta device for one step")
     p.add_argument("--engine", default=DEFAULT_ENGINE,
-                   help="a vLLM release whose code is installed (vllm==0.33.0 in .venv; vllm==0.15.1 "
-                        f"and vllm==0.19.0 from scripts/install_engines.sh; default {get_engine(DEFAULT_ENGINE).name})")
+                   help="a vLLM release whose code is installed (vllm==0.33.0 in .venv; "
+                        f"{', '.join(n for n in replayed_engines() if n != get_engine(DEFAULT_ENGINE).name)} "
+                        f"from scripts/install_engines.sh; default {get_engine(DEFAULT_ENGINE).name})")
     p.add_argument("--model", default="glm-5", help=f"one of {', '.join(MODELS)} (default glm-5)")
     p.add_argument("--query-lens", type=int_list, help="comma-separated, one per request")
     p.add_argument("--seq-lens", type=int_list, help="comma-separated, one per request")

@@ -18,7 +18,7 @@ ENGINES = ("vllm", "sglang")
 CHUNKERS = ("workspace", "logits-budget", "rows", "none")
 BUDGET_RULES = ("none", "fixed-mib", "sglang-free-per-call", "sglang-cached")
 LIFETIMES = ("persistent", "chunk", "call")
-PATHS = (None, "vllm-request-spans", "vllm-row-ends")
+PATHS = (None, "vllm-request-spans", "vllm-chunk-rows", "vllm-row-ends")
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,8 @@ class EngineProfile:
     # the engine's own path around the logits, as replayed from its code (``study.replay``);
     # None: not replayed, so the memory model's ``engine`` backend refuses the release
     # "vllm-request-spans" (0.15.1, 0.19.0): every chunk's metadata held, ks/ke for all rows of its
-    # requests; "vllm-row-ends" (0.33.0): ks/ke for its own rows, row_ends + zeros per chunk
+    # requests; "vllm-chunk-rows" (0.20.0, 0.30.0): ks/ke for its own rows; "vllm-row-ends"
+    # (0.33.0): the same, and row_ends + zeros per chunk
     path: str | None = None
     workspace_align: int = 1  # the workspace manager rounds each buffer up to this many bytes
     workspace_extra_bytes: int = 0  # bytes the profile run adds to the shared workspace (kept)

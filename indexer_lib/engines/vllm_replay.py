@@ -234,9 +234,18 @@ def _meta_logits(torch, rec: Recorder, rule: dict):
     return logits
 
 
-def _no_alloc(*args, **kwargs):
-    """A kernel that writes into tensors it is given and allocates nothing."""
-    return None
+class _NoAlloc:
+    """A kernel that writes into tensors it is given and allocates nothing: called directly or
+    launched Triton-style, ``kernel[grid](...)``."""
+
+    def __call__(self, *args, **kwargs):
+        return None
+
+    def __getitem__(self, grid):
+        return self
+
+
+_no_alloc = _NoAlloc()
 
 
 def _tensor(torch, values, device="cpu"):
@@ -256,8 +265,10 @@ def build_metadata(eng: Engine, query_lens, seq_lens, max_logits_bytes: int, wor
     block_table = torch.empty((len(seq_lens), -(-max(seq_lens) // block)), dtype=torch.int32,
                               device=meta)
     specs = eng.chunk_specs(seq_cpu, q_cpu, workspace, max_logits_bytes)
-    kernel = getattr(ix, "_BUILD_PREFILL_CHUNK_METADATA_KERNEL", None)
-    patches = [(ix, "_BUILD_PREFILL_CHUNK_METADATA_KERNEL", _no_alloc)] if kernel is not None else []
+    # the Triton kernel that fills the chunk metadata: an object from 0.30.0, a jit function before
+    patches = [(ix, name, _no_alloc) for name in ("_BUILD_PREFILL_CHUNK_METADATA_KERNEL",
+                                                  "_build_prefill_chunk_metadata_kernel")
+               if hasattr(ix, name)]
     chunks = []
     with _patched(*patches), rec.mode:
         for req_slice, query_slice in specs:

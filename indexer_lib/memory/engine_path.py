@@ -11,13 +11,14 @@ fact), this module counts what that code allocates, byte for byte:
   for every query row of the chunk's requests (a query slice keeps its requests' whole
   arrays), token_to_seq per KV token and cu_seq_lens per request + 1, all int32; the chunk
   loop allocates nothing but the logits.
-- ``vllm-row-ends`` (vLLM 0.33.0): the same metadata, but ks and ke for the chunk's own rows;
-  in the chunk loop, ``row_ends = ke - ks`` (int32 per row) is made before the logits and
+- ``vllm-chunk-rows`` (vLLM 0.20.0, 0.30.0): the same metadata, but ks and ke for the chunk's
+  own rows (``build_prefill_chunk_metadata``); the chunk loop allocates nothing but the logits.
+- ``vllm-row-ends`` (vLLM 0.33.0): as ``vllm-chunk-rows``, and in the chunk loop, ``row_ends = ke - ks`` (int32 per row) is made before the logits and
   lives through the top-k, and ``zeros_like(row_ends)`` lives during the top-k.
 
 In both the K workspace is the workspace manager's one buffer: each part rounded up to 256
-bytes, plus what the profile run asked for in the same buffer (0.33.0: the 1 MiB radix top-k
-workspace).
+bytes, plus what the profile run asked for in the same buffer (from 0.20.0: the 1 MiB radix
+top-k workspace).
 """
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ def call_metadata_bytes(plan: Plan, path: str) -> int:
     total = 0
     for c in plan.chunks:
         r0, r1 = c.requests
-        rows = c.num_rows if path == "vllm-row-ends" else sum(plan.batch.query_lens[r0:r1])
+        rows = sum(plan.batch.query_lens[r0:r1]) if path == "vllm-request-spans" else c.num_rows
         total += INT32_BYTES * (2 * rows + c.kv_tokens + (r1 - r0) + 1)
     return total
 
