@@ -2,7 +2,7 @@
 # The whole test suite in its own environment: bash scripts/test.sh [pytest args]
 set -uo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup_env.sh "test,notebooks" || exit 1
+bash scripts/setup_env.sh "test,notebooks,cluster" || exit 1
 # Debian's chromium for tests/browser (playwright comes with the test extra)
 bash scripts/install_browser.sh || exit 1
 # vLLM's own scheduler (about a minute): tests/test_vllm_scheduler.py holds the simulator to it

@@ -37,6 +37,9 @@ def register(subparsers) -> None:
                         "the CPU reference executor, or none (logits and metadata only)")
     f.add_argument("--workers", type=int, default=1,
                    help="processes to spread the workloads over (0: one per CPU; default 1)")
+    f.add_argument("--ray", nargs="?", const="", metavar="ADDRESS",
+                   help="compute the workloads on Ray (pip install -e \".[cluster]\"): alone, a local "
+                        "instance (or RAY_ADDRESS); 'auto', the cluster this node joined; ray://HOST:10001")
     f.add_argument("--out", default="results/frontier/frontier.csv",
                    help="table to write (.csv or .parquet)")
     f.set_defaults(func=cmd_frontier)
@@ -62,8 +65,13 @@ def cmd_frontier(args) -> int:
         if grid.shared_prefix > isl:
             raise UsageError(f"--shared-prefix {grid.shared_prefix} > --isl {isl}: "
                              "the shared prefix is part of the prompt")
+    if args.ray is not None and args.workers != 1:
+        raise UsageError("--ray and --workers: Ray spreads the workloads itself; give one of them")
     start = time.perf_counter()
-    rows = list(frontier_rows(grid, workers=args.workers or None))
+    if args.ray is not None:
+        rows = list(frontier_rows(grid, executor="ray", address=args.ray or None))
+    else:
+        rows = list(frontier_rows(grid, workers=args.workers or None))
     elapsed = time.perf_counter() - start
     path = write_table(rows, args.out)
     print_frontier_summary(rows, grid)

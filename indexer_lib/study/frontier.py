@@ -285,14 +285,27 @@ def budget_of(engine, strategy: str, budget_mb: float, free_gib: float) -> int |
     return strategy_budget_bytes(strategy, budget_mb, engine)
 
 
-def frontier_rows(grid: FrontierGrid, progress=None, workers: int | None = 1):
+def frontier_rows(grid: FrontierGrid, progress=None, workers: int | None = 1, executor: str = "local",
+                  address: str | None = None):
     """Yield one tidy row per concurrency x ISL x budget x strategy x free GiB.
 
     ``progress``: an optional callable taking the number of workloads done.
     ``workers``: processes to spread the workloads over (None: one per CPU);
-    the rows come out in the same order whatever the number.
+    ``executor="ray"``: the workloads on the Ray cluster at ``address`` instead
+    (``study.cluster``); the rows come out in the same order whatever runs them.
     """
     workloads = list(itertools.product(grid.concurrency, grid.isl))
+    if executor == "ray":
+        from .cluster import ordered_map
+
+        for rows in ordered_map(workload_rows, ((grid, conc, isl) for conc, isl in workloads), address,
+                                batch=1):  # a workload is a whole schedule: already a sizeable task
+            yield from rows
+            if progress:
+                progress(1)
+        return
+    if executor != "local":
+        raise ValueError(f"executor {executor!r}: must be one of local, ray")
     if workers is None:
         workers = os.cpu_count() or 1
     workers = max(1, min(workers, len(workloads)))

@@ -441,29 +441,41 @@ def to_frame(rows: list[dict]):
     return frame
 
 
+EXECUTORS = ("local", "ray")
+
+
 def run(grid: SweepGrid, out: str | Path, settings: RunSettings = RunSettings(),
         progress: bool = True, after_task=None, time_model: TimeModel | None = None,
-        device=None, as_frame: bool = True):
+        device=None, as_frame: bool = True, executor: str = "local", address: str | None = None):
     """Run (or resume) a sweep into the Parquet table ``out``; return it as a DataFrame
     (``as_frame=False``: return the table's path, for grids too big to hold in memory).
 
     Memory does not grow with the grid: tasks are generated as they run, rows go
     to the journal and are streamed from it into the table.  ``after_task(task_id)``
     is called after each task is durable (tests use it); ``device``: measure
-    mode's device layer (default: the CUDA GPU).
+    mode's device layer (default: the CUDA GPU).  ``executor="ray"`` (model mode) computes
+    the tasks on a Ray cluster at ``address`` (``study.cluster``), batches of them per Ray
+    task; this process stays the only writer and writes in grid order, so the journal and
+    the table are the local run's.
     """
     from tqdm.auto import tqdm
 
+    if executor not in EXECUTORS:
+        raise ValueError(f"executor {executor!r}: must be one of {', '.join(EXECUTORS)}")
+    if executor == "ray" and settings.mode != "model":
+        raise ValueError(f"executor 'ray' runs model sweeps; mode {settings.mode!r} runs locally")
     spec = spec_of(grid, settings)
     header = {"grid_hash": spec_hash(spec), "spec": spec}
     time_model = time_model or TimeModel.published()
     total = sum(1 for _ in tasks(grid, settings.mode))
     measurer = Measurer(settings, device) if settings.mode == "measure" else None
     device_name = measurer.device if measurer else "cpu"
-    replayers = {}  # backend 'engine': one running replay per release, vLLM imported once
     if settings.backend == "engine":
         check_replay(grid)
         device_name = "meta (the engine's own code, replayed)"
+    if executor == "ray":
+        from . import cluster
+        cluster.connect(address)  # an unreachable cluster says so before the store is touched
     with ResultStore(out, header, sync_seconds=SYNC_SECONDS[settings.mode]) as store, \
             contextlib.ExitStack() as stack:
         for note in store.notes:
@@ -471,20 +483,13 @@ def run(grid: SweepGrid, out: str | Path, settings: RunSettings = RunSettings(),
         bar = tqdm(total=total, initial=len(store.done), desc=f"sweep ({settings.mode})",
                    unit="task", disable=not progress)
         prov = provenance(device_name)
-        for tid, *task in tasks(grid, settings.mode):
-            if tid in store.done:
-                continue
-            args = (*task, time_model)
-            if settings.mode == "model":
-                rows = model_task(grid, *args, prov)
-            elif settings.mode == "trace":
-                engine = task[3]
-                if settings.backend == "engine" and engine not in replayers:
-                    from .replay import ReplayProcess
-                    replayers[engine] = stack.enter_context(ReplayProcess(engine))
-                rows = trace_task(grid, settings, *args, prov, replayers)
-            else:
-                rows = measure_task(grid, settings, measurer, *args, prov)
+        todo = ((tid, tuple(task)) for tid, *task in tasks(grid, settings.mode) if tid not in store.done)
+        if executor == "ray":
+            done = cluster.ordered_map(_model_task_rows,
+                                       ((grid, tid, task, time_model, prov) for tid, task in todo), address)
+        else:
+            done = _local_task_rows(grid, settings, measurer, todo, time_model, prov, stack)
+        for tid, rows in done:
             for row in rows:
                 row["task"] = tid
             store.append(tid, rows)
@@ -494,6 +499,29 @@ def run(grid: SweepGrid, out: str | Path, settings: RunSettings = RunSettings(),
         bar.close()
         store.compact(TaskIds(grid, settings.mode), to_frame)
     return load(out) if as_frame else Path(out)
+
+
+def _model_task_rows(grid, tid, task, time_model, prov) -> tuple[str, list[dict]]:
+    """One model task where it runs (a Ray worker): its id and rows."""
+    return tid, model_task(grid, *task, time_model, prov)
+
+
+def _local_task_rows(grid, settings, measurer, todo, time_model, prov, stack):
+    """(task id, rows) of each task, computed here, in grid order."""
+    replayers = {}  # backend 'engine': one running replay per release, vLLM imported once
+    for tid, task in todo:
+        args = (*task, time_model)
+        if settings.mode == "model":
+            rows = model_task(grid, *args, prov)
+        elif settings.mode == "trace":
+            engine = task[3]
+            if settings.backend == "engine" and engine not in replayers:
+                from .replay import ReplayProcess
+                replayers[engine] = stack.enter_context(ReplayProcess(engine))
+            rows = trace_task(grid, settings, *args, prov, replayers)
+        else:
+            rows = measure_task(grid, settings, measurer, *args, prov)
+        yield tid, rows
 
 
 class TaskIds:

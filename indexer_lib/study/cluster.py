@@ -1,0 +1,69 @@
+"""Grids on a Ray cluster (``pip install -e ".[cluster]"``; docs/design.md#sweeps-on-a-cluster).
+
+``ordered_map(fn, items, address)`` runs ``fn`` on every item on Ray, a batch of items per Ray
+task (a task costs milliseconds to schedule, a grid point microseconds to model), with a
+bounded number of batches in flight, and yields the results in the items' order.  The driver
+(the caller) stays the only writer of whatever it stores, and writes in the same order as a
+local run, so a table made on Ray is the table made locally.  Ray is imported only here and
+only when asked for.
+
+``address``: None starts (or joins, when ``RAY_ADDRESS`` is set) a Ray instance on this
+machine; ``"auto"`` joins the cluster this machine belongs to (``ray start --head`` on one
+node, ``ray start --address HEAD:6379`` on the others); ``"ray://HOST:10001"`` connects a
+client to a remote head.  Every node needs this package installed (the same checkout).
+"""
+from __future__ import annotations
+
+import warnings
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+
+BATCH = 16  # items per Ray task
+
+
+def connect(address: str | None = None):
+    """The ``ray`` module, connected (ValueError in one line: not installed, or not reachable)."""
+    try:
+        import ray
+    except ImportError:
+        raise ValueError('executor "ray" needs Ray: pip install -e ".[cluster]"') from None
+    if ray.is_initialized():
+        return ray
+    try:
+        with warnings.catch_warnings():  # Ray warns before it fails: the error below is the one line
+            warnings.simplefilter("ignore")
+            ray.init(address=address, include_dashboard=False, log_to_driver=False,
+                     configure_logging=False)
+    except Exception as e:  # noqa: BLE001 - Ray raises ConnectionError, RuntimeError, ValueError...
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise ValueError(f"cannot reach a Ray cluster at {address or 'a new local instance'!r}: "
+                         f"{first}") from None
+    return ray
+
+
+def _run_batch(fn: Callable, batch: list) -> list:
+    return [fn(*item) for item in batch]
+
+
+def ordered_map(fn: Callable, items: Iterable[tuple], address: str | None = None, batch: int = BATCH,
+                window: int | None = None) -> Iterator:
+    """``fn(*item)`` for every item, computed on Ray, yielded in the items' order as each is done.
+
+    ``window``: batches in flight at once (default: twice the cluster's CPUs), so a huge grid
+    never sits whole in the object store.
+    """
+    ray = connect(address)
+    remote = ray.remote(_run_batch)
+    if window is None:
+        window = max(2, 2 * int(ray.cluster_resources().get("CPU", 1)))
+    pending: deque = deque()
+    items = iter(items)
+    while True:
+        while len(pending) < window:
+            chunk = [item for _, item in zip(range(batch), items)]
+            if not chunk:
+                break
+            pending.append(remote.remote(fn, chunk))
+        if not pending:
+            return
+        yield from ray.get(pending.popleft())
