@@ -41,6 +41,8 @@ def ray_local():
             pytest.fail('Ray is missing (CI=true: pip install -e ".[cluster]" must have run)')
         pytest.skip('Ray is not installed: pip install -e ".[cluster]"')
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    # Ray's workers cannot import this test module: its functions travel by value
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     yield ray
     ray.shutdown()
 
@@ -92,3 +94,61 @@ def test_ray_runs_model_sweeps_only(tmp_path):
     with pytest.raises(ValueError, match="executor 'dask'"):
         sweep.run(GRID, tmp_path / "t.parquet", executor="dask")
     assert not (tmp_path / "t.parquet").exists()
+
+
+def die_once_at(x, marker):
+    """SIGKILL this Ray worker the first time it meets item 5 (the marker file says it did)."""
+    import signal
+    from pathlib import Path
+
+    if x == 5 and not Path(marker).exists():
+        Path(marker).write_text("killed")
+        os.kill(os.getpid(), signal.SIGKILL)
+    return x * x
+
+
+def test_a_killed_worker_loses_and_repeats_nothing(ray_local, tmp_path):
+    """Ray runs a task again when its worker dies; the results still come once each, in order."""
+    from indexer_lib.study.cluster import ordered_map
+
+    marker = str(tmp_path / "killed")
+    out = list(ordered_map(die_once_at, ((x, marker) for x in range(40)), batch=4))
+    assert os.path.exists(marker)  # a worker really died
+    assert out == [x * x for x in range(40)]
+
+
+CHILD = """
+import sys, time
+import ray
+from indexer_lib.study import sweep
+sys.path.insert(0, {tests!r})
+from test_cluster import GRID
+ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+sweep.run(GRID, {out!r}, progress=False, executor="ray", after_task=lambda tid: time.sleep(0.3))
+"""
+
+
+def test_a_sigkilled_ray_driver_resumes_without_loss(ray_local, tmp_path):
+    """The driver (and the Ray instance it started) SIGKILLed mid-sweep; the sweep run again
+    finishes with every row once."""
+    import signal
+    import time
+    from pathlib import Path
+
+    out = tmp_path / "k.parquet"
+    journal = tmp_path / "k.parquet.journal"
+    child = subprocess.Popen([sys.executable, "-c", CHILD.format(tests=str(Path(__file__).parent),
+                                                                 out=str(out))],
+                             start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 120
+    while time.time() < deadline and child.poll() is None:
+        if journal.exists() and len(journal.read_text().splitlines()) >= 4:  # header + 3 tasks
+            break
+        time.sleep(0.1)
+    assert child.poll() is None, child.stderr.read().decode()[-2000:]
+    os.killpg(child.pid, signal.SIGKILL)
+    child.wait()
+    resumed = sweep.run(GRID, out, progress=False, executor="ray")
+    local = sweep.run(GRID, tmp_path / "local.parquet", progress=False)
+    assert resumed.drop(columns=VOLATILE).equals(local.drop(columns=VOLATILE))
+    assert len(journal_rows(out)) == len({t for t, _ in journal_rows(out)})  # no task twice

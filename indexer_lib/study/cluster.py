@@ -53,7 +53,8 @@ def ordered_map(fn: Callable, items: Iterable[tuple], address: str | None = None
     never sits whole in the object store.
     """
     ray = connect(address)
-    remote = ray.remote(_run_batch)
+    # a batch whose worker dies (killed, out of memory) runs again: nothing lost, nothing twice
+    remote = ray.remote(max_retries=3)(_run_batch)
     if window is None:
         window = max(2, 2 * int(ray.cluster_resources().get("CPU", 1)))
     pending: deque = deque()
