@@ -10,6 +10,8 @@ import sys
 
 import pytest
 
+import fake_cuda
+from fake_cuda import GIB, EmulatedCuda
 from indexer_lib.study import sweep
 from indexer_lib.study.frontier import FrontierGrid, frontier_rows
 
@@ -22,6 +24,10 @@ VOLATILE = ["date"]  # provenance that differs between any two runs
 def test_an_unreachable_cluster_is_one_line(tmp_path):
     """First in the file: no local instance is up yet for 'auto' to find."""
     pytest.importorskip("ray")
+    import psutil
+
+    if any("gcs_server" in " ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"])):
+        pytest.skip("a Ray cluster runs on this machine (another test run?): 'auto' would join it")
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     done = subprocess.run([sys.executable, "-m", "indexer_lib", "frontier", "--concurrency", "4",
                            "--isl", "2048", "--ray", "auto", "--out", str(tmp_path / "f.csv")],
@@ -40,9 +46,12 @@ def ray_local():
         if IN_CI:
             pytest.fail('Ray is missing (CI=true: pip install -e ".[cluster]" must have run)')
         pytest.skip('Ray is not installed: pip install -e ".[cluster]"')
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    # Ray's workers cannot import this test module: its functions travel by value
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    # two GPUs in name only: measured points run on the emulated device (tests/fake_cuda.py)
+    ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False,
+             configure_logging=False)
+    # Ray's workers cannot import the test modules: their functions and classes travel by value
+    for module in (sys.modules[__name__], fake_cuda):
+        ray.cloudpickle.register_pickle_by_value(module)
     yield ray
     ray.shutdown()
 
@@ -88,8 +97,8 @@ def test_the_frontier_on_ray_is_the_local_frontier(ray_local):
     assert list(frontier_rows(grid, executor="ray")) == list(frontier_rows(grid))
 
 
-def test_ray_runs_model_sweeps_only(tmp_path):
-    with pytest.raises(ValueError, match="executor 'ray' runs model sweeps"):
+def test_ray_runs_model_and_measure_sweeps(tmp_path):
+    with pytest.raises(ValueError, match="mode 'trace' runs locally"):
         sweep.run(GRID, tmp_path / "t.parquet", sweep.RunSettings(mode="trace"), executor="ray")
     with pytest.raises(ValueError, match="executor 'dask'"):
         sweep.run(GRID, tmp_path / "t.parquet", executor="dask")
@@ -152,3 +161,70 @@ def test_a_sigkilled_ray_driver_resumes_without_loss(ray_local, tmp_path):
     local = sweep.run(GRID, tmp_path / "local.parquet", progress=False)
     assert resumed.drop(columns=VOLATILE).equals(local.drop(columns=VOLATILE))
     assert len(journal_rows(out)) == len({t for t, _ in journal_rows(out)})  # no task twice
+
+
+# c64 x 10K n-only runs out of 8 GiB (10 GiB of logits), the other three fit. Ray gives each
+# GPU task a fresh worker (its default for GPUs: no CUDA state carried over), a few seconds each
+MEASURE_GRID = sweep.SweepGrid(concurrency=(1, 64), isl=(10240,), budget_mb=(512,),
+                               strategy=("n-only", "vllm"), free_gib=(2.63,), engine=("vllm==0.18.1",))
+MEASURE = sweep.RunSettings(mode="measure", repeats=1)
+SAME_ANYWHERE = ["time_ms", "date", "device", "node", "gpu_index"]  # where and how fast: not what
+
+
+def emulated_gpu(capacity_gib=8, die_at=None, counter=None):
+    """The device layer a Ray worker builds for a point; ``die_at``: the SIGKILL of the worker
+    that builds the die_at-th one (counted in files under ``counter``)."""
+    import signal
+    from pathlib import Path
+
+    if die_at is not None:
+        n = 1
+        while True:  # this worker's number: the first file it creates (O_EXCL: one winner each)
+            try:
+                os.close(os.open(Path(counter) / str(n), os.O_CREAT | os.O_EXCL))
+                break
+            except FileExistsError:
+                n += 1
+        if n == die_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+    return EmulatedCuda(capacity_gib * GIB)
+
+
+def test_a_measure_sweep_on_ray_runs_a_point_per_gpu_and_records_where(ray_local, tmp_path):
+    import functools
+
+    local = sweep.run(MEASURE_GRID, tmp_path / "local.parquet", MEASURE, progress=False,
+                      device=EmulatedCuda(8 * GIB))
+    on_ray = sweep.run(MEASURE_GRID, tmp_path / "ray.parquet", MEASURE, progress=False,
+                       device=functools.partial(emulated_gpu, 8), executor="ray")
+    assert len(on_ray) == 4
+    assert local.drop(columns=[c for c in SAME_ANYWHERE if c in local]).equals(
+        on_ray.drop(columns=SAME_ANYWHERE))
+    oom = on_ray[on_ray["oom"].astype(bool)]  # the OOM is data: recorded, and the sweep went on
+    assert list(zip(oom["concurrency"], oom["isl"], oom["strategy"])) == [(64, 10240, "n-only")]
+    assert on_ray["node"].notna().all() and set(on_ray["gpu_index"]) <= {"0", "1"}
+    assert (on_ray["device"] == EmulatedCuda(GIB).name).all()
+
+
+def test_a_point_whose_worker_dies_is_a_row_and_the_sweep_goes_on(ray_local, tmp_path):
+    import functools
+
+    counter = tmp_path / "built"
+    counter.mkdir()
+    frame = sweep.run(MEASURE_GRID, tmp_path / "m.parquet", MEASURE, progress=False,
+                      device=functools.partial(emulated_gpu, 8, 1, str(counter)), executor="ray")
+    assert len(frame) == 4
+    died = frame[frame["error"].fillna("").str.startswith("the Ray worker died")]
+    assert len(died) == 1 and died["oom"].isna().all() and died["peak_bytes"].isna().all()
+    rest = frame.drop(died.index)  # measured, or out of memory: each point once
+    assert (rest["peak_bytes"].notna() | rest["oom"].astype(bool)).all()
+    assert not frame.duplicated(subset=["task"]).any()
+
+
+def test_a_measure_sweep_needs_a_gpu_on_the_cluster(ray_local, tmp_path, monkeypatch):
+    from indexer_lib.study import cluster
+
+    monkeypatch.setattr(cluster, "gpu_count", lambda address=None: 0)
+    with pytest.raises(ValueError, match="has no GPU: a measure sweep runs each point on one GPU"):
+        sweep.run(MEASURE_GRID, tmp_path / "m.parquet", MEASURE, progress=False, executor="ray")
+    assert not (tmp_path / "m.parquet").exists()

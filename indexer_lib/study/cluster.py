@@ -46,17 +46,21 @@ def _run_batch(fn: Callable, batch: list) -> list:
 
 
 def ordered_map(fn: Callable, items: Iterable[tuple], address: str | None = None, batch: int = BATCH,
-                window: int | None = None) -> Iterator:
+                window: int | None = None, num_gpus: int = 0,
+                on_crash: Callable | None = None) -> Iterator:
     """``fn(*item)`` for every item, computed on Ray, yielded in the items' order as each is done.
 
-    ``window``: batches in flight at once (default: twice the cluster's CPUs), so a huge grid
-    never sits whole in the object store.
+    ``window``: batches in flight at once (default: twice the cluster's CPUs, or its GPUs with
+    ``num_gpus``), so a huge grid never sits whole in the object store.  ``num_gpus``: GPUs
+    each Ray task asks for.  A batch whose worker dies (killed, out of memory) runs again,
+    up to three times, so nothing is lost or computed twice; with ``on_crash(item, error)``
+    it does not run again: each of its items gives ``on_crash``'s result instead.
     """
     ray = connect(address)
-    # a batch whose worker dies (killed, out of memory) runs again: nothing lost, nothing twice
-    remote = ray.remote(max_retries=3)(_run_batch)
+    remote = ray.remote(max_retries=0 if on_crash else 3, num_gpus=num_gpus)(_run_batch)
     if window is None:
-        window = max(2, 2 * int(ray.cluster_resources().get("CPU", 1)))
+        resource = "GPU" if num_gpus else "CPU"
+        window = max(2, 2 * int(ray.cluster_resources().get(resource, 1) // max(num_gpus, 1)))
     pending: deque = deque()
     items = iter(items)
     while True:
@@ -64,7 +68,30 @@ def ordered_map(fn: Callable, items: Iterable[tuple], address: str | None = None
             chunk = [item for _, item in zip(range(batch), items)]
             if not chunk:
                 break
-            pending.append(remote.remote(fn, chunk))
+            pending.append((chunk, remote.remote(fn, chunk)))
         if not pending:
             return
-        yield from ray.get(pending.popleft())
+        chunk, ref = pending.popleft()
+        try:
+            results = ray.get(ref)
+        except (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError,
+                ray.exceptions.OutOfMemoryError) as e:
+            if on_crash is None:
+                raise
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            results = [on_crash(item, f"{type(e).__name__}: {first}") for item in chunk]
+        yield from results
+
+
+def gpu_count(address: str | None = None) -> int:
+    return int(connect(address).cluster_resources().get("GPU", 0))
+
+
+def where() -> dict:
+    """The node and GPU a Ray task runs on (for a measured row's provenance)."""
+    import socket
+
+    import ray
+
+    gpus = ray.get_gpu_ids()
+    return {"node": socket.gethostname(), "gpu_index": ",".join(str(g) for g in gpus) or None}

@@ -453,22 +453,24 @@ def run(grid: SweepGrid, out: str | Path, settings: RunSettings = RunSettings(),
     Memory does not grow with the grid: tasks are generated as they run, rows go
     to the journal and are streamed from it into the table.  ``after_task(task_id)``
     is called after each task is durable (tests use it); ``device``: measure
-    mode's device layer (default: the CUDA GPU).  ``executor="ray"`` (model mode) computes
-    the tasks on a Ray cluster at ``address`` (``study.cluster``), batches of them per Ray
-    task; this process stays the only writer and writes in grid order, so the journal and
-    the table are the local run's.
+    mode's device layer (default: the CUDA GPU).  ``executor="ray"`` computes the tasks on a
+    Ray cluster at ``address`` (``study.cluster``): model tasks in batches, each measured
+    point a Ray task on one GPU (``device``: then a callable making the device layer in the
+    worker; rows name the node and GPU).  This process stays the only writer and writes in
+    grid order, so the journal and the table are the local run's.
     """
     from tqdm.auto import tqdm
 
     if executor not in EXECUTORS:
         raise ValueError(f"executor {executor!r}: must be one of {', '.join(EXECUTORS)}")
-    if executor == "ray" and settings.mode != "model":
-        raise ValueError(f"executor 'ray' runs model sweeps; mode {settings.mode!r} runs locally")
+    if executor == "ray" and settings.mode == "trace":
+        raise ValueError("executor 'ray' runs model and measure sweeps; mode 'trace' runs locally")
     spec = spec_of(grid, settings)
     header = {"grid_hash": spec_hash(spec), "spec": spec}
     time_model = time_model or TimeModel.published()
     total = sum(1 for _ in tasks(grid, settings.mode))
-    measurer = Measurer(settings, device) if settings.mode == "measure" else None
+    on_ray_gpus = executor == "ray" and settings.mode == "measure"
+    measurer = Measurer(settings, device) if settings.mode == "measure" and not on_ray_gpus else None
     device_name = measurer.device if measurer else "cpu"
     if settings.backend == "engine":
         check_replay(grid)
@@ -476,6 +478,11 @@ def run(grid: SweepGrid, out: str | Path, settings: RunSettings = RunSettings(),
     if executor == "ray":
         from . import cluster
         cluster.connect(address)  # an unreachable cluster says so before the store is touched
+        if on_ray_gpus and cluster.gpu_count(address) < 1:
+            raise ValueError(f"the Ray cluster at {address or 'a new local instance'!r} has no GPU: "
+                             "a measure sweep runs each point on one GPU")
+        if on_ray_gpus:
+            device_name = "the Ray worker's GPU"
     with ResultStore(out, header, sync_seconds=SYNC_SECONDS[settings.mode]) as store, \
             contextlib.ExitStack() as stack:
         for note in store.notes:
@@ -484,7 +491,12 @@ def run(grid: SweepGrid, out: str | Path, settings: RunSettings = RunSettings(),
                    unit="task", disable=not progress)
         prov = provenance(device_name)
         todo = ((tid, tuple(task)) for tid, *task in tasks(grid, settings.mode) if tid not in store.done)
-        if executor == "ray":
+        if on_ray_gpus:  # one point per Ray task, one GPU each; a crashed worker is a row
+            done = cluster.ordered_map(
+                _measure_task_rows, ((grid, settings, device, tid, task, time_model, prov) for tid, task in todo),
+                address, batch=1, num_gpus=1,
+                on_crash=lambda item, error: _crashed_rows(*item, error))
+        elif executor == "ray":
             done = cluster.ordered_map(_model_task_rows,
                                        ((grid, tid, task, time_model, prov) for tid, task in todo), address)
         else:
@@ -504,6 +516,27 @@ def run(grid: SweepGrid, out: str | Path, settings: RunSettings = RunSettings(),
 def _model_task_rows(grid, tid, task, time_model, prov) -> tuple[str, list[dict]]:
     """One model task where it runs (a Ray worker): its id and rows."""
     return tid, model_task(grid, *task, time_model, prov)
+
+
+def _measure_task_rows(grid, settings, make_device, tid, task, time_model, prov) -> tuple[str, list[dict]]:
+    """One measured point on the Ray worker's GPU (``make_device``: a callable making the device
+    layer there, default the CUDA GPU), with the node and GPU that measured it."""
+    from .cluster import where
+
+    measurer = Measurer(settings, make_device() if make_device is not None else None)
+    rows = measure_task(grid, settings, measurer, *task, time_model, {**prov, "device": measurer.device})
+    for row in rows:
+        row.update(where())
+    return tid, rows
+
+
+def _crashed_rows(grid, settings, make_device, tid, task, time_model, prov, error) -> tuple[str, list[dict]]:
+    """A point whose Ray worker died (the process, not the step, ran out): recorded, not retried."""
+    model, workload, config, engine, strategy, (mb,), (free,) = task
+    row = base_row(grid, model, workload, config, engine, strategy, mb, free, "measure")
+    row.update(peak_bytes=None, peak_transient_bytes=None, oom=None, time_ms=None,
+               error=f"the Ray worker died: {error}", **prov)
+    return tid, [row]
 
 
 def _local_task_rows(grid, settings, measurer, todo, time_model, prov, stack):
