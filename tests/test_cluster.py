@@ -38,6 +38,34 @@ def test_an_unreachable_cluster_is_one_line(tmp_path):
     assert not (tmp_path / "f.csv").exists()
 
 
+def closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("form", ["127.0.0.1:{port}", "ray://127.0.0.1:{port}"])
+def test_an_address_where_nothing_answers_is_one_line_at_once(tmp_path, form):
+    """Ray itself retries such an address for many minutes; the sweep says so in seconds."""
+    pytest.importorskip("ray")
+    import time
+
+    address = form.format(port=closed_port())
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "indexer_lib", "frontier", "--concurrency", "4",
+                           "--isl", "2048", "--ray", address, "--out", str(tmp_path / "f.csv")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and time.monotonic() - start < 60
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"cannot reach a Ray cluster at {address!r}: nothing answers" in lines[0]
+    assert not (tmp_path / "f.csv").exists()
+    with pytest.raises(ValueError, match="must be 'auto', 'HOST:PORT' or 'ray://HOST:PORT'"):
+        sweep.run(GRID, tmp_path / "t.parquet", executor="ray", address="head-node")
+    assert not (tmp_path / "t.parquet").exists()
+
+
 @pytest.fixture(scope="module")
 def ray_local():
     try:
@@ -228,3 +256,42 @@ def test_a_measure_sweep_needs_a_gpu_on_the_cluster(ray_local, tmp_path, monkeyp
     with pytest.raises(ValueError, match="has no GPU: a measure sweep runs each point on one GPU"):
         sweep.run(MEASURE_GRID, tmp_path / "m.parquet", MEASURE, progress=False, executor="ray")
     assert not (tmp_path / "m.parquet").exists()
+
+
+# notebook 01 on a small grid: what its frontier table holds, on Ray and locally
+NOTEBOOK_01 = {"concurrency": [1, 16], "isl": [2048, 10240], "budget_mb": [256, 512],
+               "strategies": ["engine", "vllm"], "engines": ["vllm==0.33.0"],
+               "long_concurrency": [1], "long_isl": [65536], "long_budget_mb": [512],
+               "dashboard": False}
+
+
+def test_notebook_01_with_executor_ray_writes_the_local_table(ray_local, tmp_path):
+    """``executor: ray`` in the YAML: the headless notebook sends its frontier grid to the
+    cluster (here the test's local instance, by its address) and writes the table a local
+    run writes."""
+    import pandas as pd
+    import yaml
+
+    runner = os.path.join(os.path.dirname(__file__), "..", "scripts", "run_notebooks.py")
+    tables = {}
+    for executor in ("local", "ray"):
+        block = {**NOTEBOOK_01, "executor": executor}
+        if executor == "ray":
+            block["ray_address"] = ray_local.get_runtime_context().gcs_address
+        spec = {"run_name": executor, "common": {"model": "glm-5", "free_gib": 2.63},
+                "notebooks": {"01_oom_frontier": block}}
+        path = tmp_path / f"{executor}.yaml"
+        path.write_text(yaml.safe_dump(spec))
+        done = subprocess.run([sys.executable, runner, str(path), "--results", str(tmp_path),
+                               "--only", "01_oom_frontier"], capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        tables[executor] = pd.read_parquet(tmp_path / executor / "tables" / "frontier-model.parquet")
+    local, on_ray = (tables[e].drop(columns=VOLATILE) for e in ("local", "ray"))
+    assert len(local) == 2 * 2 * 2 * 2 and local.equals(on_ray)
+    # the parameter reaches the sweep: a cluster that is not there stops the notebook there
+    spec["run_name"], spec["notebooks"]["01_oom_frontier"]["ray_address"] = "gone", f"127.0.0.1:{closed_port()}"
+    path.write_text(yaml.safe_dump(spec))
+    done = subprocess.run([sys.executable, runner, str(path), "--results", str(tmp_path),
+                           "--only", "01_oom_frontier"], capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0 and "cannot reach a Ray cluster at '127.0.0.1:" in done.stdout + done.stderr

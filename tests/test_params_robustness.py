@@ -34,6 +34,8 @@ CASES = [
     ("03_strategies", "strategies", ["causal", "greedy"], "'greedy': must be one of"),
     ("03_strategies", "concurrency", [-1], "must be > 0"),
     ("03_strategies", "max_num_batched_tokens", "8192", "must be a whole number"),
+    ("01_oom_frontier", "executor", "dask", "'dask': must be one of local, ray"),
+    ("01_oom_frontier", "ray_address", "http://head", "must be null (a new local instance), 'auto'"),
 ]
 
 
@@ -99,3 +101,37 @@ def test_papermill_stops_at_the_parameters_cell_before_any_work(tmp_path, notebo
     assert "injected-parameters" in code[failed[0] - 1].metadata.get("tags", [])
     assert all(c.execution_count is None for c in code[failed[0] + 1:])  # nothing after it ran
     assert not (tmp_path / "work").exists()  # no output folder: no work was done
+
+
+@pytest.mark.parametrize("values, rule", [
+    ({"executor": "ray", "mode": "trace"}, "'executor' = 'ray': runs model and measure sweeps"),
+    ({"ray_address": "auto"}, "'ray_address' = 'auto': used only with executor 'ray'"),
+    ({"executor": "local", "ray_address": "ray://head:10001"}, "used only with executor 'ray'"),
+])
+def test_ray_parameters_that_cannot_go_together(values, rule):
+    from indexer_lib.notebook.params import ParameterError, check_values
+
+    with pytest.raises(ParameterError, match=rule):
+        check_values("01_oom_frontier", values)
+
+
+def test_a_measure_sweep_on_ray_does_not_need_a_local_gpu(monkeypatch):
+    """The cluster's GPUs measure (sweep.run checks there is one); without Ray it is one line."""
+    import importlib.util
+
+    import torch
+
+    from indexer_lib.notebook.params import ParameterError, check_values
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ParameterError, match="'mode' = 'measure': needs a CUDA GPU"):
+        check_values("01_oom_frontier", {"mode": "measure"})
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "ray"
+                        else real(name, *a))
+    values = {"mode": "measure", "executor": "ray", "ray_address": "auto"}
+    assert check_values("01_oom_frontier", values) == values
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray"
+                        else real(name, *a))
+    with pytest.raises(ParameterError, match=r'needs Ray, not installed here \(pip install -e ".\[cluster\]"\)'):
+        check_values("01_oom_frontier", values)

@@ -7,14 +7,19 @@ notebook, the parameter and the rule, before any work is done.
 """
 from __future__ import annotations
 
+import importlib.util
 import math
+import re
 
 from ..engines import get_engine
 from ..padding import DEEPGEMM_RULES
 from ..plan import ALL_STRATEGIES
 from ..shapes import MODELS
-from ..study.sweep import MODES
+from ..study.sweep import EXECUTORS, MODES
 from ..workload import WORKLOAD_SOURCES
+
+
+_HOST_PORT = re.compile(r"(ray://)?[A-Za-z0-9_.\-\[\]:]+:\d{1,5}")
 
 
 class ParameterError(ValueError):
@@ -49,6 +54,9 @@ SPECS = {
                         "engines": ("strs", "engine release"),
                         "long_concurrency": ("ints", ">0"), "long_isl": ("ints", ">0"),
                         "long_budget_mb": ("numbers", ">0"),
+                        # the frontier sweep on a Ray cluster (the cluster extra): None starts a
+                        # local instance, "auto" joins this machine's cluster, "ray://HOST:PORT"
+                        "executor": ("str", EXECUTORS), "ray_address": ("str?", "ray address"),
                         "dashboard": ("bool", None)},
     "02_chunk_overhead": {**_COMMON, "budget_mb": ("numbers", ">0"),
                           "strategies": ("strs", tuple(ALL_STRATEGIES)),
@@ -106,6 +114,9 @@ def check_one(notebook: str, name: str, value) -> None:
                 get_engine(v)
             except ValueError as e:  # its message lists every known release, compactly
                 raise ParameterError(f"{where} = {v!r}: {e}") from None
+        if rule == "ray address" and not (v == "auto" or _HOST_PORT.fullmatch(v)):
+            raise ParameterError(f"{where} = {v!r}: must be null (a new local instance), 'auto' "
+                                 "(this machine's cluster), 'ray://HOST:PORT' or 'HOST:PORT'")
         if rule == ">0" and not v > 0:
             raise ParameterError(f"{where} = {v!r}: must be > 0")
         if rule == ">=0" and not v >= 0:
@@ -135,7 +146,18 @@ def check_together(notebook: str, values: dict) -> None:
     if "shared_prefix" in values and "isl" in values and values["shared_prefix"] > max(values["isl"]):
         raise ParameterError(f"{where} 'shared_prefix' = {values['shared_prefix']!r}: longer than "
                              f"every isl (at most {max(values['isl'])}), so no point is left")
-    if values.get("mode") == "measure":
+    on_ray = values.get("executor") == "ray"
+    if on_ray and values.get("mode") == "trace":
+        raise ParameterError(f"{where} 'executor' = 'ray': runs model and measure sweeps; "
+                             "mode 'trace' runs locally")
+    if on_ray and importlib.util.find_spec("ray") is None:
+        raise ParameterError(f"{where} 'executor' = 'ray': needs Ray, not installed here "
+                             '(pip install -e ".[cluster]")')
+    if values.get("ray_address") is not None and not on_ray:
+        raise ParameterError(f"{where} 'ray_address' = {values['ray_address']!r}: used only "
+                             "with executor 'ray'")
+    # on Ray the cluster's GPUs measure (sweep.run checks it has one), not this machine's
+    if values.get("mode") == "measure" and not on_ray:
         import torch
 
         if not torch.cuda.is_available():

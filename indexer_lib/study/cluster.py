@@ -14,6 +14,7 @@ client to a remote head.  Every node needs this package installed (the same chec
 """
 from __future__ import annotations
 
+import socket
 import warnings
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -29,6 +30,7 @@ def connect(address: str | None = None):
         raise ValueError('executor "ray" needs Ray: pip install -e ".[cluster]"') from None
     if ray.is_initialized():
         return ray
+    _check_listening(address)
     try:
         with warnings.catch_warnings():  # Ray warns before it fails: the error below is the one line
             warnings.simplefilter("ignore")
@@ -39,6 +41,22 @@ def connect(address: str | None = None):
         raise ValueError(f"cannot reach a Ray cluster at {address or 'a new local instance'!r}: "
                          f"{first}") from None
     return ray
+
+
+def _check_listening(address: str | None, timeout_s: float = 5.0) -> None:
+    """ValueError in one line when nothing answers at an explicit HOST:PORT (or ray://HOST:PORT):
+    Ray itself keeps retrying such an address for many minutes."""
+    if address is None or address in ("auto", "local"):
+        return
+    host_port = address[len("ray://"):] if address.startswith("ray://") else address
+    host, sep, port = host_port.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"Ray address {address!r}: must be 'auto', 'HOST:PORT' or 'ray://HOST:PORT'")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as e:
+        raise ValueError(f"cannot reach a Ray cluster at {address!r}: nothing answers at "
+                         f"{host}:{port} ({e.strerror or type(e).__name__})") from None
 
 
 def _run_batch(fn: Callable, batch: list) -> list:
