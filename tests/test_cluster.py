@@ -196,7 +196,7 @@ def test_a_sigkilled_ray_driver_resumes_without_loss(ray_local, tmp_path):
 MEASURE_GRID = sweep.SweepGrid(concurrency=(1, 64), isl=(10240,), budget_mb=(512,),
                                strategy=("n-only", "vllm"), free_gib=(2.63,), engine=("vllm==0.18.1",))
 MEASURE = sweep.RunSettings(mode="measure", repeats=1)
-SAME_ANYWHERE = ["time_ms", "date", "device", "node", "gpu_index"]  # where and how fast: not what
+SAME_ANYWHERE = ["time_ms", "date", "device", "node", "gpu_index", "gpu_driver"]  # where and how fast: not what
 
 
 def emulated_gpu(capacity_gib=8, die_at=None, counter=None):
@@ -231,6 +231,7 @@ def test_a_measure_sweep_on_ray_runs_a_point_per_gpu_and_records_where(ray_local
     oom = on_ray[on_ray["oom"].astype(bool)]  # the OOM is data: recorded, and the sweep went on
     assert list(zip(oom["concurrency"], oom["isl"], oom["strategy"])) == [(64, 10240, "n-only")]
     assert on_ray["node"].notna().all() and set(on_ray["gpu_index"]) <= {"0", "1"}
+    assert on_ray["gpu_driver"].isna().all()  # the GPUs are fake: no nvidia-smi answers for them
     assert (on_ray["device"] == EmulatedCuda(GIB).name).all()
 
 

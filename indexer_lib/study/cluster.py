@@ -112,4 +112,17 @@ def where() -> dict:
     import ray
 
     gpus = ray.get_gpu_ids()
-    return {"node": socket.gethostname(), "gpu_index": ",".join(str(g) for g in gpus) or None}
+    index = ",".join(str(g) for g in gpus) or None
+    return {"node": socket.gethostname(), "gpu_index": index, "gpu_driver": _driver_version(index)}
+
+
+def _driver_version(index: str | None) -> str | None:
+    """The NVIDIA driver of the task's GPU, as nvidia-smi reports it (None without one)."""
+    import shutil
+    import subprocess
+
+    if index is None or shutil.which("nvidia-smi") is None:
+        return None
+    done = subprocess.run(["nvidia-smi", "-i", index.split(",")[0], "--query-gpu=driver_version",
+                           "--format=csv,noheader"], capture_output=True, text=True, timeout=30)
+    return (done.stdout.strip() or None) if done.returncode == 0 else None
