@@ -185,6 +185,22 @@ def test_the_live_heatmap_shows_the_rows_and_a_free_memory_move_draws_what_a_ful
     assert moved == fresh and Image.open(__import__("io").BytesIO(moved)).size == (630, 396)
 
 
+def test_every_dashboard_figure_is_pixel_for_pixel_a_full_redraw():
+    """The live heatmap draws only what a change touches (over saved copies of the rest), in
+    the order a full draw takes: each figure equals the whole figure drawn afresh.  The moves
+    include one where the free-memory line crosses an OOM mark (drawn over it once, by mistake)."""
+    from indexer_lib.notebook.widgets import FrontierDashboard
+
+    dash = FrontierDashboard()
+    for name, value in [("budget_mb", 64), ("strategy", "causal"), ("budget_mb", 2048),
+                        ("free_gib", 1.0), ("strategy", "n-only"), ("max_num_batched_tokens", 4096),
+                        ("free_gib", 8.0), ("budget_mb", 32)]:
+        dash.controls[name].value = value
+        shown = dash.image.value
+        dash.view.canvas.draw()  # everything, as a fresh figure draws it
+        assert shown == dash.view.png(), (name, value)
+
+
 def test_the_long_context_figure_draws_each_strategys_frontier_over_free_memory_and_budget():
     grid = sweep.SweepGrid(concurrency=(1, 8), isl=(65536,), budget_mb=(64, 512, 2048),
                            strategy=("n-only", "vllm", "engine"))

@@ -3,7 +3,7 @@
 ``plots.frontier_heatmap`` builds a new figure each time: most of a redraw then goes to
 laying it out.  ``LiveHeatmap`` lays out one panel (concurrency x ISL) once and afterwards
 only updates what a change touches: the cells, the colour scale, the OOM marks, the
-free-memory line and the titles.  A change of free memory alone leaves the cells and the
+free-memory line and the titles, drawn over a saved copy of the axes, ticks and labels.  A change of free memory alone leaves the cells and the
 colour scale as they are, so it redraws the marks, the line and the titles over a saved
 copy of the rest (blitting).  Every call returns the figure as PNG bytes; the figure says
 what ``frontier_heatmap`` says for the same rows.
@@ -47,9 +47,19 @@ class LiveHeatmap:
         self.background = None  # the figure without marks, line and titles, for a free-memory move
         self.canvas.draw()  # lay out once, then keep the positions
         self.fig.set_layout_engine("none")
+        # what no change touches (the axes, their ticks and labels), saved once: a change of the
+        # cells draws the image, the colour bar and the panel title over it, not the whole figure
+        changing = [self.image, self.bar.ax, self.ax.title] + self._dynamic()
+        for artist in changing:
+            artist.set_visible(False)
+        self.canvas.draw()
+        self.static = self.canvas.copy_from_bbox(self.fig.bbox)
+        for artist in changing:
+            artist.set_visible(True)
 
     def _dynamic(self) -> list:
-        return self.marks + ([self.line] if self.line is not None else []) + [self.legend, self.title]
+        # in the order a full draw takes (by zorder): the line under the OOM texts, as on a fresh figure
+        return ([self.line] if self.line is not None else []) + self.marks + [self.legend, self.title]
 
     def render(self, frame, strategy: str, budget_mb: float, free_gib: float, model: str,
                engine: str | None = None, mode: str = "model") -> bytes:
@@ -78,13 +88,12 @@ class LiveHeatmap:
             self.canvas.restore_region(self.background)
             for artist in self._dynamic():
                 self.fig.draw_artist(artist)
-        else:
-            for artist in self._dynamic():
-                artist.set_visible(False)
-            self.canvas.draw()
+        else:  # over the static part, in the order a full draw takes: cells, frame, colour bar, title
+            self.canvas.restore_region(self.static)
+            for artist in [self.image, *self.ax.spines.values(), self.bar.ax, self.ax.title]:
+                self.fig.draw_artist(artist)
             self.background = self.canvas.copy_from_bbox(self.fig.bbox)
             for artist in self._dynamic():
-                artist.set_visible(True)
                 self.fig.draw_artist(artist)
             self.cells = (grid, panel)
         return self.png()
