@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pandas as pd
+import numpy as np
 import pytest
 from PIL import Image
 
@@ -199,6 +200,35 @@ def test_every_dashboard_figure_is_pixel_for_pixel_a_full_redraw():
         shown = dash.image.value
         dash.view.canvas.draw()  # everything, as a fresh figure draws it
         assert shown == dash.view.png(), (name, value)
+
+
+def test_the_auto_dashboard_redraws_free_memory_moves_as_a_fresh_figure_draws_them():
+    """Notebook 04's widget keeps its figure and redraws only what free memory touches: each
+    image equals a fresh figure of the same rows, crosses where candidates do not fit, the
+    free line on the candidates' scale (and, above it, the legend saying so)."""
+    from indexer_lib.notebook.beyond import AutoDeployments
+    from indexer_lib.notebook.live_candidates import LiveCandidates
+    from indexer_lib.notebook.widgets import AutoDashboard
+    from indexer_lib.workload import ClosedLoopWorkload
+
+    deployments = {"small": ([ClosedLoopWorkload(8, 4096, 8)], 2.63),
+                   "long": ([ClosedLoopWorkload(2, 32_768, 8)], 1.0)}
+    dash = AutoDashboard(AutoDeployments(deployments, budgets_mb=(64, 512, 2048)))
+    for name, free in [("small", 0.25), ("small", 0.3), ("small", 16.0), ("long", 16.0), ("long", 0.5),
+                       ("long", 0.6)]:
+        dash.controls["deployment"].value = name
+        dash.controls["free_gib"].value = free
+        frame, rec = dash.auto.candidates_frame(name, free)
+        fresh = LiveCandidates().render(frame, rec.free_bytes, f"\n({name}, {free:g} GiB free)")
+        assert dash.image.value == fresh, (name, free)
+        view = dash.view
+        crosses = {tuple(p) for c in view.ax_time.collections for p in np.asarray(c.get_offsets())}
+        assert crosses == {(b, t) for b, t, ok in zip(frame["budget_mb"], frame["total_ms"], frame["fits"])
+                           if not ok}
+        label = view.free_line.get_label()
+        assert label.startswith(f"free: {free:.2f} GiB")
+        assert ("above the panel" in label) == (free > view.ax_peak.get_ylim()[1])
+    assert view.ax_peak.get_ylim()[1] < 16  # the scale is the candidates', not the line's
 
 
 def test_the_long_context_figure_draws_each_strategys_frontier_over_free_memory_and_budget():

@@ -465,7 +465,12 @@ def auto_candidates(candidates, free_bytes: int, title_detail: str = "") -> Figu
                   label=f"{strategy} (modelled)", **kw)
         bad = rows[~rows["fits"].astype(bool)]
         ax_t.scatter(bad["budget_mb"], bad["total_ms"], marker="x", color="black", zorder=5)
-    ax_m.axhline(free_bytes / GIB, color="red", linewidth=2, label=f"free: {free_bytes / GIB:.2f} GiB")
+    # the peak panel keeps the candidates' scale: free memory moves over it (the dashboard
+    # redraws only the line), and above it the legend says so
+    ax_m.autoscale_view()
+    low, high = ax_m.get_ylim()
+    ax_m.axhline(free_bytes / GIB, color="red", linewidth=2, label=free_label(free_bytes, high))
+    ax_m.set_ylim(low, high)
     ax_t.set_ylabel("indexer time over the mix (ms, modelled)")
     ax_t.set_title("x: OOM at some step", fontsize=9)
     ax_m.set_ylabel("worst-step transient peak (GiB, modelled)")
@@ -474,8 +479,17 @@ def auto_candidates(candidates, free_bytes: int, title_detail: str = "") -> Figu
         ax.set_xlabel("logits budget (MiB)")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle(f"Which strategy and budget is fastest without an OOM? {title_detail}")
+    fig.suptitle(auto_candidates_title(title_detail))
     return fig
+
+
+def free_label(free_bytes: int, top_gib: float) -> str:
+    gib = free_bytes / GIB
+    return f"free: {gib:.2f} GiB" + (", above the panel: every candidate fits" if gib > top_gib else "")
+
+
+def auto_candidates_title(title_detail: str = "") -> str:
+    return f"Which strategy and budget is fastest without an OOM? {title_detail}"
 
 
 def schedule_comparison(per_step, title_detail: str = "") -> Figure:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ipywidgets as w
 
 from . import plots
+from .live_candidates import LiveCandidates
 from .live_heatmap import LiveHeatmap
 from ..engines import DEFAULT_ENGINE, engine_names, get_engine
 from ..study import frontier, sweep
@@ -145,7 +146,8 @@ class AutoDashboard:
     release picked from ``engines`` (if given).
 
     Candidates are evaluated once per deployment and engine (``beyond.AutoDeployments``);
-    moving the free-memory slider only re-filters them, so every move is instant."""
+    moving the free-memory slider only re-filters them and redraws what that touches of the
+    figure (``LiveCandidates``)."""
 
     def __init__(self, deployments=None, free_gib: float | None = None, engines=None, **auto_options):
         from .beyond import AutoDeployments
@@ -171,6 +173,7 @@ class AutoDashboard:
         self.image = w.Image(format="png")
         self.html = w.HTML()
         self.recommendation = None
+        self.view = LiveCandidates()  # the figure, redrawn in place as free memory moves
         self.updates = 0
         for control in self.controls.values():
             control.observe(self.on_change, names="value")
@@ -186,8 +189,7 @@ class AutoDashboard:
         frame, rec = self.auto.candidates_frame(name, free)
         self.recommendation = rec
         on = f" on {self.auto.engine}" if self.auto.engine else ""
-        fig = plots.auto_candidates(frame, rec.free_bytes, f"\n({name}{on}, {free:g} GiB free)")
-        self.image.value = figure_png(fig)
+        self.image.value = self.view.render(frame, rec.free_bytes, f"\n({name}{on}, {free:g} GiB free)")
         self.html.value = (f"<code>{rec.deploy_line}</code><br>margin to the OOM frontier: "
                            f"{rec.margin_bytes / 2**20:.0f} MiB; {rec.best.total_ms:.1f} ms over the mix "
                            f"<i>({rec.time_source})</i>")
