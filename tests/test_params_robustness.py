@@ -36,6 +36,7 @@ CASES = [
     ("03_strategies", "max_num_batched_tokens", "8192", "must be a whole number"),
     ("01_oom_frontier", "executor", "dask", "'dask': must be one of local, ray"),
     ("01_oom_frontier", "ray_address", "http://head", "must be null (a new local instance), 'auto'"),
+    ("01_oom_frontier", "ray_address", "ray://head:70000", "'ray://HOST:PORT' or 'HOST:PORT'"),
 ]
 
 

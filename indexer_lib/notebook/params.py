@@ -9,17 +9,14 @@ from __future__ import annotations
 
 import importlib.util
 import math
-import re
 
 from ..engines import get_engine
 from ..padding import DEEPGEMM_RULES
 from ..plan import ALL_STRATEGIES
 from ..shapes import MODELS
+from ..study.cluster import host_port
 from ..study.sweep import EXECUTORS, MODES
 from ..workload import WORKLOAD_SOURCES
-
-
-_HOST_PORT = re.compile(r"(ray://)?[A-Za-z0-9_.\-\[\]:]+:\d{1,5}")
 
 
 class ParameterError(ValueError):
@@ -114,9 +111,12 @@ def check_one(notebook: str, name: str, value) -> None:
                 get_engine(v)
             except ValueError as e:  # its message lists every known release, compactly
                 raise ParameterError(f"{where} = {v!r}: {e}") from None
-        if rule == "ray address" and not (v == "auto" or _HOST_PORT.fullmatch(v)):
-            raise ParameterError(f"{where} = {v!r}: must be null (a new local instance), 'auto' "
-                                 "(this machine's cluster), 'ray://HOST:PORT' or 'HOST:PORT'")
+        if rule == "ray address":
+            try:
+                host_port(v)
+            except ValueError:
+                raise ParameterError(f"{where} = {v!r}: must be null (a new local instance), 'auto' "
+                                     "(this machine's cluster), 'ray://HOST:PORT' or 'HOST:PORT'") from None
         if rule == ">0" and not v > 0:
             raise ParameterError(f"{where} = {v!r}: must be > 0")
         if rule == ">=0" and not v >= 0:

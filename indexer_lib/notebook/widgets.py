@@ -9,18 +9,12 @@ from __future__ import annotations
 
 import ipywidgets as w
 
-from . import plots
 from .live_candidates import LiveCandidates
 from .live_heatmap import LiveHeatmap
 from ..engines import DEFAULT_ENGINE, engine_names, get_engine
 from ..study import frontier, sweep
 from ..plan import ALL_STRATEGIES
 from ..shapes import MODELS
-
-
-def figure_png(fig) -> bytes:
-    """A dashboard's figure as PNG: smaller, and the same size whatever is drawn."""
-    return plots.figure_png(fig, dpi=90, tight=False)
 
 
 class FrontierDashboard:

@@ -43,20 +43,29 @@ def connect(address: str | None = None):
     return ray
 
 
-def _check_listening(address: str | None, timeout_s: float = 5.0) -> None:
-    """ValueError in one line when nothing answers at an explicit HOST:PORT (or ray://HOST:PORT):
-    Ray itself keeps retrying such an address for many minutes."""
+def host_port(address: str | None) -> tuple[str, int] | None:
+    """The HOST and PORT of an explicit Ray address (``HOST:PORT`` or ``ray://HOST:PORT``);
+    None for None, ``auto`` and ``local``.  ValueError naming the rule for anything else."""
     if address is None or address in ("auto", "local"):
-        return
-    host_port = address[len("ray://"):] if address.startswith("ray://") else address
-    host, sep, port = host_port.rpartition(":")
-    if not sep or not port.isdigit():
+        return None
+    rest = address[len("ray://"):] if address.startswith("ray://") else address
+    host, sep, port = rest.rpartition(":")
+    if not (sep and host and port.isdigit() and 0 < int(port) < 65536) or "/" in host:
         raise ValueError(f"Ray address {address!r}: must be 'auto', 'HOST:PORT' or 'ray://HOST:PORT'")
+    return host.strip("[]"), int(port)
+
+
+def _check_listening(address: str | None, timeout_s: float = 5.0) -> None:
+    """ValueError in one line when nothing answers at an explicit address: Ray itself keeps
+    retrying such an address for many minutes."""
+    where = host_port(address)
+    if where is None:
+        return
     try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+        socket.create_connection(where, timeout=timeout_s).close()
     except OSError as e:
         raise ValueError(f"cannot reach a Ray cluster at {address!r}: nothing answers at "
-                         f"{host}:{port} ({e.strerror or type(e).__name__})") from None
+                         f"{where[0]}:{where[1]} ({e.strerror or type(e).__name__})") from None
 
 
 def _run_batch(fn: Callable, batch: list) -> list:
