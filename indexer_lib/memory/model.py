@@ -28,7 +28,7 @@ from functools import cached_property, lru_cache
 from typing import Callable
 
 from ..padding import get_rules, unpadded_logits_bytes
-from ..plan import Chunk, Plan, merged_chunks
+from ..plan import Chunk, Plan, PlanShapes, merged_chunks
 from .engine_path import call_metadata_bytes, chunk_path_bytes, engine_path, workspace_path_bytes
 from .tiling import merge_temporaries_bytes, reference_phase_bytes, reference_temporaries_bytes
 from .topk_bytes import topk_temporaries_bytes
@@ -226,15 +226,59 @@ def memory_report(
             record = made[fields] = ChunkMemory(*fields)
         chunks.append(record)
         previous = logits
-    chunks = tuple(chunks)
-    workspace = 0 if per_chunk_kv else workspace_bytes(plan, workspace_tokens)
+    workspace, topk_out, call = _buffers(plan, topk_rows, k, workspace_tokens)
+    return MemoryReport(workspace, topk_out, tuple(chunks), call)
+
+
+def _buffers(plan: Plan, topk_rows: int | None, k: int, workspace_tokens: int | None) -> tuple[int, int, int]:
+    """(workspace reserved once, top-k output reserved once, bytes held through the call)."""
+    workspace = 0 if plan.workspace_lifetime == "chunk" else workspace_bytes(plan, workspace_tokens)
     topk_out = topk_buffer_bytes(plan, topk_rows, k)
     call = 0
     if plan.workspace_lifetime == "call":
         workspace, call = 0, call + workspace
     if plan.topk_output == "call":
         topk_out, call = 0, call + topk_out
-    return MemoryReport(workspace, topk_out, chunks, call)
+    return workspace, topk_out, call
+
+
+SHAPE_BACKENDS = ("deepgemm", None)  # backends whose temporaries depend on a chunk's shape alone
+_shape_totals: dict[tuple, int] = {}  # a frontier meets a few thousand shapes
+
+
+def shapes_peak(shaped: PlanShapes, topk_rows: int | None = None, backend: str | None = "deepgemm",
+                padded: bool = True) -> tuple[int, int]:
+    """(transient peak, peak) of a plan from its chunks' distinct shapes (``plan_shapes``):
+    what ``memory_report`` gives the whole plan, for a plan whose chunks' bytes depend on
+    their shapes alone (one logits alive at a time, a ``SHAPE_BACKENDS`` backend)."""
+    plan = shaped.plan
+    if backend not in SHAPE_BACKENDS:
+        raise ValueError(f"backend {backend!r}: shapes_peak counts one of "
+                         f"{', '.join(str(b) for b in SHAPE_BACKENDS)} (the others read each chunk's windows)")
+    if plan.logits_alive != 1:
+        raise ValueError(f"logits_alive {plan.logits_alive}: a held chunk's bytes depend on its neighbour")
+    model = get_model(plan.model)
+    k = model.topk
+    per_chunk_kv = plan.workspace_lifetime == "chunk"
+    settings = (plan.model, plan.deepgemm_version, padded, backend, k, per_chunk_kv)
+    temporaries = backend_temporaries(plan, backend, k) if backend is not None else None
+    largest = 0
+    for shape in shaped.shapes:
+        key = (settings, shape)
+        total = _shape_totals.get(key)
+        if total is None:
+            rows, cols, compressed, alloc_rows, kv_tokens, gather = shape
+            chunk = Chunk((0, 1), (0, rows), 0, rows, kv_tokens, cols, 0, gather, False, compressed,
+                          alloc_rows=alloc_rows)
+            total = ChunkMemory(*_chunk_bytes(chunk, False, plan, model, padded, temporaries, k,
+                                              per_chunk_kv)).total
+            if len(_shape_totals) >= 1 << 18:
+                _shape_totals.clear()
+            _shape_totals[key] = total
+        largest = max(largest, total)
+    workspace, topk_out, call = _buffers(plan, topk_rows, k, None)
+    transient = call + largest
+    return transient, workspace + topk_out + transient
 
 
 def _engine_report(plan: Plan, model: ModelPreset, topk_rows: int | None, k: int, padded: bool,

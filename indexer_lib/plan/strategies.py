@@ -8,12 +8,14 @@ logits allocation against the budget, with DeepGEMM's padding or without.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Callable
+from functools import lru_cache
+from typing import Callable, NamedTuple
 
 from ..engines import EngineProfile, get_engine
 from ..padding import DEFAULT_DEEPGEMM_VERSION, PaddingRules, get_rules
 from ..shapes import ModelPreset, budget_bytes_from_mb, get_model
 from ..workload import StepBatch, check_int
+from .builders import ChunkBuilder, ShapeBuilder, Slice, lone_slices
 from .chunks import Chunk, Plan
 
 
@@ -47,6 +49,12 @@ class Budgeting:
     def _refuse(self, nbytes: int) -> None:
         if self.stable_high is None or nbytes < self.stable_high:
             self.stable_high = nbytes
+
+    def narrow(self, low: int, high: int | None) -> None:
+        """The interval as if the questions that gave [low, high) were asked again."""
+        self._accept(low)
+        if high is not None:
+            self._refuse(high)
 
     def within(self, rows: int, cols: int, compressed: bool = False) -> bool:
         budget = self.budget
@@ -85,41 +93,7 @@ class Budgeting:
         return rows
 
 
-class _Builder:
-    """Collects chunks while tracking absolute row offsets of the batch."""
-
-    def __init__(self, batch: StepBatch, b: Budgeting):
-        self.batch, self.b = batch, b
-        self.row_offset = [0]
-        for r in batch.requests:
-            self.row_offset.append(self.row_offset[-1] + r.query_len)
-        self.chunks: list[Chunk] = []
-
-    def add(self, r0, r1, q0, q1, cols, gather, over, compressed=False, kv_tokens=None,
-            kv_start=0, alloc_rows=None):
-        reqs = self.batch.requests[r0:r1]
-        n = sum(r.seq_len for r in reqs) if kv_tokens is None else kv_tokens
-        over = over or n > self.b.workspace
-        rows = q1 - q0 if alloc_rows is None else alloc_rows
-        self.chunks.append(
-            Chunk(
-                requests=(r0, r1),
-                rows=(q0, q1),
-                token_start=self.row_offset[r0] + q0,
-                token_end=self.row_offset[r0] + q1,
-                kv_tokens=n,
-                logits_cols=cols,
-                logits_bytes=self.b.allocated(rows, cols, compressed),
-                gather=gather,
-                over_budget=over,
-                compressed=compressed,
-                kv_start=kv_start,
-                alloc_rows=alloc_rows,
-            )
-        )
-
-
-def _pack(batch: StepBatch, b: Budgeting, may_join, slice_alone, build: _Builder,
+def _pack(batch: StepBatch, b: Budgeting, may_join, slice_alone, build,
           pack_width=None, compressed: bool = False, alloc_rows: int | None = None,
           over: bool = False, monotone: bool = False) -> None:
     """Greedy packing in order; a request that alone breaks a limit is sliced by ``slice_alone``.
@@ -138,11 +112,7 @@ def _pack(batch: StepBatch, b: Budgeting, may_join, slice_alone, build: _Builder
     query_lens, seq_lens = batch.query_lens, batch.seq_lens
     n_req, workspace = len(query_lens), b.workspace
     if monotone:
-        rows_after, kv_after, longest_after = [0] * (n_req + 1), [0] * (n_req + 1), [0] * (n_req + 1)
-        for k in range(n_req - 1, -1, -1):
-            rows_after[k] = rows_after[k + 1] + query_lens[k]
-            kv_after[k] = kv_after[k + 1] + seq_lens[k]
-            longest_after[k] = max(longest_after[k + 1], seq_lens[k])
+        rows_after, kv_after, longest_after = batch.totals_after
     i = 0
     while i < n_req:
         j, rows, kv, longest = i, 0, 0, 0
@@ -166,21 +136,24 @@ def _pack(batch: StepBatch, b: Budgeting, may_join, slice_alone, build: _Builder
             i = j
 
 
-def _slice_equal_rows(i: int, build: _Builder) -> None:
+def _slice_equal_rows(i: int, build) -> None:
     """vLLM: slices of max(1, rows-within-budget) rows at the request's full width (its
     own seq_len wide in the compressed layout)."""
     b, r = build.b, build.batch.requests[i]
-    n = r.seq_len
     compressed = b.compressed_only
-    per = r.query_len if b.budget is None else b.max_rows(n, compressed)
-    over = per < 1
-    per = max(1, per)
-    for q0 in range(0, r.query_len, per):
-        build.add(i, i + 1, q0, min(q0 + per, r.query_len), n, gather=q0 == 0, over=over,
-                  compressed=compressed, kv_tokens=n)
+
+    def slices() -> list[Slice]:
+        n = r.seq_len
+        per = r.query_len if b.budget is None else b.max_rows(n, compressed)
+        over = per < 1
+        per = max(1, per)
+        return [Slice(q0, min(q0 + per, r.query_len), n, q0 == 0, over, compressed, n)
+                for q0 in range(0, r.query_len, per)]
+
+    build.add_alone(i, lone_slices(b, "equal rows", r, compressed, slices))
 
 
-def _pack_field(batch: StepBatch, b: Budgeting, may_join, build: _Builder, monotone: bool = False) -> None:
+def _pack_field(batch: StepBatch, b: Budgeting, may_join, build, monotone: bool = False) -> None:
     """The field's packing (n-only, vllm, per-request): all of a chunk's K, or, on a
     compressed-only build, as wide as its longest request."""
     if not b.compressed_only:
@@ -198,24 +171,28 @@ def _budget_width(b: Budgeting, n: int, longest: int) -> tuple[int, bool]:
     return n, False
 
 
-def _slice_causal(i: int, build: _Builder, compressed: bool) -> None:
+def _slice_causal(i: int, build, compressed: bool) -> None:
     """Each slice is as wide as its last row's ke (a KV prefix): early slices take more rows."""
     b, r = build.b, build.batch.requests[i]
-    q0 = 0
-    while q0 < r.query_len:
-        # largest m with the slice [q0, q0 + m) of width context + q0 + m within budget
-        lo, hi = 0, r.query_len - q0
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if b.within(mid, r.context_len + q0 + mid, compressed):
-                lo = mid
-            else:
-                hi = mid - 1
-        over = lo == 0
-        q1 = q0 + max(lo, 1)
-        build.add(i, i + 1, q0, q1, r.context_len + q1, gather=q0 == 0, over=over,
-                  compressed=compressed, kv_tokens=r.seq_len)
-        q0 = q1
+
+    def slices() -> list[Slice]:
+        out = []
+        q0 = 0
+        while q0 < r.query_len:
+            # largest m with the slice [q0, q0 + m) of width context + q0 + m within budget
+            lo, hi = 0, r.query_len - q0
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if b.within(mid, r.context_len + q0 + mid, compressed):
+                    lo = mid
+                else:
+                    hi = mid - 1
+            q1 = q0 + max(lo, 1)
+            out.append(Slice(q0, q1, r.context_len + q1, q0 == 0, lo == 0, compressed, r.seq_len))
+            q0 = q1
+        return out
+
+    build.add_alone(i, lone_slices(b, "causal", r, compressed, slices))
 
 
 def _useful_area(batch: StepBatch, r0: int, r1: int) -> int:
@@ -224,24 +201,24 @@ def _useful_area(batch: StepBatch, r0: int, r1: int) -> int:
                for r in batch.requests[r0:r1])
 
 
-def plan_n_only(batch: StepBatch, b: Budgeting, **_) -> list[Chunk]:
+def plan_n_only(batch: StepBatch, b: Budgeting, builder=ChunkBuilder, **_):
     unbudgeted = Budgeting(b.model, b.rules, b.padded, None, b.workspace)  # never refuses
-    build = _Builder(batch, unbudgeted)
+    build = builder(batch, unbudgeted)
     _pack_field(batch, unbudgeted, lambda r0, r1, m, n, longest: True, build, monotone=True)
-    return build.chunks
+    return build.result()
 
 
-def plan_vllm(batch: StepBatch, b: Budgeting, **_) -> list[Chunk]:
-    build = _Builder(batch, b)
+def plan_vllm(batch: StepBatch, b: Budgeting, builder=ChunkBuilder, **_):
+    build = builder(batch, b)
 
     def may_join(r0, r1, m, n, longest):
         return b.within(m, *_budget_width(b, n, longest))
 
     _pack_field(batch, b, may_join, build, monotone=True)
-    return build.chunks
+    return build.result()
 
 
-def plan_per_request(batch: StepBatch, b: Budgeting, pack_factor: float = 1.0, **_) -> list[Chunk]:
+def plan_per_request(batch: StepBatch, b: Budgeting, pack_factor: float = 1.0, builder=ChunkBuilder, **_):
     if not pack_factor >= 1.0:
         raise ValueError(f"pack_factor {pack_factor!r}: must be >= 1 (allocated / useful area)")
 
@@ -253,12 +230,13 @@ def plan_per_request(batch: StepBatch, b: Budgeting, pack_factor: float = 1.0, *
             return True
         return pack_factor > 1.0 and m * n <= pack_factor * _useful_area(batch, r0, r1)
 
-    build = _Builder(batch, b)
+    build = builder(batch, b)
     _pack_field(batch, b, may_join, build)
-    return build.chunks
+    return build.result()
 
 
-def plan_causal(batch: StepBatch, b: Budgeting, compressed: bool | None = None, **_) -> list[Chunk]:
+def plan_causal(batch: StepBatch, b: Budgeting, compressed: bool | None = None, builder=ChunkBuilder,
+                **_):
     # DeepGEMM 2.8 has only the compressed layout; older versions only the full one
     if compressed is None:
         compressed = not b.rules.full_width
@@ -269,7 +247,7 @@ def plan_causal(batch: StepBatch, b: Budgeting, compressed: bool | None = None, 
         )
     if not compressed and not b.rules.full_width:
         raise ValueError(f"DeepGEMM {b.rules.version} has only the compressed layout")
-    build = _Builder(batch, b)
+    build = builder(batch, b)
 
     def pack_width(r0, r1, n, longest):
         return longest if compressed else n
@@ -280,7 +258,7 @@ def plan_causal(batch: StepBatch, b: Budgeting, compressed: bool | None = None, 
     # same greedy packing as vLLM, but a request alone is sliced causally
     _pack(batch, b, may_join, lambda i, bld: _slice_causal(i, bld, compressed), build,
           pack_width, compressed, monotone=True)
-    return build.chunks
+    return build.result()
 
 
 KV_SPLIT_ALIGN = 256  # column chunks start at multiples of 256 tokens: K-scale slices stay 16-byte aligned
@@ -290,13 +268,13 @@ def plan_kv_split(batch: StepBatch, b: Budgeting, **_) -> list[Chunk]:
     """Causal row slicing; where even one row is wider than the budget allows, the
     rows are cut into the smallest allocation (DeepGEMM's row multiple) and the
     KV columns into ranges, whose top-k results the executor merges per row."""
-    build = _Builder(batch, b)
+    build = ChunkBuilder(batch, b)
 
-    def slice_alone(i: int, bld: _Builder) -> None:
+    def slice_alone(i: int, bld: ChunkBuilder) -> None:
         r = batch.requests[i]
         if b.within(1, r.context_len + 1):
             # the first row fits, so causal slicing meets the budget everywhere it can
-            probe = _Builder(batch, b)
+            probe = ChunkBuilder(batch, b)
             _slice_causal(i, probe, compressed=False)
             if not any(c.over_budget for c in probe.chunks):
                 bld.chunks.extend(probe.chunks)
@@ -307,7 +285,7 @@ def plan_kv_split(batch: StepBatch, b: Budgeting, **_) -> list[Chunk]:
     return build.chunks
 
 
-def _split_columns(i: int, build: _Builder) -> None:
+def _split_columns(i: int, build) -> None:
     """Row slices of the allocation's row multiple, each scored over column ranges."""
     b, r = build.b, build.batch.requests[i]
     rows = b.row_multiple if b.padded else 1
@@ -352,12 +330,12 @@ def plan_fixed_shape(batch: StepBatch, b: Budgeting, fixed_width: int | None = N
     max_rows = b.max_rows(width)
     over = max_rows < 1
     rows_per = max(1, min(max_rows, max(c.num_rows for c in field)))
-    build = _Builder(batch, b)
+    build = ChunkBuilder(batch, b)
 
     def may_join(r0, r1, m, n, longest):
         return m <= rows_per and n <= width
 
-    def slice_alone(i: int, bld: _Builder) -> None:
+    def slice_alone(i: int, bld: ChunkBuilder) -> None:
         r = batch.requests[i]
         for q0 in range(0, r.query_len, rows_per):
             bld.add(i, i + 1, q0, min(q0 + rows_per, r.query_len), width, gather=q0 == 0,
@@ -391,7 +369,7 @@ def _plan_rows(batch: StepBatch, b: Budgeting, engine: EngineProfile) -> list[Ch
         per = rows
     else:
         per = min(max(1, b.max_rows(cols)), rows)
-    build = _Builder(batch, b)
+    build = ChunkBuilder(batch, b)
     for q0 in range(0, rows, per):
         build.add(0, len(batch.requests), q0, min(q0 + per, rows), cols, gather=q0 == 0, over=False,
                   kv_tokens=cols)
@@ -492,6 +470,76 @@ def check_layout(strategy: str, deepgemm_version: str, engine: EngineProfile | s
                          "deepgemm_version, or an engine release before vllm==0.33.0)")
 
 
+class _Settings(NamedTuple):
+    """What ``make_plan`` decides before the strategy runs."""
+
+    profile: EngineProfile | None
+    deepgemm_version: str
+    padded: bool
+    workspace_tokens: int
+    budgeting: Budgeting
+    options: dict
+
+
+def _settings(batch: StepBatch, strategy: str, budget_bytes: int | None, workspace_tokens: int | None,
+              model: str, deepgemm_version: str | None, padded: bool,
+              engine: str | EngineProfile | None, options: dict) -> _Settings:
+    checked = _checked_settings if engine is None or isinstance(engine, str) else _checked_settings.__wrapped__
+    preset, profile, deepgemm_version, workspace_tokens = checked(strategy, workspace_tokens, model,
+                                                                  deepgemm_version, engine)
+    if workspace_tokens is None:  # an engine without a workspace of its own gathers the step's K
+        workspace_tokens = batch.num_kv_tokens
+    if strategy == "engine":
+        padded = False  # every engine budgets plain M x N x 4
+        _check_engine_budget(profile, batch, budget_bytes, preset.topk)
+        options = {**options, "engine": profile}
+    elif budget_bytes is None and strategy != "n-only":
+        raise ValueError(f"strategy {strategy!r} needs a logits budget: budget_bytes must be > 0")
+    if budget_bytes is not None:
+        check_int("budget_bytes", budget_bytes, 1)
+    check_int("workspace_tokens", workspace_tokens, 1)
+    b = Budgeting(preset, get_rules(deepgemm_version), padded, budget_bytes, workspace_tokens)
+    return _Settings(profile, deepgemm_version, padded, workspace_tokens, b, options)
+
+
+@lru_cache(maxsize=4096)  # a grid plans thousands of steps with a few settings
+def _checked_settings(strategy: str, workspace_tokens: int | None, model: str, deepgemm_version: str | None,
+                      engine: str | EngineProfile | None):
+    """What a plan's settings resolve to, checked: (model, engine profile, DeepGEMM version,
+    workspace tokens; None: an engine's that is the step's own K)."""
+    check_strategy(strategy)
+    preset = get_model(model)
+    profile = get_engine(engine) if engine is not None or strategy == "engine" else None
+    if deepgemm_version is not None:
+        get_rules(deepgemm_version)  # an unknown version says so before anything else
+    if profile is not None:
+        if deepgemm_version is not None and deepgemm_version != profile.deepgemm_rules:
+            if strategy == "engine":  # the release's own behaviour includes its own build
+                raise ValueError(f"deepgemm_version {deepgemm_version!r}: {profile.name} runs "
+                                 f"{profile.deepgemm_build}, DeepGEMM rules {profile.deepgemm_rules!r}")
+            # the project's strategies may ask "this engine's workspace on another DeepGEMM"
+        else:
+            deepgemm_version = profile.deepgemm_rules
+    if deepgemm_version is None:
+        deepgemm_version = DEFAULT_DEEPGEMM_VERSION
+    check_layout(strategy, deepgemm_version, profile)
+    if workspace_tokens is None:
+        workspace_tokens = preset.default_workspace_tokens if profile is None else \
+            profile.workspace_tokens(preset.max_model_len) or None
+    return preset, profile, deepgemm_version, workspace_tokens
+
+
+def _plan(batch: StepBatch, strategy: str, budget_bytes: int | None, model: str, s: _Settings,
+          chunks) -> Plan:
+    profile = s.profile
+    return Plan(strategy, batch, model, s.deepgemm_version, s.padded, budget_bytes,
+                s.workspace_tokens, tuple(chunks), (s.budgeting.stable_low, s.budgeting.stable_high),
+                engine=None if profile is None else profile.name,
+                workspace_lifetime="persistent" if profile is None else profile.workspace_lifetime,
+                topk_output="persistent" if profile is None else profile.topk_output,
+                logits_alive=profile.logits_alive if strategy == "engine" else 1)
+
+
 def make_plan(
     batch: StepBatch,
     strategy: str,
@@ -514,43 +562,52 @@ def make_plan(
     engine replaces its DeepGEMM for the project's strategies (a what-if); the ``engine``
     strategy refuses one that is not the release's own.
     """
-    check_strategy(strategy)
-    preset = get_model(model)
-    profile = get_engine(engine) if engine is not None or strategy == "engine" else None
-    if deepgemm_version is not None:
-        get_rules(deepgemm_version)  # an unknown version says so before anything else
-    if profile is not None:
-        if deepgemm_version is not None and deepgemm_version != profile.deepgemm_rules:
-            if strategy == "engine":  # the release's own behaviour includes its own build
-                raise ValueError(f"deepgemm_version {deepgemm_version!r}: {profile.name} runs "
-                                 f"{profile.deepgemm_build}, DeepGEMM rules {profile.deepgemm_rules!r}")
-            # the project's strategies may ask "this engine's workspace on another DeepGEMM"
-        else:
-            deepgemm_version = profile.deepgemm_rules
-        if workspace_tokens is None:
-            workspace_tokens = profile.workspace_tokens(preset.max_model_len) or batch.num_kv_tokens
-    if deepgemm_version is None:
-        deepgemm_version = DEFAULT_DEEPGEMM_VERSION
-    rules = get_rules(deepgemm_version)
-    check_layout(strategy, deepgemm_version, profile)
-    if strategy == "engine":
-        padded = False  # every engine budgets plain M x N x 4
-        _check_engine_budget(profile, batch, budget_bytes, preset.topk)
-        options["engine"] = profile
-    elif budget_bytes is None and strategy != "n-only":
-        raise ValueError(f"strategy {strategy!r} needs a logits budget: budget_bytes must be > 0")
-    if budget_bytes is not None:
-        check_int("budget_bytes", budget_bytes, 1)
-    if workspace_tokens is None:
-        workspace_tokens = preset.default_workspace_tokens
-    check_int("workspace_tokens", workspace_tokens, 1)
-    b = Budgeting(preset, rules, padded, budget_bytes, workspace_tokens)
-    chunks = ALL_STRATEGIES[strategy](batch, b, **options)
-    if profile is not None and profile.workspace_lifetime == "chunk":
+    s = _settings(batch, strategy, budget_bytes, workspace_tokens, model, deepgemm_version, padded,
+                  engine, options)
+    chunks = ALL_STRATEGIES[strategy](batch, s.budgeting, **s.options)
+    if s.profile is not None and s.profile.workspace_lifetime == "chunk":
         chunks = [replace(c, gather=True) for c in chunks]  # a fresh K buffer per chunk: every chunk gathers
-    return Plan(strategy, batch, model, deepgemm_version, padded, budget_bytes,
-                workspace_tokens, tuple(chunks), (b.stable_low, b.stable_high),
-                engine=None if profile is None else profile.name,
-                workspace_lifetime="persistent" if profile is None else profile.workspace_lifetime,
-                topk_output="persistent" if profile is None else profile.topk_output,
-                logits_alive=profile.logits_alive if strategy == "engine" else 1)
+    return _plan(batch, strategy, budget_bytes, model, s, chunks)
+
+
+# the strategies whose chunks' memory depends on each chunk's shape alone (``plan_shapes``)
+SHAPE_STRATEGIES = tuple(FIELD_STRATEGIES)
+
+
+class PlanShapes(NamedTuple):
+    """A step's plan as a frontier needs it: the plan without its chunks (its settings and
+    budget interval), how many chunks it has, whether one breaks a limit, and their
+    distinct shapes (``memory.model``'s key: rows, cols, compressed, alloc_rows, kv_tokens,
+    gather)."""
+
+    plan: Plan  # ``chunks`` is empty
+    num_chunks: int
+    over_budget: bool
+    shapes: tuple[tuple, ...]
+
+
+def plan_shapes(
+    batch: StepBatch,
+    strategy: str,
+    budget_bytes: int | None,
+    workspace_tokens: int | None = None,
+    model: str = "deepseek-v3.2",
+    deepgemm_version: str | None = None,
+    padded: bool = True,
+    engine: str | EngineProfile | None = None,
+    **options,
+) -> PlanShapes:
+    """``make_plan``, by the same strategy code, recording the chunks' count and distinct
+    shapes instead of each chunk (one of ``SHAPE_STRATEGIES``)."""
+    if strategy not in SHAPE_STRATEGIES:
+        raise ValueError(f"strategy {strategy!r}: plan_shapes plans one of {', '.join(SHAPE_STRATEGIES)} "
+                         "(the others' chunk memory depends on more than a chunk's shape)")
+    s = _settings(batch, strategy, budget_bytes, workspace_tokens, model, deepgemm_version, padded,
+                  engine, options)
+    found = ALL_STRATEGIES[strategy](batch, s.budgeting, builder=ShapeBuilder, **s.options)
+    shapes = tuple(found.shapes)
+    if s.profile is not None and s.profile.workspace_lifetime == "chunk":
+        # a fresh K buffer per chunk: every chunk gathers
+        shapes = tuple(dict.fromkeys(shape[:5] + (True,) for shape in shapes))
+    return PlanShapes(_plan(batch, strategy, budget_bytes, model, s, ()), found.num_chunks,
+                      found.over_budget, shapes)

@@ -13,9 +13,10 @@ import os
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 
-from ..memory import memory_report
+from ..memory import SHAPE_BACKENDS, memory_report, shapes_peak
 from ..padding import get_rules
-from ..plan import asked_deepgemm, check_layout, check_strategy, make_plan, strategy_budget_bytes
+from ..plan import (SHAPE_STRATEGIES, asked_deepgemm, check_layout, check_strategy, make_plan, plan_shapes,
+                    strategy_budget_bytes)
 from ..shapes import GIB, MIB, budget_bytes_from_mb, free_bytes_from_gib, get_model
 from ..engines import DEFAULT_ENGINE, get_engine, process_budget
 from ..workload import (MAX_CONCURRENCY, MAX_OSL, ClosedLoopWorkload, SchedulerConfig, StepBatch, check_int,
@@ -132,11 +133,9 @@ def worst_steps(
                 plans = _STEP_PLANS.setdefault((settings, batch.query_lens, batch.seq_lens), [])
                 entry = next((e for e in plans if _in_interval(budget, e[0])), None)
                 if entry is None:
-                    plan = make_plan(batch, strategy, budget, workspace_tokens, model,
-                                     asked_deepgemm(strategy, deepgemm_version), padded, engine=engine)
-                    report = memory_report(plan, topk_rows=topk_rows, backend=temporaries)
-                    entry = (plan.budget_stable, plan.num_chunks, report.peak_transient, report.peak,
-                             plan.over_budget)
+                    entry = _plan_step(batch, strategy, budget, workspace_tokens, model,
+                                       asked_deepgemm(strategy, deepgemm_version), padded, engine,
+                                       topk_rows, temporaries)
                     plans.append(entry)
                 known[k] = entry
             _, chunks, transient, peak, over_step = entry
@@ -151,6 +150,20 @@ def worst_steps(
                                  batch.num_kv_tokens, chunks, peak, transient, max_chunks,
                                  total_chunks, over))
     return results
+
+
+def _plan_step(batch, strategy, budget, workspace_tokens, model, deepgemm_version, padded, engine,
+               topk_rows, temporaries) -> tuple:
+    """(stable interval, chunks, transient peak, peak, over budget) of one step: from the chunks'
+    shapes where their bytes depend on nothing else (no chunk records made), else the whole plan."""
+    if strategy in SHAPE_STRATEGIES and temporaries in SHAPE_BACKENDS:
+        shaped = plan_shapes(batch, strategy, budget, workspace_tokens, model, deepgemm_version, padded,
+                             engine=engine)
+        transient, peak = shapes_peak(shaped, topk_rows=topk_rows, backend=temporaries)
+        return shaped.plan.budget_stable, shaped.num_chunks, transient, peak, shaped.over_budget
+    plan = make_plan(batch, strategy, budget, workspace_tokens, model, deepgemm_version, padded, engine=engine)
+    report = memory_report(plan, topk_rows=topk_rows, backend=temporaries)
+    return plan.budget_stable, plan.num_chunks, report.peak_transient, report.peak, plan.over_budget
 
 
 class _StepPlans(dict):

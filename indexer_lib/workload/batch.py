@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from itertools import accumulate
 
 
 def check_int(name: str, value, minimum: int, maximum: int | None = None) -> int:
@@ -36,6 +37,13 @@ class PrefillRequest:
     @property
     def seq_len(self) -> int:
         return self.context_len + self.query_len
+
+    @cached_property
+    def totals_after(self) -> tuple[list[int], list[int], list[int]]:
+        """From request k to the end: rows, KV tokens and the longest sequence (k = len: none)."""
+        return (list(accumulate(reversed(self.query_lens)))[::-1] + [0],
+                list(accumulate(reversed(self.seq_lens)))[::-1] + [0],
+                list(accumulate(reversed(self.seq_lens), max))[::-1] + [0])
 
     @classmethod
     def from_lengths(cls, query_len: int, seq_len: int) -> "PrefillRequest":
@@ -75,6 +83,13 @@ class StepBatch:
     @cached_property
     def seq_lens(self) -> tuple[int, ...]:
         return tuple(r.seq_len for r in self.requests)
+
+    @cached_property
+    def totals_after(self) -> tuple[list[int], list[int], list[int]]:
+        """From request k to the end: rows, KV tokens and the longest sequence (k = len: none)."""
+        return (list(accumulate(reversed(self.query_lens)))[::-1] + [0],
+                list(accumulate(reversed(self.seq_lens)))[::-1] + [0],
+                list(accumulate(reversed(self.seq_lens), max))[::-1] + [0])
 
     @classmethod
     def from_lengths(cls, query_lens, seq_lens, step: int = 0) -> "StepBatch":

@@ -1,0 +1,148 @@
+"""Where a strategy puts the chunks it decides on.
+
+A strategy decides; a builder records.  ``ChunkBuilder`` records every chunk
+(the plan the executor, the memory model and the JSON read).  ``ShapeBuilder``
+records only how many chunks there are, whether one breaks a limit, and their
+distinct shapes: a frontier asks nothing else of a step, and the memory model's
+transient peak depends on a chunk's shape alone (``memory.shapes_peak``).  Both
+run the same strategy code, so the two cannot drift.
+
+A request sliced alone is sliced the same way wherever it appears (its rows and
+context decide, not its neighbours): ``lone_slices`` remembers each slicing, with
+the budget interval over which it holds, across steps, workloads and budgets.
+"""
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+from ..workload import PrefillRequest, StepBatch
+from .chunks import Chunk
+
+
+class Slice(NamedTuple):
+    """One row slice of a request planned alone, relative to the request."""
+
+    q0: int
+    q1: int
+    cols: int
+    gather: bool
+    over: bool  # no split meets the budget (the workspace is checked when it is placed)
+    compressed: bool
+    kv_tokens: int
+
+
+class LoneSlices:
+    """A request's slices and the budget interval over which the slicing holds."""
+
+    __slots__ = ("slices", "low", "high", "shapes", "over", "kv_tokens")
+
+    def __init__(self, slices: tuple[Slice, ...], low: int, high: int | None):
+        self.slices, self.low, self.high = slices, low, high
+        # the shape key of memory.model (rows, cols, compressed, alloc_rows, kv_tokens, gather)
+        self.shapes = dict.fromkeys((s.q1 - s.q0, s.cols, s.compressed, None, s.kv_tokens, s.gather)
+                                    for s in slices)
+        self.over = any(s.over for s in slices)
+        self.kv_tokens = max(s.kv_tokens for s in slices)
+
+
+class _LoneSlicesCache(dict):
+    limit = 200_000  # bounded for a long-lived dashboard; a long grid holds about 30,000
+
+    def remember(self, key, value):
+        if len(self) >= self.limit:
+            self.clear()
+        self[key] = value
+
+
+_LONE = _LoneSlicesCache()
+
+
+def lone_slices(b, kind: str, request: PrefillRequest, compressed: bool,
+                slice_request: Callable[[], list[Slice]]) -> LoneSlices:
+    """``slice_request()``'s slices of ``request`` planned alone, computed once per request
+    shape and budget (``b``, a ``Budgeting``); ``b``'s budget interval is narrowed as if the
+    slicing had asked it again."""
+    key = (kind, request.query_len, request.context_len, compressed, b.budget, b.padded,
+           b.rules.version, b.row_multiple)
+    known = _LONE.get(key)
+    if known is None:
+        saved = b.stable_low, b.stable_high
+        b.stable_low, b.stable_high = 0, None
+        try:
+            slices = tuple(slice_request())
+            known = LoneSlices(slices, b.stable_low, b.stable_high)
+        finally:
+            b.stable_low, b.stable_high = saved
+        _LONE.remember(key, known)
+    b.narrow(known.low, known.high)
+    return known
+
+
+class ChunkBuilder:
+    """Records every chunk, with the absolute row offsets of the batch."""
+
+    def __init__(self, batch: StepBatch, b):
+        self.batch, self.b = batch, b
+        self.row_offset = [0]
+        for r in batch.requests:
+            self.row_offset.append(self.row_offset[-1] + r.query_len)
+        self.chunks: list[Chunk] = []
+
+    def add(self, r0, r1, q0, q1, cols, gather, over, compressed=False, kv_tokens=None,
+            kv_start=0, alloc_rows=None):
+        reqs = self.batch.requests[r0:r1]
+        n = sum(r.seq_len for r in reqs) if kv_tokens is None else kv_tokens
+        over = over or n > self.b.workspace
+        rows = q1 - q0 if alloc_rows is None else alloc_rows
+        self.chunks.append(
+            Chunk(
+                requests=(r0, r1),
+                rows=(q0, q1),
+                token_start=self.row_offset[r0] + q0,
+                token_end=self.row_offset[r0] + q1,
+                kv_tokens=n,
+                logits_cols=cols,
+                logits_bytes=self.b.allocated(rows, cols, compressed),
+                gather=gather,
+                over_budget=over,
+                compressed=compressed,
+                kv_start=kv_start,
+                alloc_rows=alloc_rows,
+            )
+        )
+
+    def add_alone(self, i: int, lone: LoneSlices) -> None:
+        for s in lone.slices:
+            self.add(i, i + 1, s.q0, s.q1, s.cols, s.gather, s.over, s.compressed, s.kv_tokens)
+
+    def result(self) -> list[Chunk]:
+        return self.chunks
+
+
+class ShapeBuilder:
+    """Records a plan's chunk count, whether a chunk breaks a limit, and its chunks'
+    distinct shapes (the memory model's shape key), in the order they first appear."""
+
+    def __init__(self, batch: StepBatch, b):
+        self.batch, self.b = batch, b
+        self.shapes: dict[tuple, None] = {}
+        self.num_chunks = 0
+        self.over_budget = False
+
+    def add(self, r0, r1, q0, q1, cols, gather, over, compressed=False, kv_tokens=None,
+            kv_start=0, alloc_rows=None):
+        if kv_start:
+            raise ValueError("a column-split chunk's memory depends on its neighbours: "
+                             "plan it with a ChunkBuilder")
+        n = sum(self.batch.seq_lens[r0:r1]) if kv_tokens is None else kv_tokens
+        self.shapes[(q1 - q0, cols, compressed, alloc_rows, n, gather)] = None
+        self.num_chunks += 1
+        self.over_budget = self.over_budget or over or n > self.b.workspace
+
+    def add_alone(self, i: int, lone: LoneSlices) -> None:
+        self.shapes.update(lone.shapes)
+        self.num_chunks += len(lone.slices)
+        self.over_budget = self.over_budget or lone.over or lone.kv_tokens > self.b.workspace
+
+    def result(self) -> "ShapeBuilder":
+        return self
