@@ -11,7 +11,8 @@ alternating, so machine noise falls on both.  Measured, one process each:
   20 times, p50 and p95 of the time until its figure and table are recomputed; notebook
   04's ``AutoDashboard``: 20 free-GiB moves;
 - ``frontier_rows`` on the default grid (1152 points) and on the long-context grid (GLM-5,
-  ISL 4K-202,752 x concurrency 1-64, 1008 points);
+  ISL 4K-202,752 x concurrency 1-64, 1008 points); since n-only's rows are stored once per
+  workload instead of once per budget, the same grids give 912 and 798 rows (the same plans);
 - with ``--main``: the headless main job (``scripts/run_notebooks.py``, default parameters).
 
 Each figure is printed next to the goal of issue 15 and the ratio before / after.

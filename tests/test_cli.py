@@ -95,7 +95,8 @@ def test_frontier_writes_a_tidy_table(tmp_path, capsys):
                           "--engine", "vllm==0.18.1")
     assert code == 0
     table = pd.read_parquet(out)
-    assert len(table) == 2 * 1 * 2 * 2 * 2
+    assert len(table) == 2 * 1 * (1 + 2) * 2  # n-only reads no budget: one row per workload and free GiB
+    assert table[table.strategy == "n-only"]["budget_mb"].isna().all()
     assert set(table["mode"]) == {"model"} and set(table["engine"]) == {"vllm==0.18.1"}
     no_budget = table[(table.strategy == "n-only") & (table.concurrency == 64)
                       & (table.free_gib == 2.63)]

@@ -36,7 +36,10 @@ def test_every_notebook_ran_and_wrote_figures_and_tables(ci_run):
                   "04_reserved.csv", "04_policies.csv", "04_auto.csv"):
         assert (tables / table).exists(), table
     frame = pd.read_parquet(tables / "frontier-model.parquet")
-    assert len(frame) == 3 * 2 * 2 * 4 and set(frame["mode"]) == {"model"}
+    # n-only reads no budget: one row per workload (budget_mb empty), the other strategies one per budget
+    assert len(frame) == 3 * 2 * (2 + 1 + 2 + 2) and set(frame["mode"]) == {"model"}
+    assert frame[frame["strategy"] == "n-only"]["budget_mb"].isna().all()
+    assert frame[frame["strategy"] != "n-only"]["budget_mb"].notna().all()
     # notebooks plan on the latest vLLM by default; its own chunker is among the strategies
     assert set(frame["engine"]) == {"vllm==0.33.0"} and "engine" in set(frame["strategy"])
     beyond = pd.read_parquet(tables / "04_frontier.parquet")

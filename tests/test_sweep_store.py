@@ -32,7 +32,9 @@ def test_model_rows_match_the_frontier(tmp_path):
         concurrency=SMALL["concurrency"], isl=SMALL["isl"], budget_mb=SMALL["budget_mb"],
         strategy=SMALL["strategy"]))))
     merged = frame.merge(ref, on=["concurrency", "isl", "strategy", "budget_mb"], suffixes=("", "_f"))
-    assert len(merged) == len(frame) == grid.num_rows == 3 * 2 * 2 * 3
+    # n-only reads no budget: one row per workload (budget_mb NaN), the others one per budget
+    assert len(merged) == len(frame) == grid.num_rows == 3 * 2 * (1 + 2 + 2)
+    assert frame[frame["strategy"] == "n-only"]["budget_mb"].isna().all()
     for col in ["peak_bytes", "peak_transient_bytes", "worst_chunks", "total_chunks", "oom"]:
         assert (merged[col].astype(object) == merged[f"{col}_f"].astype(object)).all(), col
     assert set(frame["mode"]) == {"model"}
@@ -188,3 +190,22 @@ def test_trace_and_measure_modes_fail_clearly_or_run(tmp_path):
     assert list(frame["mode"]) == ["trace"]
     # the executor allocates at least the modelled logits + metadata of its worst chunk
     assert frame["peak_transient_bytes"].iloc[0] >= frame["model_peak_transient_bytes"].iloc[0] * 0.9
+
+
+def test_a_strategy_without_a_budget_is_planned_traced_and_measured_once():
+    grid = sweep.SweepGrid(concurrency=(8,), isl=(2048,), budget_mb=(128, 512, 2048), strategy=("n-only", "vllm"),
+                           free_gib=(2.63, 20.0))
+    per_mode = {mode: [(t[5], t[6], t[7]) for t in sweep.tasks(grid, mode)] for mode in sweep.MODES}
+    # (strategy, budgets, free GiBs) per task: n-only once, with no budget; vllm once per budget
+    assert per_mode["model"] == [("n-only", (None,), (2.63, 20.0)), ("vllm", (128, 512, 2048), (2.63, 20.0))]
+    assert [t for t in per_mode["trace"] if t[0] == "n-only"] == [("n-only", (None,), (2.63, 20.0))]
+    assert [t for t in per_mode["measure"] if t[0] == "n-only"] == [("n-only", (None,), (2.63,)),
+                                                                    ("n-only", (None,), (20.0,))]
+    assert len(per_mode["measure"]) == 2 + 3 * 2
+    ids = [t[0] for t in sweep.tasks(grid, "measure") if "|n-only" in t[0]]
+    assert ids and not any("budget" in i for i in ids)
+    frame = sweep.to_frame(list(sweep.model_rows(grid)))
+    assert len(frame) == grid.num_rows == 2 + 3 * 2
+    # the default frontier grid: 48 n-only rows instead of 288 (one per budget before)
+    grid = frontier.FrontierGrid()
+    assert grid.num_points == 48 * (1 + 3 * 6) == 912

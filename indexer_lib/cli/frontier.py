@@ -4,7 +4,7 @@ from __future__ import annotations
 import time
 
 from ..engines import get_engine
-from ..study.frontier import FrontierGrid, frontier_rows
+from ..study.frontier import FrontierGrid, frontier_rows, grid_budgets, same_budget
 from ..workload import WORKLOAD_SOURCES
 from .common import UsageError, int_list, number_list, str_list
 
@@ -86,13 +86,12 @@ def print_frontier_summary(rows: list[dict], grid: FrontierGrid) -> None:
         print(f"{'strategy':>12} {'budget':>8} " + " ".join(f"{c:>7}" for c in grid.concurrency))
         for strategy in grid.strategy:
             label = budget_label(strategy, grid.engine)
-            budgets = grid.budget_mb[:1] if label else grid.budget_mb
-            for budget in budgets:
+            for budget in grid_budgets(grid.budget_mb, grid.engine, strategy):
                 cells = []
                 for conc in grid.concurrency:
                     ok = [r["isl"] for r in rows
                           if r["free_gib"] == free and r["strategy"] == strategy
-                          and r["budget_mb"] == budget and r["concurrency"] == conc and not r["oom"]]
+                          and same_budget(r["budget_mb"], budget) and r["concurrency"] == conc and not r["oom"]]
                     cells.append(f"{max(ok):>7}" if ok else f"{'OOM':>7}")
                 print(f"{strategy:>12} {label or f'{budget:g}M':>8} " + " ".join(cells))
 

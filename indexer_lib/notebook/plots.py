@@ -45,8 +45,12 @@ def _modes_word(frame) -> str:
     return " + ".join(mode_word(m) for m in sorted(set(frame["mode"])))
 
 
-def _budget_label(strategy: str, budget_mb: float) -> str:
-    return "no budget" if strategy == "n-only" else f"{budget_mb:g} MiB"
+def _budget_label(strategy: str, budget_mb: float | None) -> str:
+    if strategy == "n-only":
+        return "no budget"
+    if budget_mb is None or budget_mb != budget_mb:  # an engine's chunker without a grid budget
+        return "no grid budget"
+    return f"{budget_mb:g} MiB"
 
 
 def _select(frame, **equal):
@@ -54,6 +58,13 @@ def _select(frame, **equal):
         if v is not None:
             frame = frame[frame[k] == v]
     return frame
+
+
+def _at_budget(frame, budget_mb: float):
+    """Rows at ``budget_mb``, with the rows of strategies that read no budget (budget_mb NaN:
+    one row serves every budget)."""
+    budgets = frame["budget_mb"]
+    return frame[budgets.isna() if budget_mb != budget_mb else (budgets == budget_mb) | budgets.isna()]
 
 
 def _engine_of(frame, engine: str | None) -> str | None:
@@ -80,11 +91,9 @@ def frontier_heatmap(frame, by: str = "budget_mb", strategy: str = "vllm",
     data = _select(frame, model=model, free_gib=free_gib, mode=mode, engine=engine)
     if by == "budget_mb":
         data = data[data["strategy"] == strategy]
-        panels = sorted(data["budget_mb"].unique())
-        if strategy == "n-only":
-            panels = panels[:1]
+        panels = sorted(data["budget_mb"].unique())  # one NaN panel for a strategy without a budget
     elif by == "strategy":
-        data = data[data["budget_mb"] == budget_mb]
+        data = _at_budget(data, budget_mb)
         panels = [s for s in dict.fromkeys(frame["strategy"]) if s in set(data["strategy"])]
     else:
         raise ValueError(f"by {by!r}: must be 'budget_mb' or 'strategy'")
@@ -101,7 +110,8 @@ def frontier_heatmap(frame, by: str = "budget_mb", strategy: str = "vllm",
     axes = fig.subplots(nrows, ncols, squeeze=False)
     image = None
     for ax, panel in zip(axes.flat, panels):
-        grid, oom = heatmap_cells(data[data[by] == panel], concs, isls)
+        grid, oom = heatmap_cells(_at_budget(data, panel) if by == "budget_mb" else data[data[by] == panel],
+                                  concs, isls)
         image = ax.imshow(np.clip(grid, norm.vmin, None), origin="lower", aspect="auto",
                           cmap=CMAP, norm=norm)
         free_memory_line(ax, grid, free_gib)
@@ -174,6 +184,8 @@ def frontier_table(frame, strategy: str, free_gib: float | None = None, engine: 
     """Largest ISL without OOM, per budget (rows) and concurrency (columns); 0: none fits."""
     free_gib = free_gib if free_gib is not None else float(frame["free_gib"].iloc[0])
     data = _select(frame, strategy=strategy, free_gib=free_gib, engine=_engine_of(frame, engine))
+    if data["budget_mb"].isna().all():  # a strategy without a budget: one row, "none"
+        data = data.assign(budget_mb="none")
     fits = data[~data["oom"].astype(bool)]
     table = fits.pivot_table(index="budget_mb", columns="concurrency", values="isl",
                              aggfunc="max")
@@ -194,7 +206,7 @@ def frontier_curves(frame, strategy: str = "vllm", budgets_mb=None,
     ax = fig.subplots()
     isls = sorted(data["isl"].unique())
     curves = [("n-only", None)] if "n-only" in set(data["strategy"]) else []
-    budgets = budgets_mb if budgets_mb is not None else sorted(data["budget_mb"].unique())
+    budgets = budgets_mb if budgets_mb is not None else sorted(data["budget_mb"].dropna().unique())
     curves += [(strategy, b) for b in budgets]
     colours = _strategy_colours(curves)  # one colour per (strategy, budget) curve
     for (s, b), colour in colours.items():
@@ -567,13 +579,16 @@ def budget_frontier(frame, free_gib: float | None = None, title_detail: str = ""
             rows = cell[cell["strategy"] == s].sort_values("budget_mb")
             budgets = rows["budget_mb"].astype(float)
             peak = rows["peak_transient_bytes"].astype(float) / GIB
+            if budgets.isna().all():  # no budget: one row, the same at every budget
+                ax.axhline(peak.iloc[0], color=colours[s], linestyle="--", linewidth=1, label=s)
+                continue
             ax.plot(budgets, peak, marker=markers[s], color=colours[s], markerfacecolor="none",
                     linestyle="--", label=s)
         if free_gib is not None:
             ax.axhline(free_gib, color="red", linewidth=1.5, label=f"{free_gib:g} GiB free")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log", base=2)
-        ticks = sorted(set(cell["budget_mb"].astype(float)))
+        ticks = sorted(set(cell["budget_mb"].dropna().astype(float)))
         ax.set_xticks(ticks, [f"{t:g}" for t in ticks], fontsize=7)
         ax.set_xlabel("logits budget (MiB)")
         ax.set_ylabel("free memory needed (GiB, modelled)")

@@ -23,6 +23,16 @@ def markdown_table(frame, floatfmt: str = ".3g") -> str:
     return "\n".join(lines)
 
 
+def per_budget(frame, index, values: str):
+    """``values`` with one column per budget (MiB); a strategy that reads no budget (its rows'
+    budget_mb is NaN) has its one value in the column "none"."""
+    budgets = frame["budget_mb"]
+    columns = [f"{b:g}" for b in sorted(budgets.dropna().unique())] + (["none"] if budgets.isna().any() else [])
+    labelled = frame.assign(budget_mb=[("none" if b != b else f"{b:g}") for b in budgets])
+    return labelled.pivot_table(index=index, columns="budget_mb", values=values,
+                                aggfunc="first").reindex(columns=columns)
+
+
 def _k(tokens: int) -> str:
     return f"{tokens // 1024}K" if tokens >= 1024 and tokens % 1024 == 0 else str(tokens)
 

@@ -73,7 +73,9 @@ class FrontierDashboard:
         (except SGLang's own chunker's): a free-GiB move only re-reads the planned rows
         (``sweep.at_free_memory``), and the last settings planned are kept."""
         free = round(state["free_gib"], 4)
-        key = tuple((k, v) for k, v in sorted(state.items()) if k != "free_gib")
+        ignored = {"free_gib"} if frontier.reads_budget_mb(state["engine"], state["strategy"]) else \
+            {"free_gib", "budget_mb"}  # n-only's rows are the same at every budget
+        key = tuple((k, v) for k, v in sorted(state.items()) if k not in ignored)
         if frontier.measured_budget(state["engine"], state["strategy"]):
             key += (("free_gib", free),)  # its budget moves with the free memory
         frame = self.planned.get(key)

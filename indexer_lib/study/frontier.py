@@ -261,8 +261,8 @@ class FrontierGrid:
 
     @property
     def num_points(self) -> int:
-        return (len(self.concurrency) * len(self.isl) * len(self.budget_mb)
-                * len(self.strategy) * len(self.free_gib))
+        budgets = sum(len(grid_budgets(self.budget_mb, self.engine, s)) for s in self.strategy)
+        return len(self.concurrency) * len(self.isl) * budgets * len(self.free_gib)
 
 
 def workload_rows(grid: FrontierGrid, conc: int, isl: int) -> list[dict]:
@@ -273,16 +273,41 @@ def workload_rows(grid: FrontierGrid, conc: int, isl: int) -> list[dict]:
     for strategy in grid.strategy:
         # the grid's budgets serve every free GiB, unless the engine measures its own from free memory
         measured = measured_budget(grid.engine, strategy)
+        budgets_mb = grid_budgets(grid.budget_mb, grid.engine, strategy)
         for frees in ([(f,) for f in grid.free_gib] if measured else [grid.free_gib]):
-            budgets = [budget_of(grid.engine, strategy, b, frees[0]) for b in grid.budget_mb]
+            budgets = [budget_of(grid.engine, strategy, b, frees[0]) for b in budgets_mb]
             outcomes = worst_steps(batches, strategy, budgets, grid.model,
                                    grid.deepgemm_version, grid.padded,
                                    topk_rows=grid.max_num_batched_tokens,
                                    temporaries=grid.temporaries, engine=grid.engine)
-            for budget_mb, outcome in zip(grid.budget_mb, outcomes):
+            for budget_mb, outcome in zip(budgets_mb, outcomes):
                 for free in frees:
                     rows.append(frontier_row(grid, conc, isl, budget_mb, free, outcome, strategy))
     return rows
+
+
+# budget_mb of a row whose strategy reads no budget of the grid (NaN once in a DataFrame)
+NO_BUDGET_MB = None
+
+
+def same_budget(a: float | None, b: float | None) -> bool:
+    """budget_mb equality in which the rows without a budget (None, or NaN in a frame) are one."""
+    def none(x):
+        return x is None or x != x
+    return a == b or (none(a) and none(b))
+
+
+def reads_budget_mb(engine, strategy: str) -> bool:
+    """Whether a strategy plans with the grid's budget_mb: n-only has no budget, and an engine's
+    own chunker may have none or measure its own from free memory."""
+    return not measured_budget(engine, strategy) and strategy_budget_bytes(strategy, 1.0, engine) is not None
+
+
+def grid_budgets(budgets_mb, engine, strategy: str) -> tuple[float, ...]:
+    """The budgets a strategy's rows are computed and stored for: the grid's, or one row with
+    budget_mb ``NO_BUDGET_MB`` (None) for a strategy that reads none of them (planned once,
+    shown once)."""
+    return tuple(budgets_mb) if reads_budget_mb(engine, strategy) else (NO_BUDGET_MB,)
 
 
 def measured_budget(engine, strategy: str) -> bool:

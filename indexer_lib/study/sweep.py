@@ -96,8 +96,9 @@ class SweepGrid:
     @property
     def num_rows(self) -> int:
         n_workloads = sum(1 for _ in self.workloads())
-        return (n_workloads * len(self.engine) * len(self.strategy) * len(self.budget_mb)
-                * len(self.free_gib))
+        budgets = sum(len(frontier.grid_budgets(self.budget_mb, e, s))
+                      for e, s in itertools.product(self.engine, self.strategy))
+        return n_workloads * budgets * len(self.free_gib)
 
 
 @dataclass(frozen=True)
@@ -166,7 +167,7 @@ def task_id(model, workload, config, engine, strategy, budget_mb=None, free_gib=
              f"prefix{workload.shared_prefix}", f"mnbt{config.max_num_batched_tokens}",
              f"seqs{config.max_num_seqs}", f"thr{config.long_prefill_token_threshold}", engine,
              strategy]
-    if budget_mb is not None:
+    if budget_mb is not None:  # None: the strategy reads no budget
         parts.append(f"budget{budget_mb:g}")
     if free_gib is not None:
         parts.append(f"free{free_gib:g}")
@@ -183,13 +184,15 @@ def tasks(grid: SweepGrid, mode: str):
     for model, workload, config in grid.workloads():
         for engine, strategy in itertools.product(grid.engine, grid.strategy):
             head = (model, workload, config, engine, strategy)
+            # a strategy that reads no budget_mb is planned, traced and measured once
+            budgets = frontier.grid_budgets(grid.budget_mb, engine, strategy)
             if mode == "model":
-                yield (task_id(*head), *head, grid.budget_mb, grid.free_gib)
+                yield (task_id(*head), *head, budgets, grid.free_gib)
             elif mode == "trace":
-                for mb in grid.budget_mb:
+                for mb in budgets:
                     yield (task_id(*head, mb), *head, (mb,), grid.free_gib)
             else:
-                for mb, free in itertools.product(grid.budget_mb, grid.free_gib):
+                for mb, free in itertools.product(budgets, grid.free_gib):
                     yield (task_id(*head, mb, free), *head, (mb,), (free,))
 
 
@@ -217,7 +220,7 @@ def base_row(grid, model, workload, config, engine, strategy, budget_mb, free_gi
         "workload_source": grid.workload_source,
         "deepgemm_version": frontier.deepgemm_of(engine, grid.deepgemm_version, strategy),
         "padded_budget": grid.padded and strategy != "engine", "strategy": strategy,
-        "budget_mb": float(budget_mb),
+        "budget_mb": None if budget_mb is None else float(budget_mb),  # None: the strategy reads no budget
         "free_gib": float(free_gib),
     }
 
