@@ -1,5 +1,7 @@
 """The scheduler simulator on small schedules traced by hand."""
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from indexer_lib.workload import ClosedLoopWorkload, SchedulerConfig, simulate
 
@@ -102,3 +104,15 @@ def test_the_reported_oom_step_shape():
 def test_bad_workloads_name_the_value(kwargs, message):
     with pytest.raises(ValueError, match=message):
         ClosedLoopWorkload(**kwargs)
+
+
+@settings(max_examples=400, deadline=None)
+@given(concurrency=st.integers(1, 40), isl=st.integers(1, 3000), osl=st.integers(1, 70),
+       prefix=st.integers(0, 3000), prompts=st.one_of(st.none(), st.integers(1, 90)),
+       mnbt=st.integers(1, 4096), seqs=st.integers(1, 48), threshold=st.integers(0, 600),
+       caching=st.booleans(), block=st.sampled_from([16, 64]), asynchronous=st.booleans())
+def test_steady_decode_steps_taken_at_once_are_the_steps_one_by_one(concurrency, isl, osl, prefix, prompts, mnbt,
+                                                                     seqs, threshold, caching, block, asynchronous):
+    workload = ClosedLoopWorkload(concurrency, isl, osl, min(prefix, isl), prompts)
+    config = SchedulerConfig(mnbt, seqs, threshold, caching, block, asynchronous)
+    assert list(simulate(workload, config)) == list(simulate(workload, config, skip_steady=False))

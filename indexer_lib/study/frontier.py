@@ -84,7 +84,8 @@ class Schedule:
         self.unique: list[StepBatch] = []  # first occurrence of each distinct step
         self.count: list[int] = []  # how often each distinct step occurs
         for batch in batches:
-            k = first.setdefault(batch.requests, len(self.unique))
+            # the lengths are tuples of ints (hashed in C; the planners read them anyway)
+            k = first.setdefault((batch.query_lens, batch.seq_lens), len(self.unique))
             if k == len(self.unique):
                 self.unique.append(batch)
                 self.count.append(0)

@@ -108,7 +108,24 @@ def check_kv_capacity(workload: ClosedLoopWorkload, config: SchedulerConfig) -> 
         )
 
 
-def simulate(workload: ClosedLoopWorkload, config: SchedulerConfig = SchedulerConfig()) -> Iterator[ScheduledStep]:
+def _steady_decode_steps(running: list, osl: int, arrivals, tick: int, max_tokens: int) -> int:
+    """How many coming steps only decode every running request, one token each, with nothing
+    arriving and nobody finishing: those steps are all alike (``simulate`` takes them at once)."""
+    if len(running) > max_tokens:
+        return 0
+    left = osl
+    for r in running:
+        if r.computed < r.prompt_len or r.outputs >= osl:
+            return 0
+        left = min(left, osl - r.outputs)
+    steps = left - 1  # the step in which a request finishes runs on its own
+    if arrivals:
+        steps = min(steps, arrivals[0][0] - tick)
+    return steps
+
+
+def simulate(workload: ClosedLoopWorkload, config: SchedulerConfig = SchedulerConfig(),
+             skip_steady: bool = True) -> Iterator[ScheduledStep]:
     """Simulate vLLM V1's scheduler, step by step, until every prompt is done.
 
     Per step (docs/design.md#the-scheduler-that-produces-the-batches): running requests first, in order, each takes
@@ -131,6 +148,10 @@ def simulate(workload: ClosedLoopWorkload, config: SchedulerConfig = SchedulerCo
     schedules nothing (an idle engine, or one whose running requests all wait
     for outputs in flight) is neither yielded nor counted.  Checked step for
     step against vLLM's own scheduler (``indexer_lib.workload.vllm_scheduler``).
+
+    ``skip_steady``: a run of steps that only decode every running request (nothing
+    waiting or arriving, nobody finishing) is yielded step by step but advanced at once;
+    False advances it one step at a time (the tests compare the two).
     """
     block = config.block_size
     check_kv_capacity(workload, config)
@@ -154,7 +175,18 @@ def simulate(workload: ClosedLoopWorkload, config: SchedulerConfig = SchedulerCo
             return 0
         return min(req.computed + n, workload.shared_prefix) // block * block
 
+    made: dict[tuple[int, int], PrefillRequest] = {}
+
+    def request(context_len: int, query_len: int) -> PrefillRequest:
+        # a schedule repeats a few request shapes thousands of times: one object each
+        key = (context_len, query_len)
+        r = made.get(key)
+        if r is None:
+            r = made[key] = PrefillRequest(context_len, query_len)
+        return r
+
     send(workload.concurrency)
+    decode_only = False  # the last step only decoded: the next ones may be alike
     tick = 0  # scheduling passes, empty ones included (they pace async arrivals)
     step = 0  # executed engine steps
     while waiting or running or arrivals:
@@ -163,6 +195,16 @@ def simulate(workload: ClosedLoopWorkload, config: SchedulerConfig = SchedulerCo
             send(arrivals.popleft()[1])
         if not (waiting or running):
             break
+        if skip_steady and decode_only and not waiting:
+            steady = _steady_decode_steps(running, workload.osl, arrivals, tick, config.max_num_batched_tokens)
+            if steady > 0:
+                for k in range(steady):
+                    yield ScheduledStep(step + k, None, len(running))
+                for req in running:
+                    req.computed += steady
+                    req.outputs += steady
+                step, tick = step + steady, tick + steady
+                continue  # an arrival may be due now
         budget = config.max_num_batched_tokens
         threshold = config.long_prefill_token_threshold
         cap_chunks = threshold > 0 and len(running) + len(waiting) > 1
@@ -202,10 +244,11 @@ def simulate(workload: ClosedLoopWorkload, config: SchedulerConfig = SchedulerCo
 
         # async: the requests that finished in the previous step leave now
         running = [r for r in running if r.outputs < workload.osl]
+        decode_only = not prefill and bool(decoding)
         if prefill or decoding:
             batch = None
             if prefill:
-                batch = StepBatch(tuple(PrefillRequest(r.computed, n) for r, n in prefill), step)
+                batch = StepBatch(tuple(request(r.computed, n) for r, n in prefill), step)
             yield ScheduledStep(step, batch, len(decoding), tuple(r.rid for r, _ in prefill))
             step += 1
 
