@@ -317,8 +317,9 @@ def test_compressed_only_deepgemm_plans_hold_every_limit(batch, strategy, budget
        workspace=st.sampled_from([None, 50_000, 200_000]))
 def test_packing_the_rest_at_once_gives_the_request_by_request_plan(monkeypatch, lengths, strategy, budget_mb,
                                                                     version, padded, workspace):
-    """The shortcut of monotone packing (ask for the whole rest first) changes neither the
-    chunks nor the budget interval over which the plan holds."""
+    """The shortcuts of monotone packing (a request that alone breaks a limit is sliced at once;
+    one that fits asks for the whole rest) change neither the chunks nor the budget interval
+    over which the plan holds."""
     from indexer_lib.plan import strategies
 
     if version == "2.8" and strategy in ("kv-split", "fixed-shape"):

@@ -104,10 +104,11 @@ def _pack(batch: StepBatch, b: Budgeting, may_join, slice_alone, build,
     logits width (default: all kv); ``alloc_rows`` pads a packed chunk's logits rows up
     (fixed-shape); ``over``: the packed chunks break the budget whatever the split
     (fixed-shape: not one row fits).  ``monotone``: whenever requests [r0, r1) may join, so
-    may any [r0, r1') with r1' < r1 (more rows and columns only add bytes); then the rest of
-    the batch is asked first, in one call, and packed whole when it fits (most steps do):
-    the same chunks as request by request, and the same budget interval (a refusal of the
-    rest is never below the refusal that stops the request-by-request packing).
+    may any [r0, r1') with r1' < r1 (more rows and columns only add bytes); then a request
+    that alone breaks a limit is sliced without asking more, and one that fits asks the rest
+    of the batch, in one call, and packs it whole when it fits (most steps do): the same
+    chunks as request by request, and the same budget interval (a refusal of the rest is
+    never below the refusal that stops the request-by-request packing).
     """
     query_lens, seq_lens = batch.query_lens, batch.seq_lens
     n_req, workspace = len(query_lens), b.workspace
@@ -116,9 +117,16 @@ def _pack(batch: StepBatch, b: Budgeting, may_join, slice_alone, build,
     i = 0
     while i < n_req:
         j, rows, kv, longest = i, 0, 0, 0
-        if monotone and kv_after[i] <= workspace and \
-                may_join(i, n_req, rows_after[i], kv_after[i], longest_after[i]):
-            j, rows, kv, longest = n_req, rows_after[i], kv_after[i], longest_after[i]
+        if monotone:
+            q, s = query_lens[i], seq_lens[i]
+            if not (s <= workspace and may_join(i, i + 1, q, s, s)):
+                slice_alone(i, build)  # alone it breaks a limit: with the rest, too
+                i += 1
+                continue
+            j, rows, kv, longest = i + 1, q, s, s
+            if j < n_req and kv_after[i] <= workspace and \
+                    may_join(i, n_req, rows_after[i], kv_after[i], longest_after[i]):
+                j, rows, kv, longest = n_req, rows_after[i], kv_after[i], longest_after[i]
         while j < n_req:
             q, s = query_lens[j], seq_lens[j]
             wider = s if s > longest else longest
