@@ -46,7 +46,7 @@ class LoneSlices:
 
 
 class _LoneSlicesCache(dict):
-    limit = 200_000  # bounded for a long-lived dashboard; a long grid holds about 30,000
+    limit = 100_000  # bounded for a long-lived dashboard; the long-context grid holds about 10,000
 
     def remember(self, key, value):
         if len(self) >= self.limit:
