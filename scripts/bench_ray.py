@@ -25,7 +25,8 @@ sys.path.insert(0, str(REPO / "tests"))  # the emulated CUDA device
 import fake_cuda  # noqa: E402
 from indexer_lib.study import cluster, sweep  # noqa: E402
 
-# 16 x 10 x 2 workloads x 4 strategies x 6 budgets x 13 free GiB = 99,840 points, 1,280 model tasks
+# 16 x 10 x 2 workloads x 4 strategies x 6 budgets x 13 free GiB = 99,840 points, 1,280 model tasks;
+# n-only reads no budget, so its rows are one per workload and free GiB: 79,040 rows
 GRID = sweep.SweepGrid(concurrency=(1, 2, 4, 8, 12, 16, 20, 24, 28, 32, 40, 48, 56, 64, 96, 128),
                        isl=(1024, 2048, 3072, 4096, 6144, 8192, 10240, 12288, 16384, 32768), osl=(64, 256),
                        budget_mb=(64, 128, 256, 512, 1024, 2048),
