@@ -85,3 +85,29 @@ def test_what_the_shapes_cannot_count_is_refused_by_name():
         shapes_peak(shaped._replace(plan=shaped.plan.__class__(**{**shaped.plan.__dict__, "logits_alive": 2})))
     with pytest.raises(ValueError, match="column-split"):
         ShapeBuilder(batch, None).add(0, 1, 0, 4, 256, True, False, kv_start=256)
+
+
+runs = st.lists(st.tuples(st.integers(1, 2048), st.integers(0, 250_000), st.integers(1, 40)), min_size=1, max_size=4)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(runs=runs, strategy=st.sampled_from(["n-only", "vllm", "per-request", "causal", "kv-split", "fixed-shape"]),
+       budget_mb=st.sampled_from([0.5, 16, 64, 256, 2048]), version=st.sampled_from(["2.6", "2.8"]),
+       workspace=st.sampled_from([None, 400_000]))
+def test_runs_of_identical_requests_planned_at_once_give_the_request_by_request_plan(runs, strategy, budget_mb,
+                                                                                    version, workspace):
+    """A run of identical requests is decided once (sliced alone, or packed in equal groups):
+    the same chunks, shapes and budget interval as asking request by request."""
+    if version == "2.8" and strategy in ("kv-split", "fixed-shape"):
+        return
+    requests = tuple(PrefillRequest(ctx, q) for q, ctx, count in runs for _ in range(count))
+    batch, one_by_one = StepBatch(requests), StepBatch(requests)
+    one_by_one.__dict__["repeats"] = [1] * len(requests)  # every request its own run
+    if workspace is not None and max(batch.seq_lens) > workspace:
+        workspace = None
+    budget = None if strategy == "n-only" else max(1, round(budget_mb * MIB))
+    plans = [make_plan(b, strategy, budget, workspace, "glm-5", version) for b in (batch, one_by_one)]
+    assert plans[0].chunks == plans[1].chunks and plans[0].budget_stable == plans[1].budget_stable
+    if strategy in SHAPE_STRATEGIES:
+        shaped = [plan_shapes(b, strategy, budget, workspace, "glm-5", version) for b in (batch, one_by_one)]
+        assert shaped[0] == shaped[1]

@@ -80,12 +80,20 @@ def metadata_bytes(chunk: Chunk) -> int:
 def workspace_bytes(plan: Plan, workspace_tokens: int | None = None) -> int:
     """fp8 K + fp32 scale per token (default: the plan's workspace, as vLLM reserves it)."""
     tokens = plan.workspace_tokens if workspace_tokens is None else workspace_tokens
-    return tokens * get_model(plan.model).k_bytes_per_token
+    return _k_bytes(plan.model, tokens)
 
 
 def topk_buffer_bytes(plan: Plan, topk_rows: int | None = None, topk: int | None = None) -> int:
     rows = plan.batch.num_rows if topk_rows is None else topk_rows
     k = get_model(plan.model).topk if topk is None else topk
+    return _topk_bytes(rows, k)
+
+
+def _k_bytes(model: str, tokens: int) -> int:
+    return tokens * get_model(model).k_bytes_per_token
+
+
+def _topk_bytes(rows: int, k: int) -> int:
     return rows * k * INT32_BYTES
 
 
@@ -232,12 +240,20 @@ def memory_report(
 
 def _buffers(plan: Plan, topk_rows: int | None, k: int, workspace_tokens: int | None) -> tuple[int, int, int]:
     """(workspace reserved once, top-k output reserved once, bytes held through the call)."""
-    workspace = 0 if plan.workspace_lifetime == "chunk" else workspace_bytes(plan, workspace_tokens)
-    topk_out = topk_buffer_bytes(plan, topk_rows, k)
+    tokens = plan.workspace_tokens if workspace_tokens is None else workspace_tokens
+    rows = plan.batch.num_rows if topk_rows is None else topk_rows
+    return _buffer_bytes(plan.model, tokens, plan.workspace_lifetime, plan.topk_output, rows, k)
+
+
+@lru_cache(maxsize=1 << 12)  # a frontier asks it once per step plan, with a few settings
+def _buffer_bytes(model: str, workspace_tokens: int, workspace_lifetime: str, topk_output: str,
+                  topk_rows: int, k: int) -> tuple[int, int, int]:
+    workspace = 0 if workspace_lifetime == "chunk" else _k_bytes(model, workspace_tokens)
+    topk_out = _topk_bytes(topk_rows, k)
     call = 0
-    if plan.workspace_lifetime == "call":
+    if workspace_lifetime == "call":
         workspace, call = 0, call + workspace
-    if plan.topk_output == "call":
+    if topk_output == "call":
         topk_out, call = 0, call + topk_out
     return workspace, topk_out, call
 
@@ -257,28 +273,33 @@ def shapes_peak(shaped: PlanShapes, topk_rows: int | None = None, backend: str |
                          f"{', '.join(str(b) for b in SHAPE_BACKENDS)} (the others read each chunk's windows)")
     if plan.logits_alive != 1:
         raise ValueError(f"logits_alive {plan.logits_alive}: a held chunk's bytes depend on its neighbour")
-    model = get_model(plan.model)
-    k = model.topk
     per_chunk_kv = plan.workspace_lifetime == "chunk"
-    settings = (plan.model, plan.deepgemm_version, padded, backend, k, per_chunk_kv)
-    temporaries = backend_temporaries(plan, backend, k) if backend is not None else None
+    settings = (plan.model, plan.deepgemm_version, padded, backend, per_chunk_kv)
     largest = 0
     for shape in shaped.shapes:
         key = (settings, shape)
         total = _shape_totals.get(key)
         if total is None:
-            rows, cols, compressed, alloc_rows, kv_tokens, gather = shape
-            chunk = Chunk((0, 1), (0, rows), 0, rows, kv_tokens, cols, 0, gather, False, compressed,
-                          alloc_rows=alloc_rows)
-            total = ChunkMemory(*_chunk_bytes(chunk, False, plan, model, padded, temporaries, k,
-                                              per_chunk_kv)).total
+            total = _shape_total(plan, shape, padded, backend, per_chunk_kv)
             if len(_shape_totals) >= 1 << 18:
                 _shape_totals.clear()
             _shape_totals[key] = total
-        largest = max(largest, total)
-    workspace, topk_out, call = _buffers(plan, topk_rows, k, None)
+        if total > largest:
+            largest = total
+    model = get_model(plan.model)
+    workspace, topk_out, call = _buffers(plan, topk_rows, model.topk, None)
     transient = call + largest
     return transient, workspace + topk_out + transient
+
+
+def _shape_total(plan: Plan, shape: tuple, padded: bool, backend: str | None, per_chunk_kv: bool) -> int:
+    """Transient bytes of a chunk of this shape in this plan (``memory_report``'s count)."""
+    model = get_model(plan.model)
+    k = model.topk
+    rows, cols, compressed, alloc_rows, kv_tokens, gather = shape
+    chunk = Chunk((0, 1), (0, rows), 0, rows, kv_tokens, cols, 0, gather, False, compressed, alloc_rows=alloc_rows)
+    temporaries = backend_temporaries(plan, backend, k) if backend is not None else None
+    return ChunkMemory(*_chunk_bytes(chunk, False, plan, model, padded, temporaries, k, per_chunk_kv)).total
 
 
 def _engine_report(plan: Plan, model: ModelPreset, topk_rows: int | None, k: int, padded: bool,

@@ -89,31 +89,37 @@ class ChunkBuilder:
         self.chunks: list[Chunk] = []
 
     def add(self, r0, r1, q0, q1, cols, gather, over, compressed=False, kv_tokens=None,
-            kv_start=0, alloc_rows=None):
+            kv_start=0, alloc_rows=None, times=1):
+        """A chunk of requests [r0, r1), rows [q0, q1) of theirs; ``times``: and the same
+        chunk of each of the ``times - 1`` equal groups of requests that follow."""
         reqs = self.batch.requests[r0:r1]
         n = sum(r.seq_len for r in reqs) if kv_tokens is None else kv_tokens
         over = over or n > self.b.workspace
         rows = q1 - q0 if alloc_rows is None else alloc_rows
-        self.chunks.append(
-            Chunk(
-                requests=(r0, r1),
-                rows=(q0, q1),
-                token_start=self.row_offset[r0] + q0,
-                token_end=self.row_offset[r0] + q1,
-                kv_tokens=n,
-                logits_cols=cols,
-                logits_bytes=self.b.allocated(rows, cols, compressed),
-                gather=gather,
-                over_budget=over,
-                compressed=compressed,
-                kv_start=kv_start,
-                alloc_rows=alloc_rows,
+        size = r1 - r0
+        for k in range(r0, r0 + times * size, size):
+            self.chunks.append(
+                Chunk(
+                    requests=(k, k + size),
+                    rows=(q0, q1),
+                    token_start=self.row_offset[k] + q0,
+                    token_end=self.row_offset[k] + q1,
+                    kv_tokens=n,
+                    logits_cols=cols,
+                    logits_bytes=self.b.allocated(rows, cols, compressed),
+                    gather=gather,
+                    over_budget=over,
+                    compressed=compressed,
+                    kv_start=kv_start,
+                    alloc_rows=alloc_rows,
+                )
             )
-        )
 
-    def add_alone(self, i: int, lone: LoneSlices) -> None:
-        for s in lone.slices:
-            self.add(i, i + 1, s.q0, s.q1, s.cols, s.gather, s.over, s.compressed, s.kv_tokens)
+    def add_alone(self, i: int, lone: LoneSlices, times: int = 1) -> None:
+        """Request i sliced alone, and the ``times - 1`` identical requests after it."""
+        for k in range(i, i + times):
+            for s in lone.slices:
+                self.add(k, k + 1, s.q0, s.q1, s.cols, s.gather, s.over, s.compressed, s.kv_tokens)
 
     def result(self) -> list[Chunk]:
         return self.chunks
@@ -130,18 +136,18 @@ class ShapeBuilder:
         self.over_budget = False
 
     def add(self, r0, r1, q0, q1, cols, gather, over, compressed=False, kv_tokens=None,
-            kv_start=0, alloc_rows=None):
+            kv_start=0, alloc_rows=None, times=1):
         if kv_start:
             raise ValueError("a column-split chunk's memory depends on its neighbours: "
                              "plan it with a ChunkBuilder")
         n = sum(self.batch.seq_lens[r0:r1]) if kv_tokens is None else kv_tokens
         self.shapes[(q1 - q0, cols, compressed, alloc_rows, n, gather)] = None
-        self.num_chunks += 1
+        self.num_chunks += times
         self.over_budget = self.over_budget or over or n > self.b.workspace
 
-    def add_alone(self, i: int, lone: LoneSlices) -> None:
+    def add_alone(self, i: int, lone: LoneSlices, times: int = 1) -> None:
         self.shapes.update(lone.shapes)
-        self.num_chunks += len(lone.slices)
+        self.num_chunks += len(lone.slices) * times
         self.over_budget = self.over_budget or lone.over or lone.kv_tokens > self.b.workspace
 
     def result(self) -> "ShapeBuilder":

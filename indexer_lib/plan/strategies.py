@@ -96,7 +96,11 @@ class Budgeting:
 def _pack(batch: StepBatch, b: Budgeting, may_join, slice_alone, build,
           pack_width=None, compressed: bool = False, alloc_rows: int | None = None,
           over: bool = False, monotone: bool = False) -> None:
-    """Greedy packing in order; a request that alone breaks a limit is sliced by ``slice_alone``.
+    """Greedy packing in order; a request that alone breaks a limit is sliced by
+    ``slice_alone(i, build, times)``, together with the ``times - 1`` identical requests that
+    follow it (whether a request fits alone depends on its lengths only), and a group of
+    identical requests is repeated while the run lasts (``StepBatch.repeats``: schedulers
+    send runs of equal chunks).
 
     ``may_join(r0, r1, rows, kv, longest)`` says whether requests [r0, r1) may share a
     chunk (``longest``: their longest sequence, kept as the chunk grows, so a compressed
@@ -112,6 +116,7 @@ def _pack(batch: StepBatch, b: Budgeting, may_join, slice_alone, build,
     """
     query_lens, seq_lens = batch.query_lens, batch.seq_lens
     n_req, workspace = len(query_lens), b.workspace
+    repeats = batch.repeats
     if monotone:
         rows_after, kv_after, longest_after = batch.totals_after
     i = 0
@@ -120,8 +125,8 @@ def _pack(batch: StepBatch, b: Budgeting, may_join, slice_alone, build,
         if monotone:
             q, s = query_lens[i], seq_lens[i]
             if not (s <= workspace and may_join(i, i + 1, q, s, s)):
-                slice_alone(i, build)  # alone it breaks a limit: with the rest, too
-                i += 1
+                slice_alone(i, build, repeats[i])  # alone it breaks a limit: with the rest, too
+                i += repeats[i]
                 continue
             j, rows, kv, longest = i + 1, q, s, s
             if j < n_req and kv_after[i] <= workspace and \
@@ -135,18 +140,26 @@ def _pack(batch: StepBatch, b: Budgeting, may_join, slice_alone, build,
             else:
                 break
         if j == i:
-            slice_alone(i, build)
-            i += 1
+            slice_alone(i, build, repeats[i])
+            i += repeats[i]
         else:
             width = kv if pack_width is None else pack_width(i, j, kv, longest)
-            build.add(i, j, 0, rows, width, gather=True, over=over,
-                      compressed=compressed, kv_tokens=kv, alloc_rows=alloc_rows)
-            i = j
+            size, groups = j - i, 1
+            if j < n_req:
+                # the group stopped at a request identical to its own: while g + 1 identical
+                # requests follow, the next group asks the same questions and gets the same
+                # answers (a monotone packing's rest holds those g + 1: it is refused too)
+                while repeats[i + (groups - 1) * size] > size and repeats[i + groups * size] > size:
+                    groups += 1
+            build.add(i, j, 0, rows, width, gather=True, over=over, compressed=compressed,
+                      kv_tokens=kv, alloc_rows=alloc_rows, times=groups)
+            i += groups * size
 
 
-def _slice_equal_rows(i: int, build) -> None:
+def _slice_equal_rows(i: int, build, times: int = 1) -> None:
     """vLLM: slices of max(1, rows-within-budget) rows at the request's full width (its
-    own seq_len wide in the compressed layout)."""
+    own seq_len wide in the compressed layout); the same for the ``times - 1`` identical
+    requests after it."""
     b, r = build.b, build.batch.requests[i]
     compressed = b.compressed_only
 
@@ -158,7 +171,7 @@ def _slice_equal_rows(i: int, build) -> None:
         return [Slice(q0, min(q0 + per, r.query_len), n, q0 == 0, over, compressed, n)
                 for q0 in range(0, r.query_len, per)]
 
-    build.add_alone(i, lone_slices(b, "equal rows", r, compressed, slices))
+    build.add_alone(i, lone_slices(b, "equal rows", r, compressed, slices), times)
 
 
 def _pack_field(batch: StepBatch, b: Budgeting, may_join, build, monotone: bool = False) -> None:
@@ -179,8 +192,9 @@ def _budget_width(b: Budgeting, n: int, longest: int) -> tuple[int, bool]:
     return n, False
 
 
-def _slice_causal(i: int, build, compressed: bool) -> None:
-    """Each slice is as wide as its last row's ke (a KV prefix): early slices take more rows."""
+def _slice_causal(i: int, build, compressed: bool, times: int = 1) -> None:
+    """Each slice is as wide as its last row's ke (a KV prefix): early slices take more rows;
+    the same for the ``times - 1`` identical requests after it."""
     b, r = build.b, build.batch.requests[i]
 
     def slices() -> list[Slice]:
@@ -200,7 +214,7 @@ def _slice_causal(i: int, build, compressed: bool) -> None:
             q0 = q1
         return out
 
-    build.add_alone(i, lone_slices(b, "causal", r, compressed, slices))
+    build.add_alone(i, lone_slices(b, "causal", r, compressed, slices), times)
 
 
 def _useful_area(batch: StepBatch, r0: int, r1: int) -> int:
@@ -264,7 +278,7 @@ def plan_causal(batch: StepBatch, b: Budgeting, compressed: bool | None = None, 
         return b.within(m, pack_width(r0, r1, n, longest), compressed)
 
     # same greedy packing as vLLM, but a request alone is sliced causally
-    _pack(batch, b, may_join, lambda i, bld: _slice_causal(i, bld, compressed), build,
+    _pack(batch, b, may_join, lambda i, bld, times: _slice_causal(i, bld, compressed, times), build,
           pack_width, compressed, monotone=True)
     return build.result()
 
@@ -278,7 +292,7 @@ def plan_kv_split(batch: StepBatch, b: Budgeting, **_) -> list[Chunk]:
     KV columns into ranges, whose top-k results the executor merges per row."""
     build = ChunkBuilder(batch, b)
 
-    def slice_alone(i: int, bld: ChunkBuilder) -> None:
+    def slice_one(i: int, bld: ChunkBuilder) -> None:
         r = batch.requests[i]
         if b.within(1, r.context_len + 1):
             # the first row fits, so causal slicing meets the budget everywhere it can
@@ -288,6 +302,10 @@ def plan_kv_split(batch: StepBatch, b: Budgeting, **_) -> list[Chunk]:
                 bld.chunks.extend(probe.chunks)
                 return
         _split_columns(i, bld)
+
+    def slice_alone(i: int, bld: ChunkBuilder, times: int) -> None:
+        for k in range(i, i + times):
+            slice_one(k, bld)
 
     _pack(batch, b, lambda r0, r1, m, n, longest: b.within(m, n), slice_alone, build, monotone=True)
     return build.chunks
@@ -343,11 +361,12 @@ def plan_fixed_shape(batch: StepBatch, b: Budgeting, fixed_width: int | None = N
     def may_join(r0, r1, m, n, longest):
         return m <= rows_per and n <= width
 
-    def slice_alone(i: int, bld: ChunkBuilder) -> None:
-        r = batch.requests[i]
-        for q0 in range(0, r.query_len, rows_per):
-            bld.add(i, i + 1, q0, min(q0 + rows_per, r.query_len), width, gather=q0 == 0,
-                    over=over, kv_tokens=r.seq_len, alloc_rows=rows_per)
+    def slice_alone(i: int, bld: ChunkBuilder, times: int) -> None:
+        for k in range(i, i + times):
+            r = batch.requests[k]
+            for q0 in range(0, r.query_len, rows_per):
+                bld.add(k, k + 1, q0, min(q0 + rows_per, r.query_len), width, gather=q0 == 0,
+                        over=over, kv_tokens=r.seq_len, alloc_rows=rows_per)
 
     _pack(batch, b, may_join, slice_alone, build, lambda r0, r1, kv, longest: width,
           alloc_rows=rows_per, over=over, monotone=True)

@@ -87,6 +87,17 @@ class StepBatch:
                 list(accumulate(reversed(self.seq_lens)))[::-1] + [0],
                 list(accumulate(reversed(self.seq_lens), max))[::-1] + [0])
 
+    @cached_property
+    def repeats(self) -> list[int]:
+        """Per request: how many consecutive requests, from it on, are identical to it
+        (schedulers send runs of equal chunks; planners decide a run at once)."""
+        q, s = self.query_lens, self.seq_lens
+        out = [1] * len(q)
+        for k in range(len(q) - 2, -1, -1):
+            if q[k] == q[k + 1] and s[k] == s[k + 1]:
+                out[k] = out[k + 1] + 1
+        return out
+
     @classmethod
     def from_lengths(cls, query_lens, seq_lens, step: int = 0) -> "StepBatch":
         query_lens, seq_lens = list(query_lens), list(seq_lens)
