@@ -145,11 +145,11 @@ def _pack(batch: StepBatch, b: Budgeting, may_join, slice_alone, build,
         else:
             width = kv if pack_width is None else pack_width(i, j, kv, longest)
             size, groups = j - i, 1
-            if j < n_req:
+            if j < n_req and repeats[i] > size:
                 # the group stopped at a request identical to its own: while g + 1 identical
                 # requests follow, the next group asks the same questions and gets the same
                 # answers (a monotone packing's rest holds those g + 1: it is refused too)
-                while repeats[i + (groups - 1) * size] > size and repeats[i + groups * size] > size:
+                while repeats[i + groups * size] > size:
                     groups += 1
             build.add(i, j, 0, rows, width, gather=True, over=over, compressed=compressed,
                       kv_tokens=kv, alloc_rows=alloc_rows, times=groups)
