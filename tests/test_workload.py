@@ -106,13 +106,15 @@ def test_bad_workloads_name_the_value(kwargs, message):
         ClosedLoopWorkload(**kwargs)
 
 
-@settings(max_examples=400, deadline=None)
-@given(concurrency=st.integers(1, 40), isl=st.integers(1, 3000), osl=st.integers(1, 70),
+@settings(max_examples=1000, deadline=None)
+@given(concurrency=st.integers(1, 70), isl=st.integers(1, 3000), osl=st.integers(1, 70),
        prefix=st.integers(0, 3000), prompts=st.one_of(st.none(), st.integers(1, 90)),
        mnbt=st.integers(1, 4096), seqs=st.integers(1, 48), threshold=st.integers(0, 600),
        caching=st.booleans(), block=st.sampled_from([16, 64]), asynchronous=st.booleans())
-def test_steady_decode_steps_taken_at_once_are_the_steps_one_by_one(concurrency, isl, osl, prefix, prompts, mnbt,
-                                                                     seqs, threshold, caching, block, asynchronous):
+def test_steps_alike_taken_at_once_are_the_steps_one_by_one(concurrency, isl, osl, prefix, prompts, mnbt,
+                                                         seqs, threshold, caching, block, asynchronous):
+    # lock-step prefill chunks and steady decoding, advanced at once (skip_steady), against
+    # the scheduler run one step at a time
     workload = ClosedLoopWorkload(concurrency, isl, osl, min(prefix, isl), prompts)
     config = SchedulerConfig(mnbt, seqs, threshold, caching, block, asynchronous)
     assert list(simulate(workload, config)) == list(simulate(workload, config, skip_steady=False))

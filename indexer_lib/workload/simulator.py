@@ -108,19 +108,16 @@ def check_kv_capacity(workload: ClosedLoopWorkload, config: SchedulerConfig) -> 
         )
 
 
-def _steady_decode_steps(running: list, osl: int, arrivals, tick: int, max_tokens: int) -> int:
-    """How many coming steps only decode every running request, one token each, with nothing
-    arriving and nobody finishing: those steps are all alike (``simulate`` takes them at once)."""
-    if len(running) > max_tokens:
-        return 0
-    left = osl
-    for r in running:
-        if r.computed < r.prompt_len or r.outputs >= osl:
-            return 0
-        left = min(left, osl - r.outputs)
-    steps = left - 1  # the step in which a request finishes runs on its own
-    if arrivals:
-        steps = min(steps, arrivals[0][0] - tick)
+def _alike_steps(prefill: list, decoding: list, osl: int) -> int:
+    """How many coming steps repeat the step just advanced: each of its prefill requests takes the
+    same tokens again without completing its prompt, each decoding request one token without
+    finishing.  (With nothing arriving meanwhile, the budget left and the admission test come out
+    the same too; ``simulate`` takes such steps at once.)"""
+    steps = osl
+    for req, n in prefill:
+        steps = min(steps, (req.prompt_len - req.computed - 1) // n)
+    for req in decoding:
+        steps = min(steps, osl - 1 - req.outputs)
     return steps
 
 
@@ -149,9 +146,10 @@ def simulate(workload: ClosedLoopWorkload, config: SchedulerConfig = SchedulerCo
     for outputs in flight) is neither yielded nor counted.  Checked step for
     step against vLLM's own scheduler (``indexer_lib.workload.vllm_scheduler``).
 
-    ``skip_steady``: a run of steps that only decode every running request (nothing
-    waiting or arriving, nobody finishing) is yielded step by step but advanced at once;
-    False advances it one step at a time (the tests compare the two).
+    ``skip_steady``: a run of steps alike (the same requests take the same tokens; nobody
+    completes a prompt or finishes, nothing arrives: long prompts chunked in lock step, or
+    steady decoding) is yielded step by step but advanced at once; False advances it one
+    step at a time (the tests compare the two).
     """
     block = config.block_size
     check_kv_capacity(workload, config)
@@ -186,7 +184,6 @@ def simulate(workload: ClosedLoopWorkload, config: SchedulerConfig = SchedulerCo
         return r
 
     send(workload.concurrency)
-    decode_only = False  # the last step only decoded: the next ones may be alike
     tick = 0  # scheduling passes, empty ones included (they pace async arrivals)
     step = 0  # executed engine steps
     while waiting or running or arrivals:
@@ -195,16 +192,6 @@ def simulate(workload: ClosedLoopWorkload, config: SchedulerConfig = SchedulerCo
             send(arrivals.popleft()[1])
         if not (waiting or running):
             break
-        if skip_steady and decode_only and not waiting:
-            steady = _steady_decode_steps(running, workload.osl, arrivals, tick, config.max_num_batched_tokens)
-            if steady > 0:
-                for k in range(steady):
-                    yield ScheduledStep(step + k, None, len(running))
-                for req in running:
-                    req.computed += steady
-                    req.outputs += steady
-                step, tick = step + steady, tick + steady
-                continue  # an arrival may be due now
         budget = config.max_num_batched_tokens
         threshold = config.long_prefill_token_threshold
         cap_chunks = threshold > 0 and len(running) + len(waiting) > 1
@@ -243,8 +230,8 @@ def simulate(workload: ClosedLoopWorkload, config: SchedulerConfig = SchedulerCo
             cached_prefix = max(cached_prefix, cacheable_prefix(req, n))
 
         # async: the requests that finished in the previous step leave now
+        scheduled_with = len(running)
         running = [r for r in running if r.outputs < workload.osl]
-        decode_only = not prefill and bool(decoding)
         if prefill or decoding:
             batch = None
             if prefill:
@@ -269,4 +256,25 @@ def simulate(workload: ClosedLoopWorkload, config: SchedulerConfig = SchedulerCo
         if finished and sent < workload.total_prompts:
             delay = 2 if config.async_scheduling else 1
             arrivals.append((tick + delay, finished))
+        # the next steps repeat this one unless something changes: a request left after this
+        # step was scheduled (async; its slot freed), one finished, or one arrives
+        if skip_steady and not finished and len(running) == scheduled_with and (prefill or decoding):
+            alike = _alike_steps(prefill, decoding, workload.osl)
+            if arrivals:
+                alike = min(alike, arrivals[0][0] - tick - 1)
+            if alike > 0:
+                rids = tuple(r.rid for r, _ in prefill)
+                for k in range(alike):
+                    batch = None
+                    if prefill:
+                        batch = StepBatch(tuple(request(r.computed + k * n, n) for r, n in prefill), step)
+                    yield ScheduledStep(step, batch, len(decoding), rids)
+                    step += 1
+                for req, n in prefill:
+                    req.computed += alike * n
+                    cached_prefix = max(cached_prefix, cacheable_prefix(req, 0))
+                for req in decoding:
+                    req.computed += alike
+                    req.outputs += alike
+                tick += alike
         tick += 1
