@@ -184,12 +184,10 @@ def _pack_field(batch: StepBatch, b: Budgeting, may_join, build, monotone: bool 
           lambda r0, r1, n, longest: longest, compressed=True, monotone=monotone)
 
 
-def _budget_width(b: Budgeting, n: int, longest: int) -> tuple[int, bool]:
-    """Columns a packed chunk is counted with: its K (vLLM's M x N x 4, and every full
-    layout), or, counting a compressed-only build's padded bytes, its longest request."""
-    if b.compressed_only and b.padded:
-        return longest, True
-    return n, False
+def _counted_by_longest(b: Budgeting) -> bool:
+    """Whether a packed chunk is counted with its longest request's width (a compressed-only
+    build's padded bytes) rather than with its K (vLLM's M x N x 4, and every full layout)."""
+    return b.compressed_only and b.padded
 
 
 def _slice_causal(i: int, build, compressed: bool, times: int = 1) -> None:
@@ -232,9 +230,10 @@ def plan_n_only(batch: StepBatch, b: Budgeting, builder=ChunkBuilder, **_):
 
 def plan_vllm(batch: StepBatch, b: Budgeting, builder=ChunkBuilder, **_):
     build = builder(batch, b)
+    by_longest = _counted_by_longest(b)
 
     def may_join(r0, r1, m, n, longest):
-        return b.within(m, *_budget_width(b, n, longest))
+        return b.within(m, longest, True) if by_longest else b.within(m, n)
 
     _pack_field(batch, b, may_join, build, monotone=True)
     return build.result()
@@ -243,9 +242,10 @@ def plan_vllm(batch: StepBatch, b: Budgeting, builder=ChunkBuilder, **_):
 def plan_per_request(batch: StepBatch, b: Budgeting, pack_factor: float = 1.0, builder=ChunkBuilder, **_):
     if not pack_factor >= 1.0:
         raise ValueError(f"pack_factor {pack_factor!r}: must be >= 1 (allocated / useful area)")
+    by_longest = _counted_by_longest(b)
 
     def may_join(r0, r1, m, n, longest):
-        if not b.within(m, *_budget_width(b, n, longest)):
+        if not (b.within(m, longest, True) if by_longest else b.within(m, n)):
             return False
         # two or more requests always allocate more than they read: skip the sum at factor 1
         if r1 - r0 == 1:
@@ -522,9 +522,11 @@ def _settings(batch: StepBatch, strategy: str, budget_bytes: int | None, workspa
         options = {**options, "engine": profile}
     elif budget_bytes is None and strategy != "n-only":
         raise ValueError(f"strategy {strategy!r} needs a logits budget: budget_bytes must be > 0")
-    if budget_bytes is not None:
+    # a grid plans with the same few values thousands of times: the named checks only for the unusual
+    if budget_bytes is not None and not (type(budget_bytes) is int and budget_bytes >= 1):
         check_int("budget_bytes", budget_bytes, 1)
-    check_int("workspace_tokens", workspace_tokens, 1)
+    if not (type(workspace_tokens) is int and workspace_tokens >= 1):
+        check_int("workspace_tokens", workspace_tokens, 1)
     b = Budgeting(preset, get_rules(deepgemm_version), padded, budget_bytes, workspace_tokens)
     return _Settings(profile, deepgemm_version, padded, workspace_tokens, b, options)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import multiprocessing
+import operator
 import os
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
@@ -116,40 +117,43 @@ def worst_steps(
     ``reference`` (the CPU reference executor) or None (logits and metadata only).
     """
     schedule = batches if isinstance(batches, Schedule) else Schedule(batches)
-    # per distinct step: (stable interval, chunks, transient peak, peak, over budget)
-    known: list[tuple | None] = [None] * len(schedule.unique)
     # the same step recurs across the workloads of a grid (and a dashboard's moves): its plans are
     # kept by everything they depend on, one per budget interval
     settings = (strategy, model, deepgemm_version, padded, workspace_tokens, topk_rows, temporaries,
                 None if engine is None else get_engine(engine).name)
-    results = []
-    for budget in budgets:
-        best = None
-        max_chunks = total_chunks = 0
-        over = False
-        for k, (batch, count) in enumerate(zip(schedule.unique, schedule.count)):
-            entry = known[k]
+    deepgemm = asked_deepgemm(strategy, deepgemm_version)
+
+    def at_budgets(batch) -> list[tuple]:
+        """(stable interval, chunks, transient peak, peak, over budget) of a step at each budget."""
+        plans = _STEP_PLANS.setdefault((settings, batch.query_lens, batch.seq_lens), [])
+        row, entry = [], None
+        for budget in budgets:
             if entry is None or not _in_interval(budget, entry[0]):
-                # the lengths are tuples of ints: hashed in C, unlike the requests' dataclasses
-                plans = _STEP_PLANS.setdefault((settings, batch.query_lens, batch.seq_lens), [])
-                entry = next((e for e in plans if _in_interval(budget, e[0])), None)
+                entry = None
+                for known in plans:
+                    if _in_interval(budget, known[0]):
+                        entry = known
+                        break
                 if entry is None:
-                    entry = _plan_step(batch, strategy, budget, workspace_tokens, model,
-                                       asked_deepgemm(strategy, deepgemm_version), padded, engine,
-                                       topk_rows, temporaries)
+                    entry = _plan_step(batch, strategy, budget, workspace_tokens, model, deepgemm, padded,
+                                       engine, topk_rows, temporaries)
                     plans.append(entry)
-                known[k] = entry
-            _, chunks, transient, peak, over_step = entry
-            max_chunks = max(max_chunks, chunks)
-            total_chunks += chunks * count
-            over = over or over_step
-            # ties go to the earliest step (distinct steps are in order of first occurrence)
-            if best is None or transient > best[1]:
-                best = (batch, transient, chunks, peak)
-        batch, transient, chunks, peak = best
-        results.append(WorstStep(strategy, budget, batch.step, batch.num_rows,
-                                 batch.num_kv_tokens, chunks, peak, transient, max_chunks,
-                                 total_chunks, over))
+            row.append(entry)
+        return row
+
+    # per distinct step (in order of first occurrence), its entry at each budget
+    steps = [at_budgets(batch) for batch in schedule.unique]
+    results = []
+    for i, budget in enumerate(budgets):
+        column = [step[i] for step in steps]
+        chunks = [e[1] for e in column]
+        transients = [e[2] for e in column]
+        worst = transients.index(max(transients))  # ties go to the earliest step
+        batch, entry = schedule.unique[worst], column[worst]
+        results.append(WorstStep(strategy, budget, batch.step, batch.num_rows, batch.num_kv_tokens,
+                                 entry[1], entry[3], entry[2], max(chunks),
+                                 sum(map(operator.mul, chunks, schedule.count)),
+                                 any(e[4] for e in column)))
     return results
 
 

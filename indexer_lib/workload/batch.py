@@ -7,7 +7,6 @@ but go to the decode path, so they are not part of a step batch.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 from itertools import accumulate
 
 
@@ -53,6 +52,20 @@ class PrefillRequest:
         return cls(seq_len - query_len, query_len)
 
 
+class _once:
+    """A property computed once per object, like ``functools.cached_property`` without its lock
+    (Python 3.11 takes one on every first access: costly over a grid's millions of batches)."""
+
+    def __init__(self, fn):
+        self.fn, self.name, self.__doc__ = fn, fn.__name__, fn.__doc__
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self
+        value = obj.__dict__[self.name] = self.fn(obj)  # found first from now on
+        return value
+
+
 @dataclass(frozen=True)
 class StepBatch:
     """The prefill requests of one engine step, in the scheduler's order."""
@@ -61,33 +74,29 @@ class StepBatch:
     step: int = 0  # engine step index in the schedule that produced it
 
     def __post_init__(self):
-        object.__setattr__(self, "requests", tuple(self.requests))
+        requests = tuple(self.requests)
+        object.__setattr__(self, "requests", requests)
+        # every batch is grouped by its lengths (tuples of ints, hashed in C), and planners read them
+        object.__setattr__(self, "query_lens", tuple([r.query_len for r in requests]))
+        object.__setattr__(self, "seq_lens", tuple([r.context_len + r.query_len for r in requests]))
 
     # computed once per batch: planners ask for them millions of times in a sweep
-    @cached_property
+    @_once
     def num_rows(self) -> int:
-        return sum(r.query_len for r in self.requests)
+        return sum(self.query_lens)
 
-    @cached_property
+    @_once
     def num_kv_tokens(self) -> int:
-        return sum(r.seq_len for r in self.requests)
+        return sum(self.seq_lens)
 
-    @cached_property
-    def query_lens(self) -> tuple[int, ...]:
-        return tuple(r.query_len for r in self.requests)
-
-    @cached_property
-    def seq_lens(self) -> tuple[int, ...]:
-        return tuple(r.seq_len for r in self.requests)
-
-    @cached_property
+    @_once
     def totals_after(self) -> tuple[list[int], list[int], list[int]]:
         """From request k to the end: rows, KV tokens and the longest sequence (k = len: none)."""
         return (list(accumulate(reversed(self.query_lens)))[::-1] + [0],
                 list(accumulate(reversed(self.seq_lens)))[::-1] + [0],
                 list(accumulate(reversed(self.seq_lens), max))[::-1] + [0])
 
-    @cached_property
+    @_once
     def repeats(self) -> list[int]:
         """Per request: how many consecutive requests, from it on, are identical to it
         (schedulers send runs of equal chunks; planners decide a run at once)."""
