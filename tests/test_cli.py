@@ -115,6 +115,21 @@ def test_frontier_writes_a_tidy_table(tmp_path, capsys):
     assert not latest["oom"].any() and (latest["peak_transient_gib"] < 1).all()
 
 
+@pytest.mark.parametrize("model, longest", [("glm-5", 202_752), ("deepseek-v3.2", 163_840)])
+def test_frontier_default_isl_axis_reaches_the_models_max_model_len(model, longest, tmp_path, capsys):
+    import pandas as pd
+
+    out = tmp_path / "f.csv"
+    code, stdout, _ = run(capsys, "frontier", "--model", model, "--concurrency", "1", "--budget-mb", "64",
+                          "--strategy", "vllm", "--osl", "1", "--out", str(out))
+    table = pd.read_csv(out)
+    assert code == 0
+    assert sorted(table["isl"]) == [2048, 4096, 8192, 10240, 16384, 32768, 65536, 131072, longest]
+    # two prompts of max_model_len, one after the other, in 8K-token steps: more chunks than at 2K
+    chunks = table.set_index("isl")["total_chunks"]
+    assert chunks[longest] > chunks[2048]
+
+
 def test_frontier_bad_value_is_one_line(capsys, tmp_path):
     code, _, err = run(capsys, "frontier", "--concurrency", "0", "--out", str(tmp_path / "x.csv"))
     assert code == 2 and "concurrency 0" in err and len(err.strip().splitlines()) == 1

@@ -206,6 +206,9 @@ def test_a_strategy_without_a_budget_is_planned_traced_and_measured_once():
     assert ids and not any("budget" in i for i in ids)
     frame = sweep.to_frame(list(sweep.model_rows(grid)))
     assert len(frame) == grid.num_rows == 2 + 3 * 2
-    # the default frontier grid: 48 n-only rows instead of 288 (one per budget before)
-    grid = frontier.FrontierGrid()
+    # the frontier grid of issue 15's baseline (ISL to 32K): 48 n-only rows instead of 288 (one per
+    # budget before); the default grid now reaches GLM-5's max_model_len: 72 workloads
+    grid = frontier.FrontierGrid(isl=(2048, 4096, 8192, 10240, 16384, 32768))
     assert grid.num_points == 48 * (1 + 3 * 6) == 912
+    grid = frontier.FrontierGrid()
+    assert grid.isl[-3:] == (65536, 131072, 202752) and grid.num_points == 72 * (1 + 3 * 6)

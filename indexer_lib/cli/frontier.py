@@ -14,7 +14,9 @@ def register(subparsers) -> None:
     f = subparsers.add_parser("frontier", help="model the OOM frontier over a grid; write a table")
     f.add_argument("--model", default=g.model)
     f.add_argument("--concurrency", type=int_list, default=list(g.concurrency))
-    f.add_argument("--isl", type=int_list, default=list(g.isl))
+    f.add_argument("--isl", type=int_list, default=None,
+                   help="prompt lengths (default: 2048 up to the model's max_model_len, "
+                        f"{', '.join(map(str, g.isl))} for {g.model})")
     f.add_argument("--osl", type=int, default=g.osl)
     f.add_argument("--budget-mb", type=number_list, default=list(g.budget_mb))
     f.add_argument("--strategy", type=str_list, default=list(g.strategy))
@@ -50,7 +52,8 @@ def cmd_frontier(args) -> int:
 
     check_table_path(args.out)  # before the work, so a bad path loses nothing
     grid = FrontierGrid(
-        model=args.model, concurrency=tuple(args.concurrency), isl=tuple(args.isl),
+        model=args.model, concurrency=tuple(args.concurrency),
+        isl=None if args.isl is None else tuple(args.isl),
         osl=args.osl, budget_mb=tuple(args.budget_mb), strategy=tuple(args.strategy),
         free_gib=tuple(args.free_gib), shared_prefix=args.shared_prefix,
         max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs,

@@ -216,11 +216,23 @@ def check_isl(model: str, isls) -> None:
         raise ValueError(f"isl {too_long[0]} > max_model_len {max_len} of {model}")
 
 
+# the default ISL axis below a model's max_model_len: the reported failures' 10,240, then
+# powers of two up to 128K (docs/design.md#long-contexts)
+ISL_STEPS = (2048, 4096, 8192, 10240, 16384, 32768, 65536, 131072)
+
+
+def default_isl(model: str) -> tuple[int, ...]:
+    """The default ISL axis of a model's grids: 2,048 up to its ``max_model_len`` (GLM-5 202,752,
+    DeepSeek-V3.2 163,840), where the budgeted strategies' frontiers part."""
+    longest = get_model(model).max_model_len
+    return tuple(i for i in ISL_STEPS if i < longest) + (longest,)
+
+
 @dataclass(frozen=True)
 class FrontierGrid:
     model: str = "glm-5"
     concurrency: tuple[int, ...] = (1, 4, 8, 16, 24, 32, 48, 64)
-    isl: tuple[int, ...] = (2048, 4096, 8192, 10240, 16384, 32768)
+    isl: tuple[int, ...] | None = None  # None: default_isl(model), 2,048 up to max_model_len
     osl: int = 64
     budget_mb: tuple[float, ...] = (64, 128, 256, 512, 1024, 2048)
     strategy: tuple[str, ...] = ("n-only", "vllm", "per-request", "causal")
@@ -242,6 +254,8 @@ class FrontierGrid:
 
     def __post_init__(self):
         get_model(self.model)
+        if self.isl is None:
+            object.__setattr__(self, "isl", default_isl(self.model))
         check_source(self.workload_source)
         if self.temporaries not in TEMPORARIES:
             raise ValueError(f"temporaries {self.temporaries!r}: must be one of "
