@@ -25,7 +25,7 @@ CASES = [
     ("01_oom_frontier", "model", "llama-3", "must be one of deepseek-v3.2, glm-5"),
     ("01_oom_frontier", "free_gib", float("inf"), "must be a finite number"),
     ("01_oom_frontier", "isl", [2048, 300000], "longer than glm-5's max_model_len"),
-    ("01_oom_frontier", "shared_prefix", 65536, "longer than every isl"),
+    ("01_oom_frontier", "shared_prefix", 300_000, "longer than every isl (at most 202752)"),
     ("01_oom_frontier", "osl", 1.5, "must be a whole number"),
     ("02_chunk_overhead", "budget_mb", [64, 0], "= 0: must be > 0"),
     ("02_chunk_overhead", "model", "gpt-4", "must be one of"),

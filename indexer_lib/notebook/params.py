@@ -23,7 +23,8 @@ class ParameterError(ValueError):
     """A bad notebook parameter (one line: notebook, name, rule)."""
 
 
-# kind, rule: kinds are int, number, str, str? (a string or None), bool, ints, numbers, strs (lists)
+# kind, rule: kinds are int, number, str, str? (a string or None), bool, ints, numbers, strs (lists),
+# ints? (a list or None)
 _COMMON = {
     "model": ("str", tuple(MODELS)),
     "free_gib": ("number", ">=0"),
@@ -46,10 +47,13 @@ _GRID = {
 }
 SPECS = {
     "01_oom_frontier": {**_COMMON, **_GRID,
+                        # null: 2,048 up to the model's max_model_len (frontier.default_isl)
+                        "isl": ("ints?", ">0"),
                         "mode": ("str", MODES), "backend": ("str", None),
                         "workload_source": ("str", WORKLOAD_SOURCES),
                         "engines": ("strs", "engine release"),
-                        "long_concurrency": ("ints", ">0"), "long_isl": ("ints", ">0"),
+                        "long_concurrency": ("ints", ">0"),
+                        "long_isl": ("ints?", ">0"),  # null: 131,072 and max_model_len
                         "long_budget_mb": ("numbers", ">0"),
                         # the frontier sweep on a Ray cluster (the cluster extra): None starts a
                         # local instance, "auto" joins this machine's cluster, "ray://HOST:PORT"
@@ -80,13 +84,16 @@ def _kind_ok(kind: str, value) -> bool:
               "str?": lambda v: v is None or isinstance(v, str), "bool": lambda v: isinstance(v, bool)}
     if kind in single:
         return single[kind](value)
-    item = single[{"ints": "int", "numbers": "number", "strs": "str"}[kind]]
+    if kind == "ints?" and value is None:
+        return True
+    item = single[{"ints": "int", "ints?": "int", "numbers": "number", "strs": "str"}[kind]]
     return isinstance(value, (list, tuple)) and len(value) > 0 and all(item(v) for v in value)
 
 
 _KIND_WORDS = {"int": "a whole number", "number": "a number", "str": "a string",
                "str?": "a string or null",
                "bool": "true or false", "ints": "a non-empty list of whole numbers",
+               "ints?": "a non-empty list of whole numbers, or null",
                "numbers": "a non-empty list of numbers", "strs": "a non-empty list of strings"}
 
 
@@ -102,7 +109,7 @@ def check_one(notebook: str, name: str, value) -> None:
     if kind in ("number", "numbers") and not all(math.isfinite(v) for v in values):
         raise ParameterError(f"{where} = {value!r}: must be a finite number")
     for v in values:
-        if v is None and kind == "str?":
+        if v is None and kind in ("str?", "ints?"):
             continue
         if isinstance(rule, tuple) and v not in rule:
             raise ParameterError(f"{where} = {v!r}: must be one of {', '.join(rule)}")
@@ -137,15 +144,20 @@ def check_together(notebook: str, values: dict) -> None:
     """Values that are each fine but impossible together (or on this machine)."""
     where = f"{notebook}.ipynb parameter"
     for name in ("isl", "long_isl"):
-        if name in values and "model" in values:
+        if values.get(name) is not None and "model" in values:
             limit = MODELS[values["model"]].max_model_len
             too_long = [i for i in values[name] if i > limit]
             if too_long:
                 raise ParameterError(f"{where} {name!r} = {too_long[0]!r}: longer than "
                                      f"{values['model']}'s max_model_len {limit}")
-    if "shared_prefix" in values and "isl" in values and values["shared_prefix"] > max(values["isl"]):
+    isl = values.get("isl")
+    if isl is None and "model" in values:
+        from ..study.frontier import default_isl
+
+        isl = default_isl(values["model"])
+    if "shared_prefix" in values and isl is not None and values["shared_prefix"] > max(isl):
         raise ParameterError(f"{where} 'shared_prefix' = {values['shared_prefix']!r}: longer than "
-                             f"every isl (at most {max(values['isl'])}), so no point is left")
+                             f"every isl (at most {max(isl)}), so no point is left")
     on_ray = values.get("executor") == "ray"
     if on_ray and values.get("mode") == "trace":
         raise ParameterError(f"{where} 'executor' = 'ray': runs model and measure sweeps; "
