@@ -13,6 +13,7 @@ from .live_candidates import LiveCandidates
 from .live_heatmap import LiveHeatmap
 from ..engines import DEFAULT_ENGINE, engine_names, get_engine
 from ..study import frontier, sweep
+from ..study.gc_pause import collector_paused
 from ..plan import ALL_STRATEGIES
 from ..shapes import MODELS
 
@@ -24,12 +25,13 @@ class FrontierDashboard:
     BUDGETS = (32, 64, 128, 256, 512, 1024, 2048, 4096)
     TOKENS = (2048, 4096, 8192, 16384, 32768)
 
-    def __init__(self, concurrency=(1, 4, 8, 16, 24, 32, 48, 64),
-                 isl=(2048, 4096, 8192, 10240, 16384, 32768), model="glm-5", free_gib=2.63,
+    def __init__(self, concurrency=(1, 4, 8, 16, 24, 32, 48, 64), isl=None, model="glm-5", free_gib=2.63,
                  budget_mb=512, strategy="vllm", max_num_batched_tokens=8192, shared_prefix=0,
                  osl=64, long_prefill_token_threshold=256, deepgemm_version=None,
                  workload_source="simulator", engine=DEFAULT_ENGINE):
-        self.concurrency, self.isl = tuple(concurrency), tuple(isl)
+        # isl None: the axis follows the model, 2,048 up to its max_model_len (frontier.default_isl)
+        self.isl_given = None if isl is None else tuple(isl)
+        self.concurrency, self.isl = tuple(concurrency), self.isl_axis(model)
         self.fixed = {"osl": (osl,), "long_prefill_token_threshold": (long_prefill_token_threshold,),
                       "deepgemm_version": deepgemm_version, "workload_source": workload_source}
         budgets = sorted(set(self.BUDGETS) | {budget_mb})
@@ -66,6 +68,9 @@ class FrontierDashboard:
     def state(self) -> dict:
         return {name: c.value for name, c in self.controls.items()}
 
+    def isl_axis(self, model: str) -> tuple[int, ...]:
+        return self.isl_given if self.isl_given is not None else frontier.default_isl(model)
+
     PLANNED = 16  # planned settings kept, so that moving back to one is instant
 
     def compute(self, state: dict):
@@ -85,7 +90,8 @@ class FrontierDashboard:
                 budget_mb=(state["budget_mb"],), strategy=(state["strategy"],), free_gib=(free,),
                 shared_prefix=(state["shared_prefix"],), max_num_batched_tokens=(state["max_num_batched_tokens"],),
                 engine=(state["engine"],), **self.fixed)
-            frame = sweep.to_frame(list(sweep.model_rows(grid)))
+            with collector_paused():  # the caches this dashboard fills are large: no full passes
+                frame = sweep.to_frame(list(sweep.model_rows(grid)))
             self.planned[key] = frame
             while len(self.planned) > self.PLANNED:
                 self.planned.pop(next(iter(self.planned)))
@@ -94,6 +100,9 @@ class FrontierDashboard:
 
     def update(self) -> None:
         state = self.state()
+        isl = self.isl_axis(state["model"])
+        if isl != self.isl:  # another model's max_model_len: the panel is laid out again
+            self.isl, self.view = isl, LiveHeatmap(self.concurrency, isl)
         self.frame = self.compute(state)
         self.image.value = self.view.render(self.frame, state["strategy"], state["budget_mb"],
                                             round(state["free_gib"], 4), state["model"], state["engine"])

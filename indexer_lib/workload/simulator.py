@@ -264,10 +264,20 @@ def simulate(workload: ClosedLoopWorkload, config: SchedulerConfig = SchedulerCo
                 alike = min(alike, arrivals[0][0] - tick - 1)
             if alike > 0:
                 rids = tuple(r.rid for r, _ in prefill)
+                # requests in lock step take the same chunk: one request shape per run of them
+                same: list[list] = []  # [context, tokens, how many in a row]
+                for req, n in prefill:
+                    if same and same[-1][0] == req.computed and same[-1][1] == n:
+                        same[-1][2] += 1
+                    else:
+                        same.append([req.computed, n, 1])
                 for k in range(alike):
                     batch = None
                     if prefill:
-                        batch = StepBatch(tuple(request(r.computed + k * n, n) for r, n in prefill), step)
+                        requests = []
+                        for context, n, count in same:
+                            requests += [request(context + k * n, n)] * count
+                        batch = StepBatch(tuple(requests), step)
                     yield ScheduledStep(step, batch, len(decoding), rids)
                     step += 1
                 for req, n in prefill:
