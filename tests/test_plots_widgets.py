@@ -186,6 +186,30 @@ def test_the_live_heatmap_shows_the_rows_and_a_free_memory_move_draws_what_a_ful
     assert moved == fresh and Image.open(__import__("io").BytesIO(moved)).size == (630, 396)
 
 
+def test_the_dashboards_default_isl_axis_follows_the_models_max_model_len():
+    from indexer_lib.notebook.widgets import FrontierDashboard
+
+    dash = FrontierDashboard(concurrency=(1, 8), budget_mb=512, strategy="vllm")
+    assert dash.isl[-3:] == (65536, 131072, 202752)
+    assert sorted(set(dash.frame["isl"])) == list(dash.isl)
+    first = dash.view
+    dash.controls["model"].value = "deepseek-v3.2"  # a shorter max_model_len: the panel is laid out again
+    assert "cannot compute" not in dash.status.value and dash.view is not first
+    assert dash.isl[-1] == 163_840 and sorted(set(dash.frame["isl"])) == list(dash.isl)
+    assert dash.view.isls == list(dash.isl)
+    # past 64K the strategies part: without a budget one long prompt (its 8K-token chunks against
+    # the whole context) runs out of 2.63 GiB; with one, it fits
+    dash.controls["strategy"].value = "n-only"
+    alone = dash.frame[dash.frame["concurrency"] == 1]
+    assert alone[alone["isl"] >= 131072]["oom"].all() and not alone[alone["isl"] <= 65536]["oom"].any()
+    dash.controls["strategy"].value = "vllm"
+    assert not dash.frame["oom"].any()
+    # an axis given stays as given
+    fixed = FrontierDashboard(concurrency=(1,), isl=(2048, 4096), budget_mb=512)
+    fixed.controls["model"].value = "deepseek-v3.2"
+    assert fixed.isl == (2048, 4096) and sorted(set(fixed.frame["isl"])) == [2048, 4096]
+
+
 def test_every_dashboard_figure_is_pixel_for_pixel_a_full_redraw():
     """The live heatmap draws only what a change touches (over saved copies of the rest), in
     the order a full draw takes: each figure equals the whole figure drawn afresh.  The moves

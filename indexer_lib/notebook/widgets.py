@@ -13,7 +13,7 @@ from .live_candidates import LiveCandidates
 from .live_heatmap import LiveHeatmap
 from ..engines import DEFAULT_ENGINE, engine_names, get_engine
 from ..study import frontier, sweep
-from ..study.gc_pause import collector_paused
+from ..study.gc_pause import young_only
 from ..plan import ALL_STRATEGIES
 from ..shapes import MODELS
 
@@ -90,8 +90,7 @@ class FrontierDashboard:
                 budget_mb=(state["budget_mb"],), strategy=(state["strategy"],), free_gib=(free,),
                 shared_prefix=(state["shared_prefix"],), max_num_batched_tokens=(state["max_num_batched_tokens"],),
                 engine=(state["engine"],), **self.fixed)
-            with collector_paused():  # the caches this dashboard fills are large: no full passes
-                frame = sweep.to_frame(list(sweep.model_rows(grid)))
+            frame = sweep.to_frame(list(sweep.model_rows(grid)))
             self.planned[key] = frame
             while len(self.planned) > self.PLANNED:
                 self.planned.pop(next(iter(self.planned)))
@@ -99,6 +98,10 @@ class FrontierDashboard:
         return frame if "free_gib" in dict(key) else sweep.at_free_memory(frame, free)
 
     def update(self) -> None:
+        with young_only():  # the caches grow large: collections walk only what this change makes
+            self._update()
+
+    def _update(self) -> None:
         state = self.state()
         isl = self.isl_axis(state["model"])
         if isl != self.isl:  # another model's max_model_len: the panel is laid out again
