@@ -7,13 +7,18 @@ The earlier commit is checked out into a temporary git worktree; every measureme
 its own process (``PYTHONPATH`` pointing at one checkout or the other), before and after
 alternating, so machine noise falls on both.  Measured, one process each:
 
-- the dashboard (``FrontierDashboard``, default 8 x 6 grid): each control changed at least
-  20 times, p50 and p95 of the time until its figure and table are recomputed; notebook
-  04's ``AutoDashboard``: 20 free-GiB moves;
-- ``frontier_rows`` on the default grid (1152 points) and on the long-context grid (GLM-5,
-  ISL 4K-202,752 x concurrency 1-64, 1008 points); since n-only's rows are stored once per
-  workload instead of once per budget, the same grids give 912 and 798 rows (the same plans);
-- with ``--main``: the headless main job (``scripts/run_notebooks.py``, default parameters).
+- the dashboard (``FrontierDashboard``) on issue 15's 8 x 6 grid (ISL to 32K): each control
+  changed at least 20 times, p50 and p95 of the time until its figure and table are
+  recomputed; notebook 04's ``AutoDashboard``: 20 free-GiB moves;
+- ``frontier_rows`` on issue 15's default grid (ISL to 32K, 1152 points) and on the
+  long-context grid (GLM-5, ISL 4K-202,752 x concurrency 1-64, 1008 points); since n-only's
+  rows are stored once per workload instead of once per budget, the same grids give 912 and
+  798 rows (the same plans);
+- this checkout only (the earlier code takes minutes on them): the dashboard and
+  ``frontier_rows`` on today's default grids, whose ISL axis reaches GLM-5's max_model_len
+  (8 x 9 and 1368 points);
+- with ``--main``: the headless main job (``scripts/run_notebooks.py``, default parameters;
+  since the default ISL axis reaches max_model_len, the two checkouts run different grids).
 
 Each figure is printed next to the goal of issue 15 and the ratio before / after.
 """
@@ -31,8 +36,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 GOALS_MS = {"dashboard p95": 150, "dashboard free GiB p95": 60, "frontier default grid": 1000,
-            "frontier long-context grid": 2000, "main job": 180_000}
-DEFAULT_ISL = (2048, 4096, 8192, 10240, 16384, 32768)  # the default grid's, 1152 points
+            "frontier long-context grid": 2000, "main job": 180_000}  # issue 15's
+DEFAULT_ISL = (2048, 4096, 8192, 10240, 16384, 32768)  # issue 15's default grid, 1152 points
+AFTER_ONLY = ("dashboard-max-model-len", "frontier-max-model-len")  # the earlier code takes minutes
 LONG_CONTEXT = dict(model="glm-5", isl=(4096, 16384, 32768, 65536, 131072, 202752),
                     concurrency=(1, 2, 4, 8, 16, 32, 64))
 
@@ -49,10 +55,16 @@ def measure(kind: str) -> dict:
         start = time.perf_counter()
         n = len(list(frontier_rows(FrontierGrid(**LONG_CONTEXT))))
         return {"frontier long-context grid": [1e3 * (time.perf_counter() - start)], "points": n}
-    if kind == "dashboard":
+    if kind == "frontier-max-model-len":
+        start = time.perf_counter()
+        n = len(list(frontier_rows(FrontierGrid())))
+        return {"frontier default grid to max_model_len": [1e3 * (time.perf_counter() - start)], "points": n}
+    if kind in ("dashboard", "dashboard-max-model-len"):
         from indexer_lib.notebook.widgets import FrontierDashboard
 
-        dash = FrontierDashboard()
+        long_axis = kind == "dashboard-max-model-len"
+        dash = FrontierDashboard() if long_axis else FrontierDashboard(isl=DEFAULT_ISL)
+        prefix = "dashboard to max_model_len" if long_axis else "dashboard"
         moves = {"budget_mb": [64, 128, 256, 512, 1024, 2048],
                  "strategy": ["vllm", "causal", "per-request", "n-only"],
                  "free_gib": [1.0, 2.0, 2.63, 4.0, 8.0, 16.0],
@@ -69,7 +81,9 @@ def measure(kind: str) -> dict:
                 start = time.perf_counter()
                 control.value = value
                 times.append(1e3 * (time.perf_counter() - start))
-            out[f"dashboard {name}"] = times
+            out[f"{prefix} {name}"] = times
+        if long_axis:
+            return out
         from indexer_lib.notebook.widgets import AutoDashboard
 
         auto = AutoDashboard()  # notebook 04's widget: candidates evaluated once per deployment
@@ -116,7 +130,8 @@ def main() -> int:
         return 0
     if args.repeats < 1:
         p.error(f"--repeats {args.repeats}: must be >= 1")
-    kinds = ["dashboard", "frontier-default", "frontier-long"] + (["main"] if args.main else [])
+    kinds = ["dashboard", "frontier-default", "frontier-long", "dashboard-max-model-len",
+             "frontier-max-model-len"] + (["main"] if args.main else [])
     with tempfile.TemporaryDirectory() as tmp:
         before = Path(tmp) / "before"
         subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "-q", str(before), args.before],
@@ -125,7 +140,10 @@ def main() -> int:
             results = {"before": {}, "after": {}}
             for round_ in range(args.repeats):
                 for kind in kinds:
-                    for side, checkout in (("before", before), ("after", REPO))[::1 if round_ % 2 == 0 else -1]:
+                    sides = (("before", before), ("after", REPO))[::1 if round_ % 2 == 0 else -1]
+                    for side, checkout in sides:
+                        if side == "before" and kind in AFTER_ONLY:
+                            continue
                         for key, values in run_worker(checkout, kind).items():
                             if isinstance(values, list):
                                 results[side].setdefault(key, []).extend(values)
@@ -138,7 +156,7 @@ def main() -> int:
     print(f"{'what':<40} {'before p50/p95 ms':>20} {'after p50/p95 ms':>20} {'ratio p95':>10} {'goal ms':>8}")
     for key in results["after"]:
         b, a = results["before"].get(key, []), results["after"][key]
-        goal = GOALS_MS.get(key, GOALS_MS["dashboard free GiB p95"] if key.endswith("dashboard free_gib")
+        goal = GOALS_MS.get(key, GOALS_MS["dashboard free GiB p95"] if key.endswith("free_gib")
                             else GOALS_MS["dashboard p95"] if "dashboard" in key else None)
         bp = f"{statistics.median(b):.0f}/{percentile(b, 0.95):.0f}" if b else "-"
         ratio = f"{percentile(b, 0.95) / percentile(a, 0.95):.1f}x" if b else "-"
