@@ -13,7 +13,7 @@ from .live_candidates import LiveCandidates
 from .live_heatmap import LiveHeatmap
 from ..engines import DEFAULT_ENGINE, engine_names, get_engine
 from ..study import frontier, sweep
-from ..study.gc_pause import young_only
+from ..study.collector import young_only
 from ..plan import ALL_STRATEGIES
 from ..shapes import MODELS
 

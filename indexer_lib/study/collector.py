@@ -1,4 +1,4 @@
-"""Planning without the cyclic garbage collector's passes over everything kept alive.
+"""The cyclic garbage collector, kept off the caches a dashboard holds.
 
 A dashboard keeps hundreds of thousands of plans, schedules and requests in its caches.
 CPython's collector walks the older objects again every so many new ones, and a full pass
