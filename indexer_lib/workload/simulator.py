@@ -109,16 +109,12 @@ def check_kv_capacity(workload: ClosedLoopWorkload, config: SchedulerConfig) -> 
 
 
 def _alike_steps(prefill: list, decoding: list, osl: int) -> int:
-    """How many coming steps repeat the step just advanced: each of its prefill requests takes the
-    same tokens again without completing its prompt, each decoding request one token without
-    finishing.  (With nothing arriving meanwhile, the budget left and the admission test come out
-    the same too; ``simulate`` takes such steps at once.)"""
-    steps = osl
-    for req, n in prefill:
-        steps = min(steps, (req.prompt_len - req.computed - 1) // n)
-    for req in decoding:
-        steps = min(steps, osl - 1 - req.outputs)
-    return steps
+    """How many coming steps repeat the step just advanced (which scheduled someone): each of its
+    prefill requests takes the same tokens again without completing its prompt, each decoding
+    request one token without finishing.  (With nothing arriving meanwhile, the budget left and
+    the admission test come out the same too; ``simulate`` takes such steps at once.)"""
+    return min([(req.prompt_len - req.computed - 1) // n for req, n in prefill]
+               + [osl - 1 - req.outputs for req in decoding])
 
 
 def simulate(workload: ClosedLoopWorkload, config: SchedulerConfig = SchedulerConfig(),
