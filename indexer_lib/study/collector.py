@@ -1,4 +1,4 @@
-"""The cyclic garbage collector, kept off the caches a dashboard holds.
+"""The cyclic garbage collector, kept off the plans a grid or a dashboard keeps.
 
 A dashboard keeps hundreds of thousands of plans, schedules and requests in its caches.
 CPython's collector walks the older objects again every so many new ones, and a full pass

@@ -19,6 +19,7 @@ from ..padding import get_rules
 from ..plan import (SHAPE_STRATEGIES, asked_deepgemm, check_layout, check_strategy, make_plan, plan_shapes,
                     strategy_budget_bytes)
 from ..shapes import GIB, MIB, budget_bytes_from_mb, free_bytes_from_gib, get_model
+from .collector import young_only
 from ..engines import DEFAULT_ENGINE, get_engine, process_budget
 from ..workload import (MAX_CONCURRENCY, MAX_OSL, ClosedLoopWorkload, SchedulerConfig, StepBatch, check_int,
                         check_source, scheduled_steps)
@@ -286,6 +287,11 @@ class FrontierGrid:
 
 def workload_rows(grid: FrontierGrid, conc: int, isl: int) -> list[dict]:
     """The rows of one workload (concurrency x ISL): every budget, strategy and free GiB."""
+    with young_only():  # the plans kept for the grid's other workloads are not walked again
+        return _workload_rows(grid, conc, isl)
+
+
+def _workload_rows(grid: FrontierGrid, conc: int, isl: int) -> list[dict]:
     workload = ClosedLoopWorkload(conc, isl, grid.osl, grid.shared_prefix)
     batches = Schedule(prefill_batches(workload, grid.scheduler, grid.workload_source))
     rows = []
