@@ -16,7 +16,7 @@ from ..padding import DEFAULT_DEEPGEMM_VERSION, PaddingRules, get_rules
 from ..shapes import ModelPreset, budget_bytes_from_mb, get_model
 from ..workload import StepBatch, check_int
 from .builders import ChunkBuilder, ShapeBuilder, Slice, lone_slices
-from .chunks import Chunk, Plan
+from .chunks import Chunk, Plan, made_fast
 
 
 class Budgeting:
@@ -561,12 +561,13 @@ def _checked_settings(strategy: str, workspace_tokens: int | None, model: str, d
 def _plan(batch: StepBatch, strategy: str, budget_bytes: int | None, model: str, s: _Settings,
           chunks) -> Plan:
     profile = s.profile
-    return Plan(strategy, batch, model, s.deepgemm_version, s.padded, budget_bytes,
-                s.workspace_tokens, tuple(chunks), (s.budgeting.stable_low, s.budgeting.stable_high),
-                engine=None if profile is None else profile.name,
-                workspace_lifetime="persistent" if profile is None else profile.workspace_lifetime,
-                topk_output="persistent" if profile is None else profile.topk_output,
-                logits_alive=profile.logits_alive if strategy == "engine" else 1)
+    return made_fast(Plan, strategy=strategy, batch=batch, model=model, deepgemm_version=s.deepgemm_version,
+                     padded=s.padded, budget_bytes=budget_bytes, workspace_tokens=s.workspace_tokens,
+                     chunks=tuple(chunks), budget_stable=(s.budgeting.stable_low, s.budgeting.stable_high),
+                     engine=None if profile is None else profile.name,
+                     workspace_lifetime="persistent" if profile is None else profile.workspace_lifetime,
+                     topk_output="persistent" if profile is None else profile.topk_output,
+                     logits_alive=profile.logits_alive if strategy == "engine" else 1)
 
 
 def make_plan(
