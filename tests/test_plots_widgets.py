@@ -204,6 +204,16 @@ def test_the_dashboards_default_isl_axis_follows_the_models_max_model_len():
     assert alone[alone["isl"] >= 131072]["oom"].all() and not alone[alone["isl"] <= 65536]["oom"].any()
     dash.controls["strategy"].value = "vllm"
     assert not dash.frame["oom"].any()
+    # a shared prefix past every ISL of the new model's axis comes down to its max_model_len
+    dash.controls["model"].value = "glm-5"
+    assert dash.controls["shared_prefix"].max == 202_752
+    dash.controls["shared_prefix"].value = 180_224
+    assert set(dash.frame["isl"]) == {202_752}  # the only prompt longer than the prefix
+    updates = dash.updates
+    dash.controls["model"].value = "deepseek-v3.2"
+    assert dash.updates == updates + 1 and "cannot compute" not in dash.status.value
+    assert dash.controls["shared_prefix"].value == dash.controls["shared_prefix"].max == 163_840
+    assert set(dash.frame["isl"]) == {163_840} and set(dash.frame["shared_prefix"]) == {163_840}
     # an axis given stays as given
     fixed = FrontierDashboard(concurrency=(1,), isl=(2048, 4096), budget_mb=512)
     fixed.controls["model"].value = "deepseek-v3.2"

@@ -102,10 +102,11 @@ class FrontierDashboard:
             self._update()
 
     def _update(self) -> None:
-        state = self.state()
-        isl = self.isl_axis(state["model"])
+        isl = self.isl_axis(self.controls["model"].value)
         if isl != self.isl:  # another model's max_model_len: the panel is laid out again
             self.isl, self.view = isl, LiveHeatmap(self.concurrency, isl)
+            self._set_quietly(self.controls["shared_prefix"], "max", max(isl))  # no prefix past every ISL
+        state = self.state()
         self.frame = self.compute(state)
         self.image.value = self.view.render(self.frame, state["strategy"], state["budget_mb"],
                                             round(state["free_gib"], 4), state["model"], state["engine"])
@@ -114,6 +115,14 @@ class FrontierDashboard:
         self.updates += 1
         self.status.value = (f"<i>modelled; {len(self.frame)} points; "
                              f"{int(self.frame['oom'].sum())} OOM</i>")
+
+    def _set_quietly(self, control, name: str, value) -> None:
+        """Set a control's trait (a slider's bound may move its value) without a nested update."""
+        control.unobserve(self.on_change, names="value")
+        try:
+            setattr(control, name, value)
+        finally:
+            control.observe(self.on_change, names="value")
 
     def summary(self, frame):
         """Per concurrency: the largest ISL without OOM and the worst-step peak there."""
