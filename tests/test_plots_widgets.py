@@ -221,19 +221,29 @@ def test_the_dashboards_default_isl_axis_follows_the_models_max_model_len():
 
 
 def test_every_dashboard_figure_is_pixel_for_pixel_a_full_redraw():
-    """The live heatmap draws only what a change touches (over saved copies of the rest), in
-    the order a full draw takes: each figure equals the whole figure drawn afresh.  The moves
-    include one where the free-memory line crosses an OOM mark (drawn over it once, by mistake)."""
+    """The live heatmap redraws only the regions a change touches (each over its saved copy of
+    the unchanging figure), and copies back the pixels of a region's content drawn before: each
+    figure equals the whole figure drawn afresh.  The moves include one where the free-memory
+    line crosses an OOM mark (drawn over it once, by mistake), returns to settings seen before
+    (their pixels copied back), longer titles (another engine) and another model's axis."""
     from indexer_lib.notebook.widgets import FrontierDashboard
 
-    dash = FrontierDashboard()
-    for name, value in [("budget_mb", 64), ("strategy", "causal"), ("budget_mb", 2048),
-                        ("free_gib", 1.0), ("strategy", "n-only"), ("max_num_batched_tokens", 4096),
-                        ("free_gib", 8.0), ("budget_mb", 32)]:
+    dash = FrontierDashboard(concurrency=(1, 8, 64))
+    moves = [("budget_mb", 64), ("strategy", "causal"), ("budget_mb", 2048), ("free_gib", 1.0),
+             ("strategy", "n-only"), ("max_num_batched_tokens", 4096), ("free_gib", 8.0), ("budget_mb", 32),
+             ("strategy", "causal"), ("free_gib", 1.0), ("budget_mb", 2048), ("max_num_batched_tokens", 8192),
+             ("engine", "sglang==0.5.23"), ("strategy", "engine"), ("engine", "vllm==0.15.1"),
+             ("model", "deepseek-v3.2"), ("budget_mb", 64), ("model", "glm-5"), ("free_gib", 39.99)]
+    for step, (name, value) in enumerate(moves):
         dash.controls[name].value = value
+        assert "cannot compute" not in dash.status.value, (name, value)
+        if step % 3 == 2:  # some moves follow others without a full draw between them
+            continue
         shown = dash.image.value
         dash.view.canvas.draw()  # everything, as a fresh figure draws it
         assert shown == dash.view.png(), (name, value)
+    regions = list(dash.view.regions.values())
+    assert len(regions) == 5 and any(len(r.drawn) > 1 for r in regions)
 
 
 def test_the_auto_dashboard_redraws_free_memory_moves_as_a_fresh_figure_draws_them():

@@ -1,26 +1,92 @@
 """The dashboard's frontier heatmap, kept alive between control changes.
 
 ``plots.frontier_heatmap`` builds a new figure each time: most of a redraw then goes to
-laying it out.  ``LiveHeatmap`` lays out one panel (concurrency x ISL) once and afterwards
-only updates what a change touches: the cells, the colour scale, the OOM marks, the
-free-memory line and the titles, drawn over a saved copy of the axes, ticks and labels.  A change of free memory alone leaves the cells and the
-colour scale as they are, so it redraws the marks, the line and the titles over a saved
-copy of the rest (blitting).  Every call returns the figure as PNG bytes; the figure says
-what ``frontier_heatmap`` says for the same rows.
+laying it out, and most of the rest to drawing text.  ``LiveHeatmap`` lays out one panel
+(concurrency x ISL) once and splits the figure into regions that do not overlap, one per
+group of artists a change may touch: the cells (with the free-memory line and the OOM
+marks), the colour bar, the panel title, the legend and the figure title.  The axes, ticks
+and labels around them never change and are drawn once.  A change redraws only the regions
+whose content changed, each over its saved copy of the unchanging figure, and keeps the
+pixels of what it drew, so moving back to a value seen before copies them back instead of
+drawing again.  Every call returns the figure as PNG bytes, equal pixel for pixel to the
+whole figure drawn afresh; the figure says what ``frontier_heatmap`` says for the same rows.
 """
 from __future__ import annotations
 
 import io
+from collections import OrderedDict
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.transforms import Bbox
 from PIL import Image
 
 from .plots import (CMAP, GIB, _budget_label, free_memory_line, heatmap_cells, heatmap_panel_title, heatmap_title,
                     label_heatmap_axes, mark_oom, mode_word)
+
+KEPT = 24  # drawn pixels kept per region (the cells region: about 0.5 MB each), oldest dropped first
+
+
+class _Region:
+    """A rectangle of the canvas that one group of artists draws into: its pixels without
+    them, the content shown now, and the pixels of the contents drawn before."""
+
+    def __init__(self, canvas: FigureCanvasAgg, bbox: Bbox):
+        self.canvas, self.bbox = canvas, bbox
+        self.empty = canvas.copy_from_bbox(bbox)  # the unchanging figure under the artists
+        self.shown = None
+        self.drawn: OrderedDict = OrderedDict()
+
+    def show(self, key, draw) -> None:
+        """Put the content ``key`` on the canvas: its pixels if drawn before, else ``draw()``
+        over the empty region."""
+        if key == self.shown:
+            return
+        pixels = self.drawn.get(key)
+        if pixels is None:
+            self.canvas.restore_region(self.empty)
+            draw()
+            pixels = self.drawn[key] = self.canvas.copy_from_bbox(self.bbox)
+            if len(self.drawn) > KEPT:
+                self.drawn.popitem(last=False)
+        else:
+            self.drawn.move_to_end(key)
+            self.canvas.restore_region(pixels)
+        self.shown = key
+
+
+def _regions(fig: Figure, ax, bar_ax, legend, title, renderer) -> dict[str, Bbox]:
+    """The regions of a laid-out panel, in display pixels; ValueError where two overlap (a
+    layout this split does not fit)."""
+    width, height = fig.bbox.width, fig.bbox.height
+    pad = 3  # the spines' and glyphs' antialiased edges
+    box = ax.bbox
+    top = (ax.title.get_window_extent(renderer).y1 + title.get_window_extent(renderer).y0) / 2
+    bottom = legend.get_window_extent(renderer).y1 + pad
+    left, right, low, high = box.x0 - pad, box.x1 + pad, box.y0 - pad, box.y1 + pad
+    extents = {
+        "cells": (left, low, right, high),
+        "panel title": (left, high, right, top),
+        "colour bar": ((box.x1 + bar_ax.bbox.x0) / 2, bottom, width, top),
+        "legend": (0, 0, width, bottom),
+        "title": (0, top, width, height),
+    }
+    # whole pixels (the canvas copies truncate): regions that share an edge share no pixel
+    regions = {name: Bbox.from_extents(*(round(v) for v in e)) for name, e in extents.items()}
+    names = list(regions)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            if regions[a].overlaps(regions[b]) and not _touch(regions[a], regions[b]):
+                raise ValueError(f"the heatmap's {a} and {b} overlap: the panel cannot be redrawn by region")
+    return regions
+
+
+def _touch(a: Bbox, b: Bbox) -> bool:
+    """Rectangles that share only an edge (Bbox.overlaps counts those)."""
+    return a.x1 <= b.x0 or b.x1 <= a.x0 or a.y1 <= b.y0 or b.y1 <= a.y0
 
 
 class LiveHeatmap:
@@ -43,23 +109,21 @@ class LiveHeatmap:
         self.title = self.fig.suptitle(" \n ")
         self.marks: list = []  # the OOM texts
         self.line = None  # the free-memory contour
-        self.cells = None  # (grid, norm limits) last drawn
-        self.background = None  # the figure without marks, line and titles, for a free-memory move
+        self.cells = None  # (cells, colour limits) the image shows
         self.canvas.draw()  # lay out once, then keep the positions
         self.fig.set_layout_engine("none")
-        # what no change touches (the axes, their ticks and labels), saved once: a change of the
-        # cells draws the image, the colour bar and the panel title over it, not the whole figure
-        changing = [self.image, self.bar.ax, self.ax.title] + self._dynamic()
+        bounds = _regions(self.fig, self.ax, self.bar.ax, self.legend, self.title, self.canvas.get_renderer())
+        # the figure without what a change touches (the axes, their ticks and labels stay)
+        changing = [self.image, *self.ax.spines.values(), self.bar.ax, self.ax.title, self.legend, self.title]
         for artist in changing:
             artist.set_visible(False)
         self.canvas.draw()
-        self.static = self.canvas.copy_from_bbox(self.fig.bbox)
+        self.regions = {name: _Region(self.canvas, bbox) for name, bbox in bounds.items()}
         for artist in changing:
             artist.set_visible(True)
-
-    def _dynamic(self) -> list:
-        # in the order a full draw takes (by zorder): the line under the OOM texts, as on a fresh figure
-        return ([self.line] if self.line is not None else []) + self.marks + [self.legend, self.title]
+        # the cells region's image and frame, per cells shown, under the line and the marks
+        self.cell_layers: OrderedDict = OrderedDict()
+        self.pngs: OrderedDict = OrderedDict()  # the figure as PNG, per content of every region
 
     def render(self, frame, strategy: str, budget_mb: float, free_gib: float, model: str,
                engine: str | None = None, mode: str = "model") -> bytes:
@@ -69,34 +133,58 @@ class LiveHeatmap:
         grid, oom = heatmap_cells(frame, self.concs, self.isls)
         gib = frame["peak_transient_bytes"].astype(float) / GIB
         limits = (max(gib.min(), 1e-3), max(gib.max(), 2e-3))
-        panel = (limits, strategy, _budget_label(strategy, budget_mb), mode)  # all the background shows
-        same_cells = self.cells is not None and self.cells[1] == panel and \
-            np.array_equal(self.cells[0], grid, equal_nan=True) and self.background is not None
-        for artist in self.marks + ([self.line] if self.line is not None else []):
-            artist.remove()
-        self.marks, self.line = [], None
-        if not same_cells:
+        cells = (grid.tobytes(), limits)  # all the image and its colours show
+        if cells != self.cells:
             self.image.set_norm(LogNorm(*limits))  # the colour bar follows its mappable's new norm
             self.image.set_data(np.clip(grid, limits[0], None))
-            self.ax.set_title(heatmap_panel_title(strategy, budget_mb))
-            self.bar.set_label(f"worst-step transient peak (GiB, {mode_word(mode)})")
+            self.cells = cells
+        for artist in self.marks + ([self.line] if self.line is not None else []):
+            artist.remove()
         self.line = free_memory_line(self.ax, grid, free_gib)
         self.marks = mark_oom(self.ax, grid, oom, self.image.norm)
+        self.ax.set_title(heatmap_panel_title(strategy, budget_mb))
+        self.bar.set_label(f"worst-step transient peak (GiB, {mode_word(mode)})")
         self.legend.get_texts()[0].set_text(f"free memory: {free_gib:g} GiB")
         self.title.set_text(heatmap_title(model, engine, free_gib, f"budget {budget_mb:g} MiB", mode))
-        if same_cells:  # free memory moved: the marks, the line and the titles over the rest
-            self.canvas.restore_region(self.background)
-            for artist in self._dynamic():
-                self.fig.draw_artist(artist)
-        else:  # over the static part, in the order a full draw takes: cells, frame, colour bar, title
-            self.canvas.restore_region(self.static)
-            for artist in [self.image, *self.ax.spines.values(), self.bar.ax, self.ax.title]:
-                self.fig.draw_artist(artist)
-            self.background = self.canvas.copy_from_bbox(self.fig.bbox)
-            for artist in self._dynamic():
-                self.fig.draw_artist(artist)
-            self.cells = (grid, panel)
-        return self.png()
+        contents = {
+            "cells": (cells, oom.tobytes(), free_gib),
+            "panel title": self.ax.title.get_text(),
+            "colour bar": (limits, self.bar.ax.get_ylabel()),
+            "legend": self.legend.get_texts()[0].get_text(),
+            "title": self.title.get_text(),
+        }
+        key = tuple(contents.values())
+        png = self.pngs.get(key)
+        draw = {"cells": lambda: self._draw_cells(cells), "panel title": lambda: self._draw(self.ax.title),
+                "colour bar": lambda: self._draw(self.bar.ax), "legend": lambda: self._draw(self.legend),
+                "title": lambda: self._draw(self.title)}
+        for name, content in contents.items():
+            self.regions[name].show(content, draw[name])
+        if png is None:
+            png = self.pngs[key] = self.png()
+            if len(self.pngs) > KEPT:
+                self.pngs.popitem(last=False)
+        else:
+            self.pngs.move_to_end(key)
+        return png
+
+    def _draw(self, *artists) -> None:
+        for artist in artists:
+            self.fig.draw_artist(artist)
+
+    def _draw_cells(self, cells) -> None:
+        """The image and its frame (kept per cells shown), then the line and the OOM marks over
+        them, in the order a full draw takes (by zorder)."""
+        layer = self.cell_layers.get(cells)
+        if layer is None:
+            self._draw(self.image, *self.ax.spines.values())
+            layer = self.cell_layers[cells] = self.canvas.copy_from_bbox(self.regions["cells"].bbox)
+            if len(self.cell_layers) > KEPT:
+                self.cell_layers.popitem(last=False)
+        else:
+            self.cell_layers.move_to_end(cells)
+            self.canvas.restore_region(layer)
+        self._draw(*([self.line] if self.line is not None else []), *self.marks)
 
     def png(self) -> bytes:
         return canvas_png(self.canvas)
