@@ -29,6 +29,7 @@ from typing import Callable
 
 from ..padding import get_rules, unpadded_logits_bytes
 from ..plan import Chunk, Plan, PlanShapes, merged_chunks
+from ..plan.chunks import made_fast
 from .engine_path import call_metadata_bytes, chunk_path_bytes, engine_path, workspace_path_bytes
 from .tiling import merge_temporaries_bytes, reference_phase_bytes, reference_temporaries_bytes
 from .topk_bytes import topk_temporaries_bytes
@@ -297,7 +298,10 @@ def _shape_total(plan: Plan, shape: tuple, padded: bool, backend: str | None, pe
     model = get_model(plan.model)
     k = model.topk
     rows, cols, compressed, alloc_rows, kv_tokens, gather = shape
-    chunk = Chunk((0, 1), (0, rows), 0, rows, kv_tokens, cols, 0, gather, False, compressed, alloc_rows=alloc_rows)
+    # a record per distinct shape (a grid meets tens of thousands): made without its __init__
+    chunk = made_fast(Chunk, requests=(0, 1), rows=(0, rows), token_start=0, token_end=rows, kv_tokens=kv_tokens,
+                      logits_cols=cols, logits_bytes=0, gather=gather, over_budget=False, compressed=compressed,
+                      kv_start=0, alloc_rows=alloc_rows)
     temporaries = backend_temporaries(plan, backend, k) if backend is not None else None
     return ChunkMemory(*_chunk_bytes(chunk, False, plan, model, padded, temporaries, k, per_chunk_kv)).total
 
