@@ -338,3 +338,27 @@ def test_packing_the_rest_at_once_gives_the_request_by_request_plan(monkeypatch,
         m.setattr(strategies, "_pack", lambda *a, **k: pack(*a, **{**k, "monotone": False}))
         slow = plan()
     assert fast.chunks == slow.chunks and fast.budget_stable == slow.budget_stable
+
+
+@settings(max_examples=200, deadline=None)
+@given(request=requests, budget=st.integers(1, 16 * MIB), padded=st.booleans(),
+       version=st.sampled_from(sorted(DEEPGEMM_RULES)))
+def test_a_causal_slice_takes_the_most_rows_that_fit(request, budget, padded, version):
+    """A request sliced alone causally: each slice takes the most rows whose window (context +
+    its last row) fits the budget, as a search over every row count finds (one row where none
+    fits).  The planner asks for the previous slice's rows first; this holds it to the plain
+    search."""
+    from indexer_lib.plan.strategies import Budgeting
+
+    batch = StepBatch((request,))
+    plan = make_plan(batch, "causal", budget, model="glm-5", deepgemm_version=version, padded=padded)
+    b = Budgeting(get_model("glm-5"), DEEPGEMM_RULES[version], padded, budget, plan.workspace_tokens)
+    compressed = plan.chunks[0].compressed
+    q0 = 0
+    for c in plan.chunks:
+        assert c.rows[0] == q0
+        fits = [m for m in range(1, request.query_len - q0 + 1)
+                if b.within(m, request.context_len + q0 + m, compressed)]
+        assert c.num_rows == max(fits, default=1) and c.over_budget == (not fits)
+        q0 = c.rows[1]
+    assert q0 == request.query_len

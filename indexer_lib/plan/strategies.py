@@ -197,17 +197,23 @@ def _slice_causal(i: int, build, compressed: bool, times: int = 1) -> None:
 
     def slices() -> list[Slice]:
         out = []
-        q0 = 0
+        q0, most = 0, r.query_len
         while q0 < r.query_len:
-            # largest m with the slice [q0, q0 + m) of width context + q0 + m within budget
-            lo, hi = 0, r.query_len - q0
+            # largest m with the slice [q0, q0 + m) of width context + q0 + m within budget; a
+            # slice is wider than the one before, so it takes at most as many rows (bytes never
+            # fall with rows or width): ask for the previous slice's rows first, the usual answer
+            lo, hi = 0, min(most, r.query_len - q0)
+            if b.within(hi, r.context_len + q0 + hi, compressed):
+                lo = hi
+            hi -= 1
             while lo < hi:
                 mid = (lo + hi + 1) // 2
                 if b.within(mid, r.context_len + q0 + mid, compressed):
                     lo = mid
                 else:
                     hi = mid - 1
-            q1 = q0 + max(lo, 1)
+            most = max(lo, 1)
+            q1 = q0 + most
             out.append(Slice(q0, q1, r.context_len + q1, q0 == 0, lo == 0, compressed, r.seq_len))
             q0 = q1
         return out
