@@ -9,7 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from indexer_lib.memory import memory_report, shapes_peak
-from indexer_lib.plan import SHAPE_STRATEGIES, make_plan, plan_shapes
+from indexer_lib.engines import get_engine
+from indexer_lib.plan import FIELD_STRATEGIES, SHAPE_STRATEGIES, make_plan, plan_shapes, strategy_budget_bytes
 from indexer_lib.plan import builders
 from indexer_lib.plan.builders import ShapeBuilder
 from indexer_lib.shapes import MIB
@@ -39,7 +40,7 @@ def both_ways(batch, strategy, budget_mb, setup, backend, model="glm-5"):
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(batch=batches, strategy=st.sampled_from(SHAPE_STRATEGIES), budget_mb=st.sampled_from([1, 16, 64, 300, 2048]),
+@given(batch=batches, strategy=st.sampled_from(tuple(FIELD_STRATEGIES)), budget_mb=st.sampled_from([1, 16, 64, 300, 2048]),
        setup=setups, backend=st.sampled_from(["deepgemm", None]), model=st.sampled_from(["glm-5", "deepseek-v3.2"]))
 def test_the_shapes_give_the_plans_count_limits_interval_and_peak(batch, strategy, budget_mb, setup, backend, model):
     plan, report, shaped, transient, peak = both_ways(batch, strategy, budget_mb, setup, backend, model)
@@ -52,6 +53,53 @@ def test_the_shapes_give_the_plans_count_limits_interval_and_peak(batch, strateg
     assert shaped.shapes == tuple(distinct)
     assert shaped.plan.chunks == ()
     assert shaped.plan == plan.__class__(**{**plan.__dict__, "chunks": ()})
+
+
+# an engine's own chunker of each kind: vLLM's workspace packing with a K buffer per chunk and
+# with one workspace, its logits budget (before and on the compressed-only DeepGEMM 2.8),
+# SGLang's one call, its query rows against the batch's K (with and without skipping the logits
+# of steps no longer than top-k)
+ENGINES = ["vllm==0.12.0", "vllm==0.15.1", "vllm==0.19.0", "vllm==0.33.0", "sglang==0.5.3", "sglang==0.5.6",
+           "sglang==0.5.23"]
+short_or_long = st.one_of(batches, st.lists(st.builds(PrefillRequest, context_len=st.integers(0, 1500),
+                                                      query_len=st.integers(1, 600)),
+                                            min_size=1, max_size=6).map(lambda rs: StepBatch(tuple(rs))))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batch=short_or_long, engine=st.sampled_from(ENGINES), budget_mb=st.sampled_from([0.25, 1, 16, 64, 300, 2048]),
+       backend=st.sampled_from(["deepgemm", None]), model=st.sampled_from(["glm-5", "deepseek-v3.2"]))
+def test_an_engines_own_chunker_by_shapes_and_neighbours_gives_its_plans_count_interval_and_peak(
+        batch, engine, budget_mb, backend, model):
+    """The ``engine`` strategy keeps the previous chunk's logits alive while the next chunk's are
+    allocated (vLLM's and SGLang's chunk loops): its peak, from the distinct pairs of neighbouring
+    shapes, is ``memory_report``'s over every chunk."""
+    budget = strategy_budget_bytes("engine", budget_mb, engine)
+    plan = make_plan(batch, "engine", budget, model=model, engine=engine)
+    report = memory_report(plan, topk_rows=8192, backend=backend)
+    shaped = plan_shapes(batch, "engine", budget, model=model, engine=engine)
+    assert shaped.plan.logits_alive == get_engine(engine).logits_alive
+    assert (shaped.num_chunks, shaped.over_budget) == (plan.num_chunks, plan.over_budget)
+    assert shaped.plan.budget_stable == plan.budget_stable
+    assert shapes_peak(shaped, topk_rows=8192, backend=backend) == (report.peak_transient, report.peak)
+    shape = (lambda c: (c.num_rows, c.logits_cols, c.compressed, c.alloc_rows, c.kv_tokens, c.gather))
+    assert set(shaped.shapes) == {shape(c) for c in plan.chunks}
+    if shaped.pairs is not None:
+        assert set(shaped.pairs) == {(shape(a) if a else None, shape(b))
+                                     for a, b in zip((None,) + plan.chunks, plan.chunks)}
+
+
+def test_neighbours_decide_a_peak_where_two_logits_are_alive():
+    """One 64K prompt on vLLM 0.33.0's own chunker: with the previous chunk's logits alive the peak
+    is above the largest chunk alone, and the shapes give it exactly."""
+    batch = StepBatch((PrefillRequest(0, 65536),))
+    plan = make_plan(batch, "engine", 512 * MIB, model="glm-5", engine="vllm==0.33.0")
+    shaped = plan_shapes(batch, "engine", 512 * MIB, model="glm-5", engine="vllm==0.33.0")
+    report = memory_report(plan, topk_rows=8192, backend="deepgemm")
+    assert plan.num_chunks > 2 and len(shaped.pairs) >= 2
+    alone = max(c.logits + c.metadata + c.running + c.kv_buffer + c.temporaries for c in report.chunks)
+    assert report.peak_transient > alone
+    assert shapes_peak(shaped, topk_rows=8192)[0] == report.peak_transient
 
 
 def test_a_request_sliced_alone_is_remembered_with_its_budget_interval():

@@ -260,28 +260,35 @@ def _buffer_bytes(model: str, workspace_tokens: int, workspace_lifetime: str, to
 
 
 SHAPE_BACKENDS = ("deepgemm", None)  # backends whose temporaries depend on a chunk's shape alone
-_shape_totals: dict[tuple, int] = {}  # a frontier meets a few thousand shapes
+_shape_totals: dict[tuple, int] = {}  # a frontier meets tens of thousands of shapes
 
 
 def shapes_peak(shaped: PlanShapes, topk_rows: int | None = None, backend: str | None = "deepgemm",
                 padded: bool = True) -> tuple[int, int]:
     """(transient peak, peak) of a plan from its chunks' distinct shapes (``plan_shapes``):
     what ``memory_report`` gives the whole plan, for a plan whose chunks' bytes depend on
-    their shapes alone (one logits alive at a time, a ``SHAPE_BACKENDS`` backend)."""
+    their shapes alone (a ``SHAPE_BACKENDS`` backend), or, where the previous chunk's logits
+    are alive while a chunk's are computed (``Plan.logits_alive``), on its shape and the
+    previous chunk's (``PlanShapes.pairs``)."""
     plan = shaped.plan
     if backend not in SHAPE_BACKENDS:
         raise ValueError(f"backend {backend!r}: shapes_peak counts one of "
                          f"{', '.join(str(b) for b in SHAPE_BACKENDS)} (the others read each chunk's windows)")
-    if plan.logits_alive != 1:
-        raise ValueError(f"logits_alive {plan.logits_alive}: a held chunk's bytes depend on its neighbour")
+    if plan.logits_alive == 1:
+        keys, total_of = shaped.shapes, _shape_total
+    elif shaped.pairs is not None:
+        keys, total_of = shaped.pairs, _pair_total
+    else:
+        raise ValueError(f"logits_alive {plan.logits_alive}: a held chunk's bytes depend on its neighbour "
+                         "(plan_shapes gives the pairs of neighbours)")
     per_chunk_kv = plan.workspace_lifetime == "chunk"
-    settings = (plan.model, plan.deepgemm_version, padded, backend, per_chunk_kv)
+    settings = (plan.model, plan.deepgemm_version, padded, backend, per_chunk_kv, plan.logits_alive)
     largest = 0
-    for shape in shaped.shapes:
+    for shape in keys:
         key = (settings, shape)
         total = _shape_totals.get(key)
         if total is None:
-            total = _shape_total(plan, shape, padded, backend, per_chunk_kv)
+            total = total_of(plan, shape, padded, backend, per_chunk_kv)
             if len(_shape_totals) >= 1 << 18:
                 _shape_totals.clear()
             _shape_totals[key] = total
@@ -295,15 +302,35 @@ def shapes_peak(shaped: PlanShapes, topk_rows: int | None = None, backend: str |
 
 def _shape_total(plan: Plan, shape: tuple, padded: bool, backend: str | None, per_chunk_kv: bool) -> int:
     """Transient bytes of a chunk of this shape in this plan (``memory_report``'s count)."""
+    return _pair_total(plan, (None, shape), padded, backend, per_chunk_kv)
+
+
+def _pair_total(plan: Plan, pair: tuple, padded: bool, backend: str | None, per_chunk_kv: bool) -> int:
+    """Transient bytes of a chunk of one shape after a chunk of another (None: the plan's first
+    chunk), whose logits are alive while this chunk's are computed where the plan keeps two
+    chunks' logits (``memory_report``'s count)."""
+    before, shape = pair
     model = get_model(plan.model)
     k = model.topk
-    rows, cols, compressed, alloc_rows, kv_tokens, gather = shape
-    # a record per distinct shape (a grid meets tens of thousands): made without its __init__
-    chunk = made_fast(Chunk, requests=(0, 1), rows=(0, rows), token_start=0, token_end=rows, kv_tokens=kv_tokens,
-                      logits_cols=cols, logits_bytes=0, gather=gather, over_budget=False, compressed=compressed,
-                      kv_start=0, alloc_rows=alloc_rows)
+    chunk = _shape_chunk(shape)
     temporaries = backend_temporaries(plan, backend, k) if backend is not None else None
-    return ChunkMemory(*_chunk_bytes(chunk, False, plan, model, padded, temporaries, k, per_chunk_kv)).total
+    logits, metadata, tmp, running, kv_buffer = _chunk_bytes(chunk, False, plan, model, padded, temporaries, k,
+                                                             per_chunk_kv)
+    held = held_with = 0
+    if before is not None and plan.logits_alive > 1:
+        held = logits_bytes(_shape_chunk(before), plan, padded)
+        if held and backend is not None:
+            held_with = phase_temporaries(plan, backend, k)(chunk, model)[0]
+    return ChunkMemory(logits, metadata, tmp, running, kv_buffer, held, held_with).total
+
+
+def _shape_chunk(shape: tuple) -> Chunk:
+    """A chunk of this shape (``plan_shapes``' key), for the memory model's per-chunk counts; made
+    without its __init__ (a grid meets tens of thousands of shapes)."""
+    rows, cols, compressed, alloc_rows, kv_tokens, gather = shape
+    return made_fast(Chunk, requests=(0, 1), rows=(0, rows), token_start=0, token_end=rows, kv_tokens=kv_tokens,
+                     logits_cols=cols, logits_bytes=0, gather=gather, over_budget=False, compressed=compressed,
+                     kv_start=0, alloc_rows=alloc_rows)
 
 
 def _engine_report(plan: Plan, model: ModelPreset, topk_rows: int | None, k: int, padded: bool,

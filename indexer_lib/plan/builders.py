@@ -34,13 +34,14 @@ class Slice(NamedTuple):
 class LoneSlices:
     """A request's slices and the budget interval over which the slicing holds."""
 
-    __slots__ = ("slices", "low", "high", "shapes", "over", "kv_tokens")
+    __slots__ = ("slices", "low", "high", "sequence", "shapes", "pairs", "over", "kv_tokens")
 
     def __init__(self, slices: tuple[Slice, ...], low: int, high: int | None):
         self.slices, self.low, self.high = slices, low, high
-        # the shape key of memory.model (rows, cols, compressed, alloc_rows, kv_tokens, gather)
-        self.shapes = dict.fromkeys((s.q1 - s.q0, s.cols, s.compressed, None, s.kv_tokens, s.gather)
-                                    for s in slices)
+        # the shape key of memory.model (rows, cols, compressed, alloc_rows, kv_tokens, gather), per slice
+        self.sequence = tuple((s.q1 - s.q0, s.cols, s.compressed, None, s.kv_tokens, s.gather) for s in slices)
+        self.shapes = dict.fromkeys(self.sequence)
+        self.pairs = dict.fromkeys(zip(self.sequence, self.sequence[1:]))  # each slice after the one before
         self.over = any(s.over for s in slices)
         self.kv_tokens = max(s.kv_tokens for s in slices)
 
@@ -121,6 +122,12 @@ class ChunkBuilder:
             for s in lone.slices:
                 self.add(k, k + 1, s.q0, s.q1, s.cols, s.gather, s.over, s.compressed, s.kv_tokens)
 
+    def add_rows(self, r0: int, r1: int, rows: int, per: int, cols: int, kv_tokens: int) -> None:
+        """The rows [0, rows) of requests [r0, r1) in slices of ``per`` rows, each ``cols`` wide;
+        the first gathers the K, the others reuse it."""
+        for q0 in range(0, rows, per):
+            self.add(r0, r1, q0, min(q0 + per, rows), cols, gather=q0 == 0, over=False, kv_tokens=kv_tokens)
+
     def result(self) -> list[Chunk]:
         return self.chunks
 
@@ -141,9 +148,21 @@ class ShapeBuilder:
             raise ValueError("a column-split chunk's memory depends on its neighbours: "
                              "plan it with a ChunkBuilder")
         n = sum(self.batch.seq_lens[r0:r1]) if kv_tokens is None else kv_tokens
-        self.shapes[(q1 - q0, cols, compressed, alloc_rows, n, gather)] = None
+        shape = (q1 - q0, cols, compressed, alloc_rows, n, gather)
+        self.shapes[shape] = None
         self.num_chunks += times
         self.over_budget = self.over_budget or over or n > self.b.workspace
+        return shape
+
+    def add_rows(self, r0: int, r1: int, rows: int, per: int, cols: int, kv_tokens: int) -> None:
+        """``ChunkBuilder.add_rows``: the first slice, the full slices after it at once, the rest."""
+        first = min(per, rows)
+        self.add(r0, r1, 0, first, cols, True, False, kv_tokens=kv_tokens)
+        full = (rows - first) // per
+        if full:
+            self.add(r0, r1, first, first + per, cols, False, False, kv_tokens=kv_tokens, times=full)
+        if first + full * per < rows:
+            self.add(r0, r1, first + full * per, rows, cols, False, False, kv_tokens=kv_tokens)
 
     def add_alone(self, i: int, lone: LoneSlices, times: int = 1) -> None:
         self.shapes.update(lone.shapes)
@@ -152,3 +171,32 @@ class ShapeBuilder:
 
     def result(self) -> "ShapeBuilder":
         return self
+
+
+class NeighbourShapeBuilder(ShapeBuilder):
+    """A ``ShapeBuilder`` that also records each chunk's shape next to the shape of the chunk
+    before it (None for the first): where an engine keeps a chunk's logits alive while the
+    next chunk's are allocated, a chunk's bytes depend on its neighbour (``memory.shapes_peak``)."""
+
+    def __init__(self, batch: StepBatch, b):
+        super().__init__(batch, b)
+        self.pairs: dict[tuple, None] = {}  # (previous shape or None, shape), in order of appearance
+        self.last: tuple | None = None
+
+    def add(self, r0, r1, q0, q1, cols, gather, over, compressed=False, kv_tokens=None,
+            kv_start=0, alloc_rows=None, times=1):
+        shape = super().add(r0, r1, q0, q1, cols, gather, over, compressed, kv_tokens, kv_start, alloc_rows, times)
+        self.pairs[(self.last, shape)] = None
+        if times > 1:
+            self.pairs[(shape, shape)] = None
+        self.last = shape
+        return shape
+
+    def add_alone(self, i: int, lone: LoneSlices, times: int = 1) -> None:
+        super().add_alone(i, lone, times)
+        first, last = lone.sequence[0], lone.sequence[-1]
+        self.pairs[(self.last, first)] = None
+        self.pairs.update(lone.pairs)
+        if times > 1:
+            self.pairs[(last, first)] = None
+        self.last = last

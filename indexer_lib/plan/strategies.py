@@ -15,7 +15,7 @@ from ..engines import EngineProfile, get_engine
 from ..padding import DEFAULT_DEEPGEMM_VERSION, PaddingRules, get_rules
 from ..shapes import ModelPreset, budget_bytes_from_mb, get_model
 from ..workload import StepBatch, check_int
-from .builders import ChunkBuilder, ShapeBuilder, Slice, lone_slices
+from .builders import ChunkBuilder, NeighbourShapeBuilder, ShapeBuilder, Slice, lone_slices
 from .chunks import Chunk, Plan, made_fast
 
 
@@ -379,20 +379,20 @@ def plan_fixed_shape(batch: StepBatch, b: Budgeting, fixed_width: int | None = N
     return build.chunks
 
 
-def plan_engine(batch: StepBatch, b: Budgeting, engine: EngineProfile, **_) -> list[Chunk]:
+def plan_engine(batch: StepBatch, b: Budgeting, engine: EngineProfile, builder=ChunkBuilder, **_):
     """The engine release's own chunker (``data/engines/``), on its DeepGEMM and workspace:
     vLLM's workspace-only packing (before 0.19.0) or logits budget (#36178), SGLang's
     query rows against the whole batch's K, or one call."""
     if engine.skip_logits_at_or_below_topk and max(batch.seq_lens) <= b.model.topk:
-        return []  # no logits at all: the engine selects every token
+        return builder(batch, b).result()  # no logits at all: the engine selects every token
     if engine.chunker == "workspace":
-        return plan_n_only(batch, b)
+        return plan_n_only(batch, b, builder)
     if engine.chunker == "logits-budget":
-        return plan_vllm(batch, b)
-    return _plan_rows(batch, b, engine)
+        return plan_vllm(batch, b, builder)
+    return _plan_rows(batch, b, engine, builder)
 
 
-def _plan_rows(batch: StepBatch, b: Budgeting, engine: EngineProfile) -> list[Chunk]:
+def _plan_rows(batch: StepBatch, b: Budgeting, engine: EngineProfile, builder=ChunkBuilder):
     """SGLang: one gather of the whole batch's K; the step's query rows in slices of
     min(max(1, budget // (N x 4)), M) rows, each against all N columns, when the
     M x N x 4 logits break the budget (never below the element gate)."""
@@ -402,11 +402,9 @@ def _plan_rows(batch: StepBatch, b: Budgeting, engine: EngineProfile) -> list[Ch
         per = rows
     else:
         per = min(max(1, b.max_rows(cols)), rows)
-    build = ChunkBuilder(batch, b)
-    for q0 in range(0, rows, per):
-        build.add(0, len(batch.requests), q0, min(q0 + per, rows), cols, gather=q0 == 0, over=False,
-                  kv_tokens=cols)
-    return build.chunks
+    build = builder(batch, b)
+    build.add_rows(0, len(batch.requests), rows, per, cols, kv_tokens=cols)
+    return build.result()
 
 
 def _check_engine_budget(engine: EngineProfile, batch: StepBatch, budget_bytes: int | None,
@@ -573,7 +571,13 @@ def _plan(batch: StepBatch, strategy: str, budget_bytes: int | None, model: str,
                      engine=None if profile is None else profile.name,
                      workspace_lifetime="persistent" if profile is None else profile.workspace_lifetime,
                      topk_output="persistent" if profile is None else profile.topk_output,
-                     logits_alive=profile.logits_alive if strategy == "engine" else 1)
+                     logits_alive=_logits_alive(strategy, profile))
+
+
+def _logits_alive(strategy: str, profile: EngineProfile | None) -> int:
+    """How many chunks' logits a plan keeps alive at once: the engine's own chunk loop may hold
+    the previous chunk's; the project's strategies free each before the next."""
+    return profile.logits_alive if strategy == "engine" else 1
 
 
 def make_plan(
@@ -606,20 +610,23 @@ def make_plan(
     return _plan(batch, strategy, budget_bytes, model, s, chunks)
 
 
-# the strategies whose chunks' memory depends on each chunk's shape alone (``plan_shapes``)
-SHAPE_STRATEGIES = tuple(FIELD_STRATEGIES)
+# the strategies whose chunks' memory depends on each chunk's shape alone, or, where an engine
+# keeps the previous chunk's logits alive, on its shape and its neighbour's (``plan_shapes``)
+SHAPE_STRATEGIES = tuple(FIELD_STRATEGIES) + tuple(ENGINE_STRATEGIES)
 
 
 class PlanShapes(NamedTuple):
     """A step's plan as a frontier needs it: the plan without its chunks (its settings and
     budget interval), how many chunks it has, whether one breaks a limit, and their
     distinct shapes (``memory.model``'s key: rows, cols, compressed, alloc_rows, kv_tokens,
-    gather)."""
+    gather); where the plan keeps two chunks' logits alive (``Plan.logits_alive``), also the
+    distinct pairs (shape of the chunk before or None, shape)."""
 
     plan: Plan  # ``chunks`` is empty
     num_chunks: int
     over_budget: bool
     shapes: tuple[tuple, ...]
+    pairs: tuple[tuple, ...] | None = None
 
 
 def plan_shapes(
@@ -640,10 +647,17 @@ def plan_shapes(
                          "(the others' chunk memory depends on more than a chunk's shape)")
     s = _settings(batch, strategy, budget_bytes, workspace_tokens, model, deepgemm_version, padded,
                   engine, options)
-    found = ALL_STRATEGIES[strategy](batch, s.budgeting, builder=ShapeBuilder, **s.options)
-    shapes = tuple(found.shapes)
+    neighbours = _logits_alive(strategy, s.profile) > 1
+    found = ALL_STRATEGIES[strategy](batch, s.budgeting, builder=NeighbourShapeBuilder if neighbours else ShapeBuilder,
+                                     **s.options)
+    shapes, pairs = tuple(found.shapes), tuple(found.pairs) if neighbours else None
     if s.profile is not None and s.profile.workspace_lifetime == "chunk":
         # a fresh K buffer per chunk: every chunk gathers
-        shapes = tuple(dict.fromkeys(shape[:5] + (True,) for shape in shapes))
-    return PlanShapes(_plan(batch, strategy, budget_bytes, model, s, ()), found.num_chunks,
-                      found.over_budget, shapes)
+        def gathers(shape):
+            return None if shape is None else shape[:5] + (True,)
+
+        shapes = tuple(dict.fromkeys(map(gathers, shapes)))
+        if neighbours:
+            pairs = tuple(dict.fromkeys((gathers(a), gathers(b)) for a, b in pairs))
+    return PlanShapes(_plan(batch, strategy, budget_bytes, model, s, ()), found.num_chunks, found.over_budget,
+                      shapes, pairs)
