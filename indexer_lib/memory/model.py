@@ -321,7 +321,8 @@ def _pair_total(plan: Plan, pair: tuple, padded: bool, backend: str | None, per_
         held = logits_bytes(_shape_chunk(before), plan, padded)
         if held and backend is not None:
             held_with = phase_temporaries(plan, backend, k)(chunk, model)[0]
-    return ChunkMemory(logits, metadata, tmp, running, kv_buffer, held, held_with).total
+    return made_fast(ChunkMemory, logits=logits, metadata=metadata, temporaries=tmp, running=running,
+                     kv_buffer=kv_buffer, held=held, held_with=held_with).total
 
 
 def _shape_chunk(shape: tuple) -> Chunk:

@@ -128,16 +128,19 @@ class FrontierDashboard:
         """Per concurrency: the largest ISL without OOM and the worst-step peak there."""
         import pandas as pd
 
-        rows = []
-        for conc, g in frame.groupby("concurrency"):
-            ok = g[~g["oom"].astype(bool)]
-            top = ok.loc[ok["isl"].idxmax()] if len(ok) else None
-            rows.append({"concurrency": conc,
-                         "largest ISL without OOM": int(top["isl"]) if top is not None else 0,
-                         "peak there (GiB)": round(float(top["peak_transient_gib"]), 3)
-                         if top is not None else float("nan"),
-                         "OOM points": int(g["oom"].sum())})
-        return pd.DataFrame(rows)
+        # plain loops over the columns: a few dozen rows, and pandas' groupby costs a change ~8 ms
+        best: dict = {}  # concurrency -> (largest ISL without OOM, peak there GiB, OOM points)
+        for conc, isl, oom, gib in zip(frame["concurrency"].tolist(), frame["isl"].tolist(),
+                                       frame["oom"].astype(bool).tolist(), frame["peak_transient_gib"].tolist()):
+            top, peak, ooms = best.get(conc, (None, float("nan"), 0))
+            if oom:
+                ooms += 1
+            elif top is None or isl > top:  # the first row of the largest ISL, as idxmax takes it
+                top, peak = isl, gib
+            best[conc] = (top, peak, ooms)
+        return pd.DataFrame([{"concurrency": conc, "largest ISL without OOM": int(top or 0),
+                              "peak there (GiB)": round(float(peak), 3), "OOM points": ooms}
+                             for conc, (top, peak, ooms) in sorted(best.items())])
 
     def on_change(self, change=None) -> None:
         try:

@@ -126,7 +126,10 @@ def worst_steps(
 
     def at_budgets(batch) -> list[tuple]:
         """(stable interval, chunks, transient peak, peak, over budget) of a step at each budget."""
-        plans = _STEP_PLANS.setdefault((settings, batch.query_lens, batch.seq_lens), [])
+        key = (settings, batch.query_lens, batch.seq_lens)
+        plans = _STEP_PLANS.get(key)
+        if plans is None:
+            plans = _STEP_PLANS.remember(key)
         row, entry = [], None
         for budget in budgets:
             if entry is None or not _in_interval(budget, entry[0]):
@@ -179,10 +182,12 @@ class _StepPlans(dict):
 
     limit = 200_000
 
-    def setdefault(self, key, default):
-        if len(self) >= self.limit and key not in self:
+    def remember(self, key) -> list:
+        """A new step's (empty) list of plans."""
+        if len(self) >= self.limit:
             self.clear()
-        return super().setdefault(key, default)
+        plans = self[key] = []
+        return plans
 
 
 _STEP_PLANS = _StepPlans()
