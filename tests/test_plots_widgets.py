@@ -98,6 +98,31 @@ def test_markdown_table_pastes():
         "| strategy | GiB |", "|---|---|", "| vllm | 0.5 |", "| causal |  |"]
 
 
+def test_the_dashboards_table_gives_per_concurrency_the_largest_isl_without_oom():
+    """The summary table (plain loops over the rows) against the same question asked with pandas:
+    per concurrency, the largest ISL that fits, its peak, and how many points OOM."""
+    from indexer_lib.notebook.widgets import FrontierDashboard
+
+    dash = FrontierDashboard(concurrency=(1, 16, 64), isl=(2048, 10240, 32768), strategy="n-only",
+                             engine="vllm==0.18.1")
+    for free in (40.0, 2.63, 0.6, 0.25):  # none, some, most and every point OOM
+        dash.controls["free_gib"].value = free
+        frame = dash.frame
+        for conc, rows in frame.groupby("concurrency"):
+            got = dash.table.set_index("concurrency").loc[conc]
+            fits = rows[~rows["oom"].astype(bool)]
+            assert got["OOM points"] == int(rows["oom"].sum())
+            if len(fits):
+                top = fits.loc[fits["isl"].idxmax()]
+                assert got["largest ISL without OOM"] == top["isl"]
+                assert got["peak there (GiB)"] == round(float(top["peak_transient_gib"]), 3)
+            else:
+                assert got["largest ISL without OOM"] == 0 and np.isnan(got["peak there (GiB)"])
+        assert list(dash.table["concurrency"]) == [1, 16, 64]
+    # at 0.25 GiB only the smallest point fits: concurrency 16 and 64 have no ISL without OOM
+    assert list(dash.table["largest ISL without OOM"]) == [2048, 0, 0]
+
+
 def test_dashboard_controls_update_figure_and_table():
     from indexer_lib.notebook.widgets import FrontierDashboard
 
