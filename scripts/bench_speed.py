@@ -9,7 +9,8 @@ alternating, so machine noise falls on both.  Measured, one process each:
 
 - the dashboard (``FrontierDashboard``) on issue 15's 8 x 6 grid (ISL to 32K): each control
   changed at least 20 times, p50 and p95 of the time until its figure and table are
-  recomputed; notebook 04's ``AutoDashboard``: 20 free-GiB moves;
+  recomputed, and the engine dropdown with the releases' own chunkers (strategy ``engine``);
+  notebook 04's ``AutoDashboard``: 20 free-GiB moves;
 - ``frontier_rows`` on issue 15's default grid (ISL to 32K, 1152 points) and on the
   long-context grid (GLM-5, ISL 4K-202,752 x concurrency 1-64, 1008 points); since n-only's
   rows are stored once per workload instead of once per budget, the same grids give 912 and
@@ -20,7 +21,10 @@ alternating, so machine noise falls on both.  Measured, one process each:
 - with ``--main``: the headless main job (``scripts/run_notebooks.py``, default parameters;
   since the default ISL axis reaches max_model_len, the two checkouts run different grids).
 
-Each figure is printed next to the goal of issue 15 and the ratio before / after.
+Each figure is printed next to the goal of issue 15 and the ratio before / after.  The issue
+measured the code before it (0ab2fb1) on another machine; where ``--before`` is that commit, the
+two grids' times before, against the issue's own figures (4.7 s and 35.4 s), say how much slower
+or faster this machine is, and "goal here" is each goal scaled by that factor.
 """
 from __future__ import annotations
 
@@ -37,6 +41,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 GOALS_MS = {"dashboard p95": 150, "dashboard free GiB p95": 60, "frontier default grid": 1000,
             "frontier long-context grid": 2000, "main job": 180_000}  # issue 15's
+# what issue 15 measured the code before it at, on the machine it was filed from: the two grids
+# measured here before the change, against these, say how fast this machine is
+ISSUE_NOW_MS = {"frontier default grid": 4700, "frontier long-context grid": 35_400}
+ISSUE_BEFORE = "0ab2fb1"  # the code the issue measured
 DEFAULT_ISL = (2048, 4096, 8192, 10240, 16384, 32768)  # issue 15's default grid, 1152 points
 AFTER_ONLY = ("dashboard-max-model-len", "frontier-max-model-len")  # the earlier code takes minutes
 LONG_CONTEXT = dict(model="glm-5", isl=(4096, 16384, 32768, 65536, 131072, 202752),
@@ -69,10 +77,16 @@ def measure(kind: str) -> dict:
                  "strategy": ["vllm", "causal", "per-request", "n-only"],
                  "free_gib": [1.0, 2.0, 2.63, 4.0, 8.0, 16.0],
                  "max_num_batched_tokens": [4096, 8192, 16384],
-                 "shared_prefix": [0, 1024, 2048]}
+                 "shared_prefix": [0, 1024, 2048],
+                 # the releases' own chunkers (strategy "engine"): vLLM's budget on DeepGEMM 2.8 and
+                 # before it, its workspace packing, SGLang's rows against the batch's K
+                 "engine": ["sglang==0.5.23", "vllm==0.19.0", "vllm==0.15.1", "vllm==0.33.0"]}
         out = {}
         for name, values in moves.items():
             times = []
+            if name == "engine":
+                dash.controls["budget_mb"].value = 512
+                dash.controls["strategy"].value = "engine"
             control = dash.controls[name]
             for i in range(max(20, len(values))):
                 value = values[i % len(values)]
@@ -81,7 +95,7 @@ def measure(kind: str) -> dict:
                 start = time.perf_counter()
                 control.value = value
                 times.append(1e3 * (time.perf_counter() - start))
-            out[f"{prefix} {name}"] = times
+            out[f"{prefix} {'engine (own chunkers)' if name == 'engine' else name}"] = times
         if long_axis:
             return out
         from indexer_lib.notebook.widgets import AutoDashboard
@@ -120,7 +134,7 @@ def percentile(values, q: float) -> float:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--before", default="0ab2fb1", help="the earlier commit (default: before issue 15's speed work)")
+    p.add_argument("--before", default=ISSUE_BEFORE, help="the earlier commit (default: before issue 15's speed work)")
     p.add_argument("--repeats", type=int, default=2, help="before/after rounds, alternating")
     p.add_argument("--main", action="store_true", help="also time the headless main job (minutes)")
     p.add_argument("--worker", help=argparse.SUPPRESS)
@@ -153,16 +167,38 @@ def main() -> int:
     sha = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
                          text=True).stdout.strip()
     print(f"before: {args.before}; after: {sha} (this checkout); {args.repeats} rounds, alternating")
-    print(f"{'what':<40} {'before p50/p95 ms':>20} {'after p50/p95 ms':>20} {'ratio p95':>10} {'goal ms':>8}")
+    factor = machine_factor(results["before"]) if same_commit(args.before, ISSUE_BEFORE) else None
+    if factor is not None:
+        print(f"this machine ran the code before issue 15 {factor:.2f}x as long as the machine the issue "
+              f"measured it on (geometric mean over the two grids); 'goal here' is the goal times that")
+    print(f"{'what':<40} {'before p50/p95 ms':>20} {'after p50/p95 ms':>20} {'ratio p95':>10} {'goal ms':>8} "
+          f"{'goal here':>10}")
     for key in results["after"]:
         b, a = results["before"].get(key, []), results["after"][key]
         goal = GOALS_MS.get(key, GOALS_MS["dashboard free GiB p95"] if key.endswith("free_gib")
                             else GOALS_MS["dashboard p95"] if "dashboard" in key else None)
         bp = f"{statistics.median(b):.0f}/{percentile(b, 0.95):.0f}" if b else "-"
         ratio = f"{percentile(b, 0.95) / percentile(a, 0.95):.1f}x" if b else "-"
+        here = f"{goal * factor:.0f}" if goal and factor is not None and key != "main job" else "-"
         print(f"{key:<40} {bp:>20} {statistics.median(a):>10.0f}/{percentile(a, 0.95):<9.0f} {ratio:>10} "
-              f"{goal if goal else '-':>8}")
+              f"{goal if goal else '-':>8} {here:>10}")
     return 0
+
+
+def same_commit(a: str, b: str) -> bool:
+    def sha(rev):
+        return subprocess.run(["git", "-C", str(REPO), "rev-parse", rev], capture_output=True, text=True).stdout.strip()
+    return sha(a) == sha(b)
+
+
+def machine_factor(before: dict) -> float | None:
+    """How much longer this machine takes than the one issue 15 measured on: the geometric mean,
+    over the two grids, of the earlier code's time here over the issue's figure (None where a
+    grid was not measured)."""
+    ratios = [statistics.median(before[key]) / ms for key, ms in ISSUE_NOW_MS.items() if before.get(key)]
+    if len(ratios) != len(ISSUE_NOW_MS):
+        return None
+    return statistics.geometric_mean(ratios)
 
 
 if __name__ == "__main__":
