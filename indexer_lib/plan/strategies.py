@@ -641,7 +641,8 @@ def plan_shapes(
     **options,
 ) -> PlanShapes:
     """``make_plan``, by the same strategy code, recording the chunks' count and distinct
-    shapes instead of each chunk (one of ``SHAPE_STRATEGIES``)."""
+    shapes (and, for an engine's chunk loop that keeps two chunks' logits alive, the distinct
+    pairs of neighbours) instead of each chunk (one of ``SHAPE_STRATEGIES``)."""
     if strategy not in SHAPE_STRATEGIES:
         raise ValueError(f"strategy {strategy!r}: plan_shapes plans one of {', '.join(SHAPE_STRATEGIES)} "
                          "(the others' chunk memory depends on more than a chunk's shape)")

@@ -164,7 +164,8 @@ def worst_steps(
 def _plan_step(batch, strategy, budget, workspace_tokens, model, deepgemm_version, padded, engine,
                topk_rows, temporaries) -> tuple:
     """(stable interval, chunks, transient peak, peak, over budget) of one step: from the chunks'
-    shapes where their bytes depend on nothing else (no chunk records made), else the whole plan."""
+    shapes (and, where two chunks' logits are alive, their neighbours') where their bytes depend
+    on nothing else (no chunk records made), else the whole plan."""
     if strategy in SHAPE_STRATEGIES and temporaries in SHAPE_BACKENDS:
         shaped = plan_shapes(batch, strategy, budget, workspace_tokens, model, deepgemm_version, padded,
                              engine=engine)
