@@ -24,10 +24,26 @@ from matplotlib.lines import Line2D
 from matplotlib.transforms import Bbox
 from PIL import Image
 
-from .plots import (CMAP, GIB, _budget_label, free_memory_line, heatmap_cells, heatmap_panel_title, heatmap_title,
+from .plots import (CMAP, GIB, free_memory_line, heatmap_cells, heatmap_panel_title, heatmap_title,
                     label_heatmap_axes, mark_oom, mode_word)
 
 KEPT = 24  # drawn pixels kept per region (the cells region: about 0.5 MB each), oldest dropped first
+
+
+class _Kept(OrderedDict):
+    """The last ``KEPT`` things drawn, by content; the one recalled last is dropped last."""
+
+    def recall(self, key):
+        value = self.get(key)
+        if value is not None:
+            self.move_to_end(key)
+        return value
+
+    def keep(self, key, value):
+        self[key] = value
+        if len(self) > KEPT:
+            self.popitem(last=False)
+        return value
 
 
 class _Region:
@@ -38,22 +54,19 @@ class _Region:
         self.canvas, self.bbox = canvas, bbox
         self.empty = canvas.copy_from_bbox(bbox)  # the unchanging figure under the artists
         self.shown = None
-        self.drawn: OrderedDict = OrderedDict()
+        self.drawn = _Kept()
 
     def show(self, key, draw) -> None:
         """Put the content ``key`` on the canvas: its pixels if drawn before, else ``draw()``
         over the empty region."""
         if key == self.shown:
             return
-        pixels = self.drawn.get(key)
+        pixels = self.drawn.recall(key)
         if pixels is None:
             self.canvas.restore_region(self.empty)
             draw()
-            pixels = self.drawn[key] = self.canvas.copy_from_bbox(self.bbox)
-            if len(self.drawn) > KEPT:
-                self.drawn.popitem(last=False)
+            self.drawn.keep(key, self.canvas.copy_from_bbox(self.bbox))
         else:
-            self.drawn.move_to_end(key)
             self.canvas.restore_region(pixels)
         self.shown = key
 
@@ -79,13 +92,13 @@ def _regions(fig: Figure, ax, bar_ax, legend, title, renderer) -> dict[str, Bbox
     names = list(regions)
     for i, a in enumerate(names):
         for b in names[i + 1:]:
-            if regions[a].overlaps(regions[b]) and not _touch(regions[a], regions[b]):
+            if not _apart(regions[a], regions[b]):
                 raise ValueError(f"the heatmap's {a} and {b} overlap: the panel cannot be redrawn by region")
     return regions
 
 
-def _touch(a: Bbox, b: Bbox) -> bool:
-    """Rectangles that share only an edge (Bbox.overlaps counts those)."""
+def _apart(a: Bbox, b: Bbox) -> bool:
+    """Rectangles that share no pixel (at most an edge)."""
     return a.x1 <= b.x0 or b.x1 <= a.x0 or a.y1 <= b.y0 or b.y1 <= a.y0
 
 
@@ -122,8 +135,8 @@ class LiveHeatmap:
         for artist in changing:
             artist.set_visible(True)
         # the cells region's image and frame, per cells shown, under the line and the marks
-        self.cell_layers: OrderedDict = OrderedDict()
-        self.pngs: OrderedDict = OrderedDict()  # the figure as PNG, per content of every region
+        self.cell_layers = _Kept()
+        self.pngs = _Kept()  # the figure as PNG, per content of every region
 
     def render(self, frame, strategy: str, budget_mb: float, free_gib: float, model: str,
                engine: str | None = None, mode: str = "model") -> bytes:
@@ -153,20 +166,14 @@ class LiveHeatmap:
             "legend": self.legend.get_texts()[0].get_text(),
             "title": self.title.get_text(),
         }
-        key = tuple(contents.values())
-        png = self.pngs.get(key)
         draw = {"cells": lambda: self._draw_cells(cells), "panel title": lambda: self._draw(self.ax.title),
                 "colour bar": lambda: self._draw(self.bar.ax), "legend": lambda: self._draw(self.legend),
                 "title": lambda: self._draw(self.title)}
         for name, content in contents.items():
             self.regions[name].show(content, draw[name])
-        if png is None:
-            png = self.pngs[key] = self.png()
-            if len(self.pngs) > KEPT:
-                self.pngs.popitem(last=False)
-        else:
-            self.pngs.move_to_end(key)
-        return png
+        key = tuple(contents.values())
+        png = self.pngs.recall(key)  # the whole figure shown before: its PNG too
+        return png if png is not None else self.pngs.keep(key, self.png())
 
     def _draw(self, *artists) -> None:
         for artist in artists:
@@ -175,14 +182,11 @@ class LiveHeatmap:
     def _draw_cells(self, cells) -> None:
         """The image and its frame (kept per cells shown), then the line and the OOM marks over
         them, in the order a full draw takes (by zorder)."""
-        layer = self.cell_layers.get(cells)
+        layer = self.cell_layers.recall(cells)
         if layer is None:
             self._draw(self.image, *self.ax.spines.values())
-            layer = self.cell_layers[cells] = self.canvas.copy_from_bbox(self.regions["cells"].bbox)
-            if len(self.cell_layers) > KEPT:
-                self.cell_layers.popitem(last=False)
+            self.cell_layers.keep(cells, self.canvas.copy_from_bbox(self.regions["cells"].bbox))
         else:
-            self.cell_layers.move_to_end(cells)
             self.canvas.restore_region(layer)
         self._draw(*([self.line] if self.line is not None else []), *self.marks)
 
