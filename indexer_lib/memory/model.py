@@ -317,7 +317,7 @@ def _pair_total(plan: Plan, pair: tuple, padded: bool, backend: str | None, per_
     logits, metadata, tmp, running, kv_buffer = _chunk_bytes(chunk, False, plan, model, padded, temporaries, k,
                                                              per_chunk_kv)
     held = held_with = 0
-    if before is not None and plan.logits_alive > 1:
+    if before is not None:  # only the pairs of a plan that keeps two chunks' logits have one
         held = logits_bytes(_shape_chunk(before), plan, padded)
         if held and backend is not None:
             held_with = phase_temporaries(plan, backend, k)(chunk, model)[0]
