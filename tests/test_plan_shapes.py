@@ -8,9 +8,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from indexer_lib.memory import memory_report, shapes_peak
+from indexer_lib.memory import ShapesPeak, memory_report, shapes_peak
 from indexer_lib.engines import get_engine
-from indexer_lib.plan import FIELD_STRATEGIES, SHAPE_STRATEGIES, make_plan, plan_shapes, strategy_budget_bytes
+from indexer_lib.plan import (FIELD_STRATEGIES, SHAPE_STRATEGIES, ShapePlanner, make_plan, plan_shapes,
+                              strategy_budget_bytes)
 from indexer_lib.plan import builders
 from indexer_lib.plan.builders import ShapeBuilder
 from indexer_lib.shapes import MIB
@@ -100,6 +101,39 @@ def test_neighbours_decide_a_peak_where_two_logits_are_alive():
     alone = max(c.logits + c.metadata + c.running + c.kv_buffer + c.temporaries for c in report.chunks)
     assert report.peak_transient > alone
     assert shapes_peak(shaped, topk_rows=8192)[0] == report.peak_transient
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(steps=st.lists(batches, min_size=2, max_size=8, unique_by=lambda b: b.num_kv_tokens), strategy=st.sampled_from(SHAPE_STRATEGIES),
+       budgets_mb=st.lists(st.sampled_from([1, 16, 64, 300, 2048]), min_size=1, max_size=3),
+       setup=setups, backend=st.sampled_from(["deepgemm", None]), topk_rows=st.sampled_from([None, 8192]))
+def test_one_planner_and_one_peak_counter_serve_many_steps_and_budgets(steps, strategy, budgets_mb, setup, backend,
+                                                                      topk_rows):
+    """A frontier resolves the settings once (``ShapePlanner``, ``ShapesPeak`` from a plan of the first
+    step) and plans every step and budget with them: each equals that step's own ``make_plan`` and
+    ``memory_report``, whatever was planned before it (an engine without a workspace gathers each
+    step's own K; the top-k buffer is each step's rows when no row count is given)."""
+    if strategy == "engine":
+        setup = {k: v for k, v in setup.items() if k not in ("deepgemm_version", "padded", "workspace_tokens")}
+        setup.setdefault("engine", "sglang==0.5.6")
+    planner = ShapePlanner(strategy, model="glm-5", **setup)
+    peak_of = ShapesPeak(planner.record(steps[0]), backend=backend)
+    for batch in steps:
+        for budget_mb in budgets_mb:
+            budget = strategy_budget_bytes(strategy, budget_mb, setup.get("engine"))
+            try:
+                plan = make_plan(batch, strategy, budget, model="glm-5", **setup)
+            except ValueError:  # an engine that plans this step against no budget refuses it: both ways
+                with pytest.raises(ValueError):
+                    planner.shapes(batch, budget)
+                continue
+            report = memory_report(plan, topk_rows=topk_rows, backend=backend)
+            step = planner.shapes(batch, budget)
+            assert (step.num_chunks, step.over_budget, step.budget_stable, step.workspace_tokens) == \
+                (plan.num_chunks, plan.over_budget, plan.budget_stable, plan.workspace_tokens)
+            rows = batch.num_rows if topk_rows is None else topk_rows
+            assert peak_of(step.shapes, step.pairs, step.workspace_tokens, rows) == \
+                (report.peak_transient, report.peak)
 
 
 def test_a_request_sliced_alone_is_remembered_with_its_budget_interval():

@@ -271,33 +271,49 @@ def shapes_peak(shaped: PlanShapes, topk_rows: int | None = None, backend: str |
     are alive while a chunk's are computed (``Plan.logits_alive``), on its shape and the
     previous chunk's (``PlanShapes.pairs``)."""
     plan = shaped.plan
-    if backend not in SHAPE_BACKENDS:
-        raise ValueError(f"backend {backend!r}: shapes_peak counts one of "
-                         f"{', '.join(str(b) for b in SHAPE_BACKENDS)} (the others read each chunk's windows)")
-    if plan.logits_alive == 1:
-        keys, total_of = shaped.shapes, _shape_total
-    elif shaped.pairs is not None:
-        keys, total_of = shaped.pairs, _pair_total
-    else:
-        raise ValueError(f"logits_alive {plan.logits_alive}: a held chunk's bytes depend on its neighbour "
-                         "(plan_shapes gives the pairs of neighbours)")
-    per_chunk_kv = plan.workspace_lifetime == "chunk"
-    settings = (plan.model, plan.deepgemm_version, padded, backend, per_chunk_kv, plan.logits_alive)
-    largest = 0
-    for shape in keys:
-        key = (settings, shape)
-        total = _shape_totals.get(key)
-        if total is None:
-            total = total_of(plan, shape, padded, backend, per_chunk_kv)
-            if len(_shape_totals) >= 1 << 18:
-                _shape_totals.clear()
-            _shape_totals[key] = total
-        if total > largest:
-            largest = total
-    model = get_model(plan.model)
-    workspace, topk_out, call = _buffers(plan, topk_rows, model.topk, None)
-    transient = call + largest
-    return transient, workspace + topk_out + transient
+    rows = plan.batch.num_rows if topk_rows is None else topk_rows
+    return ShapesPeak(plan, backend, padded)(shaped.shapes, shaped.pairs, plan.workspace_tokens, rows)
+
+
+class ShapesPeak:
+    """``shapes_peak`` for the many plans of one set of plan settings (a frontier's): ``plan`` is
+    any plan with them (its batch, budget and chunks are not read)."""
+
+    def __init__(self, plan: Plan, backend: str | None = "deepgemm", padded: bool = True):
+        if backend not in SHAPE_BACKENDS:
+            raise ValueError(f"backend {backend!r}: shapes_peak counts one of "
+                             f"{', '.join(str(b) for b in SHAPE_BACKENDS)} (the others read each chunk's windows)")
+        self.plan, self.backend, self.padded = plan, backend, padded
+        self.per_chunk_kv = plan.workspace_lifetime == "chunk"
+        self.settings = (plan.model, plan.deepgemm_version, padded, backend, self.per_chunk_kv, plan.logits_alive)
+        self.topk = get_model(plan.model).topk
+
+    def __call__(self, shapes: tuple, pairs: tuple | None, workspace_tokens: int, topk_rows: int) -> tuple[int, int]:
+        """(transient peak, peak) of a plan of these settings with these distinct shapes (and pairs of
+        neighbours), its workspace and the rows of its top-k buffer."""
+        plan = self.plan
+        if plan.logits_alive == 1:
+            keys, total_of = shapes, _shape_total
+        elif pairs is not None:
+            keys, total_of = pairs, _pair_total
+        else:
+            raise ValueError(f"logits_alive {plan.logits_alive}: a held chunk's bytes depend on its neighbour "
+                             "(plan_shapes gives the pairs of neighbours)")
+        settings, largest = self.settings, 0
+        for shape in keys:
+            key = (settings, shape)
+            total = _shape_totals.get(key)
+            if total is None:
+                total = total_of(plan, shape, self.padded, self.backend, self.per_chunk_kv)
+                if len(_shape_totals) >= 1 << 18:
+                    _shape_totals.clear()
+                _shape_totals[key] = total
+            if total > largest:
+                largest = total
+        workspace, topk_out, call = _buffer_bytes(plan.model, workspace_tokens, plan.workspace_lifetime,
+                                                  plan.topk_output, topk_rows, self.topk)
+        transient = call + largest
+        return transient, workspace + topk_out + transient
 
 
 def _shape_total(plan: Plan, shape: tuple, padded: bool, backend: str | None, per_chunk_kv: bool) -> int:

@@ -515,15 +515,32 @@ class _Settings(NamedTuple):
 def _settings(batch: StepBatch, strategy: str, budget_bytes: int | None, workspace_tokens: int | None,
               model: str, deepgemm_version: str | None, padded: bool,
               engine: str | EngineProfile | None, options: dict) -> _Settings:
-    checked = _checked_settings if engine is None or isinstance(engine, str) else _checked_settings.__wrapped__
-    preset, profile, deepgemm_version, workspace_tokens = checked(strategy, workspace_tokens, model,
-                                                                  deepgemm_version, engine)
-    if workspace_tokens is None:  # an engine without a workspace of its own gathers the step's K
-        workspace_tokens = batch.num_kv_tokens
+    preset, profile, deepgemm_version, workspace_tokens = _resolved(strategy, workspace_tokens, model,
+                                                                    deepgemm_version, engine)
     if strategy == "engine":
         padded = False  # every engine budgets plain M x N x 4
-        _check_engine_budget(profile, batch, budget_bytes, preset.topk)
         options = {**options, "engine": profile}
+    b = _budgeting(batch, strategy, budget_bytes, preset, profile, get_rules(deepgemm_version), padded,
+                   workspace_tokens)
+    return _Settings(profile, deepgemm_version, padded, b.workspace, b, options)
+
+
+def _resolved(strategy: str, workspace_tokens: int | None, model: str, deepgemm_version: str | None,
+              engine: str | EngineProfile | None):
+    """``_checked_settings``, kept for settings named by strings (an engine profile object may not hash)."""
+    checked = _checked_settings if engine is None or isinstance(engine, str) else _checked_settings.__wrapped__
+    return checked(strategy, workspace_tokens, model, deepgemm_version, engine)
+
+
+def _budgeting(batch: StepBatch, strategy: str, budget_bytes: int | None, preset: ModelPreset,
+               profile: EngineProfile | None, rules: PaddingRules, padded: bool,
+               workspace_tokens: int | None) -> Budgeting:
+    """The settings' part that depends on the step, checked: an engine without a workspace of its
+    own gathers the step's K (``workspace_tokens`` None); the budget the strategy needs."""
+    if workspace_tokens is None:
+        workspace_tokens = batch.num_kv_tokens
+    if strategy == "engine":
+        _check_engine_budget(profile, batch, budget_bytes, preset.topk)
     elif budget_bytes is None and strategy != "n-only":
         raise ValueError(f"strategy {strategy!r} needs a logits budget: budget_bytes must be > 0")
     # a grid plans with the same few values thousands of times: the named checks only for the unusual
@@ -531,8 +548,7 @@ def _settings(batch: StepBatch, strategy: str, budget_bytes: int | None, workspa
         check_int("budget_bytes", budget_bytes, 1)
     if not (type(workspace_tokens) is int and workspace_tokens >= 1):
         check_int("workspace_tokens", workspace_tokens, 1)
-    b = Budgeting(preset, get_rules(deepgemm_version), padded, budget_bytes, workspace_tokens)
-    return _Settings(profile, deepgemm_version, padded, workspace_tokens, b, options)
+    return Budgeting(preset, rules, padded, budget_bytes, workspace_tokens)
 
 
 @lru_cache(maxsize=4096)  # a grid plans thousands of steps with a few settings
@@ -564,10 +580,17 @@ def _checked_settings(strategy: str, workspace_tokens: int | None, model: str, d
 
 def _plan(batch: StepBatch, strategy: str, budget_bytes: int | None, model: str, s: _Settings,
           chunks) -> Plan:
-    profile = s.profile
-    return made_fast(Plan, strategy=strategy, batch=batch, model=model, deepgemm_version=s.deepgemm_version,
-                     padded=s.padded, budget_bytes=budget_bytes, workspace_tokens=s.workspace_tokens,
-                     chunks=tuple(chunks), budget_stable=(s.budgeting.stable_low, s.budgeting.stable_high),
+    b = s.budgeting
+    return _plan_record(batch, strategy, budget_bytes, model, s.profile, s.deepgemm_version, s.padded,
+                        s.workspace_tokens, (b.stable_low, b.stable_high), tuple(chunks))
+
+
+def _plan_record(batch: StepBatch, strategy: str, budget_bytes: int | None, model: str,
+                 profile: EngineProfile | None, deepgemm_version: str, padded: bool, workspace_tokens: int,
+                 budget_stable: tuple[int, int | None], chunks: tuple) -> Plan:
+    return made_fast(Plan, strategy=strategy, batch=batch, model=model, deepgemm_version=deepgemm_version,
+                     padded=padded, budget_bytes=budget_bytes, workspace_tokens=workspace_tokens,
+                     chunks=chunks, budget_stable=budget_stable,
                      engine=None if profile is None else profile.name,
                      workspace_lifetime="persistent" if profile is None else profile.workspace_lifetime,
                      topk_output="persistent" if profile is None else profile.topk_output,
@@ -629,6 +652,68 @@ class PlanShapes(NamedTuple):
     pairs: tuple[tuple, ...] | None = None
 
 
+class StepShapes(NamedTuple):
+    """``PlanShapes`` without the plan record: what a frontier reads of each step's plan."""
+
+    budget_stable: tuple[int, int | None]
+    workspace_tokens: int
+    num_chunks: int
+    over_budget: bool
+    shapes: tuple[tuple, ...]
+    pairs: tuple[tuple, ...] | None
+
+
+class ShapePlanner:
+    """``plan_shapes`` with one set of settings, resolved and checked once, for the many steps and
+    budgets of a frontier: each step runs the strategy's own code into a shape builder."""
+
+    def __init__(self, strategy: str, workspace_tokens: int | None = None, model: str = "deepseek-v3.2",
+                 deepgemm_version: str | None = None, padded: bool = True,
+                 engine: str | EngineProfile | None = None, **options):
+        if strategy not in SHAPE_STRATEGIES:
+            raise ValueError(f"strategy {strategy!r}: plan_shapes plans one of {', '.join(SHAPE_STRATEGIES)} "
+                             "(the others' chunk memory depends on more than a chunk's shape)")
+        self.strategy, self.model = strategy, model
+        self.preset, self.profile, self.deepgemm_version, self.workspace_tokens = _resolved(
+            strategy, workspace_tokens, model, deepgemm_version, engine)
+        self.rules = get_rules(self.deepgemm_version)
+        self.padded = False if strategy == "engine" else padded  # every engine budgets plain M x N x 4
+        self.options = {**options, "engine": self.profile} if strategy == "engine" else options
+        self.neighbours = _logits_alive(strategy, self.profile) > 1
+        self.builder = NeighbourShapeBuilder if self.neighbours else ShapeBuilder
+        # a fresh K buffer per chunk: every chunk gathers
+        self.every_chunk_gathers = self.profile is not None and self.profile.workspace_lifetime == "chunk"
+
+    def shapes(self, batch: StepBatch, budget_bytes: int | None) -> StepShapes:
+        """The step's plan at this budget, as counts and distinct shapes (and pairs)."""
+        b = _budgeting(batch, self.strategy, budget_bytes, self.preset, self.profile, self.rules, self.padded,
+                       self.workspace_tokens)
+        found = ALL_STRATEGIES[self.strategy](batch, b, builder=self.builder, **self.options)
+        shapes, pairs = tuple(found.shapes), tuple(found.pairs) if self.neighbours else None
+        if self.every_chunk_gathers:
+            def gathers(shape):
+                return None if shape is None else shape[:5] + (True,)
+
+            shapes = tuple(dict.fromkeys(map(gathers, shapes)))
+            if pairs is not None:
+                pairs = tuple(dict.fromkeys((gathers(a), gathers(b)) for a, b in pairs))
+        return StepShapes((b.stable_low, b.stable_high), b.workspace, found.num_chunks, found.over_budget,
+                          shapes, pairs)
+
+    def record(self, batch: StepBatch, budget_bytes: int | None = None, workspace_tokens: int | None = None,
+               budget_stable: tuple[int, int | None] = (0, None)) -> Plan:
+        """A plan of these settings without its chunks (``memory.ShapesPeak`` reads only the settings)."""
+        if workspace_tokens is None:
+            workspace_tokens = self.workspace_tokens or batch.num_kv_tokens
+        return _plan_record(batch, self.strategy, budget_bytes, self.model, self.profile, self.deepgemm_version,
+                            self.padded, workspace_tokens, budget_stable, ())
+
+    def plan(self, batch: StepBatch, budget_bytes: int | None) -> PlanShapes:
+        step = self.shapes(batch, budget_bytes)
+        plan = self.record(batch, budget_bytes, step.workspace_tokens, step.budget_stable)
+        return PlanShapes(plan, step.num_chunks, step.over_budget, step.shapes, step.pairs)
+
+
 def plan_shapes(
     batch: StepBatch,
     strategy: str,
@@ -643,22 +728,5 @@ def plan_shapes(
     """``make_plan``, by the same strategy code, recording the chunks' count and distinct
     shapes (and, for an engine's chunk loop that keeps two chunks' logits alive, the distinct
     pairs of neighbours) instead of each chunk (one of ``SHAPE_STRATEGIES``)."""
-    if strategy not in SHAPE_STRATEGIES:
-        raise ValueError(f"strategy {strategy!r}: plan_shapes plans one of {', '.join(SHAPE_STRATEGIES)} "
-                         "(the others' chunk memory depends on more than a chunk's shape)")
-    s = _settings(batch, strategy, budget_bytes, workspace_tokens, model, deepgemm_version, padded,
-                  engine, options)
-    neighbours = _logits_alive(strategy, s.profile) > 1
-    found = ALL_STRATEGIES[strategy](batch, s.budgeting, builder=NeighbourShapeBuilder if neighbours else ShapeBuilder,
-                                     **s.options)
-    shapes, pairs = tuple(found.shapes), tuple(found.pairs) if neighbours else None
-    if s.profile is not None and s.profile.workspace_lifetime == "chunk":
-        # a fresh K buffer per chunk: every chunk gathers
-        def gathers(shape):
-            return None if shape is None else shape[:5] + (True,)
-
-        shapes = tuple(dict.fromkeys(map(gathers, shapes)))
-        if neighbours:
-            pairs = tuple(dict.fromkeys((gathers(a), gathers(b)) for a, b in pairs))
-    return PlanShapes(_plan(batch, strategy, budget_bytes, model, s, ()), found.num_chunks, found.over_budget,
-                      shapes, pairs)
+    return ShapePlanner(strategy, workspace_tokens, model, deepgemm_version, padded, engine,
+                        **options).plan(batch, budget_bytes)

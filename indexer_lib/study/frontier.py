@@ -14,10 +14,10 @@ import os
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 
-from ..memory import SHAPE_BACKENDS, memory_report, shapes_peak
+from ..memory import SHAPE_BACKENDS, ShapesPeak, memory_report
 from ..padding import get_rules
-from ..plan import (SHAPE_STRATEGIES, asked_deepgemm, check_layout, check_strategy, make_plan, plan_shapes,
-                    strategy_budget_bytes)
+from ..plan import (SHAPE_STRATEGIES, ShapePlanner, asked_deepgemm, check_layout, check_strategy,
+                    make_plan, strategy_budget_bytes)
 from ..shapes import GIB, MIB, budget_bytes_from_mb, free_bytes_from_gib, get_model
 from .collector import young_only
 from ..engines import DEFAULT_ENGINE, get_engine, process_budget
@@ -122,7 +122,8 @@ def worst_steps(
     # kept by everything they depend on, one per budget interval
     settings = (strategy, model, deepgemm_version, padded, workspace_tokens, topk_rows, temporaries,
                 None if engine is None else get_engine(engine).name)
-    deepgemm = asked_deepgemm(strategy, deepgemm_version)
+    plan_step = _step_planner(schedule.unique[0], strategy, workspace_tokens, model,
+                              asked_deepgemm(strategy, deepgemm_version), padded, engine, topk_rows, temporaries)
 
     def at_budgets(batch) -> list[tuple]:
         """(stable interval, chunks, transient peak, peak, over budget) of a step at each budget."""
@@ -139,8 +140,7 @@ def worst_steps(
                         entry = known
                         break
                 if entry is None:
-                    entry = _plan_step(batch, strategy, budget, workspace_tokens, model, deepgemm, padded,
-                                       engine, topk_rows, temporaries)
+                    entry = plan_step(batch, budget)
                     plans.append(entry)
             row.append(entry)
         return row
@@ -161,19 +161,28 @@ def worst_steps(
     return results
 
 
-def _plan_step(batch, strategy, budget, workspace_tokens, model, deepgemm_version, padded, engine,
-               topk_rows, temporaries) -> tuple:
-    """(stable interval, chunks, transient peak, peak, over budget) of one step: from the chunks'
-    shapes (and, where two chunks' logits are alive, their neighbours') where their bytes depend
-    on nothing else (no chunk records made), else the whole plan."""
+def _step_planner(first: StepBatch, strategy, workspace_tokens, model, deepgemm_version, padded, engine,
+                  topk_rows, temporaries):
+    """``plan_step(batch, budget)``: (stable interval, chunks, transient peak, peak, over budget) of
+    one step, from the chunks' shapes (and, where two chunks' logits are alive, their neighbours')
+    where their bytes depend on nothing else (no chunk records made; the settings resolved once),
+    else from the whole plan."""
     if strategy in SHAPE_STRATEGIES and temporaries in SHAPE_BACKENDS:
-        shaped = plan_shapes(batch, strategy, budget, workspace_tokens, model, deepgemm_version, padded,
-                             engine=engine)
-        transient, peak = shapes_peak(shaped, topk_rows=topk_rows, backend=temporaries)
-        return shaped.plan.budget_stable, shaped.num_chunks, transient, peak, shaped.over_budget
-    plan = make_plan(batch, strategy, budget, workspace_tokens, model, deepgemm_version, padded, engine=engine)
-    report = memory_report(plan, topk_rows=topk_rows, backend=temporaries)
-    return plan.budget_stable, plan.num_chunks, report.peak_transient, report.peak, plan.over_budget
+        planner = ShapePlanner(strategy, workspace_tokens, model, deepgemm_version, padded, engine)
+        peak_of = ShapesPeak(planner.record(first), backend=temporaries)
+
+        def plan_step(batch, budget) -> tuple:
+            step = planner.shapes(batch, budget)
+            transient, peak = peak_of(step.shapes, step.pairs, step.workspace_tokens,
+                                      batch.num_rows if topk_rows is None else topk_rows)
+            return step.budget_stable, step.num_chunks, transient, peak, step.over_budget
+        return plan_step
+
+    def plan_whole(batch, budget) -> tuple:
+        plan = make_plan(batch, strategy, budget, workspace_tokens, model, deepgemm_version, padded, engine=engine)
+        report = memory_report(plan, topk_rows=topk_rows, backend=temporaries)
+        return plan.budget_stable, plan.num_chunks, report.peak_transient, report.peak, plan.over_budget
+    return plan_whole
 
 
 class _StepPlans(dict):
