@@ -274,7 +274,8 @@ def test_every_dashboard_figure_is_pixel_for_pixel_a_full_redraw():
 def test_the_auto_dashboard_redraws_free_memory_moves_as_a_fresh_figure_draws_them():
     """Notebook 04's widget keeps its figure and redraws only what free memory touches: each
     image equals a fresh figure of the same rows, crosses where candidates do not fit, the
-    free line on the candidates' scale (and, above it, the legend saying so)."""
+    free line on the candidates' scale (and, above it, the legend saying so), also where the
+    crosses come from a kept layer and where a figure shown before comes back as its kept PNG."""
     from indexer_lib.notebook.beyond import AutoDeployments
     from indexer_lib.notebook.live_candidates import LiveCandidates
     from indexer_lib.notebook.widgets import AutoDashboard
@@ -283,8 +284,9 @@ def test_the_auto_dashboard_redraws_free_memory_moves_as_a_fresh_figure_draws_th
     deployments = {"small": ([ClosedLoopWorkload(8, 4096, 8)], 2.63),
                    "long": ([ClosedLoopWorkload(2, 32_768, 8)], 1.0)}
     dash = AutoDashboard(AutoDeployments(deployments, budgets_mb=(64, 512, 2048)))
-    for name, free in [("small", 0.25), ("small", 0.3), ("small", 16.0), ("long", 16.0), ("long", 0.5),
-                       ("long", 0.6)]:
+    moves = [("small", 0.25), ("small", 0.3), ("small", 16.0), ("long", 16.0), ("long", 0.5), ("long", 0.6),
+             ("long", 16.0), ("long", 0.55), ("long", 12.0), ("long", 0.6)]
+    for name, free in moves:
         dash.controls["deployment"].value = name
         dash.controls["free_gib"].value = free
         frame, rec = dash.auto.candidates_frame(name, free)
@@ -298,6 +300,8 @@ def test_the_auto_dashboard_redraws_free_memory_moves_as_a_fresh_figure_draws_th
         assert label.startswith(f"free: {free:.2f} GiB")
         assert ("above the panel" in label) == (free > view.ax_peak.get_ylim()[1])
     assert view.ax_peak.get_ylim()[1] < 16  # the scale is the candidates', not the line's
+    # on "long": seven moves, five figures (16 and 0.6 came back), fewer sets of crosses than figures
+    assert len(view.pngs) == 5 and len(view.with_crosses) < 5
 
 
 def test_the_long_context_figure_draws_each_strategys_frontier_over_free_memory_and_budget():

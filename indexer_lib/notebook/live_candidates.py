@@ -4,9 +4,10 @@ The candidates' times and peaks do not depend on free memory; only which of them
 and the peak panel keeps the candidates' scale.  ``LiveCandidates`` draws the whole figure
 when the candidates change (another deployment or engine release) and, when only free memory
 moves, redraws what that touches over saved copies of the rest (blitting): the OOM crosses
-of the time panel and its legend (only when they move), the free-memory line, its panel's
-frame and legend, and the title.  Every call returns PNG bytes equal to a full draw of the
-figure made afresh for the same rows and free memory.
+of the time panel and its legend (kept per set of crosses: they change only where a candidate
+starts or stops fitting), the free-memory line, its panel's frame and legend, and the title.
+A figure shown before is not drawn again: its PNG is kept.  Every call returns PNG bytes equal
+to a full draw of the figure made afresh for the same rows and free memory.
 """
 from __future__ import annotations
 
@@ -14,24 +15,25 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from . import plots
-from .live_heatmap import canvas_png
+from .live_heatmap import Kept, canvas_png
 
 
 class LiveCandidates:
     def __init__(self, dpi: int = 90):
         self.dpi = dpi
         self.key = None  # the candidates drawn: (strategy, budget, time, peak) per row
-        self.fig = self.canvas = self.background = self.with_crosses = None
+        self.fig = self.canvas = self.background = None
+        # for these candidates: the figure with the time panel's crosses and legend, per set of
+        # crosses (at most one more than the candidates), and the PNG per everything shown
+        self.with_crosses, self.pngs = Kept(8), Kept()
 
     def render(self, frame, free_bytes: int, title_detail: str = "") -> bytes:
         key = tuple(frame[["strategy", "budget_mb", "total_ms", "peak_transient_bytes"]]
                     .itertuples(index=False, name=None))
-        if key == self.key:
-            self._move(frame, free_bytes, title_detail)
-        else:
+        if key != self.key:
             self._draw_all(frame, free_bytes, title_detail)
             self.key = key
-        return canvas_png(self.canvas)
+        return self._move(frame, free_bytes, title_detail)
 
     def _draw_all(self, frame, free_bytes: int, title_detail: str) -> None:
         self.fig = plots.auto_candidates(frame, free_bytes, title_detail)
@@ -48,7 +50,7 @@ class LiveCandidates:
         self.background = self.canvas.copy_from_bbox(self.fig.bbox)  # what free memory never touches
         for artist in changing:
             artist.set_visible(True)
-        self._blit(crosses_moved=True)
+        self.with_crosses, self.pngs = Kept(8), Kept()
 
     def _crosses(self) -> list:
         """The time panel's OOM crosses and its legend (placed where they leave room)."""
@@ -60,36 +62,42 @@ class LiveCandidates:
         return [self.free_line, *self.ax_peak.spines.values(), self.ax_peak.get_legend(),
                 self.fig._suptitle]
 
-    def _move(self, frame, free_bytes: int, title_detail: str) -> None:
-        """Update the artists free memory touches and draw them."""
+    def _move(self, frame, free_bytes: int, title_detail: str) -> bytes:
+        """Update the artists free memory touches; draw them unless this very figure was shown
+        before (its PNG is kept)."""
         gib = free_bytes / plots.GIB
         self.free_line.set_ydata([gib, gib])
         self.free_line.set_label(plots.free_label(free_bytes, self.ax_peak.get_ylim()[1]))
         self.ax_peak.get_legend().get_texts()[-1].set_text(self.free_line.get_label())
-        moved = False
+        self.fig._suptitle.set_text(plots.auto_candidates_title(title_detail))  # where the layout put it
         # the crosses as auto_candidates places them: per strategy (in order of appearance), the
         # candidates that do not fit, by budget (numpy: a move has a few milliseconds)
         strategy, budget = frame["strategy"].to_numpy(), frame["budget_mb"].to_numpy(float)
         time_ms, fits = frame["total_ms"].to_numpy(float), frame["fits"].to_numpy(bool)
-        for name, crosses in zip(dict.fromkeys(strategy), self.ax_time.collections):
+        crosses = []
+        for name, collection in zip(dict.fromkeys(strategy), self.ax_time.collections):
             rows = np.flatnonzero((strategy == name) & ~fits)
             rows = rows[np.argsort(budget[rows], kind="stable")]
             offsets = np.column_stack([budget[rows], time_ms[rows]])
-            if not np.array_equal(offsets, np.asarray(crosses.get_offsets()).reshape(-1, 2)):
-                crosses.set_offsets(offsets)
-                moved = True
-        self.fig._suptitle.set_text(plots.auto_candidates_title(title_detail))  # where the layout put it
-        self._blit(crosses_moved=moved)
+            collection.set_offsets(offsets)
+            crosses.append(offsets.tobytes())
+        crosses = tuple(crosses)
+        shown = (crosses, free_bytes, title_detail)
+        png = self.pngs.recall(shown)
+        if png is None:
+            self._show_crosses(crosses)
+            for artist in self._free():
+                self.fig.draw_artist(artist)
+            png = self.pngs.keep(shown, canvas_png(self.canvas))
+        return png
 
-    def _blit(self, crosses_moved: bool) -> None:
-        """Over the saved figure: the time panel's crosses and legend (from a saved copy when
-        they did not move), then what free memory moves."""
-        if crosses_moved:
+    def _show_crosses(self, crosses: tuple) -> None:
+        """The saved figure with these crosses and the time panel's legend: kept from before, or
+        drawn over the figure without them."""
+        layer = self.with_crosses.recall(crosses)
+        if layer is None:
             self.canvas.restore_region(self.background)
             for artist in self._crosses():
                 self.fig.draw_artist(artist)
-            self.with_crosses = self.canvas.copy_from_bbox(self.fig.bbox)
-        else:
-            self.canvas.restore_region(self.with_crosses)
-        for artist in self._free():
-            self.fig.draw_artist(artist)
+            layer = self.with_crosses.keep(crosses, self.canvas.copy_from_bbox(self.fig.bbox))
+        self.canvas.restore_region(layer)

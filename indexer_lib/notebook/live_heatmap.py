@@ -30,8 +30,12 @@ from .plots import (CMAP, GIB, free_memory_line, heatmap_cells, heatmap_panel_ti
 KEPT = 24  # drawn pixels kept per region (the cells region: about 0.5 MB each), oldest dropped first
 
 
-class _Kept(OrderedDict):
-    """The last ``KEPT`` things drawn, by content; the one recalled last is dropped last."""
+class Kept(OrderedDict):
+    """The last ``limit`` things drawn, by content; the one recalled last is dropped last."""
+
+    def __init__(self, limit: int = KEPT):
+        super().__init__()
+        self.limit = limit
 
     def recall(self, key):
         value = self.get(key)
@@ -41,7 +45,7 @@ class _Kept(OrderedDict):
 
     def keep(self, key, value):
         self[key] = value
-        if len(self) > KEPT:
+        if len(self) > self.limit:
             self.popitem(last=False)
         return value
 
@@ -54,7 +58,7 @@ class _Region:
         self.canvas, self.bbox = canvas, bbox
         self.empty = canvas.copy_from_bbox(bbox)  # the unchanging figure under the artists
         self.shown = None
-        self.drawn = _Kept()
+        self.drawn = Kept()
 
     def show(self, key, draw) -> None:
         """Put the content ``key`` on the canvas: its pixels if drawn before, else ``draw()``
@@ -135,8 +139,8 @@ class LiveHeatmap:
         for artist in changing:
             artist.set_visible(True)
         # the cells region's image and frame, per cells shown, under the line and the marks
-        self.cell_layers = _Kept()
-        self.pngs = _Kept()  # the figure as PNG, per content of every region
+        self.cell_layers = Kept()
+        self.pngs = Kept()  # the figure as PNG, per content of every region
 
     def render(self, frame, strategy: str, budget_mb: float, free_gib: float, model: str,
                engine: str | None = None, mode: str = "model") -> bytes:
