@@ -15,7 +15,8 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from . import plots
-from .live_heatmap import Kept, canvas_png
+from .live_heatmap import Kept
+from .png_bands import BandedPng
 
 
 class LiveCandidates:
@@ -26,6 +27,7 @@ class LiveCandidates:
         # for these candidates: the figure with the time panel's crosses and legend, per set of
         # crosses (at most one more than the candidates), and the PNG per everything shown
         self.with_crosses, self.pngs = Kept(8), Kept()
+        self.encoder = BandedPng()  # compresses again only the rows a move touched
 
     def render(self, frame, free_bytes: int, title_detail: str = "") -> bytes:
         key = tuple(frame[["strategy", "budget_mb", "total_ms", "peak_transient_bytes"]]
@@ -88,7 +90,7 @@ class LiveCandidates:
             self._show_crosses(crosses)
             for artist in self._free():
                 self.fig.draw_artist(artist)
-            png = self.pngs.keep(shown, canvas_png(self.canvas))
+            png = self.pngs.keep(shown, self.encoder.encode(np.asarray(self.canvas.buffer_rgba())))
         return png
 
     def _show_crosses(self, crosses: tuple) -> None:

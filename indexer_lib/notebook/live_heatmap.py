@@ -8,12 +8,11 @@ marks), the colour bar, the panel title, the legend and the figure title.  The a
 and labels around them never change and are drawn once.  A change redraws only the regions
 whose content changed, each over its saved copy of the unchanging figure, and keeps the
 pixels of what it drew, so moving back to a value seen before copies them back instead of
-drawing again.  Every call returns the figure as PNG bytes, equal pixel for pixel to the
-whole figure drawn afresh; the figure says what ``frontier_heatmap`` says for the same rows.
+drawing again.  Every call returns the figure as PNG bytes (``png_bands``: only the rows a
+change touched are compressed again), equal pixel for pixel to the whole figure drawn afresh; the figure says what ``frontier_heatmap`` says for the same rows.
 """
 from __future__ import annotations
 
-import io
 from collections import OrderedDict
 
 import numpy as np
@@ -22,8 +21,8 @@ from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.transforms import Bbox
-from PIL import Image
 
+from .png_bands import BandedPng
 from .plots import (CMAP, GIB, free_memory_line, heatmap_cells, heatmap_panel_title, heatmap_title,
                     label_heatmap_axes, mark_oom, mode_word)
 
@@ -141,6 +140,7 @@ class LiveHeatmap:
         # the cells region's image and frame, per cells shown, under the line and the marks
         self.cell_layers = Kept()
         self.pngs = Kept()  # the figure as PNG, per content of every region
+        self.encoder = BandedPng()  # compresses again only the rows a change touched
 
     def render(self, frame, strategy: str, budget_mb: float, free_gib: float, model: str,
                engine: str | None = None, mode: str = "model") -> bytes:
@@ -195,14 +195,5 @@ class LiveHeatmap:
         self._draw(*([self.line] if self.line is not None else []), *self.marks)
 
     def png(self) -> bytes:
-        return canvas_png(self.canvas)
-
-
-def canvas_png(canvas: FigureCanvasAgg) -> bytes:
-    """What an Agg canvas holds now, as PNG (without drawing it again)."""
-    width, height = canvas.get_width_height()
-    image = Image.frombuffer("RGBA", (width, height), canvas.buffer_rgba(), "raw", "RGBA", 0, 1)
-    image = image.convert("RGB")  # the figures are opaque: a quarter less to compress
-    out = io.BytesIO()
-    image.save(out, format="PNG", compress_level=1)  # fast: the widget sends it at once
-    return out.getvalue()
+        """What the canvas holds now, as PNG (without drawing it again)."""
+        return self.encoder.encode(np.asarray(self.canvas.buffer_rgba()))
