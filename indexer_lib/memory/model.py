@@ -260,7 +260,9 @@ def _buffer_bytes(model: str, workspace_tokens: int, workspace_lifetime: str, to
 
 
 SHAPE_BACKENDS = ("deepgemm", None)  # backends whose temporaries depend on a chunk's shape alone
-_shape_totals: dict[tuple, int] = {}  # a frontier meets tens of thousands of shapes
+# per plan settings, the transient bytes per shape (or pair): a frontier meets tens of thousands
+_shape_totals: dict[tuple, dict[tuple, int]] = {}
+SHAPES_KEPT = 1 << 18  # shapes kept per settings, for a long-lived dashboard
 
 
 def shapes_peak(shaped: PlanShapes, topk_rows: int | None = None, backend: str | None = "deepgemm",
@@ -299,15 +301,17 @@ class ShapesPeak:
         else:
             raise ValueError(f"logits_alive {plan.logits_alive}: a held chunk's bytes depend on its neighbour "
                              "(plan_shapes gives the pairs of neighbours)")
-        settings, largest = self.settings, 0
+        totals = _shape_totals.get(self.settings)
+        if totals is None:
+            totals = _shape_totals[self.settings] = {}
+        largest = 0
         for shape in keys:
-            key = (settings, shape)
-            total = _shape_totals.get(key)
+            total = totals.get(shape)
             if total is None:
                 total = total_of(plan, shape, self.padded, self.backend, self.per_chunk_kv)
-                if len(_shape_totals) >= 1 << 18:
-                    _shape_totals.clear()
-                _shape_totals[key] = total
+                if len(totals) >= SHAPES_KEPT:
+                    totals.clear()
+                totals[shape] = total
             if total > largest:
                 largest = total
         workspace, topk_out, call = _buffer_bytes(plan.model, workspace_tokens, plan.workspace_lifetime,

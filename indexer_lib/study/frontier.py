@@ -125,12 +125,14 @@ def worst_steps(
     plan_step = _step_planner(schedule.unique[0], strategy, workspace_tokens, model,
                               asked_deepgemm(strategy, deepgemm_version), padded, engine, topk_rows, temporaries)
 
+    planned = _STEP_PLANS.of(settings)
+
     def at_budgets(batch) -> list[tuple]:
         """(stable interval, chunks, transient peak, peak, over budget) of a step at each budget."""
-        key = (settings, batch.query_lens, batch.seq_lens)
-        plans = _STEP_PLANS.get(key)
+        lengths = (batch.query_lens, batch.seq_lens)
+        plans = planned.get(lengths)
         if plans is None:
-            plans = _STEP_PLANS.remember(key)
+            plans = _STEP_PLANS.remember(planned, lengths)
         row, entry = [], None
         for budget in budgets:
             if entry is None or not _in_interval(budget, entry[0]):
@@ -186,18 +188,34 @@ def _step_planner(first: StepBatch, strategy, workspace_tokens, model, deepgemm_
 
 
 class _StepPlans(dict):
-    """(plan settings, step query lens, seq lens) -> [(stable interval, chunks, transient, peak, over)], one
-    per budget interval planned; emptied when it holds more than ``limit`` steps (memory stays
-    bounded in a long-lived dashboard; a grid's steps number in the thousands)."""
+    """plan settings -> {(step query lens, seq lens): [(stable interval, chunks, transient, peak, over)]},
+    one entry per budget interval planned; every step forgotten when it holds more than ``limit``
+    steps in all (memory stays bounded in a long-lived dashboard; a grid's steps number in the
+    thousands)."""
 
     limit = 200_000
+    steps = 0
 
-    def remember(self, key) -> list:
-        """A new step's (empty) list of plans."""
-        if len(self) >= self.limit:
-            self.clear()
-        plans = self[key] = []
+    def of(self, settings) -> dict:
+        """The steps planned with these settings."""
+        known = self.get(settings)
+        if known is None:
+            known = self[settings] = {}
+        return known
+
+    def remember(self, known: dict, lengths) -> list:
+        """A new step's (empty) list of plans, in ``known`` (from ``of``)."""
+        if self.steps >= self.limit:
+            for steps in self.values():
+                steps.clear()
+            self.steps = 0
+        plans = known[lengths] = []
+        self.steps += 1
         return plans
+
+    def clear(self) -> None:
+        super().clear()
+        self.steps = 0
 
 
 _STEP_PLANS = _StepPlans()
