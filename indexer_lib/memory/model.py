@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import Callable
 
+from ..caches import PerSettings
 from ..padding import get_rules, unpadded_logits_bytes
 from ..plan import Chunk, Plan, PlanShapes, merged_chunks
 from ..plan.chunks import made_fast
@@ -261,8 +262,7 @@ def _buffer_bytes(model: str, workspace_tokens: int, workspace_lifetime: str, to
 
 SHAPE_BACKENDS = ("deepgemm", None)  # backends whose temporaries depend on a chunk's shape alone
 # per plan settings, the transient bytes per shape (or pair): a frontier meets tens of thousands
-_shape_totals: dict[tuple, dict[tuple, int]] = {}
-SHAPES_KEPT = 1 << 18  # shapes kept per settings, for a long-lived dashboard
+_shape_totals = PerSettings(limit=1 << 18)
 
 
 def shapes_peak(shaped: PlanShapes, topk_rows: int | None = None, backend: str | None = "deepgemm",
@@ -301,17 +301,13 @@ class ShapesPeak:
         else:
             raise ValueError(f"logits_alive {plan.logits_alive}: a held chunk's bytes depend on its neighbour "
                              "(plan_shapes gives the pairs of neighbours)")
-        totals = _shape_totals.get(self.settings)
-        if totals is None:
-            totals = _shape_totals[self.settings] = {}
+        totals = _shape_totals.of(self.settings)
         largest = 0
         for shape in keys:
             total = totals.get(shape)
             if total is None:
-                total = total_of(plan, shape, self.padded, self.backend, self.per_chunk_kv)
-                if len(totals) >= SHAPES_KEPT:
-                    totals.clear()
-                totals[shape] = total
+                total = _shape_totals.add(totals, shape, total_of(plan, shape, self.padded, self.backend,
+                                                                  self.per_chunk_kv))
             if total > largest:
                 largest = total
         workspace, topk_out, call = _buffer_bytes(plan.model, workspace_tokens, plan.workspace_lifetime,

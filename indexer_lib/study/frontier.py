@@ -19,6 +19,7 @@ from ..padding import get_rules
 from ..plan import (SHAPE_STRATEGIES, ShapePlanner, asked_deepgemm, check_layout, check_strategy,
                     make_plan, strategy_budget_bytes)
 from ..shapes import GIB, MIB, budget_bytes_from_mb, free_bytes_from_gib, get_model
+from ..caches import PerSettings
 from .collector import young_only
 from ..engines import DEFAULT_ENGINE, get_engine, process_budget
 from ..workload import (MAX_CONCURRENCY, MAX_OSL, ClosedLoopWorkload, SchedulerConfig, StepBatch, check_int,
@@ -132,7 +133,7 @@ def worst_steps(
         lengths = (batch.query_lens, batch.seq_lens)
         plans = planned.get(lengths)
         if plans is None:
-            plans = _STEP_PLANS.remember(planned, lengths)
+            plans = _STEP_PLANS.add(planned, lengths, [])
         row, entry = [], None
         for budget in budgets:
             if entry is None or not _in_interval(budget, entry[0]):
@@ -187,38 +188,9 @@ def _step_planner(first: StepBatch, strategy, workspace_tokens, model, deepgemm_
     return plan_whole
 
 
-class _StepPlans(dict):
-    """plan settings -> {(step query lens, seq lens): [(stable interval, chunks, transient, peak, over)]},
-    one entry per budget interval planned; every step forgotten when it holds more than ``limit``
-    steps in all (memory stays bounded in a long-lived dashboard; a grid's steps number in the
-    thousands)."""
-
-    limit = 200_000
-    steps = 0
-
-    def of(self, settings) -> dict:
-        """The steps planned with these settings."""
-        known = self.get(settings)
-        if known is None:
-            known = self[settings] = {}
-        return known
-
-    def remember(self, known: dict, lengths) -> list:
-        """A new step's (empty) list of plans, in ``known`` (from ``of``)."""
-        if self.steps >= self.limit:
-            for steps in self.values():
-                steps.clear()
-            self.steps = 0
-        plans = known[lengths] = []
-        self.steps += 1
-        return plans
-
-    def clear(self) -> None:
-        super().clear()
-        self.steps = 0
-
-
-_STEP_PLANS = _StepPlans()
+# plan settings -> {(step query lens, seq lens): [(stable interval, chunks, transient, peak, over)]},
+# one entry per budget interval planned (a grid's steps number in the thousands)
+_STEP_PLANS = PerSettings(limit=200_000)
 
 
 def _in_interval(budget: int | None, interval: tuple[int, int | None]) -> bool:
