@@ -118,3 +118,22 @@ def test_steps_alike_taken_at_once_are_the_steps_one_by_one(concurrency, isl, os
     workload = ClosedLoopWorkload(concurrency, isl, osl, min(prefix, isl), prompts)
     config = SchedulerConfig(mnbt, seqs, threshold, caching, block, asynchronous)
     assert list(simulate(workload, config)) == list(simulate(workload, config, skip_steady=False))
+
+
+@settings(max_examples=300, deadline=None)
+@given(lengths=st.lists(st.tuples(st.sampled_from([1, 2, 256]), st.sampled_from([0, 5, 4096])), min_size=1,
+                        max_size=40))
+def test_a_batchs_runs_and_totals_are_counted_request_by_request(lengths):
+    """What the planners read of a batch: per request, how many identical requests follow from it
+    on (itself included), and the rows, KV tokens and longest sequence from it to the end."""
+    from indexer_lib.workload import PrefillRequest, StepBatch
+
+    batch = StepBatch(tuple(PrefillRequest(context, query) for query, context in lengths))
+    pairs = list(zip(batch.query_lens, batch.seq_lens))
+    for k in range(len(pairs)):
+        same = 0
+        while k + same < len(pairs) and pairs[k + same] == pairs[k]:
+            same += 1
+        assert batch.repeats[k] == same
+        rest = pairs[k:]
+        assert batch.totals_from(k) == (sum(q for q, _ in rest), sum(s for _, s in rest), max(s for _, s in rest))

@@ -117,8 +117,6 @@ def _pack(batch: StepBatch, b: Budgeting, may_join, slice_alone, build,
     query_lens, seq_lens = batch.query_lens, batch.seq_lens
     n_req, workspace = len(query_lens), b.workspace
     repeats = batch.repeats
-    if monotone:
-        rows_after, kv_after, longest_after = batch.totals_after
     i = 0
     while i < n_req:
         j, rows, kv, longest = i, 0, 0, 0
@@ -129,9 +127,10 @@ def _pack(batch: StepBatch, b: Budgeting, may_join, slice_alone, build,
                 i += repeats[i]
                 continue
             j, rows, kv, longest = i + 1, q, s, s
-            if j < n_req and kv_after[i] <= workspace and \
-                    may_join(i, n_req, rows_after[i], kv_after[i], longest_after[i]):
-                j, rows, kv, longest = n_req, rows_after[i], kv_after[i], longest_after[i]
+            if j < n_req:
+                rest_rows, rest_kv, rest_longest = batch.totals_from(i)
+                if rest_kv <= workspace and may_join(i, n_req, rest_rows, rest_kv, rest_longest):
+                    j, rows, kv, longest = n_req, rest_rows, rest_kv, rest_longest
         while j < n_req:
             q, s = query_lens[j], seq_lens[j]
             wider = s if s > longest else longest

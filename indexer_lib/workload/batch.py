@@ -96,6 +96,18 @@ class StepBatch:
                 list(accumulate(reversed(self.seq_lens)))[::-1] + [0],
                 list(accumulate(reversed(self.seq_lens), max))[::-1] + [0])
 
+    def totals_from(self, k: int) -> tuple[int, int, int]:
+        """Rows, KV tokens and the longest sequence of requests k onwards: from the whole batch's
+        sums for k = 0 (most batches are packed whole), else from ``totals_after``."""
+        if k == 0:
+            return self.num_rows, self.num_kv_tokens, self.longest
+        rows, kv, longest = self.totals_after
+        return rows[k], kv[k], longest[k]
+
+    @_once
+    def longest(self) -> int:
+        return max(self.seq_lens)
+
     @_once
     def repeats(self) -> list[int]:
         """Per request: how many consecutive requests, from it on, are identical to it
