@@ -33,9 +33,21 @@ class LiveCandidates:
         key = tuple(frame[["strategy", "budget_mb", "total_ms", "peak_transient_bytes"]]
                     .itertuples(index=False, name=None))
         if key != self.key:
+            # the figure as auto_candidates draws it: its crosses are the scatters' own
             self._draw_all(frame, free_bytes, title_detail)
             self.key = key
-        return self._move(frame, free_bytes, title_detail)
+            crosses = tuple(np.asarray(c.get_offsets(), float).reshape(-1, 2).tobytes()
+                            for c in self.ax_time.collections)
+        else:
+            crosses = self._move(frame, free_bytes, title_detail)
+        shown = (crosses, free_bytes, title_detail)
+        png = self.pngs.recall(shown)
+        if png is None:  # not shown before: draw what free memory touches over the crosses' layer
+            self._show_crosses(crosses)
+            for artist in self._free():
+                self.fig.draw_artist(artist)
+            png = self.pngs.keep(shown, self.encoder.encode(np.asarray(self.canvas.buffer_rgba())))
+        return png
 
     def _draw_all(self, frame, free_bytes: int, title_detail: str) -> None:
         self.fig = plots.auto_candidates(frame, free_bytes, title_detail)
@@ -64,9 +76,9 @@ class LiveCandidates:
         return [self.free_line, *self.ax_peak.spines.values(), self.ax_peak.get_legend(),
                 self.fig._suptitle]
 
-    def _move(self, frame, free_bytes: int, title_detail: str) -> bytes:
-        """Update the artists free memory touches; draw them unless this very figure was shown
-        before (its PNG is kept)."""
+    def _move(self, frame, free_bytes: int, title_detail: str) -> tuple:
+        """Update the artists free memory touches; the crosses they show (per strategy, their
+        offsets' bytes)."""
         gib = free_bytes / plots.GIB
         self.free_line.set_ydata([gib, gib])
         self.free_line.set_label(plots.free_label(free_bytes, self.ax_peak.get_ylim()[1]))
@@ -83,15 +95,7 @@ class LiveCandidates:
             offsets = np.column_stack([budget[rows], time_ms[rows]])
             collection.set_offsets(offsets)
             crosses.append(offsets.tobytes())
-        crosses = tuple(crosses)
-        shown = (crosses, free_bytes, title_detail)
-        png = self.pngs.recall(shown)
-        if png is None:
-            self._show_crosses(crosses)
-            for artist in self._free():
-                self.fig.draw_artist(artist)
-            png = self.pngs.keep(shown, self.encoder.encode(np.asarray(self.canvas.buffer_rgba())))
-        return png
+        return tuple(crosses)
 
     def _show_crosses(self, crosses: tuple) -> None:
         """The saved figure with these crosses and the time panel's legend: kept from before, or
