@@ -9,7 +9,8 @@ and labels around them never change and are drawn once.  A change redraws only t
 whose content changed, each over its saved copy of the unchanging figure, and keeps the
 pixels of what it drew, so moving back to a value seen before copies them back instead of
 drawing again.  Every call returns the figure as PNG bytes (``png_bands``: only the rows a
-change touched are compressed again), equal pixel for pixel to the whole figure drawn afresh; the figure says what ``frontier_heatmap`` says for the same rows.
+change touched are compressed again), equal pixel for pixel to the whole figure drawn afresh;
+the figure says what ``frontier_heatmap`` says for the same rows.
 """
 from __future__ import annotations
 
