@@ -1,5 +1,6 @@
-"""Bounded caches a frontier fills by the hundred thousand: the planned steps and the shapes'
-bytes, each kept per set of plan settings so a lookup hashes only its own key."""
+"""Bounded caches a frontier fills by the hundred thousand: the planned steps, the slicings of
+requests planned alone and the shapes' bytes, each kept per set of settings so a lookup hashes
+only its own key."""
 from __future__ import annotations
 
 

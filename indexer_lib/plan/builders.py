@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
+from ..caches import PerSettings
 from ..workload import PrefillRequest, StepBatch
 from .chunks import Chunk
 
@@ -46,16 +47,9 @@ class LoneSlices:
         self.kv_tokens = max(s.kv_tokens for s in slices)
 
 
-class _LoneSlicesCache(dict):
-    limit = 100_000  # bounded for a long-lived dashboard; the long-context grid holds about 10,000
-
-    def remember(self, key, value):
-        if len(self) >= self.limit:
-            self.clear()
-        self[key] = value
-
-
-_LONE = _LoneSlicesCache()
+# per (kind, layout, padding, DeepGEMM version, row multiple): the slicings by (rows, context,
+# budget); bounded for a long-lived dashboard (the long-context grid holds about 10,000)
+_LONE = PerSettings(limit=100_000)
 
 
 def lone_slices(b, kind: str, request: PrefillRequest, compressed: bool,
@@ -63,9 +57,9 @@ def lone_slices(b, kind: str, request: PrefillRequest, compressed: bool,
     """``slice_request()``'s slices of ``request`` planned alone, computed once per request
     shape and budget (``b``, a ``Budgeting``); ``b``'s budget interval is narrowed as if the
     slicing had asked it again."""
-    key = (kind, request.query_len, request.context_len, compressed, b.budget, b.padded,
-           b.rules.version, b.row_multiple)
-    known = _LONE.get(key)
+    slicings = _LONE.of((kind, compressed, b.padded, b.rules.version, b.row_multiple))
+    key = (request.query_len, request.context_len, b.budget)
+    known = slicings.get(key)
     if known is None:
         saved = b.stable_low, b.stable_high
         b.stable_low, b.stable_high = 0, None
@@ -74,7 +68,7 @@ def lone_slices(b, kind: str, request: PrefillRequest, compressed: bool,
             known = LoneSlices(slices, b.stable_low, b.stable_high)
         finally:
             b.stable_low, b.stable_high = saved
-        _LONE.remember(key, known)
+        _LONE.add(slicings, key, known)
     b.narrow(known.low, known.high)
     return known
 

@@ -14,12 +14,12 @@ import os
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 
+from ..caches import PerSettings
 from ..memory import SHAPE_BACKENDS, ShapesPeak, memory_report
 from ..padding import get_rules
 from ..plan import (SHAPE_STRATEGIES, ShapePlanner, asked_deepgemm, check_layout, check_strategy,
                     make_plan, strategy_budget_bytes)
 from ..shapes import GIB, MIB, budget_bytes_from_mb, free_bytes_from_gib, get_model
-from ..caches import PerSettings
 from .collector import young_only
 from ..engines import DEFAULT_ENGINE, get_engine, process_budget
 from ..workload import (MAX_CONCURRENCY, MAX_OSL, ClosedLoopWorkload, SchedulerConfig, StepBatch, check_int,
