@@ -1,14 +1,14 @@
 """indexer-lab: budgeted chunking of the DSA indexer's prefill logits.
 
 Data flows one way, one subpackage per layer (docs/design.md#architecture):
-``workload`` -> ``engines`` -> ``plan`` -> ``memory`` -> ``run`` -> ``study`` -> ``notebook`` -> ``cli``,
-with ``shapes``, ``padding`` and ``refdata`` below them all.  Each layer imports only
+``workload`` -> ``engines`` -> ``plan`` -> ``memory`` -> ``fast`` -> ``run`` -> ``study`` -> ``notebook``
+-> ``cli``, with ``shapes``, ``padding`` and ``refdata`` below them all.  Each layer imports only
 from the layers below it.
 """
-from .plan import STRATEGIES, Chunk, Plan, make_plan
+from .plan import STRATEGIES, Chunk, Plan, PlanSettings, get_strategy, make_plan
 from .workload import ClosedLoopWorkload, PrefillRequest, SchedulerConfig, StepBatch, simulate
 
 __all__ = [
-    "STRATEGIES", "Chunk", "Plan", "make_plan",
+    "STRATEGIES", "Chunk", "Plan", "PlanSettings", "get_strategy", "make_plan",
     "ClosedLoopWorkload", "PrefillRequest", "SchedulerConfig", "StepBatch", "simulate",
 ]

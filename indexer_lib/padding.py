@@ -3,12 +3,19 @@
 DeepGEMM allocates the ``[M, N]`` fp32 logits inside its C++ API with more rows
 and a wider row stride than M x N.  Engines budget plain M x N x 4 bytes; this
 module says what is really allocated, so budgets and memory checks can count it.
+It is the one place the rule is written: the planners (``counter``), the memory
+model, the kernels' checks and the engine replay's meta kernel all read it here.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
+
+from .checks import BadValue
 
 FP32_BYTES = 4
+# the compressed layout's width, max_seqlen_k, is aligned to DeepGEMM's block of KV columns
+COMPRESSED_ALIGN = 256
 
 
 def align(x: int, multiple: int) -> int:
@@ -37,11 +44,28 @@ class PaddingRules:
         ``cols`` is N (full layout) or max_seqlen_k (compressed layout).
         """
         if compressed:
-            return align(align(cols, 256), 256)
+            return align(cols, COMPRESSED_ALIGN)
         return align(cols + self.stride_extra, self.stride_align)
 
     def logits_bytes(self, rows: int, cols: int, heads: int, compressed: bool = False) -> int:
         return self.rows_allocated(rows, heads) * self.row_stride(cols, compressed) * FP32_BYTES
+
+    def counter(self, heads: int, padded: bool = True) -> Callable[[int, int, bool], int]:
+        """``count(rows, cols, compressed)``: the bytes a logits allocation is counted at, with
+        this build's padding (``logits_bytes``) or, unpadded, as the engines count it (M x N x 4).
+        A closure with the constants at hand: planners ask it millions of times in a sweep."""
+        if not padded:
+            return lambda rows, cols, compressed=False: rows * cols * FP32_BYTES
+        m, extra, stride_align = self.row_multiple(heads), self.stride_extra, self.stride_align
+
+        def count(rows: int, cols: int, compressed: bool = False) -> int:
+            if compressed:
+                stride = -(-cols // COMPRESSED_ALIGN) * COMPRESSED_ALIGN
+            else:
+                stride = -(-(cols + extra) // stride_align) * stride_align
+            return -(-rows // m) * m * stride * FP32_BYTES
+
+        return count
 
 
 # Keys are the version names users pass on the command line.
@@ -65,9 +89,8 @@ def get_rules(version: str) -> PaddingRules:
     try:
         return DEEPGEMM_RULES[version]
     except KeyError:
-        raise ValueError(
-            f"unknown DeepGEMM version {version!r}: must be one of {', '.join(DEEPGEMM_RULES)}"
-        ) from None
+        raise BadValue("deepgemm_version",
+                       f"unknown DeepGEMM version {version!r}: must be one of {', '.join(DEEPGEMM_RULES)}") from None
 
 
 def unpadded_logits_bytes(rows: int, cols: int) -> int:

@@ -8,6 +8,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from .checks import BadValue
+
 GIB = 2**30
 MIB = 2**20
 # fp32 scale stored next to each token's fp8 key in the gather workspace
@@ -56,16 +58,14 @@ def get_model(name: str) -> ModelPreset:
     try:
         return MODELS[name]
     except KeyError:
-        raise ValueError(
-            f"unknown model {name!r}: must be one of {', '.join(sorted(MODELS))}"
-        ) from None
+        raise BadValue("model", f"unknown model {name!r}: must be one of {', '.join(sorted(MODELS))}") from None
 
 
 def get_gpu(name: str) -> GpuPreset:
     try:
         return GPUS[name]
     except KeyError:
-        raise ValueError(f"unknown GPU {name!r}: must be one of {', '.join(sorted(GPUS))}") from None
+        raise BadValue("gpu", f"unknown GPU {name!r}: must be one of {', '.join(sorted(GPUS))}") from None
 
 
 def free_bytes_from_gib(free_gib: float) -> int:
@@ -75,18 +75,18 @@ def free_bytes_from_gib(free_gib: float) -> int:
     its KV cache and reserved its persistent indexer buffers (as vLLM does).
     """
     if not isinstance(free_gib, (int, float)) or isinstance(free_gib, bool) or not free_gib >= 0:
-        raise ValueError(f"free memory {free_gib!r} GiB: must be a number >= 0")
+        raise BadValue("free_gib", f"free memory {free_gib!r} GiB: must be a number >= 0")
     if not math.isfinite(free_gib):
-        raise ValueError(f"free memory {free_gib!r} GiB: must be a finite number")
+        raise BadValue("free_gib", f"free memory {free_gib!r} GiB: must be a finite number")
     return int(free_gib * GIB)
 
 
 def budget_bytes_from_mb(budget_mb: float) -> int:
     """A budget named in MB as vLLM names it (MiB, 2^20 bytes), in whole bytes."""
     if isinstance(budget_mb, bool) or not isinstance(budget_mb, (int, float)):
-        raise ValueError(f"budget {budget_mb!r} MB: must be a number > 0")
+        raise BadValue("budget_mb", f"budget {budget_mb!r} MB: must be a number > 0")
     if not budget_mb > 0:
-        raise ValueError(f"budget {budget_mb!r} MB: must be > 0")
+        raise BadValue("budget_mb", f"budget {budget_mb!r} MB: must be > 0")
     if not math.isfinite(budget_mb):
-        raise ValueError(f"budget {budget_mb!r} MB: must be a finite number")
+        raise BadValue("budget_mb", f"budget {budget_mb!r} MB: must be a finite number")
     return max(1, round(budget_mb * MIB))

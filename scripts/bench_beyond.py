@@ -3,7 +3,8 @@
 
 1. ``auto`` over a grid of >= 10,000 evaluated points (strategy x budget x workload x
    free GiB), measured in one run: each workload's schedule is simulated once and
-   each strategy x budget is evaluated once per workload (``auto.evaluate_candidates``);
+   each strategy x budget is evaluated once per workload (``auto.evaluate_candidates``
+   with ``PlanSettings(model, deepgemm_version="2.6", temporaries="deepgemm")``);
    every free-memory level then only filters (``auto.choose``).
 2. Chunk counts of every strategy for one 256K-context request (8,192 query rows on a
    262,144-token sequence) at 64 MiB, and a 1-row-per-chunk extreme (a budget below
@@ -22,13 +23,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from indexer_lib.study.auto import DEFAULT_BUDGETS_MB, choose, evaluate_candidates  # noqa: E402
 from indexer_lib.study.frontier import Schedule, prefill_batches  # noqa: E402
 from indexer_lib.memory import memory_report  # noqa: E402
-from indexer_lib.plan import STRATEGIES, make_plan  # noqa: E402
+from indexer_lib.plan import BASELINE, PlanSettings, make_plan, strategy_names  # noqa: E402
 from indexer_lib.shapes import MIB, get_model  # noqa: E402
 from indexer_lib.study.timemodel import TimeModel  # noqa: E402
 from indexer_lib.workload import ClosedLoopWorkload, SchedulerConfig, StepBatch  # noqa: E402
 
 MODEL = "glm-5"
-BUDGETED = tuple(s for s in STRATEGIES if s != "n-only")
+STRATEGIES = strategy_names("field", "beyond")  # the project's six
+BUDGETED = tuple(s for s in STRATEGIES if s != BASELINE)
+# as the old evaluate_candidates(..., deepgemm_version="2.6") ran: no engine, the H200 path's temporaries
+SETTINGS = PlanSettings(MODEL, deepgemm_version="2.6", temporaries="deepgemm")
 CONCURRENCY = (1, 4, 16, 32, 64)
 ISL = (2048, 8192, 10240, 16384, 32768)
 FREE_GIB = tuple(round(0.25 * i, 2) for i in range(1, 11))  # 0.25 ... 2.5 GiB
@@ -45,7 +49,7 @@ def bench_auto() -> None:
     recommended, no_fit, by_strategy = 0, 0, {}
     plans = 0
     for schedule in schedules:
-        cands = evaluate_candidates([schedule], MODEL, BUDGETED, DEFAULT_BUDGETS_MB, "2.6", tm)
+        cands = evaluate_candidates([schedule], SETTINGS, BUDGETED, DEFAULT_BUDGETS_MB, tm)
         plans += len(cands) * len(schedule.unique)
         for free in FREE_GIB:
             try:
@@ -76,11 +80,11 @@ def bench_chunks() -> None:
         print(f"  budget {mb} MiB:")
         for s in STRATEGIES:
             t0 = time.perf_counter()
-            plan = make_plan(batch, s, None if s == "n-only" else mb * MIB, model=MODEL)
+            plan = make_plan(batch, s, None if s == BASELINE else mb * MIB, PlanSettings(MODEL))
             seconds = time.perf_counter() - t0
             over = sum(c.over_budget for c in plan.chunks)
             worst = max(c.logits_bytes for c in plan.chunks)
-            peak = memory_report(plan, backend="deepgemm").peak_transient
+            peak = memory_report(plan, temporaries="deepgemm").peak_transient
             print(f"    {s:<12} {plan.num_chunks:>6} chunks, {over:>5} over budget, largest logits "
                   f"{worst / MIB:9.2f} MiB, transient peak {peak / MIB:9.2f} MiB "
                   f"(planned in {seconds * 1e3:.0f} ms)")

@@ -12,8 +12,11 @@ import os
 import statistics
 import time
 
-from indexer_lib.study.frontier import FrontierGrid, frontier_rows, prefill_batches
-from indexer_lib.plan import STRATEGIES, make_plan
+from indexer_lib.study.executors import Local
+from indexer_lib.study.frontier import prefill_batches
+from indexer_lib.study.grid import Grid
+from indexer_lib.study.sweep import model_rows
+from indexer_lib.plan import BASELINE, make_plan, strategy_names
 from indexer_lib.shapes import MIB
 from indexer_lib.workload import ClosedLoopWorkload, PrefillRequest, SchedulerConfig, StepBatch
 
@@ -32,20 +35,20 @@ def main() -> None:
     # a 64-request step: 64 partial prefills of 128 new rows on 9,984 cached tokens
     step = StepBatch(tuple(PrefillRequest(9984, 128) for _ in range(64)))
     print(f"\nplan one 64-request step (M={step.num_rows}, N={step.num_kv_tokens}), 512 MiB:")
-    for strategy in STRATEGIES:
-        budget = None if strategy == "n-only" else 512 * MIB
+    for strategy in strategy_names("field", "beyond"):
+        budget = None if strategy == BASELINE else 512 * MIB
         t = median_seconds(lambda: make_plan(step, strategy, budget), 50)
         chunks = make_plan(step, strategy, budget).num_chunks
         print(f"  {strategy:>12}: {t * 1e6:8.1f} us  ({chunks} chunks)")
 
-    grid = FrontierGrid()
+    grid = Grid()
     print(f"\ndefault frontier grid: {len(grid.concurrency)} concurrencies x {len(grid.isl)} ISLs "
           f"x {len(grid.budget_mb)} budgets x {len(grid.strategy)} strategies, full schedules "
-          f"(OSL {grid.osl}), temporaries of the {grid.temporaries} path (goal < 10 s):")
+          f"(OSL {', '.join(map(str, grid.osl))}), temporaries of the {grid.temporaries} path (goal < 10 s):")
     results = {}
     for workers in (1, None):
         start = time.perf_counter()
-        results[workers] = list(frontier_rows(grid, workers=workers))
+        results[workers] = list(model_rows(grid, Local(workers)))
         elapsed = time.perf_counter() - start
         label = "1 process" if workers == 1 else f"{os.cpu_count()} processes (CLI default)"
         print(f"  {label:>28}: {len(results[workers])} rows in {elapsed:.2f} s")

@@ -16,12 +16,14 @@ import torch
 from indexer_lib.study.frontier import prefill_batches
 from indexer_lib.run.inputs import make_inputs
 from indexer_lib.memory import memory_report
-from indexer_lib.plan import STRATEGIES, make_plan
+from indexer_lib.plan import BASELINE, make_plan, strategy_names
 from indexer_lib.run.executor import execute
 from indexer_lib.shapes import MIB, get_model
 from indexer_lib.study.timemodel import chunk_useful_elements
 from indexer_lib.run.tracer import trace
 from indexer_lib.workload import ClosedLoopWorkload, SchedulerConfig, StepBatch
+
+STRATEGIES = strategy_names("field", "beyond")  # the project's six
 
 
 def bench_cpu_chunks() -> None:
@@ -61,7 +63,7 @@ def bench_tracer() -> None:
     total = 0.0
     for name, batch in full_scale_cases().items():
         for strategy in STRATEGIES:
-            plan = make_plan(batch, strategy, None if strategy == "n-only" else 512 * MIB)
+            plan = make_plan(batch, strategy, None if strategy == BASELINE else 512 * MIB)
             rows = max(8192, batch.num_rows)
             traced = trace(plan, topk_rows=rows)
             total += traced.seconds

@@ -24,17 +24,19 @@ sys.path.insert(0, str(REPO / "tests"))  # the emulated CUDA device
 
 import fake_cuda  # noqa: E402
 from indexer_lib.study import cluster, sweep  # noqa: E402
+from indexer_lib.study.executors import Ray  # noqa: E402
+from indexer_lib.study.grid import Grid  # noqa: E402
 
 # 16 x 10 x 2 workloads x 4 strategies x 6 budgets x 13 free GiB = 99,840 points, 1,280 model tasks;
 # n-only reads no budget, so its rows are one per workload and free GiB: 79,040 rows
-GRID = sweep.SweepGrid(concurrency=(1, 2, 4, 8, 12, 16, 20, 24, 28, 32, 40, 48, 56, 64, 96, 128),
-                       isl=(1024, 2048, 3072, 4096, 6144, 8192, 10240, 12288, 16384, 32768), osl=(64, 256),
-                       budget_mb=(64, 128, 256, 512, 1024, 2048),
-                       free_gib=(0.5, 1, 1.5, 2, 2.63, 3, 4, 6, 8, 12, 16, 24, 32))
-SMALL = sweep.SweepGrid(concurrency=(4, 16, 64), isl=(2048, 8192), free_gib=(1, 2.63, 8))
+GRID = Grid(concurrency=(1, 2, 4, 8, 12, 16, 20, 24, 28, 32, 40, 48, 56, 64, 96, 128),
+            isl=(1024, 2048, 3072, 4096, 6144, 8192, 10240, 12288, 16384, 32768), osl=(64, 256),
+            budget_mb=(64, 128, 256, 512, 1024, 2048),
+            free_gib=(0.5, 1, 1.5, 2, 2.63, 3, 4, 6, 8, 12, 16, 24, 32))
+SMALL = Grid(concurrency=(4, 16, 64), isl=(2048, 8192), free_gib=(1, 2.63, 8))
 # 16 measured points on the emulated device (8 GiB): vLLM's own chunker and n-only, 0.18.1
-MEASURE_GRID = sweep.SweepGrid(concurrency=(1, 8, 32, 64), isl=(4096, 10240), budget_mb=(512,),
-                               strategy=("n-only", "vllm"), free_gib=(2.63,), engine=("vllm==0.18.1",))
+MEASURE_GRID = Grid(concurrency=(1, 8, 32, 64), isl=(4096, 10240), budget_mb=(512,),
+                    strategy=("n-only", "vllm"), free_gib=(2.63,), engine=("vllm==0.18.1",))
 MEASURE = sweep.RunSettings(mode="measure", repeats=1)
 
 
@@ -69,7 +71,7 @@ def main() -> int:
         for module in (sys.modules[__name__], fake_cuda):  # Ray's workers cannot import them
             ray.cloudpickle.register_pickle_by_value(module)
         start = time.perf_counter()
-        on_ray = sweep.run(grid, Path(tmp) / "ray.parquet", progress=False, executor="ray")
+        on_ray = sweep.run(grid, Path(tmp) / "ray.parquet", progress=False, executor=Ray())
         ray_s = time.perf_counter() - start
 
         n = 2000
@@ -78,11 +80,11 @@ def main() -> int:
         per_task = (time.perf_counter() - start) / n
         start = time.perf_counter()
         sweep.run(MEASURE_GRID, Path(tmp) / "m-ray.parquet", MEASURE, progress=False, device=emulated_gpu,
-                  executor="ray")
+                  executor=Ray())
         measure_ray_s = time.perf_counter() - start
         ray.shutdown()
     same = local.drop(columns=["date"]).equals(on_ray.drop(columns=["date"]))
-    tasks = sum(1 for _ in sweep.tasks(grid, "model"))
+    tasks = sum(1 for _ in grid.tasks("model"))
     print(f"grid: {grid.num_rows} points, {tasks} model tasks ({cluster.BATCH} per Ray task)")
     print(f"local, one process:          {local_s:7.1f} s  {grid.num_rows / local_s:9.0f} points/s")
     print(f"Ray, {args.cpus} CPUs (this machine): {ray_s:7.1f} s  {grid.num_rows / ray_s:9.0f} points/s "

@@ -5,8 +5,8 @@
 
 Each release replays the field's cases, a 202,752-token GLM-5 step and 50 random steps
 (``indexer_lib.study.replay_cases``) through its own code on the meta device.  Printed per
-case: chunks, replayed and modelled peak (``backend="engine"``), their difference, what our
-executor's H200 path would be counted at (``backend="deepgemm"``, the frontier's default),
+case: chunks, replayed and modelled peak (``temporaries="engine"``), their difference, what our
+executor's H200 path would be counted at (``temporaries="deepgemm"``, the frontier's default),
 and what the step needs beyond the profile run's peak.  Then, per release: seconds per step
 of the replay itself, and the process's start-up (importing vLLM), measured in this run.
 """
@@ -26,7 +26,7 @@ sys.path.insert(0, str(REPO))
 from indexer_lib.study.replay import engine_python, replay_cases  # noqa: E402
 from indexer_lib.study.replay_cases import field_cases, random_cases  # noqa: E402
 from indexer_lib.memory import memory_report  # noqa: E402
-from indexer_lib.plan import make_plan  # noqa: E402
+from indexer_lib.plan import PlanSettings, make_plan  # noqa: E402
 from indexer_lib.workload import StepBatch  # noqa: E402
 
 RELEASES = ("vllm==0.33.0", "vllm==0.30.0", "vllm==0.20.0", "vllm==0.19.0", "vllm==0.15.1")
@@ -35,8 +35,8 @@ MIB = 2**20
 
 def executor_peak(engine: str, case, r) -> int:
     plan = make_plan(StepBatch.from_lengths(r.query_lens, r.seq_lens), "engine",
-                     None if r.budget_mb is None else r.budget_mb << 20, model=r.model, engine=engine)
-    return memory_report(plan, topk_rows=case.max_num_batched_tokens, backend="deepgemm").peak
+                     None if r.budget_mb is None else r.budget_mb << 20, PlanSettings(r.model, engine))
+    return memory_report(plan, topk_rows=case.max_num_batched_tokens, temporaries="deepgemm").peak
 
 
 def main() -> int:

@@ -11,12 +11,14 @@ alternating, so machine noise falls on both.  Measured, one process each:
   changed at least 20 times, p50 and p95 of the time until its figure and table are
   recomputed, and the engine dropdown with the releases' own chunkers (strategy ``engine``);
   notebook 04's ``AutoDashboard``: 20 free-GiB moves;
-- ``frontier_rows`` on issue 15's default grid (ISL to 32K, 1152 points) and on the
+- the frontier grid's rows (``indexer-lab frontier``'s path: ``sweep.model_rows`` over a ``Grid``,
+  each row with its worst step's detail; before the one grid, ``frontier_rows``) on issue 15's
+  default grid (ISL to 32K, 1152 points) and on the
   long-context grid (GLM-5, ISL 4K-202,752 x concurrency 1-64, 1008 points); since n-only's
   rows are stored once per workload instead of once per budget, the same grids give 912 and
   798 rows (the same plans);
 - this checkout only (the earlier code takes minutes on them): the dashboard and
-  ``frontier_rows`` on today's default grids, whose ISL axis reaches GLM-5's max_model_len
+  the frontier on today's default grids, whose ISL axis reaches GLM-5's max_model_len
   (8 x 9 and 1368 points);
 - with ``--main``: the headless main job (``scripts/run_notebooks.py``, default parameters;
   since the default ISL axis reaches max_model_len, the two checkouts run different grids).
@@ -51,27 +53,47 @@ LONG_CONTEXT = dict(model="glm-5", isl=(4096, 16384, 32768, 65536, 131072, 20275
                     concurrency=(1, 2, 4, 8, 16, 32, 64))
 
 
+def frontier(**axes) -> int:
+    """The frontier grid's rows on whichever checkout runs: ``indexer-lab frontier``'s own path
+    (``sweep.model_rows`` over a ``Grid``; before the one grid, ``frontier_rows`` over a
+    ``FrontierGrid``)."""
+    try:
+        from indexer_lib.study.grid import Grid
+        from indexer_lib.study.sweep import model_rows
+    except ImportError:
+        from indexer_lib.study.frontier import FrontierGrid, frontier_rows
+        return len(list(frontier_rows(FrontierGrid(**axes))))
+    return len(list(model_rows(Grid(**axes))))
+
+
+def dashboard(isl):
+    """The frontier dashboard (the vllm strategy, 512 MiB) on this ISL axis (None: the default)."""
+    from indexer_lib.notebook.widgets import FrontierDashboard
+
+    try:
+        from indexer_lib.study.grid import Grid
+    except ImportError:
+        return FrontierDashboard() if isl is None else FrontierDashboard(isl=isl)
+    return FrontierDashboard(Grid(isl=isl, strategy=("vllm",)), budget_mb=512)
+
+
 def measure(kind: str) -> dict:
     """Runs in a worker process, on whichever checkout PYTHONPATH names."""
-    from indexer_lib.study.frontier import FrontierGrid, frontier_rows
-
     if kind == "frontier-default":
         start = time.perf_counter()
-        n = len(list(frontier_rows(FrontierGrid(isl=DEFAULT_ISL))))
+        n = frontier(isl=DEFAULT_ISL)
         return {"frontier default grid": [1e3 * (time.perf_counter() - start)], "points": n}
     if kind == "frontier-long":
         start = time.perf_counter()
-        n = len(list(frontier_rows(FrontierGrid(**LONG_CONTEXT))))
+        n = frontier(**LONG_CONTEXT)
         return {"frontier long-context grid": [1e3 * (time.perf_counter() - start)], "points": n}
     if kind == "frontier-max-model-len":
         start = time.perf_counter()
-        n = len(list(frontier_rows(FrontierGrid())))
+        n = frontier()
         return {"frontier default grid to max_model_len": [1e3 * (time.perf_counter() - start)], "points": n}
     if kind in ("dashboard", "dashboard-max-model-len"):
-        from indexer_lib.notebook.widgets import FrontierDashboard
-
         long_axis = kind == "dashboard-max-model-len"
-        dash = FrontierDashboard() if long_axis else FrontierDashboard(isl=DEFAULT_ISL)
+        dash = dashboard(None if long_axis else DEFAULT_ISL)
         prefix = "dashboard to max_model_len" if long_axis else "dashboard"
         moves = {"budget_mb": [64, 128, 256, 512, 1024, 2048],
                  "strategy": ["vllm", "causal", "per-request", "n-only"],

@@ -19,7 +19,8 @@ import random
 import subprocess
 from pathlib import Path
 
-from indexer_lib.study.frontier import FrontierGrid, frontier_rows
+from indexer_lib.study.grid import Grid
+from indexer_lib.study.sweep import model_rows
 
 LONG_CONTEXT = dict(model="glm-5", isl=(4096, 16384, 32768, 65536, 131072, 202752),
                     concurrency=(1, 2, 4, 8, 16, 32, 64))
@@ -60,8 +61,11 @@ def random_grids(count: int = 200, seed: int = 0) -> list[dict]:
 
 
 def results(grid: dict) -> list[dict]:
-    rows = frontier_rows(FrontierGrid(**grid))
-    return [{k: r[k] for k in KEYS + RESULTS} for r in rows]
+    g = Grid(**grid)
+    # the sweep's rows hold budget_mb as a float (None: no budget read); the reference names it
+    # as the grid does
+    named = {float(mb): mb for mb in g.budget_mb}
+    return [{**{k: r[k] for k in KEYS + RESULTS}, "budget_mb": named.get(r["budget_mb"])} for r in model_rows(g)]
 
 
 def as_json(grid: dict) -> dict:
@@ -72,7 +76,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True)
     args = p.parse_args()
-    source = Path(inspect.getfile(FrontierGrid)).resolve().parents[2]  # the checkout imported
+    source = Path(inspect.getfile(Grid)).resolve().parents[2]  # the checkout imported
     commit = subprocess.run(["git", "-C", str(source), "rev-parse", "HEAD"], capture_output=True,
                             text=True).stdout.strip() or "unknown"
     cases = [{"grid": as_json(LONG_CONTEXT), "rows": results(LONG_CONTEXT)}]

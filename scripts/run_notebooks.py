@@ -23,25 +23,7 @@ REPO = Path(__file__).resolve().parent.parent
 NOTEBOOKS = REPO / "notebooks"
 sys.path.insert(0, str(REPO))  # run from a checkout without installing, too
 
-from indexer_lib.notebook.params import SPECS, ParameterError, check_together, check_values  # noqa: E402
-
-
-def notebook_defaults(name: str) -> dict:
-    """The literal values of a notebook's ``parameters`` cell (its defaults)."""
-    import ast
-    import json
-
-    nb = json.loads((NOTEBOOKS / f"{name}.ipynb").read_text())
-    cell = next(c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", []))
-    defaults = {}
-    for node in ast.parse("".join(cell["source"])).body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and \
-                isinstance(node.targets[0], ast.Name):
-            try:
-                defaults[node.targets[0].id] = ast.literal_eval(node.value)
-            except ValueError:
-                pass
-    return defaults
+from indexer_lib.notebook.params import NOTEBOOK_PARAMETERS, ParameterError, check_values, names  # noqa: E402
 
 
 def load_run(path: Path) -> dict:
@@ -59,15 +41,16 @@ def load_run(path: Path) -> dict:
 
 
 def notebook_parameters(spec: dict, name: str, out_dir: Path) -> dict:
-    """common (where the notebook takes the name) + the notebook's own block, checked."""
-    if name not in SPECS:
-        raise ParameterError(f"unknown notebook {name!r}: must be one of {', '.join(SPECS)}")
+    """common (where the notebook takes the name) + the notebook's own block, checked with the
+    notebook's other parameters at their defaults (its parameters cell)."""
+    if name not in NOTEBOOK_PARAMETERS:
+        raise ParameterError(f"unknown notebook {name!r}: must be one of {', '.join(NOTEBOOK_PARAMETERS)}")
     common = spec.get("common") or {}
     own = spec["notebooks"].get(name) or {}
     if not isinstance(common, dict) or not isinstance(own, dict):
         raise ParameterError(f"parameters of {name}: must be a mapping of name: value")
-    params = {k: v for k, v in common.items() if k in SPECS[name]}
-    unknown_common = [k for k in common if not any(k in s for s in SPECS.values())]
+    params = {k: v for k, v in common.items() if k in names(name)}
+    unknown_common = [k for k in common if not any(k in names(n) for n in NOTEBOOK_PARAMETERS)]
     if unknown_common:
         raise ParameterError(f"common parameter {unknown_common[0]!r}: no notebook takes it")
     params.update(own)
@@ -75,8 +58,6 @@ def notebook_parameters(spec: dict, name: str, out_dir: Path) -> dict:
     data_dir = Path(params.get("data_dir", "data/h200"))
     params["data_dir"] = str(data_dir if data_dir.is_absolute() else REPO / data_dir)
     check_values(name, params)
-    # values impossible together with the notebook's own defaults (isl vs shared_prefix...)
-    check_together(name, {**notebook_defaults(name), **params})
     return params
 
 

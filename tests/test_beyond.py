@@ -9,31 +9,34 @@ from indexer_lib.study import sweep
 from indexer_lib.study.auto import choose, evaluate_candidates, recommend
 from indexer_lib.study.budget_policy import FreshPolicy, SglangPolicy, run_policy
 from indexer_lib.cli import main
-from indexer_lib.study.frontier import FrontierGrid, Schedule, frontier_rows, prefill_batches
+from indexer_lib.study.frontier import Schedule, prefill_batches
+from indexer_lib.study.grid import Grid
 from indexer_lib.notebook.params import ParameterError, check_values
+from indexer_lib.plan import PlanSettings
 from indexer_lib.shapes import GIB, get_gpu
 from indexer_lib.study.timemodel import TimeModel
 from indexer_lib.workload import ClosedLoopWorkload, SchedulerConfig, StepBatch
 
 BEYOND = ("kv-split", "fixed-shape")
 SCHED = SchedulerConfig(long_prefill_token_threshold=256)
+# no engine release: the project's strategies, counting the H200 path's temporaries
+GLM5 = PlanSettings("glm-5", temporaries="deepgemm")
 
 
 def test_frontier_and_sweep_modes_take_the_new_strategies(tmp_path):
     # the latest vLLM's DeepGEMM (2.8) has only the compressed layout: these need the full one
     with pytest.raises(ValueError, match="'kv-split' needs DeepGEMM's full logits layout; DeepGEMM 2.8 "
                                          r"\(vllm==0.33.0\)"):
-        FrontierGrid(strategy=BEYOND)
+        Grid(strategy=BEYOND)
     with pytest.raises(ValueError, match="'fixed-shape' needs DeepGEMM's full logits layout"):
-        sweep.SweepGrid(strategy=("fixed-shape",))
-    grid = FrontierGrid(concurrency=(1, 16), isl=(2048, 10240), budget_mb=(64, 512),
-                        strategy=BEYOND + ("vllm",), engine="vllm==0.32.0")
-    rows = list(frontier_rows(grid))
+        Grid(strategy=("fixed-shape",))
+    grid = Grid(concurrency=(1, 16), isl=(2048, 10240), budget_mb=(64, 512),
+                strategy=BEYOND + ("vllm",), engine="vllm==0.32.0")
+    rows = list(sweep.model_rows(grid))
     assert {r["strategy"] for r in rows} == set(BEYOND) | {"vllm"} and len(rows) == 24
     assert {(r["engine"], r["deepgemm_version"]) for r in rows} == {("vllm==0.32.0", "2.6")}
     # ... or on the latest vLLM's workspace with another DeepGEMM build, named as such
-    sgrid = sweep.SweepGrid(concurrency=(4,), isl=(4096,), budget_mb=(64,), strategy=BEYOND,
-                            deepgemm_version="2.6")
+    sgrid = Grid(concurrency=(4,), isl=(4096,), budget_mb=(64,), strategy=BEYOND, deepgemm_version="2.6")
     model = sweep.run(sgrid, tmp_path / "m.parquet", progress=False)
     traced = sweep.run(sgrid, tmp_path / "t.parquet", sweep.RunSettings(mode="trace"), progress=False)
     assert set(model["strategy"]) == set(traced["strategy"]) == set(BEYOND)
@@ -44,9 +47,13 @@ def test_frontier_and_sweep_modes_take_the_new_strategies(tmp_path):
     assert (traced["peak_transient_bytes"] > 0).all()
 
 
-def test_notebook_parameters_accept_the_new_strategies():
-    check_values("03_strategies", {"strategies": ["kv-split", "fixed-shape"]})
-    with pytest.raises(ParameterError, match="'column-split': must be one of"):
+def test_notebook_parameters_accept_the_new_strategies_where_the_build_has_their_layout():
+    check_values("03_strategies", {"strategies": ["kv-split", "fixed-shape"], "engine": "vllm==0.32.0"})
+    check_values("03_strategies", {"strategies": ["kv-split", "fixed-shape"], "deepgemm_version": "2.6"})
+    # the latest vLLM's DeepGEMM 2.8 has only the compressed layout: refused before any work
+    with pytest.raises(ParameterError, match="'strategies': strategy 'kv-split' needs DeepGEMM's full logits layout"):
+        check_values("03_strategies", {"strategies": ["kv-split", "fixed-shape"]})
+    with pytest.raises(ParameterError, match="unknown strategy 'column-split': must be one of"):
         check_values("03_strategies", {"strategies": ["column-split"]})
 
 
@@ -55,19 +62,20 @@ def test_fresh_policy_fits_where_the_cached_reading_does_not(strategy):
     big = StepBatch.from_lengths([256] * 32, [10_240] * 32)
     free = [round(13.15 * GIB), round(2.20 * GIB)]
     total = get_gpu("h200").capacity_bytes
-    cached = run_policy([big, big], free, SglangPolicy(total), strategy=strategy, model="glm-5")
-    fresh = run_policy([big, big], free, FreshPolicy(), strategy=strategy, model="glm-5")
+    glm5 = PlanSettings("glm-5")
+    cached = run_policy([big, big], free, SglangPolicy(total), strategy, glm5)
+    fresh = run_policy([big, big], free, FreshPolicy(), strategy, glm5)
     assert round(cached[1].budget_bytes / GIB, 2) == 2.63 and not cached[1].fits
     assert all(s.fits for s in fresh)
 
 
 def test_auto_default_list_has_every_budgeted_strategy_and_free_memory_only_filters():
     schedules = [Schedule(prefill_batches(ClosedLoopWorkload(16, 8192, 8), SCHED))]
-    cands = evaluate_candidates(schedules, "glm-5", budgets_mb=(64, 512),
+    cands = evaluate_candidates(schedules, GLM5, budgets_mb=(64, 512),
                                 time_model=TimeModel.published())
     assert {c.strategy for c in cands} == {"vllm", "per-request", "causal", "kv-split", "fixed-shape"}
     a = choose(cands, 0.5, "modelled")
-    b = recommend([ClosedLoopWorkload(16, 8192, 8)], 0.5, "glm-5", SCHED, budgets_mb=(64, 512),
+    b = recommend([ClosedLoopWorkload(16, 8192, 8)], 0.5, GLM5, SCHED, budgets_mb=(64, 512),
                   time_model=TimeModel.published())
     assert a.best == b.best and a.best.peak_transient_bytes <= 0.5 * GIB
 
@@ -123,7 +131,8 @@ def test_auto_dashboard_changes_engine_release():
     from indexer_lib.notebook.widgets import AutoDashboard
 
     deployments = {"small": ([ClosedLoopWorkload(8, 4096, 8)], 2.63)}
-    dash = AutoDashboard(deployments, budgets_mb=(64, 512), engine="vllm==0.32.0",
+    dash = AutoDashboard(deployments, budgets_mb=(64, 512),
+                         settings=PlanSettings("glm-5", "vllm==0.32.0", temporaries="deepgemm"),
                          engines=("vllm==0.33.0", "sglang==0.5.23"))
     assert list(dash.controls["engine"].options) == ["vllm==0.32.0", "vllm==0.33.0", "sglang==0.5.23"]
     strategies = {c.strategy for c in dash.recommendation.candidates}

@@ -3,22 +3,24 @@ import pytest
 
 from indexer_lib.study.budget_policy import (FixedPolicy, FreshPolicy, SglangPolicy, run_policy,
                                        shrinking_free_memory)
+from indexer_lib.plan import PlanSettings
 from indexer_lib.shapes import GIB, MIB, get_gpu
 from indexer_lib.workload import StepBatch
 
 # the reported step shape: 32 requests x 256 new rows on 9,984 cached tokens
 BIG = StepBatch.from_lengths([256] * 32, [10_240] * 32)
 SMALL = StepBatch.from_lengths([16], [16])
+GLM5 = PlanSettings("glm-5")
 
 
 def test_cached_reading_authorises_2_63_gib_with_2_20_gib_free():
     total = get_gpu("h200").capacity_bytes
     free = [round(13.15 * GIB), round(2.20 * GIB)]
-    sglang = run_policy([BIG, BIG], free, SglangPolicy(total), model="glm-5")
+    sglang = run_policy([BIG, BIG], free, SglangPolicy(total), settings=GLM5)
     assert round(sglang[1].budget_bytes / GIB, 2) == 2.63  # 0.2 x the first reading
     assert sglang[0].fits
     assert not sglang[1].fits  # the published failure
-    fresh = run_policy([BIG, BIG], free, FreshPolicy(), model="glm-5")
+    fresh = run_policy([BIG, BIG], free, FreshPolicy(), settings=GLM5)
     assert all(s.fits for s in fresh)
     assert fresh[1].budget_bytes <= free[1]
     assert fresh[1].num_chunks > sglang[1].num_chunks
@@ -52,8 +54,8 @@ def test_run_policy_needs_one_reading_per_step():
 def test_sglang_measures_its_budget_at_the_first_call_past_its_gate():
     """A small warm-up step reads no free memory: the budget is the first big step's."""
     total = get_gpu("h200").capacity_bytes
-    steps = run_policy([SMALL, BIG, BIG], [40 * GIB, 10 * GIB, 2 * GIB], SglangPolicy(total), model="glm-5")
+    steps = run_policy([SMALL, BIG, BIG], [40 * GIB, 10 * GIB, 2 * GIB], SglangPolicy(total), settings=GLM5)
     assert steps[0].budget_bytes is None
     assert steps[1].budget_bytes == steps[2].budget_bytes == int(10 * GIB * 0.2)
-    capped = run_policy([BIG], [40 * GIB], SglangPolicy(total, mem_fraction_static=0.9), model="glm-5")
+    capped = run_policy([BIG], [40 * GIB], SglangPolicy(total, mem_fraction_static=0.9), settings=GLM5)
     assert capped[0].budget_bytes == int(int(total * 0.1) * 0.2)  # f x (1 - mem_fraction_static) x total

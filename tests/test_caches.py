@@ -1,6 +1,6 @@
-"""The frontier's bounded caches (``indexer_lib.caches.PerSettings``): one table per settings, and
+"""The frontier's bounded caches (``indexer_lib.fast.caches.PerSettings``): one table per settings, and
 every table emptied (kept, not replaced) once they hold the limit in all."""
-from indexer_lib.caches import PerSettings
+from indexer_lib.fast.caches import PerSettings
 
 
 def test_the_tables_stay_bounded_in_all_and_keep_their_identity():

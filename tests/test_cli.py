@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from indexer_lib.cli import main
-from indexer_lib.plan import ALL_STRATEGIES
+from indexer_lib.plan import STRATEGIES
 
 
 def run(capsys, *args):
@@ -145,5 +145,5 @@ def test_console_script_and_module_entry_point():
     assert result.returncode == 2
     assert result.stderr.strip() == (
         "indexer-lab plan: error: unknown strategy 'x': must be one of "
-        + ", ".join(ALL_STRATEGIES))
+        + ", ".join(STRATEGIES))
     assert "n-only, vllm, per-request, causal" in result.stderr

@@ -13,11 +13,12 @@ import pytest
 import fake_cuda
 from fake_cuda import GIB, EmulatedCuda
 from indexer_lib.study import sweep
-from indexer_lib.study.frontier import FrontierGrid, frontier_rows
+from indexer_lib.study.executors import Local, Ray, executor_of
+from indexer_lib.study.grid import Grid
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-GRID = sweep.SweepGrid(concurrency=(4, 32), isl=(2048, 10240, 32768), budget_mb=(64, 512),
-                       strategy=("vllm", "causal", "engine"), free_gib=(1.0, 2.63))
+GRID = Grid(concurrency=(4, 32), isl=(2048, 10240, 32768), budget_mb=(64, 512),
+            strategy=("vllm", "causal", "engine"), free_gib=(1.0, 2.63))
 VOLATILE = ["date"]  # provenance that differs between any two runs
 
 
@@ -62,7 +63,7 @@ def test_an_address_where_nothing_answers_is_one_line_at_once(tmp_path, form):
     assert len(lines) == 1 and f"cannot reach a Ray cluster at {address!r}: nothing answers" in lines[0]
     assert not (tmp_path / "f.csv").exists()
     with pytest.raises(ValueError, match="must be 'auto', 'HOST:PORT' or 'ray://HOST:PORT'"):
-        sweep.run(GRID, tmp_path / "t.parquet", executor="ray", address="head-node")
+        sweep.run(GRID, tmp_path / "t.parquet", executor=Ray("head-node"))
     assert not (tmp_path / "t.parquet").exists()
 
 
@@ -97,7 +98,7 @@ def journal_rows(path):
 
 def test_a_model_sweep_on_ray_is_the_local_sweep(ray_local, tmp_path):
     local = sweep.run(GRID, tmp_path / "local.parquet", progress=False)
-    on_ray = sweep.run(GRID, tmp_path / "ray.parquet", progress=False, executor="ray")
+    on_ray = sweep.run(GRID, tmp_path / "ray.parquet", progress=False, executor=Ray())
     assert len(local) == GRID.num_rows == len(on_ray)
     assert local.drop(columns=VOLATILE).equals(on_ray.drop(columns=VOLATILE))
     assert journal_rows(tmp_path / "local.parquet") == journal_rows(tmp_path / "ray.parquet")
@@ -113,23 +114,23 @@ def test_a_sweep_on_ray_resumes_without_losing_or_repeating_a_row(ray_local, tmp
             raise KeyboardInterrupt  # the driver dies with three tasks durable
 
     with pytest.raises(KeyboardInterrupt):
-        sweep.run(GRID, out, progress=False, executor="ray", after_task=stop_after_three)
-    resumed = sweep.run(GRID, out, progress=False, executor="ray")
+        sweep.run(GRID, out, progress=False, executor=Ray(), after_task=stop_after_three)
+    resumed = sweep.run(GRID, out, progress=False, executor=Ray())
     local = sweep.run(GRID, tmp_path / "local.parquet", progress=False)
     assert resumed.drop(columns=VOLATILE).equals(local.drop(columns=VOLATILE))
     assert not resumed.duplicated(subset=["task", "budget_mb", "free_gib"]).any()
 
 
 def test_the_frontier_on_ray_is_the_local_frontier(ray_local):
-    grid = FrontierGrid(concurrency=(4, 64), isl=(2048, 65536), strategy=("vllm", "n-only"))
-    assert list(frontier_rows(grid, executor="ray")) == list(frontier_rows(grid))
+    grid = Grid(concurrency=(4, 64), isl=(2048, 65536), strategy=("vllm", "n-only"))
+    assert list(sweep.model_rows(grid, Ray())) == list(sweep.model_rows(grid, Local()))
 
 
 def test_ray_runs_model_and_measure_sweeps(tmp_path):
     with pytest.raises(ValueError, match="mode 'trace' runs locally"):
-        sweep.run(GRID, tmp_path / "t.parquet", sweep.RunSettings(mode="trace"), executor="ray")
-    with pytest.raises(ValueError, match="executor 'dask'"):
-        sweep.run(GRID, tmp_path / "t.parquet", executor="dask")
+        sweep.run(GRID, tmp_path / "t.parquet", sweep.RunSettings(mode="trace"), executor=Ray())
+    with pytest.raises(ValueError, match="executor 'dask': must be one of local, ray"):
+        executor_of("dask")
     assert not (tmp_path / "t.parquet").exists()
 
 
@@ -158,10 +159,11 @@ CHILD = """
 import sys, time
 import ray
 from indexer_lib.study import sweep
+from indexer_lib.study.executors import Ray
 sys.path.insert(0, {tests!r})
 from test_cluster import GRID
 ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-sweep.run(GRID, {out!r}, progress=False, executor="ray", after_task=lambda tid: time.sleep(0.3))
+sweep.run(GRID, {out!r}, progress=False, executor=Ray(), after_task=lambda tid: time.sleep(0.3))
 """
 
 
@@ -185,7 +187,7 @@ def test_a_sigkilled_ray_driver_resumes_without_loss(ray_local, tmp_path):
     assert child.poll() is None, child.stderr.read().decode()[-2000:]
     os.killpg(child.pid, signal.SIGKILL)
     child.wait()
-    resumed = sweep.run(GRID, out, progress=False, executor="ray")
+    resumed = sweep.run(GRID, out, progress=False, executor=Ray())
     local = sweep.run(GRID, tmp_path / "local.parquet", progress=False)
     assert resumed.drop(columns=VOLATILE).equals(local.drop(columns=VOLATILE))
     assert len(journal_rows(out)) == len({t for t, _ in journal_rows(out)})  # no task twice
@@ -193,8 +195,8 @@ def test_a_sigkilled_ray_driver_resumes_without_loss(ray_local, tmp_path):
 
 # c64 x 10K n-only runs out of 8 GiB (10 GiB of logits), the other three fit. Ray gives each
 # GPU task a fresh worker (its default for GPUs: no CUDA state carried over), a few seconds each
-MEASURE_GRID = sweep.SweepGrid(concurrency=(1, 64), isl=(10240,), budget_mb=(512,),
-                               strategy=("n-only", "vllm"), free_gib=(2.63,), engine=("vllm==0.18.1",))
+MEASURE_GRID = Grid(concurrency=(1, 64), isl=(10240,), budget_mb=(512,),
+                    strategy=("n-only", "vllm"), free_gib=(2.63,), engine=("vllm==0.18.1",))
 MEASURE = sweep.RunSettings(mode="measure", repeats=1)
 SAME_ANYWHERE = ["time_ms", "date", "device", "node", "gpu_index", "gpu_driver"]  # where and how fast: not what
 
@@ -224,7 +226,7 @@ def test_a_measure_sweep_on_ray_runs_a_point_per_gpu_and_records_where(ray_local
     local = sweep.run(MEASURE_GRID, tmp_path / "local.parquet", MEASURE, progress=False,
                       device=EmulatedCuda(8 * GIB))
     on_ray = sweep.run(MEASURE_GRID, tmp_path / "ray.parquet", MEASURE, progress=False,
-                       device=functools.partial(emulated_gpu, 8), executor="ray")
+                       device=functools.partial(emulated_gpu, 8), executor=Ray())
     assert len(on_ray) == 4
     assert local.drop(columns=[c for c in SAME_ANYWHERE if c in local]).equals(
         on_ray.drop(columns=SAME_ANYWHERE))
@@ -241,7 +243,7 @@ def test_a_point_whose_worker_dies_is_a_row_and_the_sweep_goes_on(ray_local, tmp
     counter = tmp_path / "built"
     counter.mkdir()
     frame = sweep.run(MEASURE_GRID, tmp_path / "m.parquet", MEASURE, progress=False,
-                      device=functools.partial(emulated_gpu, 8, 1, str(counter)), executor="ray")
+                      device=functools.partial(emulated_gpu, 8, 1, str(counter)), executor=Ray())
     assert len(frame) == 4
     died = frame[frame["error"].fillna("").str.startswith("the Ray worker died")]
     assert len(died) == 1 and died["oom"].isna().all() and died["peak_bytes"].isna().all()
@@ -255,7 +257,7 @@ def test_a_measure_sweep_needs_a_gpu_on_the_cluster(ray_local, tmp_path, monkeyp
 
     monkeypatch.setattr(cluster, "gpu_count", lambda address=None: 0)
     with pytest.raises(ValueError, match="has no GPU: a measure sweep runs each point on one GPU"):
-        sweep.run(MEASURE_GRID, tmp_path / "m.parquet", MEASURE, progress=False, executor="ray")
+        sweep.run(MEASURE_GRID, tmp_path / "m.parquet", MEASURE, progress=False, executor=Ray())
     assert not (tmp_path / "m.parquet").exists()
 
 

@@ -1,8 +1,8 @@
-"""study.collector: no cyclic collection inside a dashboard change, one pass over what it made."""
+"""fast.collector: no cyclic collection inside a dashboard change, one pass over what it made."""
 import gc
 import weakref
 
-from indexer_lib.study.collector import young_only
+from indexer_lib.fast.collector import young_only
 
 
 class Node:

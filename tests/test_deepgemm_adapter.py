@@ -8,7 +8,7 @@ from fake_deepgemm import exact_logits, install, make_fake
 from naive_indexer import causal_windows, rank
 from indexer_lib.run.kernels import deepgemm as dg
 from indexer_lib.memory.topk_bytes import rows_per_block
-from indexer_lib.plan import make_plan
+from indexer_lib.plan import PlanSettings, get_strategy, make_plan
 from indexer_lib.workload import StepBatch
 
 
@@ -54,8 +54,10 @@ def test_api_shape_detected_and_called(monkeypatch, api, rules, called, full, co
     assert be.info.rules_source == "upstream version"
     assert (be.supports_full, be.supports_compressed) == (full, compressed)
     assert be.causal_compressed == compressed
-    assert be.plan_options("causal") == {"deepgemm_version": rules, "compressed": compressed}
-    assert be.plan_options("vllm") == {"deepgemm_version": rules}
+    # plans made with the backend's strategy and settings match its build
+    assert be.strategy("causal") == get_strategy("causal", compressed=compressed)
+    assert be.strategy("vllm") == get_strategy("vllm")
+    assert be.plan_settings("glm-5") == PlanSettings("glm-5", deepgemm_version=rules)
 
     q, k, s, w, ks, ke = chunk_inputs([40, 24], [10, 24])
     exact = exact_logits(q, k, s, w).to(torch.float32)
@@ -161,16 +163,16 @@ def test_plans_follow_the_backend(monkeypatch):
     install(monkeypatch, make_fake("legacy", "2.1", version="2.1.0"))
     be = dg.DeepGemmBackend()
     batch = StepBatch.from_lengths([4096], [8192])
-    plan = make_plan(batch, "causal", 64 * 2**20, **be.plan_options("causal"))
+    plan = make_plan(batch, be.strategy("causal"), 64 * 2**20, be.plan_settings("deepseek-v3.2"))
     assert not any(c.compressed for c in plan.chunks)
     be.check_plan(plan)
-    other = make_plan(batch, "vllm", 64 * 2**20, deepgemm_version="2.6")
+    other = make_plan(batch, "vllm", 64 * 2**20, PlanSettings(deepgemm_version="2.6"))
     with pytest.raises(ValueError, match="deepgemm_version='2.1'"):
         be.check_plan(other)
 
     install(monkeypatch, make_fake("fp8_fp4", "2.6", version="2.6.0"))
     be = dg.DeepGemmBackend()
-    plan = make_plan(batch, "causal", 64 * 2**20, **be.plan_options("causal"))
+    plan = make_plan(batch, be.strategy("causal"), 64 * 2**20, be.plan_settings("deepseek-v3.2"))
     assert all(c.compressed for c in plan.chunks)
     be.check_plan(plan)
 
@@ -213,8 +215,8 @@ def test_checks_run_before_the_call(monkeypatch):
 def test_temporaries_bytes_counts_topk(monkeypatch):
     install(monkeypatch, make_fake("fp8_fp4", "2.6", version="2.6.0"))
     be = dg.DeepGemmBackend()
-    plan = make_plan(StepBatch.from_lengths([8192], [8192]), "vllm", 512 * 2**20,
-                     **be.plan_options("vllm"))
+    plan = make_plan(StepBatch.from_lengths([8192], [8192]), be.strategy("vllm"), 512 * 2**20,
+                     be.plan_settings("deepseek-v3.2"))
     chunk = plan.chunks[0]
     t = be.temporaries_bytes(plan, chunk, 2048)
     rows = rows_per_block(chunk.logits_cols, 2048, be.topk_block_bytes)

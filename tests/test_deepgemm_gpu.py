@@ -11,7 +11,7 @@ import torch
 from indexer_lib.run.inputs import make_inputs
 from indexer_lib.run.kernels.checks import InputCheckError
 from indexer_lib.run.metadata import chunk_windows, kv_slots
-from indexer_lib.plan import make_plan
+from indexer_lib.plan import PlanSettings, make_plan
 from indexer_lib.workload import StepBatch
 
 pytestmark = pytest.mark.gpu
@@ -39,7 +39,7 @@ def backend():
 def _chunk(model, query_lens, seq_lens, seed):
     batch = StepBatch.from_lengths(query_lens, seq_lens)
     inputs = make_inputs(batch, model, seed=seed, device="cuda")
-    plan = make_plan(batch, "n-only", None, model=model, deepgemm_version="2.6")
+    plan = make_plan(batch, "n-only", None, PlanSettings(model, deepgemm_version="2.6"))
     chunk = plan.chunks[0]
     hks, hke = chunk_windows(batch, chunk)
     slots = torch.from_numpy(kv_slots(batch, chunk).astype(np.int64)).cuda()
@@ -102,7 +102,7 @@ def test_executor_runs_every_strategy(backend):
     results = {}
     for strategy in ("n-only", "vllm", "per-request", "causal"):
         budget = None if strategy == "n-only" else 2**20
-        plan = make_plan(batch, strategy, budget, **backend.plan_options(strategy))
+        plan = make_plan(batch, backend.strategy(strategy), budget, backend.plan_settings("deepseek-v3.2"))
         results[strategy] = execute(plan, inputs, backend, "cuda").indices
     # DeepGEMM need not round a logit the same way in every chunk shape: near-ties may
     # swap, so the sets must agree on nearly every row, not bit for bit

@@ -12,7 +12,8 @@ from indexer_lib.cli import main
 from indexer_lib.engines import get_engine, process_budget
 from indexer_lib.notebook.params import ParameterError, check_values
 from indexer_lib.shapes import free_bytes_from_gib
-from indexer_lib.study import frontier, sweep
+from indexer_lib.study import sweep
+from indexer_lib.study.grid import Grid
 
 ENGINES = ("vllm==0.15.1", "vllm", "sglang==0.5.23")
 GRID = dict(concurrency=(16, 64), isl=(10240,), budget_mb=(256, 512), strategy=("engine", "n-only", "vllm"),
@@ -21,22 +22,22 @@ RESULTS = ["peak_bytes", "peak_transient_bytes", "worst_chunks", "total_chunks",
 
 
 def test_the_grid_names_each_release_in_full_and_the_latest_vllm_by_default():
-    assert sweep.SweepGrid().engine == ("vllm==0.33.0",) == (get_engine("vllm").name,)
-    assert sweep.SweepGrid(**GRID).engine == ("vllm==0.15.1", "vllm==0.33.0", "sglang==0.5.23")
+    assert Grid().engine == ("vllm==0.33.0",) == (get_engine("vllm").name,)
+    assert Grid(**GRID).engine == ("vllm==0.15.1", "vllm==0.33.0", "sglang==0.5.23")
     with pytest.raises(ValueError, match=r"unknown engine release 'vllm==0.99.0': must be ENGINE==RELEASE, one of "
                                          r"vllm==0.11.0 .*0.33.0, sglang==0.5.3 .*0.5.23"):
-        sweep.SweepGrid(engine=("vllm==0.99.0",))
+        Grid(engine=("vllm==0.99.0",))
 
 
 def test_every_release_of_a_sweep_equals_its_own_frontier(tmp_path):
-    grid = sweep.SweepGrid(**GRID)
+    grid = Grid(**GRID)
     frame = sweep.run(grid, tmp_path / "s.parquet", progress=False)
     # per workload and free GiB: 0.15.1's chunker and n-only read no budget (1 row each), vllm 2;
     # 0.33.0's chunker reads budget_mb (2), n-only 1, vllm 2; SGLang's measures its own (1), 1, 2
     assert len(frame) == grid.num_rows == 2 * 2 * ((1 + 1 + 2) + (2 + 1 + 2) + (1 + 1 + 2))
     for engine in grid.engine:
         ours = frame[frame["engine"] == engine]
-        ref = pd.DataFrame(list(frontier.frontier_rows(frontier.FrontierGrid(
+        ref = pd.DataFrame(list(sweep.model_rows(Grid(
             concurrency=GRID["concurrency"], isl=GRID["isl"], budget_mb=GRID["budget_mb"],
             strategy=GRID["strategy"], free_gib=GRID["free_gib"], engine=engine))))
         key = ["concurrency", "isl", "strategy", "budget_mb", "free_gib"]
@@ -51,7 +52,7 @@ def test_every_release_of_a_sweep_equals_its_own_frontier(tmp_path):
 
 
 def test_sglangs_own_chunker_plans_with_the_budget_it_measures_at_each_free_memory(tmp_path):
-    grid = sweep.SweepGrid(**GRID)
+    grid = Grid(**GRID)
     frame = sweep.to_frame(list(sweep.model_rows(grid)))
     sglang = frame[(frame["engine"] == "sglang==0.5.23") & (frame["strategy"] == "engine")]
     for free, rows in sglang.groupby("free_gib"):
@@ -67,7 +68,7 @@ def test_sglangs_own_chunker_plans_with_the_budget_it_measures_at_each_free_memo
 
 
 def test_a_sweep_over_engines_resumes_where_it_stopped(tmp_path):
-    grid = sweep.SweepGrid(**GRID)
+    grid = Grid(**GRID)
     full = sweep.run(grid, tmp_path / "full.parquet", progress=False)
     out = tmp_path / "s.parquet"
 
@@ -90,8 +91,8 @@ def test_a_sweep_over_engines_resumes_where_it_stopped(tmp_path):
 
 
 def test_trace_mode_traces_each_budget_an_engine_plans_with(tmp_path):
-    grid = sweep.SweepGrid(concurrency=(16,), isl=(10240,), budget_mb=(512,), strategy=("engine",),
-                           free_gib=(2.63, 20.0), engine=("sglang==0.5.23", "vllm"))
+    grid = Grid(concurrency=(16,), isl=(10240,), budget_mb=(512,), strategy=("engine",),
+                free_gib=(2.63, 20.0), engine=("sglang==0.5.23", "vllm"))
     traced = sweep.run(grid, tmp_path / "t.parquet", sweep.RunSettings(mode="trace"), progress=False)
     model = sweep.to_frame(list(sweep.model_rows(grid)))
     key = ["engine", "free_gib"]
@@ -104,8 +105,8 @@ def test_trace_mode_traces_each_budget_an_engine_plans_with(tmp_path):
 
 
 def test_another_deepgemm_is_a_what_if_for_our_strategies_never_for_the_engines_own():
-    grid = sweep.SweepGrid(concurrency=(16,), isl=(10240,), budget_mb=(512,), strategy=("engine", "vllm"),
-                           deepgemm_version="2.6")
+    grid = Grid(concurrency=(16,), isl=(10240,), budget_mb=(512,), strategy=("engine", "vllm"),
+                deepgemm_version="2.6")
     frame = sweep.to_frame(list(sweep.model_rows(grid)))
     by = frame.set_index("strategy")["deepgemm_version"]
     assert by["engine"] == "2.8" and by["vllm"] == "2.6"
@@ -115,10 +116,10 @@ def test_notebook_parameters_take_an_engine_release():
     check_values("01_oom_frontier", {"engine": "sglang==0.5.23", "deepgemm_version": None,
                                      "strategies": ["engine", "vllm"]})
     check_values("04_beyond", {"engine": "vllm", "deepgemm_version": "2.6"})
-    with pytest.raises(ParameterError, match=r"01_oom_frontier.ipynb parameter 'engine' = 'vllm==0.99.0': "
-                                             r"unknown engine release .* one of vllm==0.11.0 0.11.1 "):
+    with pytest.raises(ParameterError, match=r"01_oom_frontier.ipynb parameter 'engine': "
+                                             r"unknown engine release 'vllm==0.99.0': .* one of vllm==0.11.0 0.11.1 "):
         check_values("01_oom_frontier", {"engine": "vllm==0.99.0"})
-    with pytest.raises(ParameterError, match="'deepgemm_version' = 2.6: must be a string or null"):
+    with pytest.raises(ParameterError, match="'deepgemm_version' = 2.6: Input should be a valid string"):
         check_values("02_chunk_overhead", {"deepgemm_version": 2.6})
 
 
@@ -140,7 +141,8 @@ def test_plan_and_run_default_to_the_latest_vllm_and_its_own_chunker(capsys):
     assert code == 0 and (what_if["engine"], what_if["deepgemm_version"]) == ("vllm==0.33.0", "2.6")
     assert not any(c["compressed"] for c in what_if["chunks"])
     code, _, err = run(capsys, "plan", *step, "--deepgemm-version", "2.6")
-    assert code == 2 and err.count("\n") == 1 and "vllm==0.33.0 runs" in err
+    # the engine's own chunker runs its release's own build: the CLI refuses the what-if
+    assert code == 2 and err.count("\n") == 1 and "the engine strategy runs vllm==0.33.0's own build" in err
     code, out, _ = run(capsys, "run", "--query-lens", "4,4", "--seq-lens", "300,300", "--device", "meta",
                        "--engine", "vllm==0.15.1", "--json")
     result = json.loads(out)

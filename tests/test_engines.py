@@ -1,8 +1,8 @@
 """Engine profiles, checked against the engines' own code (docs/design.md#engines).
 
 The differential tests run each release's real chunker (vLLM 0.15.1, 0.19.0, 0.33.0) and
-SGLang 0.5.23's real budget and row-chunk code next to ``make_plan(..., "engine",
-engine=...)`` and ``EngineBudget``; ``bash scripts/install_engines.sh`` installs them
+SGLang 0.5.23's real budget and row-chunk code next to ``make_plan(..., "engine", ...,
+PlanSettings(engine=...))`` and ``EngineBudget``; ``bash scripts/install_engines.sh`` installs them
 (``scripts/test.sh`` does).  Without them these tests skip, except under CI, where they fail.
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ import pytest
 
 from indexer_lib.engines import EngineBudget, engine_names, get_engine
 from indexer_lib.memory import memory_report
-from indexer_lib.plan import make_plan
+from indexer_lib.plan import PlanSettings, make_plan
 from indexer_lib.run.tracer import trace
 from indexer_lib.shapes import GIB, MIB, get_model
 from indexer_lib.workload import StepBatch
@@ -108,23 +108,32 @@ def test_the_profile_run_reserves_one_chunks_logits_from_vllm_0_19_0():
     assert profile_run_logits_bytes("vllm==0.33.0", 1024) == 1024 * MIB
 
 
-def test_the_engine_strategy_refuses_a_budget_the_engine_has_no_use_for():
+def test_the_engine_strategy_refuses_a_budget_the_engine_has_no_use_for(capsys):
+    from indexer_lib.cli import main
+
     batch = StepBatch.from_lengths([256] * 32, [10240] * 32)
     with pytest.raises(ValueError, match="vllm==0.15.1 has no logits budget"):
-        make_plan(batch, "engine", 512 * MIB, engine="vllm==0.15.1")
+        make_plan(batch, "engine", 512 * MIB, PlanSettings(engine="vllm==0.15.1"))
     with pytest.raises(ValueError, match="vllm==0.19.0 chunks this step .* budget_bytes must be > 0"):
-        make_plan(batch, "engine", None, engine="vllm==0.19.0")
-    with pytest.raises(ValueError, match="deepgemm_version '2.6': vllm==0.33.0 runs"):
-        make_plan(batch, "engine", 512 * MIB, deepgemm_version="2.6", engine="vllm==0.33.0")
+        make_plan(batch, "engine", None, PlanSettings(engine="vllm==0.19.0"))
+    # the engine's own chunker always runs its release's own build: a what-if DeepGEMM is not
+    # read by the plan, and the CLI refuses to be asked for one
+    v33 = PlanSettings(engine="vllm==0.33.0")
+    own = make_plan(batch, "engine", 512 * MIB, v33.where(deepgemm_version="2.6"))
+    assert own.deepgemm_version == "2.8" and own.chunks == make_plan(batch, "engine", 512 * MIB, v33).chunks
+    step = ["--query-lens", ",".join(["256"] * 32), "--seq-lens", ",".join(["10240"] * 32)]
+    assert main(["plan", *step, "--strategy", "engine", "--engine", "vllm==0.33.0", "--deepgemm-version", "2.6"]) == 2
+    assert "--deepgemm-version 2.6: the engine strategy runs vllm==0.33.0's own build" in capsys.readouterr().err
     # the project's strategies may run on another DeepGEMM than the engine's (a what-if)
-    what_if = make_plan(batch, "vllm", 512 * MIB, deepgemm_version="2.6", engine="vllm==0.33.0")
+    what_if = make_plan(batch, "vllm", 512 * MIB, v33.where(deepgemm_version="2.6"))
     assert (what_if.engine, what_if.deepgemm_version) == ("vllm==0.33.0", "2.6")
     assert not any(c.compressed for c in what_if.chunks)
-    assert make_plan(batch, "vllm", 512 * MIB, engine="vllm==0.33.0").deepgemm_version == "2.8"
+    assert make_plan(batch, "vllm", 512 * MIB, v33).deepgemm_version == "2.8"
     # under SGLang's element gate no budget is read, so none is needed
-    assert make_plan(StepBatch.from_lengths([100], [3000]), "engine", None, engine="sglang").num_chunks == 1
+    sglang = PlanSettings(engine="sglang")
+    assert make_plan(StepBatch.from_lengths([100], [3000]), "engine", None, sglang).num_chunks == 1
     # no logits at all when every sequence fits the top-k
-    assert make_plan(StepBatch.from_lengths([2048], [2048]), "engine", None, engine="sglang").chunks == ()
+    assert make_plan(StepBatch.from_lengths([2048], [2048]), "engine", None, sglang).chunks == ()
 
 
 # ------------------------------------------------ the chunk loops, read from the engines' own code
@@ -195,7 +204,7 @@ def test_the_step_of_the_reported_oom_release_by_release():
     batch = StepBatch.from_lengths([256] * 32, [10240] * 32)
 
     def chunks(engine, budget=512 * MIB):
-        plan = make_plan(batch, "engine", budget, model="glm-5", engine=engine)
+        plan = make_plan(batch, "engine", budget, PlanSettings("glm-5", engine))
         return [(c.num_rows, c.logits_cols, c.compressed, c.logits_bytes) for c in plan.chunks]
 
     assert chunks("vllm==0.15.1", None) == [(8192, 327680, False, 8192 * (327680 + 256) * 4)]
@@ -207,8 +216,8 @@ def test_the_step_of_the_reported_oom_release_by_release():
 def test_the_field_strategies_on_a_compressed_only_deepgemm_allocate_compressed_widths():
     batch = StepBatch.from_lengths([256] * 32, [10240] * 32)
     for strategy in ("n-only", "vllm", "per-request"):
-        plan = make_plan(batch, strategy, None if strategy == "n-only" else 512 * MIB, model="glm-5",
-                         engine="vllm==0.33.0")
+        plan = make_plan(batch, strategy, None if strategy == "n-only" else 512 * MIB,
+                         PlanSettings("glm-5", "vllm==0.33.0"))
         assert plan.deepgemm_version == "2.8"
         for c in plan.chunks:
             widest = max(plan.batch.seq_lens[c.requests[0]:c.requests[1]])
@@ -232,7 +241,7 @@ def test_the_tracer_equals_the_memory_model_for_every_profile(engine):
         if profile.budget_rule.startswith("sglang") else EngineBudget(profile)
     for name, batch in FULL_SCALE.items():
         budget = h200.for_call(batch.num_rows, batch.num_kv_tokens, free_bytes=20 * GIB)
-        plan = make_plan(batch, "engine", budget, model="glm-5", engine=profile)
+        plan = make_plan(batch, "engine", budget, PlanSettings("glm-5", profile))
         report = memory_report(plan)
         traced = trace(plan)
         assert traced.peak_bytes == report.peak, (name, engine)
@@ -286,7 +295,7 @@ def test_the_engine_strategy_plans_chunk_for_chunk_as_vllm_does(release):
     for b, result in zip(batches, answer["results"], strict=True):
         budget = b["max_logits_bytes"] if engine.has_budget else None
         plan = make_plan(StepBatch.from_lengths(b["query_lens"], b["seq_lens"]), "engine", budget,
-                         b["workspace"], engine=engine)
+                         PlanSettings(engine=engine, workspace_tokens=b["workspace"]))
         ours = [[*c.requests, *c.rows] for c in plan.chunks]
         if "error" in result:  # the workspace-only chunker asserts every seq_len <= workspace
             assert "AssertionError" in result["error"] and max(b["seq_lens"]) > b["workspace"]
@@ -347,7 +356,8 @@ def test_sglang_budget_and_row_chunks_match_its_own_code_call_after_call():
             ours_budget = budget.for_call(rows, cols, call["free_bytes"])
             assert (ours_budget or 0) == result["budget"], (scenario, call)
             assert budget.readings == result["readings"]
-            plan = make_plan(StepBatch.from_lengths([rows], [cols]), "engine", ours_budget, engine=engine)
+            plan = make_plan(StepBatch.from_lengths([rows], [cols]), "engine", ours_budget,
+                             PlanSettings(engine=engine))
             assert [list(c.rows) for c in plan.chunks] == result["chunks"], (scenario, call)
             calls += 1
     assert calls >= 500
@@ -419,18 +429,21 @@ def test_auto_prints_the_chosen_engines_own_setting(capsys):
 
 def test_the_frontier_plans_on_an_engine_release():
     from indexer_lib.cli import main
-    from indexer_lib.study.frontier import FrontierGrid, frontier_rows
+    from indexer_lib.study.grid import Grid
     from indexer_lib.study.releases import release_table
+    from indexer_lib.study.sweep import model_rows, to_frame
 
     for engine in ("vllm==0.15.1", "vllm==0.33.0", "sglang==0.5.23"):
-        grid = FrontierGrid(concurrency=(16, 64), isl=(10240,), osl=64, budget_mb=(512,), strategy=("engine",),
-                            free_gib=(2.63,), engine=engine)
-        rows = {r["concurrency"]: r for r in frontier_rows(grid)}
+        grid = Grid(concurrency=(16, 64), isl=(10240,), osl=64, budget_mb=(512,), strategy=("engine",),
+                    free_gib=(2.63,), engine=engine)
+        # to_frame adds peak_transient_gib, as the frontier's rows had it
+        rows = to_frame(list(model_rows(grid))).set_index("concurrency")
         table = release_table("glm5-8xh200-isl10240", (engine,)).set_index("concurrency")
         for conc in (16, 64):  # the same deployment through the frontier grid and study.releases
-            assert rows[conc]["peak_transient_gib"] == table.loc[conc, "peak_transient_gib"]
-            assert rows[conc]["engine"] == engine and rows[conc]["deepgemm_version"] == get_engine(engine).deepgemm_rules
+            assert rows.loc[conc, "peak_transient_gib"] == table.loc[conc, "peak_transient_gib"]
+            assert rows.loc[conc, "engine"] == engine
+            assert rows.loc[conc, "deepgemm_version"] == get_engine(engine).deepgemm_rules
     # without an engine: the latest vLLM
-    assert FrontierGrid(strategy=("engine",)).engine == get_engine("vllm").name == "vllm==0.33.0"
+    assert Grid(strategy=("engine",)).engine == (get_engine("vllm").name,) == ("vllm==0.33.0",)
     assert main(["frontier", "--concurrency", "64", "--isl", "10240", "--strategy", "engine",
                  "--engine", "vllm==0.99.0"]) == 2

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from indexer_lib.run.inputs import make_inputs
 from indexer_lib.memory import memory_report
 from indexer_lib.padding import get_rules
-from indexer_lib.plan import FIELD_STRATEGIES, STRATEGIES, make_plan
+from indexer_lib.plan import PlanSettings, get_strategy, make_plan, strategy_names
 from indexer_lib.run.executor import execute
 from indexer_lib.workload import StepBatch
 
@@ -22,21 +22,21 @@ MODEL = "glm-5"  # H = 32 halves the CPU work; deepseek-v3.2 (H = 64) has its ow
 
 def plans_for(batch, model=MODEL, version="2.6"):
     """Every strategy at several budgets: from whole requests to slices of a few rows."""
-    whole = make_plan(batch, "n-only", None, model=model, deepgemm_version=version)
+    settings = PlanSettings(model, deepgemm_version=version)
+    whole = make_plan(batch, "n-only", None, settings)
     logits = whole.chunks[0].logits_bytes if whole.num_chunks == 1 else 1 << 20
     budgets = sorted({max(1, logits // 3), max(1, logits // 20), max(1, logits // 80)})
     plans = [whole]
-    for strategy in STRATEGIES:
+    for strategy in strategy_names("field", "beyond"):
         if strategy == "n-only":
             continue
         # the strategies beyond the field at the middle budget only (CPU time): kv-split's
         # column ranges at small budgets and adversarial ties have tests/test_kv_split.py
-        for budget in budgets if strategy in FIELD_STRATEGIES else budgets[1:2]:
-            plans.append(make_plan(batch, strategy, budget, model=model, deepgemm_version=version))
+        for budget in budgets if strategy in strategy_names("field") else budgets[1:2]:
+            plans.append(make_plan(batch, strategy, budget, settings))
     for budget in budgets if get_rules(version).has_compressed else ():
         # causal in DeepGEMM's compressed (max_seqlen_k) layout
-        plans.append(make_plan(batch, "causal", budget, model=model, deepgemm_version=version,
-                               compressed=True))
+        plans.append(make_plan(batch, get_strategy("causal", compressed=True), budget, settings))
     return plans
 
 
@@ -86,7 +86,7 @@ def test_one_row_per_chunk_equals_the_naive_reference():
     inputs = make_inputs(batch, MODEL, seed=9, distinct_keys=4)
     expected = naive_topk(inputs, 40)
     for strategy in ("vllm", "per-request", "causal", "fixed-shape"):
-        plan = make_plan(batch, strategy, 1, model=MODEL)
+        plan = make_plan(batch, strategy, 1, PlanSettings(MODEL))
         assert plan.num_chunks == batch.num_rows and plan.over_budget
         assert np.array_equal(execute(plan, inputs, topk=40).indices.numpy(), expected), strategy
 
@@ -95,7 +95,7 @@ def test_ties_are_really_exercised():
     # 3 distinct K tokens repeated: each row's logits take at most 3 values
     batch = StepBatch.from_lengths([40], [400])
     inputs = make_inputs(batch, MODEL, seed=3, distinct_keys=3)
-    plan = make_plan(batch, "vllm", 20_000, model=MODEL)
+    plan = make_plan(batch, "vllm", 20_000, PlanSettings(MODEL))
     got = execute(plan, inputs, topk=50).indices.numpy()
     from naive_indexer import naive_row_logits
 
@@ -114,7 +114,7 @@ def test_deepseek_shapes_and_older_padding_versions():
         if version == "2.8":  # compressed layout only: the causal strategy
             expected = naive_topk(inputs, 33)
             for budget in (200_000, 10**7):
-                plan = make_plan(batch, "causal", budget, deepgemm_version="2.8")
+                plan = make_plan(batch, "causal", budget, PlanSettings(deepgemm_version="2.8"))
                 assert np.array_equal(execute(plan, inputs, topk=33).indices.numpy(), expected)
         else:
             check_all_plans_equal(batch, inputs, 33, model="deepseek-v3.2", version=version)
@@ -124,7 +124,7 @@ def test_logits_are_padded_like_deepgemm_and_counted_by_the_model():
     batch = StepBatch.from_lengths([7, 5], [100, 60])
     inputs = make_inputs(batch, MODEL, seed=1)
     for version, rows_alloc, stride in (("2.1", 12, 416), ("2.4.2", 12, 416), ("2.6", 12, 512)):
-        plan = make_plan(batch, "n-only", None, model=MODEL, deepgemm_version=version)
+        plan = make_plan(batch, "n-only", None, PlanSettings(MODEL, deepgemm_version=version))
         result = execute(plan, inputs, topk=8)
         assert result.chunks[0].logits_bytes == rows_alloc * stride * 4
         assert result.chunks[0].logits_bytes == memory_report(plan).chunks[0].logits
@@ -134,7 +134,7 @@ def test_logits_are_padded_like_deepgemm_and_counted_by_the_model():
 def test_output_buffer_is_persistent_and_minus_one_filled():
     batch = StepBatch.from_lengths([3], [3])
     inputs = make_inputs(batch, MODEL)
-    result = execute(make_plan(batch, "vllm", 1, model=MODEL), inputs, topk=5, topk_rows=10)
+    result = execute(make_plan(batch, "vllm", 1, PlanSettings(MODEL)), inputs, topk=5, topk_rows=10)
     buf = result.topk_buffer
     assert buf.shape == (10, 5) and buf.dtype == torch.int32
     assert (buf[3:] == -1).all()
@@ -147,7 +147,7 @@ def test_output_buffer_is_persistent_and_minus_one_filled():
 
 def test_workspace_is_sized_to_the_need_on_cpu_and_to_the_plan_on_meta():
     batch = StepBatch.from_lengths([10, 20], [100, 300])
-    plan = make_plan(batch, "vllm", 10_000, model=MODEL)
+    plan = make_plan(batch, "vllm", 10_000, PlanSettings(MODEL))
     cpu = execute(plan, make_inputs(batch, MODEL), topk=4)
     assert cpu.workspace_tokens == max(c.kv_tokens for c in plan.chunks if c.gather)
     meta = execute(plan, make_inputs(batch, MODEL, device="meta"), topk=4)
@@ -160,7 +160,7 @@ def test_workspace_is_sized_to_the_need_on_cpu_and_to_the_plan_on_meta():
 def test_a_plan_for_another_batch_is_refused():
     a = StepBatch.from_lengths([10, 20], [100, 300])
     b = StepBatch.from_lengths([10, 21], [100, 300])
-    plan = make_plan(a, "vllm", 10_000, model=MODEL)
+    plan = make_plan(a, "vllm", 10_000, PlanSettings(MODEL))
     with pytest.raises(ValueError, match=r"plan: made for a batch of 2 requests .*query_lens \[10, 20\]"
                                          r".*inputs are for 2 requests \(query_lens \[10, 21\]"):
         execute(plan, make_inputs(b, MODEL))
@@ -168,7 +168,7 @@ def test_a_plan_for_another_batch_is_refused():
 
 def test_inputs_of_another_model_are_refused():
     batch = StepBatch.from_lengths([4], [8])
-    plan = make_plan(batch, "vllm", 10_000, model="deepseek-v3.2")
+    plan = make_plan(batch, "vllm", 10_000, PlanSettings("deepseek-v3.2"))
     with pytest.raises(ValueError, match=r"inputs.q: expected torch.float8_e4m3fn \[4, 64, 128\]"
                                          r".*got torch.float8_e4m3fn \[4, 32, 128\]"):
         execute(plan, make_inputs(batch, MODEL))
@@ -176,7 +176,7 @@ def test_inputs_of_another_model_are_refused():
 
 def test_bad_topk_and_topk_rows_are_refused():
     batch = StepBatch.from_lengths([4], [8])
-    plan = make_plan(batch, "vllm", 10_000, model=MODEL)
+    plan = make_plan(batch, "vllm", 10_000, PlanSettings(MODEL))
     inputs = make_inputs(batch, MODEL)
     with pytest.raises(ValueError, match="topk 0: must be a whole number >= 1"):
         execute(plan, inputs, topk=0)
@@ -201,7 +201,7 @@ def test_cuda_run_matches_the_cpu_bit_for_bit():
         pytest.skip("needs a CUDA GPU: torch.cuda.is_available() is False")
     batch = StepBatch.from_lengths([50, 120], [300, 1500])
     inputs = make_inputs(batch, MODEL, seed=2)
-    plan = make_plan(batch, "vllm", 100_000, model=MODEL)
+    plan = make_plan(batch, "vllm", 100_000, PlanSettings(MODEL))
     cpu = execute(plan, inputs, topk=64)
     gpu = execute(plan, inputs, device="cuda", topk=64)
     assert torch.equal(cpu.indices, gpu.indices.cpu())

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from indexer_lib.study.frontier import FrontierGrid, frontier_rows
+from indexer_lib.study.grid import Grid
+from indexer_lib.study.sweep import model_rows
 
 REFERENCE = Path(__file__).resolve().parent / "data" / "frontier_reference.json.gz"
 
@@ -21,8 +22,8 @@ def load() -> dict:
         return json.load(f)
 
 
-def grid_of(spec: dict) -> FrontierGrid:
-    return FrontierGrid(**{k: tuple(v) if isinstance(v, list) else v for k, v in spec.items()})
+def grid_of(spec: dict) -> Grid:
+    return Grid(**spec)  # lists become tuples, a scalar (osl, engine, ...) a one-value axis
 
 
 def test_the_reference_holds_the_long_context_grid_and_200_random_points():
@@ -56,10 +57,10 @@ def test_the_frontier_equals_the_reference_planners(which):
     cases = ref["cases"][:1] if which == "long-context" else ref["cases"][1:]
     for case in cases:
         grid = grid_of(case["grid"])
-        rows = list(frontier_rows(grid))
+        rows = list(model_rows(grid))
         ours = [{k: r[k] for k in case["rows"][0]} for r in rows]
         assert in_order(every_budget(ours, grid.budget_mb)) == in_order(case["rows"]), case["grid"]
         # computed and shown once: one row per workload and free GiB for a strategy without a budget
         once = [r for r in ours if r["budget_mb"] is None]
         assert len({(r["concurrency"], r["isl"], r["strategy"], r["free_gib"]) for r in once}) == len(once)
-        assert len(rows) == grid.num_points
+        assert len(rows) == grid.num_rows

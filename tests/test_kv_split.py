@@ -15,7 +15,7 @@ from indexer_lib.run.kernels.deepgemm import DeepGemmBackend
 from indexer_lib.run.kernels.merge import merge_running_topk
 from indexer_lib.memory import memory_report, padded_inputs_bytes
 from indexer_lib.padding import get_rules
-from indexer_lib.plan import KV_SPLIT_ALIGN, make_plan, merged_chunks
+from indexer_lib.plan import KV_SPLIT_ALIGN, PlanSettings, get_strategy, make_plan, merged_chunks
 from indexer_lib.run.executor import execute
 from indexer_lib.shapes import MIB, get_model
 from indexer_lib.run.tracer import trace
@@ -24,6 +24,7 @@ from indexer_lib.workload import StepBatch
 from naive_indexer import naive_row_logits, naive_topk, rank
 
 MODEL = "glm-5"  # H = 32: DeepGEMM 2.6 allocates rows in blocks of 4
+ON_MODEL = PlanSettings(MODEL)
 
 
 def range_budget(columns: int, model: str = MODEL, version: str = "2.6") -> int:
@@ -32,8 +33,8 @@ def range_budget(columns: int, model: str = MODEL, version: str = "2.6") -> int:
     return rules.logits_bytes(1, columns, get_model(model).index_heads, False)
 
 
-def column_plan(batch, columns: int, **kw):
-    plan = make_plan(batch, "kv-split", range_budget(columns), model=MODEL, **kw)
+def column_plan(batch, columns: int, settings: PlanSettings = ON_MODEL):
+    plan = make_plan(batch, "kv-split", range_budget(columns), settings)
     assert any(c.kv_start for c in plan.chunks), "the budget must force column ranges"
     return plan
 
@@ -111,7 +112,7 @@ def test_split_inside_tied_runs_equals_the_naive_reference(distinct, k):
 def test_any_column_split_equals_the_naive_reference(reqs, k, seed, distinct, columns):
     batch = StepBatch.from_lengths([q for _, q in reqs], [c + q for c, q in reqs])
     inputs = make_inputs(batch, MODEL, seed=seed, distinct_keys=distinct)
-    plan = make_plan(batch, "kv-split", range_budget(columns), model=MODEL)
+    plan = make_plan(batch, "kv-split", range_budget(columns), ON_MODEL)
     assert np.array_equal(execute(plan, inputs, topk=k).indices.numpy(), naive_topk(inputs, k))
 
 
@@ -120,8 +121,8 @@ def test_kv_split_meets_a_budget_below_one_row():
     batch = StepBatch.from_lengths([6], [3000])
     budget = range_budget(1000)
     for strategy in ("vllm", "causal", "fixed-shape"):
-        assert make_plan(batch, strategy, budget, model=MODEL).over_budget, strategy
-    plan = make_plan(batch, "kv-split", budget, model=MODEL)
+        assert make_plan(batch, strategy, budget, ON_MODEL).over_budget, strategy
+    plan = make_plan(batch, "kv-split", budget, ON_MODEL)
     assert not plan.over_budget and all(c.logits_bytes <= budget for c in plan.chunks)
     assert all(c.kv_start % KV_SPLIT_ALIGN == 0 for c in plan.chunks)
 
@@ -156,7 +157,7 @@ def test_model_agrees_with_the_tracer_for_a_256k_context_split_into_columns():
 
 def test_fixed_shape_allocates_one_shape_and_the_model_counts_it():
     batch = StepBatch.from_lengths([7, 2, 30], [100, 40, 500])
-    plan = make_plan(batch, "fixed-shape", 60_000, model=MODEL, fixed_width=640)
+    plan = make_plan(batch, get_strategy("fixed-shape", fixed_width=640), 60_000, ON_MODEL)
     assert {(c.logits_rows, c.logits_cols) for c in plan.chunks} == {(plan.chunks[0].alloc_rows, 640)}
     traced = trace(plan, device="cpu", topk=16)
     model = memory_report(plan, topk=16, workspace_tokens=traced.execution.workspace_tokens)
@@ -166,7 +167,7 @@ def test_fixed_shape_allocates_one_shape_and_the_model_counts_it():
     inputs = make_inputs(batch, MODEL, seed=2, distinct_keys=3)
     assert np.array_equal(execute(plan, inputs, topk=16).indices.numpy(), naive_topk(inputs, 16))
     with pytest.raises(ValueError, match="fixed_width 400 < the step's longest sequence 500"):
-        make_plan(batch, "fixed-shape", 60_000, model=MODEL, fixed_width=400)
+        make_plan(batch, get_strategy("fixed-shape", fixed_width=400), 60_000, ON_MODEL)
 
 
 # -- the DeepGEMM adapter (fake build on the CPU) ---------------------------------------------
@@ -201,7 +202,7 @@ def test_deepgemm_fixed_shape_pads_rows_with_empty_windows():
     backend = DeepGemmBackend(module=fake)
     batch = StepBatch.from_lengths([5, 2], [300, 80])
     inputs = make_inputs(batch, MODEL, seed=3)
-    plan = make_plan(batch, "fixed-shape", 20_000, model=MODEL)
+    plan = make_plan(batch, "fixed-shape", 20_000, ON_MODEL)
     rows = plan.chunks[0].alloc_rows
     result = execute(plan, inputs, backend=backend, topk=20)
     assert np.array_equal(result.indices.numpy(), naive_topk(inputs, 20))
@@ -209,7 +210,7 @@ def test_deepgemm_fixed_shape_pads_rows_with_empty_windows():
     assert {run.logits_bytes for run in result.chunks} == {plan.chunks[0].logits_bytes}
     short = [c for c in plan.chunks if c.num_rows < rows]
     assert short, "some chunk must have fewer rows than the shape"
-    model = memory_report(plan, backend="deepgemm", topk=20)
+    model = memory_report(plan, temporaries="deepgemm", topk=20)
     for c, mem in zip(plan.chunks, model.chunks):
         assert mem.temporaries >= padded_inputs_bytes(c, get_model(MODEL))
     assert padded_inputs_bytes(short[0], get_model(MODEL)) == rows * (32 * 128 + 4 * 32 + 8)
@@ -223,5 +224,5 @@ def test_column_ranges_count_each_useful_logit_once_in_the_time_model():
                  for r in batch.requests)
     for strategy in ("kv-split", "fixed-shape", "causal"):
         for budget in (range_budget(256), range_budget(700), 10**7):
-            plan = make_plan(batch, strategy, budget, model=MODEL)
+            plan = make_plan(batch, strategy, budget, ON_MODEL)
             assert sum(chunk_useful_elements(c, batch) for c in plan.chunks) == useful

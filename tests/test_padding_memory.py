@@ -3,7 +3,7 @@ import pytest
 
 from indexer_lib.memory import memory_report, metadata_bytes, peak_bytes, fits
 from indexer_lib.padding import DEEPGEMM_RULES, get_rules, unpadded_logits_bytes
-from indexer_lib.plan import make_plan
+from indexer_lib.plan import PlanSettings, make_plan
 from indexer_lib.shapes import GIB, MIB, get_model
 from indexer_lib.workload import StepBatch
 
@@ -63,7 +63,7 @@ def test_published_allocation_8_03_gib():
 def test_published_allocation_16_gib_unpadded():
     batch = StepBatch.from_lengths([65_536], [65_536])
     plan = make_plan(batch, "n-only", None)
-    report = memory_report(plan, padded=False)
+    report = memory_report(plan, count_padding=False)
     assert report.chunks[0].logits == 16 * GIB
 
 
@@ -81,8 +81,7 @@ def test_unknown_version_names_the_value():
 def test_memory_report_by_hand():
     model = get_model("glm-5")  # H = 32: rows align to 4 from 2.4.2 on
     batch = StepBatch.from_lengths([3, 5], [10, 20])
-    plan = make_plan(batch, "n-only", None, workspace_tokens=1000, model="glm-5",
-                     deepgemm_version="2.4.2")
+    plan = make_plan(batch, "n-only", None, PlanSettings("glm-5", deepgemm_version="2.4.2", workspace_tokens=1000))
     assert plan.num_chunks == 1
     report = memory_report(plan, topk_rows=8192)
     rows_alloc = 8  # align(3 + 5, 4)
@@ -113,9 +112,16 @@ def test_fits_compares_transient_bytes_with_free_memory():
     assert not fits(plan, transient - 1)
 
 
+class PerRow:
+    """A backend that counts its own temporaries: 1000 bytes a row."""
+
+    def temporaries_bytes(self, plan, chunk, topk):
+        return 1000 * chunk.num_rows
+
+
 def test_temporaries_slot_is_added_per_chunk():
     batch = StepBatch.from_lengths([64, 64], [64, 128])
     plan = make_plan(batch, "per-request", 512 * MIB)
-    report = memory_report(plan, temporaries=lambda chunk, model: 1000 * chunk.num_rows)
+    report = memory_report(plan, temporaries=PerRow())
     assert [c.temporaries for c in report.chunks] == [64_000, 64_000]
     assert all(c.total == c.logits + c.metadata + c.temporaries for c in report.chunks)

@@ -18,25 +18,27 @@ import run_notebooks  # noqa: E402
 # notebook, parameter, bad value, the rule the message must state
 CASES = [
     ("01_oom_frontier", "concurency", [1, 8], "unknown name"),
-    ("01_oom_frontier", "isl", "2048", "must be a non-empty list of whole numbers"),
-    ("01_oom_frontier", "concurrency", [1, -4], "= -4: must be > 0"),
-    ("01_oom_frontier", "budget_mb", [0], "= 0: must be > 0"),
-    ("01_oom_frontier", "strategies", ["vllm", "fastest"], "'fastest': must be one of"),
+    ("01_oom_frontier", "isl", "2048", "= '2048': Input should be a valid list"),
+    ("01_oom_frontier", "concurrency", [1, -4], "concurrency -4: must be a whole number >= 1"),
+    ("01_oom_frontier", "budget_mb", [0], "budget 0 MB: must be > 0"),
+    ("01_oom_frontier", "strategies", ["vllm", "fastest"], "unknown strategy 'fastest': must be one of"),
     ("01_oom_frontier", "model", "llama-3", "must be one of deepseek-v3.2, glm-5"),
     ("01_oom_frontier", "free_gib", float("inf"), "must be a finite number"),
-    ("01_oom_frontier", "isl", [2048, 300000], "longer than glm-5's max_model_len"),
-    ("01_oom_frontier", "shared_prefix", 300_000, "longer than every isl (at most 202752)"),
-    ("01_oom_frontier", "osl", 1.5, "must be a whole number"),
-    ("02_chunk_overhead", "budget_mb", [64, 0], "= 0: must be > 0"),
+    ("01_oom_frontier", "isl", [2048, 300000], "isl 300000 > max_model_len 202752 of glm-5"),
+    ("01_oom_frontier", "shared_prefix", 300_000, "> every isl (at most 202752)"),
+    ("01_oom_frontier", "osl", 1.5, "= 1.5: Input should be a valid integer"),
+    ("02_chunk_overhead", "budget_mb", [64, 0], "budget 0 MB: must be > 0"),
     ("02_chunk_overhead", "model", "gpt-4", "must be one of"),
-    ("02_chunk_overhead", "max_overhead", -0.1, "must be > 0"),
-    ("03_strategies", "budget", 0, "= 0: must be > 0"),
-    ("03_strategies", "strategies", ["causal", "greedy"], "'greedy': must be one of"),
-    ("03_strategies", "concurrency", [-1], "must be > 0"),
-    ("03_strategies", "max_num_batched_tokens", "8192", "must be a whole number"),
-    ("01_oom_frontier", "executor", "dask", "'dask': must be one of local, ray"),
+    ("02_chunk_overhead", "max_overhead", -0.1, "max_overhead -0.1: must be a finite number > 0"),
+    ("03_strategies", "budget", 0, "budget 0 MB: must be > 0"),
+    ("03_strategies", "strategies", ["causal", "greedy"], "unknown strategy 'greedy': must be one of"),
+    ("03_strategies", "concurrency", [-1], "must be a whole number >= 1"),
+    ("03_strategies", "max_num_batched_tokens", "8192", "= '8192': Input should be a valid integer"),
+    ("01_oom_frontier", "executor", "dask", "= 'dask': Input should be 'local' or 'ray'"),
     ("01_oom_frontier", "ray_address", "http://head", "must be null (a new local instance), 'auto'"),
     ("01_oom_frontier", "ray_address", "ray://head:70000", "'ray://HOST:PORT' or 'HOST:PORT'"),
+    ("01_oom_frontier", "long_isl", [300_000], "isl 300000 > max_model_len 202752 of glm-5"),
+    ("01_oom_frontier", "engines", ["vllm", "vllm==9"], "unknown engine release 'vllm==9'"),
 ]
 
 
@@ -71,7 +73,7 @@ def test_the_runner_as_a_process_exits_non_zero(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr == ("run_notebooks: parameter error: 03_strategies.ipynb parameter "
-                           "'budget' = 0: must be > 0\n")
+                           "'budget': budget 0 MB: must be > 0\n")
 
 
 # papermill directly (a kernel each): one case of each kind, across the notebooks
@@ -105,8 +107,8 @@ def test_papermill_stops_at_the_parameters_cell_before_any_work(tmp_path, notebo
 
 
 @pytest.mark.parametrize("values, rule", [
-    ({"executor": "ray", "mode": "trace"}, "'executor' = 'ray': runs model and measure sweeps"),
-    ({"ray_address": "auto"}, "'ray_address' = 'auto': used only with executor 'ray'"),
+    ({"executor": "ray", "mode": "trace"}, "'executor': executor 'ray' runs model and measure sweeps"),
+    ({"ray_address": "auto"}, "'ray_address': ray_address 'auto' is used only with executor 'ray'"),
     ({"executor": "local", "ray_address": "ray://head:10001"}, "used only with executor 'ray'"),
 ])
 def test_ray_parameters_that_cannot_go_together(values, rule):
@@ -125,13 +127,14 @@ def test_a_measure_sweep_on_ray_does_not_need_a_local_gpu(monkeypatch):
     from indexer_lib.notebook.params import ParameterError, check_values
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    with pytest.raises(ParameterError, match="'mode' = 'measure': needs a CUDA GPU"):
+    with pytest.raises(ParameterError, match="'mode': mode 'measure' needs a CUDA GPU"):
         check_values("01_oom_frontier", {"mode": "measure"})
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "ray"
                         else real(name, *a))
     values = {"mode": "measure", "executor": "ray", "ray_address": "auto"}
-    assert check_values("01_oom_frontier", values) == values
+    checked = check_values("01_oom_frontier", values)
+    assert (checked.mode, checked.executor, checked.ray_address) == ("measure", "ray", "auto")
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray"
                         else real(name, *a))
     with pytest.raises(ParameterError, match=r'needs Ray, not installed here \(pip install -e ".\[cluster\]"\)'):

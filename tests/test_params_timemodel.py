@@ -6,21 +6,22 @@ import pytest
 
 from indexer_lib.study import timemodel
 from indexer_lib.notebook.params import ParameterError, ParameterHandler, check_values
-from indexer_lib.plan import make_plan
+from indexer_lib.plan import PlanSettings, make_plan
 from indexer_lib.study.reported import published_cases, reproduce, reproductions
 from indexer_lib.workload import PrefillRequest, StepBatch
 
 
 @pytest.mark.parametrize("name, value, message", [
     ("concurency", [1], "unknown name"),
-    ("concurrency", [-1], "must be > 0"),
-    ("concurrency", 8, "must be a non-empty list of whole numbers"),
+    ("concurrency", [-1], "concurrency -1: must be a whole number >= 1"),
+    ("concurrency", 8, "Input should be a valid list"),
+    ("concurrency", [], "concurrency is empty: the grid needs at least one value"),
     ("budget_mb", [0], "must be > 0"),
-    ("strategies", ["vllm", "fastest"], "'fastest': must be one of"),
+    ("strategies", ["vllm", "fastest"], "unknown strategy 'fastest': must be one of"),
     ("model", "llama", "must be one of deepseek-v3.2, glm-5"),
-    ("free_gib", "2.6", "must be a number"),
-    ("dashboard", 1, "must be true or false"),
-    ("mode", "guess", "must be one of model, trace, measure"),
+    ("free_gib", "2.6", "Input should be a valid number"),
+    ("dashboard", 1, "Input should be a valid boolean"),
+    ("mode", "guess", "Input should be 'model', 'trace' or 'measure'"),
 ])
 def test_bad_parameters_name_the_notebook_parameter_and_rule(name, value, message):
     with pytest.raises(ParameterError, match=message) as e:
@@ -35,7 +36,7 @@ def test_handler_sees_what_the_parameters_cell_defined():
     ns.update(budget=512, model="glm-5", free_gib=2.63, concurrency=[1], isl=[2048], osl=64,
               strategies=["vllm"], max_num_batched_tokens=8192, long_prefill_token_threshold=256,
               shared_prefix=0, deepgemm_version=None, engine="vllm", output_dir="x", data_dir="y")
-    assert handler.check("03_strategies", ns)["budget"] == 512
+    assert handler.check("03_strategies", ns).budget == 512
     ns["typo"] = 1
     with pytest.raises(ParameterError, match="'typo': unknown name"):
         handler.check("03_strategies", ns)
@@ -68,7 +69,7 @@ def test_a_published_case_of_unknown_kind_is_refused():
 
 
 def one_prompt(n):
-    return make_plan(StepBatch((PrefillRequest(0, n),)), "n-only", None, model="deepseek-v3.2")
+    return make_plan(StepBatch((PrefillRequest(0, n),)), "n-only", None, PlanSettings("deepseek-v3.2"))
 
 
 def test_published_time_model_hits_its_anchors():
@@ -91,10 +92,10 @@ def test_published_time_model_hits_its_anchors():
 
 def test_useful_elements_count_the_causal_window():
     batch = StepBatch((PrefillRequest(10, 4), PrefillRequest(0, 3)))
-    plan = make_plan(batch, "n-only", None, model="glm-5")
+    plan = make_plan(batch, "n-only", None, PlanSettings("glm-5"))
     # request 0: rows see 11, 12, 13, 14 columns; request 1: 1, 2, 3
     assert timemodel.plan_features(plan)["useful_elements"] == 11 + 12 + 13 + 14 + 1 + 2 + 3
-    sliced = make_plan(StepBatch((PrefillRequest(0, 4096),)), "vllm", 2**20, model="glm-5")
+    sliced = make_plan(StepBatch((PrefillRequest(0, 4096),)), "vllm", 2**20, PlanSettings("glm-5"))
     assert sliced.num_chunks > 1
     assert timemodel.plan_features(sliced)["useful_elements"] == 4096 * 4097 // 2
 

@@ -4,13 +4,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from indexer_lib.padding import DEEPGEMM_RULES
-from indexer_lib.plan import KV_SPLIT_ALIGN, STRATEGIES, make_plan, merged_chunks
+from indexer_lib.plan import (KV_SPLIT_ALIGN, Budgeting, PlanSettings, get_strategy, make_plan, merged_chunks,
+                               strategy_names)
 from indexer_lib.shapes import get_model
 from indexer_lib.shapes import MIB
 from indexer_lib.workload import PrefillRequest, StepBatch
 from naive_indexer import causal_windows
 
-BUDGETED = [s for s in STRATEGIES if s != "n-only"]
+PROJECT = strategy_names("field", "beyond")  # the project's six (not the engine's own chunker)
+BUDGETED = [s for s in PROJECT if s != "n-only"]
 
 requests = st.builds(
     PrefillRequest,
@@ -112,7 +114,7 @@ def counted(plan, chunk):
        model=st.sampled_from(["deepseek-v3.2", "glm-5"]))
 def test_budgeted_strategies_hold_every_limit(batch, strategy, budget, workspace, padded,
                                                version, model):
-    plan = make_plan(batch, strategy, budget, workspace, model, version, padded)
+    plan = make_plan(batch, strategy, budget, PlanSettings(model, None, version, padded, workspace))
     check_plan(plan)
     merged = merged_chunks(plan.chunks)
     for c, column_range in zip(plan.chunks, merged):
@@ -132,17 +134,17 @@ def test_budgeted_strategies_hold_every_limit(batch, strategy, budget, workspace
 @given(batch=batches, strategy=st.sampled_from(BUDGETED), budget=st.integers(1, 64 * MIB),
        padded=st.booleans(), data=st.data())
 def test_plan_is_the_same_across_its_stable_budget_interval(batch, strategy, budget, padded, data):
-    plan = make_plan(batch, strategy, budget, padded=padded)
+    plan = make_plan(batch, strategy, budget, PlanSettings(padded=padded))
     low, high = plan.budget_stable
     assert low <= budget and (high is None or budget < high)
     other = data.draw(st.integers(max(low, 1), (high - 1) if high else budget * 4))
-    assert make_plan(batch, strategy, other, padded=padded).chunks == plan.chunks
+    assert make_plan(batch, strategy, other, PlanSettings(padded=padded)).chunks == plan.chunks
 
 
 @settings(max_examples=100, deadline=None)
 @given(batch=batches, workspace=st.integers(1, 30_000))
 def test_n_only_is_bounded_by_the_workspace_alone(batch, workspace):
-    plan = make_plan(batch, "n-only", None, workspace)
+    plan = make_plan(batch, "n-only", None, PlanSettings(workspace_tokens=workspace))
     check_plan(plan)
     # greedy: each chunk could not take the next request
     for c in plan.chunks:
@@ -160,7 +162,7 @@ def test_vllm_slices_a_request_that_alone_breaks_the_budget():
     # E = 1000 // 4 = 250 elements; one request of 10 x 100 = 1000 > 250:
     # its own chunk, in slices of max(1, 250 // 100) = 2 rows, later slices reuse K
     batch = StepBatch.from_lengths([10, 10, 10], [100, 100, 100])
-    plan = make_plan(batch, "vllm", 1000, padded=False)
+    plan = make_plan(batch, "vllm", 1000, PlanSettings(padded=False))
     assert plan.num_chunks == 15
     assert spans(plan)[:6] == [
         ((0, 1), (0, 2), True), ((0, 1), (2, 4), False), ((0, 1), (4, 6), False),
@@ -172,22 +174,22 @@ def test_vllm_slices_a_request_that_alone_breaks_the_budget():
 def test_vllm_packs_greedily_while_the_product_fits():
     # E = 100: two requests (4 rows x 20 kv = 80) fit, three (6 x 30 = 180) do not
     batch = StepBatch.from_lengths([2, 2, 2], [10, 10, 10])
-    plan = make_plan(batch, "vllm", 400, padded=False)
+    plan = make_plan(batch, "vllm", 400, PlanSettings(padded=False))
     assert spans(plan) == [((0, 2), (0, 4), True), ((2, 3), (0, 2), True)]
     assert [c.logits_cols for c in plan.chunks] == [20, 10]
 
 
 def test_vllm_packs_within_the_workspace():
     batch = StepBatch.from_lengths([1, 1, 1], [10, 10, 10])
-    plan = make_plan(batch, "vllm", MIB, workspace_tokens=25, padded=False)
+    plan = make_plan(batch, "vllm", MIB, PlanSettings(padded=False, workspace_tokens=25))
     assert spans(plan) == [((0, 2), (0, 2), True), ((2, 3), (0, 1), True)]
 
 
 def test_a_request_longer_than_the_workspace_is_flagged():
     batch = StepBatch.from_lengths([4], [10])
-    for strategy in STRATEGIES:
+    for strategy in PROJECT:
         budget = None if strategy == "n-only" else MIB
-        plan = make_plan(batch, strategy, budget, workspace_tokens=5)
+        plan = make_plan(batch, strategy, budget, PlanSettings(workspace_tokens=5))
         assert plan.over_budget, strategy
 
 
@@ -207,8 +209,8 @@ def test_budget_below_one_row_gives_one_row_per_chunk_flagged():
 
 def test_padded_budget_takes_fewer_rows_than_vllms_arithmetic():
     batch = StepBatch.from_lengths([4096], [4096])
-    unpadded = make_plan(batch, "vllm", 16 * MIB, padded=False)
-    padded = make_plan(batch, "vllm", 16 * MIB, deepgemm_version="2.6")
+    unpadded = make_plan(batch, "vllm", 16 * MIB, PlanSettings(padded=False))
+    padded = make_plan(batch, "vllm", 16 * MIB, PlanSettings(deepgemm_version="2.6"))
     assert unpadded.chunks[0].num_rows == 16 * MIB // 4 // 4096 == 1024
     # stride align(4096 + 256, 256) = 4352: 16 MiB / (4352 x 4) = 963 rows, even for H = 64
     assert padded.chunks[0].num_rows == 962
@@ -231,9 +233,9 @@ def test_causal_needs_about_half_the_chunks_of_vllm_for_a_64k_prompt():
 
 def test_causal_compressed_packs_by_the_longest_request():
     batch = StepBatch.from_lengths([100, 100], [1000, 1000])
-    full = make_plan(batch, "causal", 2 * 256 * 1200 * 4, deepgemm_version="2.6")
-    compressed = make_plan(batch, "causal", 2 * 256 * 1200 * 4, deepgemm_version="2.6",
-                           compressed=True)
+    on_2_6 = PlanSettings(deepgemm_version="2.6")
+    full = make_plan(batch, "causal", 2 * 256 * 1200 * 4, on_2_6)
+    compressed = make_plan(batch, get_strategy("causal", compressed=True), 2 * 256 * 1200 * 4, on_2_6)
     assert compressed.num_chunks == 1 and compressed.chunks[0].logits_cols == 1000
     assert compressed.chunks[0].compressed
     assert full.chunks[0].logits_cols == 2000 or full.num_chunks > 1
@@ -242,9 +244,9 @@ def test_causal_compressed_packs_by_the_longest_request():
 def test_causal_compressed_needs_deepgemm_2_2():
     batch = StepBatch.from_lengths([1], [1])
     with pytest.raises(ValueError, match="2.1 has no compressed"):
-        make_plan(batch, "causal", MIB, deepgemm_version="2.1", compressed=True)
+        make_plan(batch, get_strategy("causal", compressed=True), MIB, PlanSettings(deepgemm_version="2.1"))
     # 2.8 has only the compressed layout
-    assert make_plan(batch, "causal", MIB, deepgemm_version="2.8").chunks[0].compressed
+    assert make_plan(batch, "causal", MIB, PlanSettings(deepgemm_version="2.8")).chunks[0].compressed
 
 
 def test_per_request_never_packs_at_factor_one_and_packs_small_ones_above():
@@ -252,24 +254,30 @@ def test_per_request_never_packs_at_factor_one_and_packs_small_ones_above():
     assert make_plan(batch, "per-request", MIB).num_chunks == 3
     # two fresh 4-token prompts allocate 8 x 8 = 64 and read 2 x 10 = 20 (3.2x);
     # three allocate 144 and read 30 (4.8x)
-    plan = make_plan(batch, "per-request", MIB, pack_factor=3.5)
+    plan = make_plan(batch, get_strategy("per-request", pack_factor=3.5), MIB)
     assert spans(plan) == [((0, 2), (0, 8), True), ((2, 3), (0, 4), True)]
     with pytest.raises(ValueError, match="pack_factor 0.5"):
-        make_plan(batch, "per-request", MIB, pack_factor=0.5)
+        get_strategy("per-request", pack_factor=0.5)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(strategy="bogus", budget_bytes=1), "unknown strategy 'bogus'"),
-    (dict(strategy="vllm", budget_bytes=0), "budget_bytes 0"),
-    (dict(strategy="vllm", budget_bytes=-5), "budget_bytes -5"),
-    (dict(strategy="vllm", budget_bytes=None), "needs a logits budget"),
-    (dict(strategy="vllm", budget_bytes=1, workspace_tokens=0), "workspace_tokens 0"),
-    (dict(strategy="vllm", budget_bytes=1, model="llama"), "unknown model 'llama'"),
+@pytest.mark.parametrize("strategy, budget, setup, message", [
+    ("bogus", 1, {}, "unknown strategy 'bogus'"),
+    ("vllm", 0, {}, "budget_bytes 0"),
+    ("vllm", -5, {}, "budget_bytes -5"),
+    ("vllm", None, {}, "needs a logits budget"),
+    ("n-only", 1, {}, "budget_bytes must be None, not 1"),
+    ("vllm", 1, dict(workspace_tokens=0), "workspace_tokens 0"),
+    ("vllm", 1, dict(model="llama"), "unknown model 'llama'"),
 ])
-def test_bad_plan_arguments_name_the_value(kwargs, message):
+def test_bad_plan_arguments_name_the_value(strategy, budget, setup, message):
     batch = StepBatch.from_lengths([1], [1])
-    with pytest.raises(ValueError, match=message):
-        make_plan(batch, **kwargs)
+    with pytest.raises(ValueError, match=message):  # the settings are checked as they are made
+        make_plan(batch, strategy, budget, PlanSettings(**setup))
+
+
+def test_an_unknown_strategy_option_names_it():
+    with pytest.raises(ValueError, match="strategy 'vllm' has no option 'pack_factor'"):
+        get_strategy("vllm", pack_factor=2.0)
 
 
 @pytest.mark.parametrize("q, s, message", [
@@ -292,7 +300,7 @@ def test_compressed_only_deepgemm_plans_hold_every_limit(batch, strategy, budget
     its longest request (causal: its last row's window), and within the budget (counted as
     allocated, or as vLLM counts it: rows x the chunk's K x 4) unless flagged, which only
     the smallest chunk (one row, or one row block padded) can be."""
-    plan = make_plan(batch, strategy, budget, None, model, "2.8", padded)
+    plan = make_plan(batch, strategy, budget, PlanSettings(model, None, "2.8", padded))
     check_plan(plan)
     for c in plan.chunks:
         seq_lens = batch.seq_lens[c.requests[0]:c.requests[1]]
@@ -330,12 +338,13 @@ def test_packing_the_rest_at_once_gives_the_request_by_request_plan(monkeypatch,
     budget = None if strategy == "n-only" else max(1, round(budget_mb * MIB))
 
     def plan():
-        return make_plan(batch, strategy, budget, workspace, "glm-5", version, padded)
+        return make_plan(batch, strategy, budget, PlanSettings("glm-5", None, version, padded, workspace))
 
     fast = plan()
-    pack = strategies._pack
+    pack = strategies.pack
     with monkeypatch.context() as m:  # the same planners, packing request by request
-        m.setattr(strategies, "_pack", lambda *a, **k: pack(*a, **{**k, "monotone": False}))
+        m.setattr(strategies, "pack",
+                  lambda batch, b, packing, build: pack(batch, b, packing._replace(monotone=False), build))
         slow = plan()
     assert fast.chunks == slow.chunks and fast.budget_stable == slow.budget_stable
 
@@ -348,11 +357,10 @@ def test_a_causal_slice_takes_the_most_rows_that_fit(request, budget, padded, ve
     its last row) fits the budget, as a search over every row count finds (one row where none
     fits).  The planner asks for the previous slice's rows first; this holds it to the plain
     search."""
-    from indexer_lib.plan.strategies import Budgeting
-
     batch = StepBatch((request,))
-    plan = make_plan(batch, "causal", budget, model="glm-5", deepgemm_version=version, padded=padded)
-    b = Budgeting(get_model("glm-5"), DEEPGEMM_RULES[version], padded, budget, plan.workspace_tokens)
+    on = PlanSettings("glm-5", deepgemm_version=version, padded=padded)
+    plan = make_plan(batch, "causal", budget, on)
+    b = Budgeting(get_strategy("causal").runs_under(on), budget, plan.workspace_tokens)
     compressed = plan.chunks[0].compressed
     q0 = 0
     for c in plan.chunks:

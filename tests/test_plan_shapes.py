@@ -1,21 +1,29 @@
 """A frontier plans steps by their chunks' shapes (``plan_shapes``, ``shapes_peak``): the same
 strategy code as ``make_plan`` with another builder, and the same peak as ``memory_report``.
 These tests hold the two paths equal on random batches and settings, and check that a request
-sliced alone is remembered exactly (its slices and its budget interval)."""
+sliced alone is remembered exactly (its slices and its budget interval).  The temporaries a peak
+counts are the plan settings' (``PlanSettings.temporaries``)."""
 import random
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from indexer_lib.memory import ShapesPeak, memory_report, shapes_peak
 from indexer_lib.engines import get_engine
-from indexer_lib.plan import (FIELD_STRATEGIES, SHAPE_STRATEGIES, ShapePlanner, make_plan, plan_shapes,
-                              strategy_budget_bytes)
-from indexer_lib.plan import builders
-from indexer_lib.plan.builders import ShapeBuilder
+from indexer_lib.fast import ShapeBuilder, ShapePlanner, ShapesPeak, plan_shapes, shapes_peak
+from indexer_lib.fast import shapes as fast_shapes
+from indexer_lib.memory import memory_report
+from indexer_lib.plan import STRATEGIES, Budgeting, Piece, PlanSettings, get_strategy, make_plan, strategy_names
 from indexer_lib.shapes import MIB
 from indexer_lib.workload import PrefillRequest, StepBatch
+
+SHAPE_STRATEGIES = tuple(n for n in STRATEGIES if get_strategy(n).by_shapes)
+
+
+def budget_bytes(strategy, budget_mb, engine=None):
+    """The strategy's budget at ``budget_mb`` (None where it reads none)."""
+    return get_strategy(strategy).budget_bytes(budget_mb, None, PlanSettings(engine=engine))
+
 
 requests = st.builds(PrefillRequest, context_len=st.integers(0, 300_000), query_len=st.integers(1, 9000))
 batches = st.lists(requests, min_size=1, max_size=40).map(lambda rs: StepBatch(tuple(rs)))
@@ -31,20 +39,23 @@ setups = st.sampled_from([
 ])
 
 
-def both_ways(batch, strategy, budget_mb, setup, backend, model="glm-5"):
+def both_ways(batch, strategy, budget_mb, setup, temporaries, model="glm-5"):
     budget = None if strategy == "n-only" else int(budget_mb * MIB)
-    plan = make_plan(batch, strategy, budget, model=model, **setup)
-    report = memory_report(plan, topk_rows=8192, backend=backend)
-    shaped = plan_shapes(batch, strategy, budget, model=model, **setup)
-    transient, peak = shapes_peak(shaped, topk_rows=8192, backend=backend)
+    settings = PlanSettings(model, temporaries=temporaries, **setup)
+    plan = make_plan(batch, strategy, budget, settings)
+    report = memory_report(plan, topk_rows=8192, temporaries=temporaries)
+    shaped = plan_shapes(batch, strategy, budget, settings)
+    transient, peak = shapes_peak(shaped, topk_rows=8192)  # the settings' temporaries
     return plan, report, shaped, transient, peak
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(batch=batches, strategy=st.sampled_from(tuple(FIELD_STRATEGIES)), budget_mb=st.sampled_from([1, 16, 64, 300, 2048]),
-       setup=setups, backend=st.sampled_from(["deepgemm", None]), model=st.sampled_from(["glm-5", "deepseek-v3.2"]))
-def test_the_shapes_give_the_plans_count_limits_interval_and_peak(batch, strategy, budget_mb, setup, backend, model):
-    plan, report, shaped, transient, peak = both_ways(batch, strategy, budget_mb, setup, backend, model)
+@given(batch=batches, strategy=st.sampled_from(strategy_names("field")),
+       budget_mb=st.sampled_from([1, 16, 64, 300, 2048]), setup=setups,
+       temporaries=st.sampled_from(["deepgemm", None]), model=st.sampled_from(["glm-5", "deepseek-v3.2"]))
+def test_the_shapes_give_the_plans_count_limits_interval_and_peak(batch, strategy, budget_mb, setup, temporaries,
+                                                                  model):
+    plan, report, shaped, transient, peak = both_ways(batch, strategy, budget_mb, setup, temporaries, model)
     assert shaped.num_chunks == plan.num_chunks
     assert shaped.over_budget == plan.over_budget
     assert shaped.plan.budget_stable == plan.budget_stable
@@ -69,20 +80,21 @@ short_or_long = st.one_of(batches, st.lists(st.builds(PrefillRequest, context_le
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(batch=short_or_long, engine=st.sampled_from(ENGINES), budget_mb=st.sampled_from([0.25, 1, 16, 64, 300, 2048]),
-       backend=st.sampled_from(["deepgemm", None]), model=st.sampled_from(["glm-5", "deepseek-v3.2"]))
+       temporaries=st.sampled_from(["deepgemm", None]), model=st.sampled_from(["glm-5", "deepseek-v3.2"]))
 def test_an_engines_own_chunker_by_shapes_and_neighbours_gives_its_plans_count_interval_and_peak(
-        batch, engine, budget_mb, backend, model):
+        batch, engine, budget_mb, temporaries, model):
     """The ``engine`` strategy keeps the previous chunk's logits alive while the next chunk's are
     allocated (vLLM's and SGLang's chunk loops): its peak, from the distinct pairs of neighbouring
     shapes, is ``memory_report``'s over every chunk."""
-    budget = strategy_budget_bytes("engine", budget_mb, engine)
-    plan = make_plan(batch, "engine", budget, model=model, engine=engine)
-    report = memory_report(plan, topk_rows=8192, backend=backend)
-    shaped = plan_shapes(batch, "engine", budget, model=model, engine=engine)
+    budget = budget_bytes("engine", budget_mb, engine)
+    on = PlanSettings(model, engine, temporaries=temporaries)
+    plan = make_plan(batch, "engine", budget, on)
+    report = memory_report(plan, topk_rows=8192, temporaries=temporaries)
+    shaped = plan_shapes(batch, "engine", budget, on)
     assert shaped.plan.logits_alive == get_engine(engine).logits_alive
     assert (shaped.num_chunks, shaped.over_budget) == (plan.num_chunks, plan.over_budget)
     assert shaped.plan.budget_stable == plan.budget_stable
-    assert shapes_peak(shaped, topk_rows=8192, backend=backend) == (report.peak_transient, report.peak)
+    assert shapes_peak(shaped, topk_rows=8192) == (report.peak_transient, report.peak)
     shape = (lambda c: (c.num_rows, c.logits_cols, c.compressed, c.alloc_rows, c.kv_tokens, c.gather))
     assert set(shaped.shapes) == {shape(c) for c in plan.chunks}
     if shaped.pairs is not None:
@@ -94,9 +106,10 @@ def test_neighbours_decide_a_peak_where_two_logits_are_alive():
     """One 64K prompt on vLLM 0.33.0's own chunker: with the previous chunk's logits alive the peak
     is above the largest chunk alone, and the shapes give it exactly."""
     batch = StepBatch((PrefillRequest(0, 65536),))
-    plan = make_plan(batch, "engine", 512 * MIB, model="glm-5", engine="vllm==0.33.0")
-    shaped = plan_shapes(batch, "engine", 512 * MIB, model="glm-5", engine="vllm==0.33.0")
-    report = memory_report(plan, topk_rows=8192, backend="deepgemm")
+    on = PlanSettings("glm-5", "vllm==0.33.0", temporaries="deepgemm")
+    plan = make_plan(batch, "engine", 512 * MIB, on)
+    shaped = plan_shapes(batch, "engine", 512 * MIB, on)
+    report = memory_report(plan, topk_rows=8192)
     assert plan.num_chunks > 2 and len(shaped.pairs) >= 2
     alone = max(c.logits + c.metadata + c.running + c.kv_buffer + c.temporaries for c in report.chunks)
     assert report.peak_transient > alone
@@ -106,8 +119,8 @@ def test_neighbours_decide_a_peak_where_two_logits_are_alive():
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(steps=st.lists(batches, min_size=2, max_size=8, unique_by=lambda b: b.num_kv_tokens), strategy=st.sampled_from(SHAPE_STRATEGIES),
        budgets_mb=st.lists(st.sampled_from([1, 16, 64, 300, 2048]), min_size=1, max_size=3),
-       setup=setups, backend=st.sampled_from(["deepgemm", None]), topk_rows=st.sampled_from([None, 8192]))
-def test_one_planner_and_one_peak_counter_serve_many_steps_and_budgets(steps, strategy, budgets_mb, setup, backend,
+       setup=setups, temporaries=st.sampled_from(["deepgemm", None]), topk_rows=st.sampled_from([None, 8192]))
+def test_one_planner_and_one_peak_counter_serve_many_steps_and_budgets(steps, strategy, budgets_mb, setup, temporaries,
                                                                       topk_rows):
     """A frontier resolves the settings once (``ShapePlanner``, ``ShapesPeak`` from a plan of the first
     step) and plans every step and budget with them: each equals that step's own ``make_plan`` and
@@ -116,18 +129,19 @@ def test_one_planner_and_one_peak_counter_serve_many_steps_and_budgets(steps, st
     if strategy == "engine":
         setup = {k: v for k, v in setup.items() if k not in ("deepgemm_version", "padded", "workspace_tokens")}
         setup.setdefault("engine", "sglang==0.5.6")
-    planner = ShapePlanner(strategy, model="glm-5", **setup)
-    peak_of = ShapesPeak(planner.record(steps[0]), backend=backend)
+    on = PlanSettings("glm-5", temporaries=temporaries, **setup)
+    planner = ShapePlanner(strategy, on)
+    peak_of = ShapesPeak(planner.record(steps[0]))
     for batch in steps:
         for budget_mb in budgets_mb:
-            budget = strategy_budget_bytes(strategy, budget_mb, setup.get("engine"))
+            budget = budget_bytes(strategy, budget_mb, setup.get("engine"))
             try:
-                plan = make_plan(batch, strategy, budget, model="glm-5", **setup)
+                plan = make_plan(batch, strategy, budget, on)
             except ValueError:  # an engine that plans this step against no budget refuses it: both ways
                 with pytest.raises(ValueError):
                     planner.shapes(batch, budget)
                 continue
-            report = memory_report(plan, topk_rows=topk_rows, backend=backend)
+            report = memory_report(plan, topk_rows=topk_rows, temporaries=temporaries)
             step = planner.shapes(batch, budget)
             assert (step.num_chunks, step.over_budget, step.budget_stable, step.workspace_tokens) == \
                 (plan.num_chunks, plan.over_budget, plan.budget_stable, plan.workspace_tokens)
@@ -137,36 +151,45 @@ def test_one_planner_and_one_peak_counter_serve_many_steps_and_budgets(steps, st
 
 
 def test_a_request_sliced_alone_is_remembered_with_its_budget_interval():
+    # the memo of lone slicings serves the shape path (make_plan cuts every request afresh)
     rng = random.Random(7)
     steps = [StepBatch(tuple(PrefillRequest(rng.choice([0, 4096, 131072]), rng.choice([256, 8192]))
                              for _ in range(rng.randint(1, 12)))) for _ in range(60)]
     budgets = [int(mb * MIB) for mb in (16, 64, 256)]
+    on = PlanSettings("glm-5")
     for strategy in ("vllm", "causal"):
-        builders._LONE.clear()
-        cold = [make_plan(s, strategy, b, model="glm-5") for s in steps for b in budgets]
-        assert builders._LONE.entries < len(steps) * len(budgets)  # the same requests came back
-        warm = [make_plan(s, strategy, b, model="glm-5") for s in steps for b in budgets]
+        fast_shapes._LONE.clear()
+        cold = [plan_shapes(s, strategy, b, on) for s in steps for b in budgets]
+        assert fast_shapes._LONE.entries < len(steps) * len(budgets)  # the same requests came back
+        warm = [plan_shapes(s, strategy, b, on) for s in steps for b in budgets]
         assert warm == cold
-        assert [p.budget_stable for p in warm] == [p.budget_stable for p in cold]
+        assert [p.plan.budget_stable for p in warm] == [p.plan.budget_stable for p in cold]
+        # and both are the plain plan's, counts and interval
+        plain = [make_plan(s, strategy, b, on) for s in steps for b in budgets]
+        assert [(p.num_chunks, p.plan.budget_stable) for p in warm] == [(p.num_chunks, p.budget_stable) for p in plain]
         # a remembered slicing narrows the interval as the slicing did: the plan holds at both ends
-        for plan in warm[:40]:
-            low, high = plan.budget_stable
+        for shaped, plan in zip(warm[:40], plain):
+            low, high = shaped.plan.budget_stable
             for budget in (max(low, 1), 4 * low + 1 if high is None else high - 1):
-                builders._LONE.clear()
-                assert make_plan(plan.batch, strategy, budget, model="glm-5").chunks == plan.chunks
+                fast_shapes._LONE.clear()
+                again = plan_shapes(plan.batch, strategy, budget, on)
+                assert (again.num_chunks, again.over_budget, again.shapes) == \
+                    (shaped.num_chunks, shaped.over_budget, shaped.shapes)
+                assert make_plan(plan.batch, strategy, budget, on).chunks == plan.chunks
 
 
 def test_what_the_shapes_cannot_count_is_refused_by_name():
     batch = StepBatch((PrefillRequest(100_000, 4096),))
-    with pytest.raises(ValueError, match="'kv-split'.*plan_shapes plans one of n-only"):
+    with pytest.raises(ValueError, match="'kv-split'.*plan it with make_plan"):
         plan_shapes(batch, "kv-split", 64 * MIB)
-    shaped = plan_shapes(batch, "vllm", 64 * MIB)
-    with pytest.raises(ValueError, match="backend 'reference'.*windows"):
-        shapes_peak(shaped, backend="reference")
+    with pytest.raises(ValueError, match="temporaries 'reference'.*windows"):
+        shapes_peak(plan_shapes(batch, "vllm", 64 * MIB, PlanSettings(temporaries="reference")))
+    shaped = plan_shapes(batch, "vllm", 64 * MIB, PlanSettings(temporaries="deepgemm"))
     with pytest.raises(ValueError, match="logits_alive 2"):
         shapes_peak(shaped._replace(plan=shaped.plan.__class__(**{**shaped.plan.__dict__, "logits_alive": 2})))
+    b = Budgeting(PlanSettings(), 64 * MIB, batch.num_kv_tokens)
     with pytest.raises(ValueError, match="column-split"):
-        ShapeBuilder(batch, None).add(0, 1, 0, 4, 256, True, False, kv_start=256)
+        ShapeBuilder(batch, b).add(Piece(0, 1, 0, 4, 256, True, False, kv_start=256))
 
 
 runs = st.lists(st.tuples(st.integers(1, 2048), st.integers(0, 250_000), st.integers(1, 40)), min_size=1, max_size=4)
@@ -188,8 +211,9 @@ def test_runs_of_identical_requests_planned_at_once_give_the_request_by_request_
     if workspace is not None and max(batch.seq_lens) > workspace:
         workspace = None
     budget = None if strategy == "n-only" else max(1, round(budget_mb * MIB))
-    plans = [make_plan(b, strategy, budget, workspace, "glm-5", version) for b in (batch, one_by_one)]
+    on = PlanSettings("glm-5", None, version, workspace_tokens=workspace)
+    plans = [make_plan(b, strategy, budget, on) for b in (batch, one_by_one)]
     assert plans[0].chunks == plans[1].chunks and plans[0].budget_stable == plans[1].budget_stable
     if strategy in SHAPE_STRATEGIES:
-        shaped = [plan_shapes(b, strategy, budget, workspace, "glm-5", version) for b in (batch, one_by_one)]
+        shaped = [plan_shapes(b, strategy, budget, on) for b in (batch, one_by_one)]
         assert shaped[0] == shaped[1]

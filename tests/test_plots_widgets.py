@@ -3,6 +3,7 @@ callbacks update its figure and table when a control changes (no browser needed)
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pandas as pd
 import numpy as np
@@ -11,10 +12,12 @@ from PIL import Image
 
 from indexer_lib.notebook import plots, tables
 from indexer_lib.study import reported, sweep, timemodel
+from indexer_lib.plan import PlanSettings
+from indexer_lib.study.grid import Grid
 
 # DeepGEMM 2.6's full [M, N] logits (on the latest vLLM's workspace): n-only OOMs at 64 x 10K
-GRID = sweep.SweepGrid(concurrency=(1, 16, 64), isl=(2048, 10240), budget_mb=(256, 512),
-                       strategy=("n-only", "vllm", "causal"), deepgemm_version="2.6")
+GRID = Grid(concurrency=(1, 16, 64), isl=(2048, 10240), budget_mb=(256, 512),
+            strategy=("n-only", "vllm", "causal"), deepgemm_version="2.6")
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +73,7 @@ def test_curves_tell_modelled_from_measured(frame):
 def test_chunk_overhead_and_strategy_comparison(tmp_path):
     steps = reported.named_steps()
     name = "extreme: one 64K prompt"
-    table = timemodel.overhead_table(steps[name], ["vllm", "causal"], [64, 512, 2048], "glm-5")
+    table = timemodel.overhead_table(steps[name], ["vllm", "causal"], [64, 512, 2048], PlanSettings("glm-5"))
     table.insert(0, "step", name)
     measured = table.copy()
     measured["time_source"] = "measured"
@@ -82,7 +85,7 @@ def test_chunk_overhead_and_strategy_comparison(tmp_path):
     only_model = plots.chunk_overhead(table)
     assert "(modelled time)" in only_model.get_suptitle()
 
-    side = tables.step_strategy_table(steps, ["n-only", "vllm", "causal"], 512, "glm-5")
+    side = tables.step_strategy_table(steps, ["n-only", "vllm", "causal"], 512, PlanSettings("glm-5"))
     fig = plots.strategy_comparison(side[side["step"] == name])
     axes_labelled(fig)
     allocated = fig.axes[1].containers[0]
@@ -103,8 +106,8 @@ def test_the_dashboards_table_gives_per_concurrency_the_largest_isl_without_oom(
     per concurrency, the largest ISL that fits, its peak, and how many points OOM."""
     from indexer_lib.notebook.widgets import FrontierDashboard
 
-    dash = FrontierDashboard(concurrency=(1, 16, 64), isl=(2048, 10240, 32768), strategy="n-only",
-                             engine="vllm==0.18.1")
+    dash = FrontierDashboard(Grid(concurrency=(1, 16, 64), isl=(2048, 10240, 32768), strategy="n-only",
+                                  engine="vllm==0.18.1"))
     for free in (40.0, 2.63, 0.6, 0.25):  # none, some, most and every point OOM
         dash.controls["free_gib"].value = free
         frame = dash.frame
@@ -126,8 +129,7 @@ def test_the_dashboards_table_gives_per_concurrency_the_largest_isl_without_oom(
 def test_dashboard_controls_update_figure_and_table():
     from indexer_lib.notebook.widgets import FrontierDashboard
 
-    dash = FrontierDashboard(concurrency=(1, 16, 64), isl=(2048, 10240), strategy="vllm",
-                             budget_mb=512)
+    dash = FrontierDashboard(Grid(concurrency=(1, 16, 64), isl=(2048, 10240), strategy="vllm"), budget_mb=512)
     assert dash.updates == 1 and bytes(dash.image.value).startswith(b"\x89PNG")
     png, html, table = bytes(dash.image.value), dash.html.value, dash.table.copy()
     assert (table["OOM points"] == 0).all()
@@ -170,21 +172,20 @@ def test_a_free_memory_move_reuses_the_plans_and_equals_a_fresh_computation():
 
     grid = dict(concurrency=(1, 16, 64), isl=(2048, 10240), budget_mb=(512,), strategy=("n-only", "vllm"),
                 engine=("vllm==0.18.1",))
-    planned = sweep.to_frame(list(sweep.model_rows(sweep.SweepGrid(**grid, free_gib=(2.63,)))))
+    planned = sweep.to_frame(list(sweep.model_rows(Grid(**grid, free_gib=(2.63,)))))
     for free in (0.5, 2.63, 12.0):
-        fresh = sweep.to_frame(list(sweep.model_rows(sweep.SweepGrid(**grid, free_gib=(free,)))))
+        fresh = sweep.to_frame(list(sweep.model_rows(Grid(**grid, free_gib=(free,)))))
         pd.testing.assert_frame_equal(sweep.at_free_memory(planned, free), fresh, check_exact=True)
-    sglang = sweep.to_frame(list(sweep.model_rows(sweep.SweepGrid(
+    sglang = sweep.to_frame(list(sweep.model_rows(Grid(
         concurrency=(16,), isl=(10240,), budget_mb=(512,), strategy=("engine",), engine=("sglang",)))))
     with pytest.raises(ValueError, match="recompute its rows"):
         sweep.at_free_memory(sglang, 20.0)
 
-    dash = FrontierDashboard(concurrency=(1, 16, 64), isl=(2048, 10240), strategy="engine", budget_mb=512,
-                             engine="sglang==0.5.23")
+    on_sglang = Grid(concurrency=(1, 16, 64), isl=(2048, 10240), strategy="engine", engine="sglang==0.5.23")
+    dash = FrontierDashboard(on_sglang, budget_mb=512)
     for free in (20.0, 2.63):  # SGLang's own budget moves with free memory: replanned, not re-read
         dash.controls["free_gib"].value = free
-        fresh = FrontierDashboard(concurrency=(1, 16, 64), isl=(2048, 10240), strategy="engine", budget_mb=512,
-                                  engine="sglang==0.5.23", free_gib=free)
+        fresh = FrontierDashboard(replace(on_sglang, free_gib=free), budget_mb=512)
         pd.testing.assert_frame_equal(dash.frame, fresh.frame, check_exact=True)
     assert len({b for b in dash.frame["budget_bytes"]}) == 1
 
@@ -194,7 +195,7 @@ def test_the_live_heatmap_shows_the_rows_and_a_free_memory_move_draws_what_a_ful
 
     grid = dict(concurrency=(1, 16, 64), isl=(2048, 10240), budget_mb=(512,), strategy=("n-only",),
                 engine=("vllm==0.18.1",))
-    planned = sweep.to_frame(list(sweep.model_rows(sweep.SweepGrid(**grid))))
+    planned = sweep.to_frame(list(sweep.model_rows(Grid(**grid))))
     live = LiveHeatmap((1, 16, 64), (2048, 10240))
     moved = None
     for free in (2.63, 12.0, 0.5, 4.0):  # the first draws everything, the others only blit
@@ -214,7 +215,7 @@ def test_the_live_heatmap_shows_the_rows_and_a_free_memory_move_draws_what_a_ful
 def test_the_dashboards_default_isl_axis_follows_the_models_max_model_len():
     from indexer_lib.notebook.widgets import FrontierDashboard
 
-    dash = FrontierDashboard(concurrency=(1, 8), budget_mb=512, strategy="vllm")
+    dash = FrontierDashboard(Grid(concurrency=(1, 8), strategy="vllm"), budget_mb=512)
     assert dash.isl[-3:] == (65536, 131072, 202752)
     assert sorted(set(dash.frame["isl"])) == list(dash.isl)
     first = dash.view
@@ -240,7 +241,7 @@ def test_the_dashboards_default_isl_axis_follows_the_models_max_model_len():
     assert dash.controls["shared_prefix"].value == dash.controls["shared_prefix"].max == 163_840
     assert set(dash.frame["isl"]) == {163_840} and set(dash.frame["shared_prefix"]) == {163_840}
     # an axis given stays as given
-    fixed = FrontierDashboard(concurrency=(1,), isl=(2048, 4096), budget_mb=512)
+    fixed = FrontierDashboard(Grid(concurrency=(1,), isl=(2048, 4096), strategy="vllm"), budget_mb=512)
     fixed.controls["model"].value = "deepseek-v3.2"
     assert fixed.isl == (2048, 4096) and sorted(set(fixed.frame["isl"])) == [2048, 4096]
 
@@ -253,7 +254,7 @@ def test_every_dashboard_figure_is_pixel_for_pixel_a_full_redraw():
     (their pixels copied back), longer titles (another engine) and another model's axis."""
     from indexer_lib.notebook.widgets import FrontierDashboard
 
-    dash = FrontierDashboard(concurrency=(1, 8, 64))
+    dash = FrontierDashboard(Grid(concurrency=(1, 8, 64), strategy="vllm"))
     moves = [("budget_mb", 64), ("strategy", "causal"), ("budget_mb", 2048), ("free_gib", 1.0),
              ("strategy", "n-only"), ("max_num_batched_tokens", 4096), ("free_gib", 8.0), ("budget_mb", 32),
              ("strategy", "causal"), ("free_gib", 1.0), ("budget_mb", 2048), ("max_num_batched_tokens", 8192),
@@ -305,8 +306,7 @@ def test_the_auto_dashboard_redraws_free_memory_moves_as_a_fresh_figure_draws_th
 
 
 def test_the_long_context_figure_draws_each_strategys_frontier_over_free_memory_and_budget():
-    grid = sweep.SweepGrid(concurrency=(1, 8), isl=(65536,), budget_mb=(64, 512, 2048),
-                           strategy=("n-only", "vllm", "engine"))
+    grid = Grid(concurrency=(1, 8), isl=(65536,), budget_mb=(64, 512, 2048), strategy=("n-only", "vllm", "engine"))
     frame = sweep.to_frame(list(sweep.model_rows(grid)))
     fig = plots.budget_frontier(frame, 2.63)
     axes = axes_labelled(fig)

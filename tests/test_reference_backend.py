@@ -10,7 +10,7 @@ from indexer_lib.run.inputs import make_inputs
 from indexer_lib.run.kernels import BACKENDS, get_backend
 from indexer_lib.run.kernels.reference import ReferenceBackend
 from indexer_lib.run.metadata import chunk_windows
-from indexer_lib.plan import make_plan
+from indexer_lib.plan import PlanSettings, get_strategy, make_plan
 from indexer_lib.workload import StepBatch
 
 from naive_indexer import naive_row_logits, rank
@@ -35,7 +35,7 @@ def test_logits_equal_the_naive_float64_reference_bit_for_bit(model, compressed)
     # 150 rows cross a 128-row tile; 4,300 KV columns cross a 4,096-column tile
     batch = StepBatch.from_lengths([150, 2], [4300, 40])
     inputs = make_inputs(batch, model, seed=4)
-    plan = make_plan(batch, "causal", 10**9, model=model, compressed=compressed)
+    plan = make_plan(batch, get_strategy("causal", compressed=compressed), 10**9, PlanSettings(model))
     assert plan.num_chunks == 1
     args, hints = chunk_call(inputs, plan, 0)
     logits = ReferenceBackend().logits(*args, **hints)
@@ -52,8 +52,8 @@ def test_logits_do_not_depend_on_the_chunk_shape():
     batch = StepBatch.from_lengths([300], [2000])
     inputs = make_inputs(batch, "glm-5", seed=8)
     backend = ReferenceBackend()
-    whole = make_plan(batch, "n-only", None, model="glm-5")
-    sliced = make_plan(batch, "vllm", 200_000, model="glm-5")  # row slices at other tile offsets
+    whole = make_plan(batch, "n-only", None, PlanSettings("glm-5"))
+    sliced = make_plan(batch, "vllm", 200_000, PlanSettings("glm-5"))  # row slices at other tile offsets
     assert sliced.num_chunks > 3
     args, hints = chunk_call(inputs, whole, 0)
     full = backend.logits(*args, **hints)
@@ -128,7 +128,7 @@ def test_topk_matches_a_sort_on_random_ties():
 def test_bad_inputs_name_the_tensor_what_was_expected_and_what_was_given():
     batch = StepBatch.from_lengths([4], [8])
     inputs = make_inputs(batch, "glm-5")
-    plan = make_plan(batch, "n-only", None, model="glm-5")
+    plan = make_plan(batch, "n-only", None, PlanSettings("glm-5"))
     args, hints = chunk_call(inputs, plan, 0)
     q, k, s, w, ks, ke, width, compressed = args
     backend = ReferenceBackend()
@@ -165,6 +165,6 @@ def test_get_backend_by_name():
 
 def test_a_backend_following_another_version_refuses_the_plan():
     batch = StepBatch.from_lengths([4], [8])
-    plan = make_plan(batch, "vllm", 10_000, deepgemm_version="2.6")
+    plan = make_plan(batch, "vllm", 10_000, PlanSettings(deepgemm_version="2.6"))
     with pytest.raises(ValueError, match=r"plan padded for DeepGEMM 2.6, but backend 'reference' follows 2.1"):
         ReferenceBackend("2.1").check_plan(plan)

@@ -15,7 +15,7 @@ from indexer_lib.study.replay import (ProfileRunReplay, engine_python, replay_ca
                                         replay_steps, replayable)
 from indexer_lib.study.replay_cases import field_cases, random_cases
 from indexer_lib.memory import memory_report
-from indexer_lib.plan import make_plan
+from indexer_lib.plan import PlanSettings, make_plan
 from indexer_lib.workload import StepBatch
 
 RELEASES = ("vllm==0.33.0", "vllm==0.30.0", "vllm==0.20.0", "vllm==0.19.0", "vllm==0.15.1")
@@ -73,8 +73,8 @@ def test_other_backends_differ_from_the_replay(replayed):
     engine, results = replayed
     case, r = results[0]
     plan = make_plan(StepBatch.from_lengths(r.query_lens, r.seq_lens), "engine",
-                     None if r.budget_mb is None else r.budget_mb << 20, model="glm-5", engine=engine)
-    assert memory_report(plan, topk_rows=8192, backend="deepgemm").peak != r.peak_bytes
+                     None if r.budget_mb is None else r.budget_mb << 20, PlanSettings("glm-5", engine))
+    assert memory_report(plan, topk_rows=8192, temporaries="deepgemm").peak != r.peak_bytes
 
 
 @pytest.mark.parametrize("engine", RELEASES)
@@ -139,11 +139,11 @@ def test_trace_sweep_replays_the_engine_and_equals_the_model(tmp_path):
     """sweep.run(mode="trace", backend="engine"): each worst step of the ``engine`` strategy goes
     through the release's own code (one process per release for the whole sweep)."""
     from indexer_lib.study import sweep
+    from indexer_lib.study.grid import Grid
 
     for engine in RELEASES:
         need(engine)
-    grid = sweep.SweepGrid(concurrency=(4, 32), isl=(10240, 65536), budget_mb=(64, 512),
-                           strategy=("engine",), engine=RELEASES)
+    grid = Grid(concurrency=(4, 32), isl=(10240, 65536), budget_mb=(64, 512), strategy=("engine",), engine=RELEASES)
     frame = sweep.run(grid, tmp_path / "r.parquet", sweep.RunSettings(mode="trace", backend="engine"),
                       progress=False)
     # 0.15.1's chunker reads no budget: one row per workload; the others one per budget
@@ -159,10 +159,11 @@ def test_trace_sweep_replays_the_engine_and_equals_the_model(tmp_path):
 
 def test_trace_sweep_replay_refusals(tmp_path):
     from indexer_lib.study import sweep
+    from indexer_lib.study.grid import Grid
 
     with pytest.raises(ValueError, match="mode must be 'trace'"):
         sweep.RunSettings(mode="measure", backend="engine")
-    grid = sweep.SweepGrid(concurrency=(4,), isl=(2048,), budget_mb=(64,), strategy=("engine", "causal"))
+    grid = Grid(concurrency=(4,), isl=(2048,), budget_mb=(64,), strategy=("engine", "causal"))
     with pytest.raises(ValueError, match="strategy 'causal' is ours"):
         sweep.run(grid, tmp_path / "x.parquet", sweep.RunSettings(mode="trace", backend="engine"),
                   progress=False)

@@ -6,7 +6,7 @@ import pytest
 from indexer_lib.cli import devicecheck as dc
 from indexer_lib.notebook import plots
 from indexer_lib.memory import memory_report
-from indexer_lib.plan import make_plan
+from indexer_lib.plan import PlanSettings, make_plan
 from indexer_lib.study.reserved import long_prompt_steps, plan_events, reserved_curve, reserved_table
 from indexer_lib.shapes import GIB, MIB
 
@@ -48,8 +48,8 @@ def test_growing_shapes_add_segments_and_reserved_outgrows_allocated():
 def test_plan_events_follow_the_memory_model():
     batch = STEPS[3]
     for strategy in ("vllm", "kv-split", "fixed-shape"):
-        plan = make_plan(batch, strategy, 64 * MIB, model="glm-5")
-        report = memory_report(plan, backend="deepgemm")
+        plan = make_plan(batch, strategy, 64 * MIB, PlanSettings("glm-5"))
+        report = memory_report(plan, temporaries="deepgemm")
         events = plan_events(plan, report, "x")
         live, peak, sizes = 0, 0, {}
         for e in events:
@@ -65,7 +65,7 @@ def test_plan_events_follow_the_memory_model():
 
 def test_traced_event_stream_replays_too():
     steps = long_prompt_steps(2048, 512)
-    rows = reserved_curve("vllm", steps, 2, source="trace", model="glm-5")
+    rows = reserved_curve("vllm", steps, 2, PlanSettings("glm-5", temporaries="deepgemm"), source="trace")
     assert len(rows) == 4 and all(r.reserved >= r.peak_allocated > 0 for r in rows)
     with pytest.raises(ValueError, match="source 'gpu'"):
         reserved_curve("vllm", steps, 2, source="gpu")

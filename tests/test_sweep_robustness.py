@@ -17,7 +17,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from indexer_lib.study import sweep
-from indexer_lib.study.store import PARQUET_KEY, StoreError, _line, _parse
+from indexer_lib.study.grid import Grid
+from indexer_lib.study.store import PARQUET_KEY, SCHEMA_VERSION, StoreError, _line, _parse
 
 SMALL = dict(concurrency=(1, 8, 32), isl=(2048, 10240), budget_mb=(128, 512),
              strategy=("n-only", "vllm", "causal"))
@@ -30,10 +31,11 @@ CHILD = textwrap.dedent("""
     import sys, time
     from pathlib import Path
     from indexer_lib.study import sweep
+    from indexer_lib.study.grid import Grid
     from indexer_lib.study.store import StoreError
     out, go, pause = sys.argv[1], sys.argv[2], float(sys.argv[3])
-    grid = sweep.SweepGrid(concurrency=(1, 8, 32), isl=(2048, 10240), budget_mb=(128, 512),
-                           strategy=("n-only", "vllm", "causal"))
+    grid = Grid(concurrency=(1, 8, 32), isl=(2048, 10240), budget_mb=(128, 512),
+                strategy=("n-only", "vllm", "causal"))
     print("ready", flush=True)
     while go != "-" and not Path(go).exists():
         time.sleep(0.0005)
@@ -52,7 +54,7 @@ def comparable(frame):
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
     out = tmp_path_factory.mktemp("fresh") / "fresh.parquet"
-    return comparable(sweep.run(sweep.SweepGrid(**SMALL), out, progress=False))
+    return comparable(sweep.run(Grid(**SMALL), out, progress=False))
 
 
 def journal_tasks(out: Path) -> list[str]:
@@ -96,7 +98,7 @@ def test_random_sigkills_and_restarts_end_with_the_rows_of_an_uninterrupted_run(
     assert any(0 < n < TASKS for _, n, _ in history)  # at least one kill mid-sweep
 
     redone = []
-    final = sweep.run(sweep.SweepGrid(**SMALL), out, progress=False, after_task=redone.append)
+    final = sweep.run(Grid(**SMALL), out, progress=False, after_task=redone.append)
     assert len(redone) == TASKS - history[-1][1]  # what the journal held was not redone
     pd.testing.assert_frame_equal(comparable(final), uninterrupted)
     pd.testing.assert_frame_equal(comparable(pd.read_parquet(out)), uninterrupted)
@@ -123,7 +125,7 @@ def test_two_sweeps_started_together_on_one_file_never_corrupt_it(tmp_path, unin
         assert len(tasks) == len(set(tasks)) == TASKS
         pd.testing.assert_frame_equal(comparable(pd.read_parquet(out)), uninterrupted)
         again = []  # the refused one, rerun, finds everything done
-        sweep.run(sweep.SweepGrid(**SMALL), out, progress=False, after_task=again.append)
+        sweep.run(Grid(**SMALL), out, progress=False, after_task=again.append)
         assert again == []
     assert refusals >= 1, "the two sweeps never overlapped"
 
@@ -147,12 +149,14 @@ def _set_table_schema(table: Path, schema) -> None:
     pq.write_table(t.replace_schema_metadata(meta), table)
 
 
+# the schema versions around this one: a file of the previous version is the likely older one
 @pytest.mark.parametrize("where, schema, word", [
-    ("journal", 0, "older"), ("journal", 2, "newer"), ("table", 0, "older"),
-    ("table", None, "older"), ("table", 7, "newer")])
+    ("journal", 0, "older"), ("journal", SCHEMA_VERSION - 1, "older"),
+    ("journal", SCHEMA_VERSION + 1, "newer"), ("table", 0, "older"), ("table", None, "older"),
+    ("table", 7, "newer")])
 def test_a_result_file_of_another_schema_is_reported_never_overwritten(tmp_path, where, schema,
                                                                         word):
-    grid = sweep.SweepGrid(**SMALL)
+    grid = Grid(**SMALL)
     out = tmp_path / "s.parquet"
     journal = out.with_name(out.name + ".journal")
     sweep.run(grid, out, progress=False)
@@ -175,6 +179,7 @@ def test_a_result_file_of_another_schema_is_reported_never_overwritten(tmp_path,
 BIG = textwrap.dedent("""
     import sys, time
     from indexer_lib.study import sweep
+    from indexer_lib.study.grid import Grid
     def status_mib(field):  # this process's own memory (ru_maxrss would count a forking
         # parent's pages: Linux carries the peak across fork and exec)
         for line in open("/proc/self/status"):
@@ -182,13 +187,13 @@ BIG = textwrap.dedent("""
                 return int(line.split()[1]) / 1024
     # 50 concurrencies x 50 ISLs (16..800 tokens, OSL 1) x 2 strategies x 4 budgets x 5 free
     # GiB = 100,000 points (rows) in 5,000 tasks
-    grid = sweep.SweepGrid(concurrency=tuple(range(1, 51)), isl=tuple(range(16, 816, 16)),
-                           osl=(1,), budget_mb=(64, 128, 256, 512), strategy=("vllm", "causal"),
-                           free_gib=(1, 2, 2.63, 4, 8))
+    grid = Grid(concurrency=tuple(range(1, 51)), isl=tuple(range(16, 816, 16)),
+                osl=(1,), budget_mb=(64, 128, 256, 512), strategy=("vllm", "causal"),
+                free_gib=(1, 2, 2.63, 4, 8))
     assert grid.num_rows == 100_000
     # a one-task sweep first: the baseline includes every module a sweep loads (torch...)
-    sweep.run(sweep.SweepGrid(concurrency=(1,), isl=(16,), osl=(1,), budget_mb=(64,),
-                              strategy=("vllm",)), sys.argv[1] + ".warm.parquet", progress=False)
+    sweep.run(Grid(concurrency=(1,), isl=(16,), osl=(1,), budget_mb=(64,), strategy=("vllm",)),
+              sys.argv[1] + ".warm.parquet", progress=False)
     base = status_mib("VmRSS")
     start = time.perf_counter()
     path = sweep.run(grid, sys.argv[1], as_frame=False)
@@ -218,7 +223,7 @@ def test_a_100k_point_grid_runs_in_bounded_memory_with_a_progress_bar(tmp_path):
     # 100,000 rows held as Python dicts take ~240 MiB (the store before it streamed);
     # streamed, the sweep's memory does not grow with the grid
     assert growth < 120, f"peak RSS grew by {growth:.0f} MiB"
-    first = sweep.to_frame(list(sweep.model_rows(sweep.SweepGrid(
+    first = sweep.to_frame(list(sweep.model_rows(Grid(
         concurrency=(1,), isl=(16,), osl=(1,), budget_mb=(64, 128, 256, 512),
         strategy=("vllm",), free_gib=(1, 2, 2.63, 4, 8)))))
     head = pq.ParquetFile(out).read_row_group(0).to_pandas().head(len(first))

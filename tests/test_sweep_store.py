@@ -12,7 +12,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from indexer_lib.study import frontier, sweep
+from indexer_lib.study import sweep
+from indexer_lib.study.grid import MODES, Grid
 from indexer_lib.study.store import ResultStore, StoreError
 
 SMALL = dict(concurrency=(1, 8, 32), isl=(2048, 10240), budget_mb=(128, 512),
@@ -26,11 +27,10 @@ def comparable(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def test_model_rows_match_the_frontier(tmp_path):
-    grid = sweep.SweepGrid(**SMALL)
+    grid = Grid(**SMALL)
     frame = sweep.run(grid, tmp_path / "s.parquet", progress=False)
-    ref = pd.DataFrame(list(frontier.frontier_rows(frontier.FrontierGrid(
-        concurrency=SMALL["concurrency"], isl=SMALL["isl"], budget_mb=SMALL["budget_mb"],
-        strategy=SMALL["strategy"]))))
+    # the frontier's rows: computed in memory, without the store
+    ref = pd.DataFrame(list(sweep.model_rows(grid)))
     merged = frame.merge(ref, on=["concurrency", "isl", "strategy", "budget_mb"], suffixes=("", "_f"))
     # n-only reads no budget: one row per workload (budget_mb NaN), the others one per budget
     assert len(merged) == len(frame) == grid.num_rows == 3 * 2 * (1 + 2 + 2)
@@ -44,7 +44,7 @@ def test_model_rows_match_the_frontier(tmp_path):
 
 def test_restart_skips_done_tasks_and_changes_nothing(tmp_path):
     out = tmp_path / "s.parquet"
-    grid = sweep.SweepGrid(**SMALL)
+    grid = Grid(**SMALL)
     first = sweep.run(grid, out, progress=False)
     calls = []
     second = sweep.run(grid, out, progress=False, after_task=calls.append)
@@ -55,8 +55,9 @@ def test_restart_skips_done_tasks_and_changes_nothing(tmp_path):
 SWEEP_SCRIPT = textwrap.dedent("""
     import sys, time
     from indexer_lib.study import sweep
-    grid = sweep.SweepGrid(concurrency=(1, 8, 32), isl=(2048, 10240), budget_mb=(128, 512),
-                           strategy=("n-only", "vllm", "causal"))
+    from indexer_lib.study.grid import Grid
+    grid = Grid(concurrency=(1, 8, 32), isl=(2048, 10240), budget_mb=(128, 512),
+                strategy=("n-only", "vllm", "causal"))
     # slow each task down so the parent can kill the sweep mid-way
     sweep.run(grid, sys.argv[1], progress=False, after_task=lambda t: time.sleep(0.05))
 """)
@@ -83,7 +84,7 @@ def test_sigkill_mid_sweep_loses_and_duplicates_nothing(tmp_path, kill_after):
     assert proc.returncode == -signal.SIGKILL and done_before >= kill_after
     assert not out.exists()  # killed before the end: only the journal holds the work
 
-    grid = sweep.SweepGrid(**SMALL)
+    grid = Grid(**SMALL)
     recomputed = []
     resumed = sweep.run(grid, out, progress=False, after_task=recomputed.append)
     total_tasks = 3 * 2 * 3
@@ -98,7 +99,7 @@ def test_sigkill_mid_sweep_loses_and_duplicates_nothing(tmp_path, kill_after):
 
 def test_torn_last_line_is_cut_and_redone(tmp_path):
     out = tmp_path / "s.parquet"
-    grid = sweep.SweepGrid(**SMALL)
+    grid = Grid(**SMALL)
     full = sweep.run(grid, out, progress=False)
     out.unlink()
     journal = out.with_name(out.name + ".journal")
@@ -112,7 +113,7 @@ def test_torn_last_line_is_cut_and_redone(tmp_path):
 
 def test_damaged_middle_line_is_reported_and_kept(tmp_path):
     out = tmp_path / "s.parquet"
-    grid = sweep.SweepGrid(**SMALL)
+    grid = Grid(**SMALL)
     sweep.run(grid, out, progress=False)
     out.unlink()
     journal = out.with_name(out.name + ".journal")
@@ -126,7 +127,7 @@ def test_damaged_middle_line_is_reported_and_kept(tmp_path):
 
 
 def test_foreign_and_corrupt_files_are_reported_never_overwritten(tmp_path):
-    grid = sweep.SweepGrid(**SMALL)
+    grid = Grid(**SMALL)
     foreign = tmp_path / "foreign.parquet"
     pd.DataFrame({"a": [1, 2]}).to_parquet(foreign)
     before = foreign.read_bytes()
@@ -149,9 +150,9 @@ def test_foreign_and_corrupt_files_are_reported_never_overwritten(tmp_path):
 
 def test_a_different_grid_is_refused(tmp_path):
     out = tmp_path / "s.parquet"
-    sweep.run(sweep.SweepGrid(**SMALL), out, progress=False)
+    sweep.run(Grid(**SMALL), out, progress=False)
     before = out.read_bytes()
-    other = sweep.SweepGrid(**{**SMALL, "isl": (2048, 4096)})
+    other = Grid(**{**SMALL, "isl": (2048, 4096)})
     with pytest.raises(StoreError, match=r"different sweep \(isl: \[2048, 10240\] there, \[2048, 4096\] now\)"):
         sweep.run(other, out, progress=False)
     assert out.read_bytes() == before
@@ -167,7 +168,7 @@ def test_a_second_writer_is_refused(tmp_path):
 
 def test_a_finished_table_without_its_journal_resumes(tmp_path):
     out = tmp_path / "s.parquet"
-    grid = sweep.SweepGrid(**SMALL)
+    grid = Grid(**SMALL)
     first = sweep.run(grid, out, progress=False)
     out.with_name(out.name + ".journal").unlink()
     calls = []
@@ -177,7 +178,7 @@ def test_a_finished_table_without_its_journal_resumes(tmp_path):
 
 
 def test_trace_and_measure_modes_fail_clearly_or_run(tmp_path):
-    grid = sweep.SweepGrid(concurrency=(1,), isl=(2048,), budget_mb=(64,), strategy=("vllm",))
+    grid = Grid(concurrency=(1,), isl=(2048,), budget_mb=(64,), strategy=("vllm",))
     import torch
 
     if not torch.cuda.is_available():
@@ -193,22 +194,22 @@ def test_trace_and_measure_modes_fail_clearly_or_run(tmp_path):
 
 
 def test_a_strategy_without_a_budget_is_planned_traced_and_measured_once():
-    grid = sweep.SweepGrid(concurrency=(8,), isl=(2048,), budget_mb=(128, 512, 2048), strategy=("n-only", "vllm"),
-                           free_gib=(2.63, 20.0))
-    per_mode = {mode: [(t[5], t[6], t[7]) for t in sweep.tasks(grid, mode)] for mode in sweep.MODES}
+    grid = Grid(concurrency=(8,), isl=(2048,), budget_mb=(128, 512, 2048), strategy=("n-only", "vllm"),
+                free_gib=(2.63, 20.0))
+    per_mode = {mode: [(t.strategy, t.budgets_mb, t.frees_gib) for t in grid.tasks(mode)] for mode in MODES}
     # (strategy, budgets, free GiBs) per task: n-only once, with no budget; vllm once per budget
     assert per_mode["model"] == [("n-only", (None,), (2.63, 20.0)), ("vllm", (128, 512, 2048), (2.63, 20.0))]
     assert [t for t in per_mode["trace"] if t[0] == "n-only"] == [("n-only", (None,), (2.63, 20.0))]
     assert [t for t in per_mode["measure"] if t[0] == "n-only"] == [("n-only", (None,), (2.63,)),
                                                                     ("n-only", (None,), (20.0,))]
     assert len(per_mode["measure"]) == 2 + 3 * 2
-    ids = [t[0] for t in sweep.tasks(grid, "measure") if "|n-only" in t[0]]
+    ids = [t.id for t in grid.tasks("measure") if "|n-only" in t.id]
     assert ids and not any("budget" in i for i in ids)
     frame = sweep.to_frame(list(sweep.model_rows(grid)))
     assert len(frame) == grid.num_rows == 2 + 3 * 2
     # the frontier grid of issue 15's baseline (ISL to 32K): 48 n-only rows instead of 288 (one per
     # budget before); the default grid now reaches GLM-5's max_model_len: 72 workloads
-    grid = frontier.FrontierGrid(isl=(2048, 4096, 8192, 10240, 16384, 32768))
-    assert grid.num_points == 48 * (1 + 3 * 6) == 912
-    grid = frontier.FrontierGrid()
-    assert grid.isl[-3:] == (65536, 131072, 202752) and grid.num_points == 72 * (1 + 3 * 6)
+    grid = Grid(isl=(2048, 4096, 8192, 10240, 16384, 32768))
+    assert grid.num_rows == 48 * (1 + 3 * 6) == 912
+    grid = Grid()
+    assert grid.isl[-3:] == (65536, 131072, 202752) and grid.num_rows == 72 * (1 + 3 * 6)

@@ -136,7 +136,7 @@ def test_the_cli_reports_a_missing_vllm_in_one_line(no_vllm, capsys, tmp_path):
 def test_unknown_sources_are_refused():
     with pytest.raises(ValueError, match="workload source 'sglang'"):
         check_source("sglang")
-    from indexer_lib.study.frontier import FrontierGrid
+    from indexer_lib.study.grid import Grid
 
     with pytest.raises(ValueError, match="workload source"):
-        FrontierGrid(workload_source="vLLM")
+        Grid(workload_source="vLLM")

@@ -3,7 +3,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from indexer_lib.workload import ClosedLoopWorkload, SchedulerConfig, simulate
+from indexer_lib.workload import ClosedLoopWorkload, SchedulerConfig, simulate, simulate_each_step
 
 
 def trace(workload, config, steps=None):
@@ -113,11 +113,11 @@ def test_bad_workloads_name_the_value(kwargs, message):
        caching=st.booleans(), block=st.sampled_from([16, 64]), asynchronous=st.booleans())
 def test_steps_alike_taken_at_once_are_the_steps_one_by_one(concurrency, isl, osl, prefix, prompts, mnbt,
                                                          seqs, threshold, caching, block, asynchronous):
-    # lock-step prefill chunks and steady decoding, advanced at once (skip_steady), against
-    # the scheduler run one step at a time
+    # lock-step prefill chunks and steady decoding, advanced at once (simulate), against
+    # the scheduler run one step at a time (simulate_each_step)
     workload = ClosedLoopWorkload(concurrency, isl, osl, min(prefix, isl), prompts)
     config = SchedulerConfig(mnbt, seqs, threshold, caching, block, asynchronous)
-    assert list(simulate(workload, config)) == list(simulate(workload, config, skip_steady=False))
+    assert list(simulate(workload, config)) == list(simulate_each_step(workload, config))
 
 
 @settings(max_examples=300, deadline=None)

@@ -64,28 +64,25 @@ def register(subparsers) -> None:
 
 
 def cmd_auto(args) -> int:
+    from ..plan import GIVEN_BUDGET, PlanSettings, get_strategy
     from ..study.auto import recommend
-    from ..plan import check_strategy
-    from ..shapes import get_model
     from ..study.timemodel import MEASURED_DIR, TimeModel
 
-    get_model(args.model)
+    settings = PlanSettings(args.model, args.engine, args.deepgemm_version, temporaries="deepgemm")
     if not args.free_gib > 0:
         raise UsageError(f"--free-gib {args.free_gib}: must be > 0")
     workloads = [parse_workload(w) for w in args.workload]
     strategies = None
     if args.strategies:
-        strategies = tuple(check_strategy(s) for s in args.strategies)
-        if "n-only" in strategies or "engine" in strategies:
-            raise UsageError(f"--strategies {','.join(strategies)}: auto chooses among budgeted strategies "
+        chosen = [get_strategy(s) for s in args.strategies]
+        if any(s.own_build or s.budget_source(None) != GIVEN_BUDGET for s in chosen):
+            raise UsageError(f"--strategies {','.join(args.strategies)}: auto chooses among budgeted strategies "
                              "(the engine's own chunker: --engine)")
+        strategies = tuple(s.name for s in chosen)
     scheduler = SchedulerConfig(args.max_num_batched_tokens, args.max_num_seqs,
-                                args.long_prefill_token_threshold,
-                                block_size=get_model(args.model).kv_block)
-    rec = recommend(workloads, args.free_gib, args.model, scheduler, strategies,
-                    tuple(args.budgets_mb), args.deepgemm_version,
-                    TimeModel.from_data(args.data_dir or MEASURED_DIR), engine=args.engine,
-                    mem_fraction_static=args.mem_fraction_static)
+                                args.long_prefill_token_threshold, block_size=settings.preset.kv_block)
+    rec = recommend(workloads, args.free_gib, settings, scheduler, strategies, tuple(args.budgets_mb),
+                    TimeModel.from_data(args.data_dir or MEASURED_DIR), args.mem_fraction_static)
     best = rec.best
     if args.json:
         print(json.dumps({

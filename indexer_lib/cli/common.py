@@ -6,7 +6,7 @@ import math
 
 from ..engines import DEFAULT_ENGINE, SGLANG_MEM_FRACTION_STATIC, get_engine, process_budget
 from ..padding import DEEPGEMM_RULES
-from ..plan import ALL_STRATEGIES, make_plan
+from ..plan import NO_BUDGET, STRATEGIES, PlanSettings, Strategy, get_strategy, make_plan
 from ..shapes import MODELS, budget_bytes_from_mb, free_bytes_from_gib
 from ..workload import StepBatch
 
@@ -60,7 +60,7 @@ def str_list(text: str) -> list[str]:
 def add_batch_options(p: argparse.ArgumentParser) -> None:
     """The options that describe one step batch and how it is split (plan, run)."""
     p.add_argument("--strategy", default="engine",
-                   help=f"one of {', '.join(ALL_STRATEGIES)} (default engine: the --engine release's "
+                   help=f"one of {', '.join(STRATEGIES)} (default engine: the --engine release's "
                         "own chunker; the others: what it could do instead)")
     p.add_argument("--engine", default=DEFAULT_ENGINE,
                    help="the engine release planned on (its chunker, DeepGEMM, workspace and layout), "
@@ -87,9 +87,10 @@ def add_batch_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
 
 
-def budget_from_args(args, batch: StepBatch | None = None) -> int | None:
+def budget_from_args(args, batch: StepBatch) -> int | None:
     """The budget in bytes: --budget-mb / --budget-bytes, else the default of the strategy
-    (for ``engine``: the release's own, computed as it computes it)."""
+    (the engine's own chunker: the release's own, computed as it computes it; vLLM's 512 MiB for
+    the project's budgeted strategies)."""
     if args.budget_mb is not None and args.budget_bytes is not None:
         raise UsageError("--budget-mb and --budget-bytes: give one of them, not both")
     if args.budget_bytes is not None:
@@ -98,10 +99,11 @@ def budget_from_args(args, batch: StepBatch | None = None) -> int | None:
         return args.budget_bytes
     if args.budget_mb is not None:
         return budget_bytes_from_mb(args.budget_mb)
-    if args.strategy == "n-only":
-        return None
-    if args.strategy == "engine":
+    strategy = get_strategy(args.strategy)
+    if strategy.own_build:
         return engine_budget_from_args(args, batch)
+    if strategy.budget_source(None) == NO_BUDGET:
+        return None
     return budget_bytes_from_mb(512)  # vLLM's default VLLM_SPARSE_INDEXER_MAX_LOGITS_MB
 
 
@@ -116,13 +118,34 @@ def engine_budget_from_args(args, batch: StepBatch) -> int | None:
     return process_budget(engine, free, mem_fraction_static=args.mem_fraction_static)
 
 
+def strategy_from_args(args) -> Strategy:
+    """The strategy named, with --compressed where given."""
+    try:
+        return get_strategy(args.strategy, **({"compressed": True} if args.compressed else {}))
+    except ValueError as e:
+        if args.compressed and args.strategy in STRATEGIES:
+            raise UsageError(f"--compressed applies to the causal strategy, not {args.strategy!r}") from None
+        raise UsageError(str(e)) from None
+
+
+def settings_from_args(args, strategy: Strategy) -> PlanSettings:
+    """The plan settings the options name; the engine's own chunker keeps its release's build and
+    arithmetic, so asking it for another is refused."""
+    settings = PlanSettings(args.model, args.engine, args.deepgemm_version, not args.no_padding,
+                            args.workspace_tokens)
+    if strategy.own_build:
+        if args.no_padding:
+            raise UsageError("--no-padding: the engine strategy always budgets as the engine does (M x N x 4)")
+        own = settings.profile.deepgemm_rules
+        if args.deepgemm_version is not None and args.deepgemm_version != own:
+            raise UsageError(f"--deepgemm-version {args.deepgemm_version}: the engine strategy runs "
+                             f"{settings.engine}'s own build, {settings.profile.deepgemm_build} (DeepGEMM "
+                             f"rules {own!r}); give another strategy to try a build")
+    return settings
+
+
 def plan_from_args(args):
     batch = StepBatch.from_lengths(args.query_lens, args.seq_lens)
-    options = {"compressed": True} if args.compressed else {}
-    if args.compressed and args.strategy != "causal":
-        raise UsageError(f"--compressed applies to the causal strategy, not {args.strategy!r}")
-    if args.strategy == "engine" and args.no_padding:
-        raise UsageError("--no-padding: the engine strategy always budgets as the engine does (M x N x 4)")
-    return make_plan(batch, args.strategy, budget_from_args(args, batch), args.workspace_tokens,
-                     args.model, args.deepgemm_version, padded=not args.no_padding, engine=args.engine,
-                     **options)
+    strategy = strategy_from_args(args)
+    settings = settings_from_args(args, strategy)
+    return make_plan(batch, strategy, budget_from_args(args, batch), settings)

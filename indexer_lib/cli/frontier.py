@@ -3,37 +3,37 @@ from __future__ import annotations
 
 import time
 
-from ..engines import get_engine
-from ..study.frontier import FrontierGrid, frontier_rows, grid_budgets, same_budget
+from ..plan import MEASURED_BUDGET, NO_BUDGET, get_strategy
+from ..study.grid import Grid, same_budget
 from ..workload import WORKLOAD_SOURCES
 from .common import UsageError, int_list, number_list, str_list
 
 
 def register(subparsers) -> None:
-    g = FrontierGrid()
+    g = Grid()
     f = subparsers.add_parser("frontier", help="model the OOM frontier over a grid; write a table")
     f.add_argument("--model", default=g.model)
     f.add_argument("--concurrency", type=int_list, default=list(g.concurrency))
     f.add_argument("--isl", type=int_list, default=None,
                    help="prompt lengths (default: 2048 up to the model's max_model_len, "
                         f"{', '.join(map(str, g.isl))} for {g.model})")
-    f.add_argument("--osl", type=int, default=g.osl)
+    f.add_argument("--osl", type=int, default=g.osl[0])
     f.add_argument("--budget-mb", type=number_list, default=list(g.budget_mb))
     f.add_argument("--strategy", type=str_list, default=list(g.strategy))
     f.add_argument("--free-gib", type=number_list, default=list(g.free_gib))
-    f.add_argument("--shared-prefix", type=int, default=g.shared_prefix)
-    f.add_argument("--max-num-batched-tokens", type=int, default=g.max_num_batched_tokens)
-    f.add_argument("--max-num-seqs", type=int, default=g.max_num_seqs)
-    f.add_argument("--long-prefill-token-threshold", type=int, default=g.long_prefill_token_threshold)
+    f.add_argument("--shared-prefix", type=int, default=g.shared_prefix[0])
+    f.add_argument("--max-num-batched-tokens", type=int, default=g.max_num_batched_tokens[0])
+    f.add_argument("--max-num-seqs", type=int, default=g.max_num_seqs[0])
+    f.add_argument("--long-prefill-token-threshold", type=int, default=g.long_prefill_token_threshold[0])
     f.add_argument("--deepgemm-version", default=g.deepgemm_version,
                    help="default: the --engine release's; another version: our strategies on that build")
     f.add_argument("--no-padding", action="store_true")
     f.add_argument("--workload-source", default=g.workload_source, choices=WORKLOAD_SOURCES,
                    help="step batches from the built-in simulator or vLLM's own scheduler "
                         "(needs vLLM: bash scripts/install_vllm.sh)")
-    f.add_argument("--engine", default=g.engine,
+    f.add_argument("--engine", default="vllm",
                    help="plan on this engine release (vllm==0.19.0, sglang==0.5.23; default: the latest "
-                        f"vLLM, {g.engine}); --strategy engine is its own chunker")
+                        f"vLLM, {g.engine[0]}); --strategy engine is its own chunker")
     f.add_argument("--temporaries", default="deepgemm", choices=("deepgemm", "reference", "none"),
                    help="whose per-chunk temporaries the peaks count: the H200 path (deepgemm, default), "
                         "the CPU reference executor, or none (logits and metadata only)")
@@ -48,48 +48,48 @@ def register(subparsers) -> None:
 
 
 def cmd_frontier(args) -> int:
+    from ..study.executors import Local, Ray
     from ..study.results import check_table_path, write_table  # pandas only for this command
+    from ..study.sweep import model_rows, to_frame
 
     check_table_path(args.out)  # before the work, so a bad path loses nothing
-    grid = FrontierGrid(
-        model=args.model, concurrency=tuple(args.concurrency),
-        isl=None if args.isl is None else tuple(args.isl),
-        osl=args.osl, budget_mb=tuple(args.budget_mb), strategy=tuple(args.strategy),
-        free_gib=tuple(args.free_gib), shared_prefix=args.shared_prefix,
+    if args.workers < 0:
+        raise UsageError(f"--workers {args.workers}: must be >= 0 (0: one per CPU)")
+    if args.isl is not None:
+        for isl in args.isl:
+            if args.shared_prefix > isl:
+                raise UsageError(f"--shared-prefix {args.shared_prefix} > --isl {isl}: "
+                                 "the shared prefix is part of the prompt")
+    if args.ray is not None and args.workers != 1:
+        raise UsageError("--ray and --workers: Ray spreads the workloads itself; give one of them")
+    grid = Grid(
+        model=args.model, concurrency=args.concurrency, isl=args.isl, osl=args.osl, budget_mb=args.budget_mb,
+        strategy=args.strategy, free_gib=args.free_gib, shared_prefix=args.shared_prefix,
         max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs,
         long_prefill_token_threshold=args.long_prefill_token_threshold,
         deepgemm_version=args.deepgemm_version, padded=not args.no_padding,
         workload_source=args.workload_source, engine=args.engine,
         temporaries=None if args.temporaries == "none" else args.temporaries,
     )
-    if args.workers < 0:
-        raise UsageError(f"--workers {args.workers}: must be >= 0 (0: one per CPU)")
-    for isl in grid.isl:
-        if grid.shared_prefix > isl:
-            raise UsageError(f"--shared-prefix {grid.shared_prefix} > --isl {isl}: "
-                             "the shared prefix is part of the prompt")
-    if args.ray is not None and args.workers != 1:
-        raise UsageError("--ray and --workers: Ray spreads the workloads itself; give one of them")
+    executor = Ray(args.ray or None) if args.ray is not None else Local(args.workers or None)
     start = time.perf_counter()
-    if args.ray is not None:
-        rows = list(frontier_rows(grid, executor="ray", address=args.ray or None))
-    else:
-        rows = list(frontier_rows(grid, workers=args.workers or None))
+    rows = list(model_rows(grid, executor))
     elapsed = time.perf_counter() - start
-    path = write_table(rows, args.out)
+    path = write_table(to_frame(rows), args.out)
     print_frontier_summary(rows, grid)
     print(f"{len(rows)} points (modelled) in {elapsed:.1f} s -> {path}")
     return 0
 
 
-def print_frontier_summary(rows: list[dict], grid: FrontierGrid) -> None:
+def print_frontier_summary(rows: list[dict], grid: Grid) -> None:
     """Per strategy and budget: the largest ISL without OOM at each concurrency."""
+    (engine,) = grid.engine
     for free in grid.free_gib:
         print(f"{grid.model}, {free} GiB free (modelled): largest ISL without OOM, per concurrency")
         print(f"{'strategy':>12} {'budget':>8} " + " ".join(f"{c:>7}" for c in grid.concurrency))
         for strategy in grid.strategy:
-            label = budget_label(strategy, grid.engine)
-            for budget in grid_budgets(grid.budget_mb, grid.engine, strategy):
+            label = budget_label(strategy, engine)
+            for budget in grid.budgets(engine, strategy):
                 cells = []
                 for conc in grid.concurrency:
                     ok = [r["isl"] for r in rows
@@ -99,11 +99,9 @@ def print_frontier_summary(rows: list[dict], grid: FrontierGrid) -> None:
                 print(f"{strategy:>12} {label or f'{budget:g}M':>8} " + " ".join(cells))
 
 
-def budget_label(strategy: str, engine: str | None) -> str | None:
+def budget_label(strategy: str, engine: str) -> str | None:
     """How a strategy's budget reads when it does not follow the grid's budget_mb axis."""
-    if strategy == "n-only":
-        return "none"
-    if strategy == "engine":
-        rule = get_engine(engine).budget_rule
-        return {"none": "none", "fixed-mib": None}.get(rule, "measured")
-    return None
+    from ..engines import get_engine
+
+    source = get_strategy(strategy).budget_source(get_engine(engine))
+    return {NO_BUDGET: "none", MEASURED_BUDGET: "measured"}.get(source)

@@ -45,7 +45,7 @@ def check_fits_device(plan, args) -> None:
     --workspace-tokens, --topk or --topk-rows)."""
     from ..memory import memory_report
 
-    report = memory_report(plan, topk_rows=args.topk_rows, topk=args.topk, backend=None)
+    report = memory_report(plan, topk_rows=args.topk_rows, topk=args.topk, temporaries=None)
     limit = device_bytes(args.device)
     if report.peak > limit:
         raise UsageError(f"the plan needs {report.peak} bytes ({format_bytes(report.peak)}) on {args.device}, "
@@ -91,7 +91,7 @@ def cmd_run(args) -> int:
             # the call's own peak: what was allocated beyond the inputs
             out["peak_bytes_measured"] = torch.cuda.max_memory_allocated() - before
     report = memory_report(plan, topk_rows=args.topk_rows, topk=result.topk,
-                           workspace_tokens=result.workspace_tokens, backend=args.backend)
+                           workspace_tokens=result.workspace_tokens, temporaries=args.backend)
     out.update(peak_bytes_model=report.peak, workspace_tokens=result.workspace_tokens,
                topk=result.topk, seconds=result.seconds, chunks=[c.to_json() for c in result.chunks])
     if args.save_topk:

@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from ..checks import BadValue
 from ..refdata import data_path
 
 ENGINES = ("vllm", "sglang")
@@ -146,4 +147,4 @@ def get_engine(spec: str | EngineProfile | None = None) -> EngineProfile:
     if spec in profiles:
         return profiles[spec]
     known = ", ".join(f"{e}=={' '.join(n.split('==')[1] for n in engine_names(e))}" for e in ENGINES)
-    raise ValueError(f"unknown engine release {spec!r}: must be ENGINE==RELEASE, one of {known}")
+    raise BadValue("engine", f"unknown engine release {spec!r}: must be ENGINE==RELEASE, one of {known}")

@@ -29,8 +29,7 @@ a request: {"steps": [{"query_lens": [...], "seq_lens": [...], "max_logits_mb": 
         "model": {"index_heads": H, "head_dim": D, "topk": k, "max_model_len": L,
                   "kv_block": B, "hidden_size": S},
         "max_num_batched_tokens": T, "workspace_factor": 40,
-        "deepgemm": {"row_multiple": r, "stride_extra": e, "stride_align": a,
-                     "compressed_align": c},
+        "deepgemm": {"version": the DeepGEMM rules' name (indexer_lib.padding), "heads": H},
         "record": bool}   (no steps: the profile run alone)
 its answer: {"vllm": version, "results": [{...} or {"error": text}]}, or {"vllm": version,
         "error": what stops this release} when its code cannot be driven
@@ -51,10 +50,6 @@ import weakref
 
 LAYER = "model.layers.0.self_attn.indexer.k_cache"
 HERE = os.path.abspath(__file__)
-
-
-def _align(x: int, multiple: int) -> int:
-    return -(-x // multiple) * multiple
 
 
 class Recorder:
@@ -214,24 +209,33 @@ class Engine:
 
 
 def _meta_logits(torch, rec: Recorder, rule: dict):
-    """DeepGEMM's fp8_fp4_mqa_logits on meta: the padded fp32 allocation of the build, sliced
-    to [M, max_seqlen_k] (compressed layout) or [M, N] (full layout)."""
+    """DeepGEMM's fp8_fp4_mqa_logits on meta: the padded fp32 allocation of the build (``rule``:
+    its version and the model's index heads; the padding rule is indexer_lib.padding's), sliced to
+    [M, max_seqlen_k] (compressed layout) or [M, N] (full layout)."""
+    rules = _padding().get_rules(rule["version"])
 
     def logits(q, kv, weights, ks, ke, max_seqlen_k=0, *args, **kwargs):
         values = q[0] if isinstance(q, tuple) else q
         keys = kv[0] if isinstance(kv, tuple) else kv
         rows = values.shape[0]
         cols = max_seqlen_k if max_seqlen_k else keys.shape[0]
-        if max_seqlen_k:
-            stride = _align(_align(cols, rule["compressed_align"]), rule["stride_align"])
-        else:
-            stride = _align(cols + rule["stride_extra"], rule["stride_align"])
+        shape = (rules.rows_allocated(rows, rule["heads"]), rules.row_stride(cols, bool(max_seqlen_k)))
         with rec.in_kernel("DeepGEMM fp8_fp4_mqa_logits (meta)"):
-            full = torch.empty((_align(rows, rule["row_multiple"]), stride), dtype=torch.float32,
-                               device=values.device)
+            full = torch.empty(shape, dtype=torch.float32, device=values.device)
         return full[:rows, :cols]
 
     return logits
+
+
+def _padding():
+    """indexer_lib.padding: the one place DeepGEMM's padding rule is written (the driver runs as a
+    script in the engine's environment, an overlay on the project's, from this checkout)."""
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
+    if repo not in sys.path:
+        sys.path.append(repo)
+    import indexer_lib.padding
+
+    return indexer_lib.padding
 
 
 class _NoAlloc:

@@ -31,12 +31,12 @@ INT32_BYTES = 4
 def engine_path(plan: Plan) -> EngineProfile:
     """The profile of the release the plan was made on, if the project replayed its path."""
     if plan.engine is None:
-        raise ValueError("backend 'engine' counts an engine's own path: the plan must be made on "
-                         "an engine release (make_plan(..., engine=...))")
+        raise ValueError("temporaries 'engine' count an engine's own path: the plan must be made on "
+                         "an engine release (PlanSettings(engine=...))")
     profile = get_engine(plan.engine)
     if profile.path is None:
-        raise ValueError(f"backend 'engine': {profile.name}'s own path has not been replayed "
-                         f"(replayed: {', '.join(replayed_engines())}); use backend 'deepgemm' or None")
+        raise ValueError(f"temporaries 'engine': {profile.name}'s own path has not been replayed "
+                         f"(replayed: {', '.join(replayed_engines())}); use temporaries 'deepgemm' or None")
     return profile
 
 

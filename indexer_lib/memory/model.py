@@ -6,14 +6,15 @@ Two kinds of memory:
   buffer ([max_num_batched_tokens, topk] int32);
 - transient, per chunk: DeepGEMM's padded logits allocation, the chunk's
   metadata (ks and ke per row, and the gather's slot map per KV token when the
-  chunk gathers) and the temporaries of the backend that runs it (by default
-  the reference backend's bounded tiles, ``memory.tiling``).
+  chunk gathers) and the temporaries of whatever runs it (``PlanSettings.temporaries``:
+  the reference executor's bounded tiles, ``memory.tiling``; the H200 path's window
+  top-k; or the engine release's own path, ``memory.engine_path``).
 
-A plan made on an engine release (``Plan.engine``) says where that engine keeps
-its buffers: a K workspace allocated per chunk (vLLM before 0.13.0: a K buffer
-per chunk) or per call (SGLang: the whole batch's K, with its top-k output, held
-for the call: ``MemoryReport.call``), and whether a chunk's logits stay alive
-until the next chunk's are allocated (SGLang's chunk loop: ``ChunkMemory.held``).
+A plan made on an engine release says where that engine keeps its buffers: a K
+workspace allocated per chunk (vLLM before 0.13.0: a K buffer per chunk) or per call
+(SGLang: the whole batch's K, with its top-k output, held for the call:
+``MemoryReport.call``), and whether a chunk's logits stay alive until the next chunk's
+are allocated (the engines' chunk loops: ``ChunkMemory.held``).
 
 This is what ``indexer_lib.run.executor`` allocates; the tracer
 (``indexer_lib.run.tracer``) checks the two agree.
@@ -24,35 +25,25 @@ run time, because the persistent buffers were taken before "free" was read.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property, lru_cache
-from typing import Callable
 
-from ..caches import PerSettings
-from ..padding import get_rules, unpadded_logits_bytes
-from ..plan import Chunk, Plan, PlanShapes, merged_chunks
-from ..plan.chunks import made_fast
+from ..padding import unpadded_logits_bytes
+from ..plan import Chunk, Plan, merged_chunks
+from ..shapes import ModelPreset
 from .engine_path import call_metadata_bytes, chunk_path_bytes, engine_path, workspace_path_bytes
 from .tiling import merge_temporaries_bytes, reference_phase_bytes, reference_temporaries_bytes
 from .topk_bytes import topk_temporaries_bytes
-from ..shapes import ModelPreset, get_model
 
 INT32_BYTES = 4
-
-# bytes of executor temporaries for one chunk
-TemporariesFn = Callable[[Chunk, ModelPreset], int]
-DEFAULT_BACKEND = "reference"
-# "engine": the engine release's own kernels and metadata (``engine_path``)
-MODELLED_BACKENDS = ("reference", "deepgemm", "engine")
+FROM_SETTINGS = "the plan's settings"  # memory_report's default: the temporaries the plan names
 
 
-def logits_bytes(chunk: Chunk, plan: Plan, padded: bool = True) -> int:
-    """The chunk's logits allocation: ``logits_rows`` (a fixed-shape chunk's padded
-    rows, else its rows) x its width, with DeepGEMM's padding unless ``padded`` is False."""
-    if not padded:
+def logits_bytes(chunk: Chunk, plan: Plan, count_padding: bool = True) -> int:
+    """The chunk's logits allocation: ``logits_rows`` (a fixed-shape chunk's padded rows, else
+    its rows) x its width, with DeepGEMM's padding unless ``count_padding`` is False."""
+    if not count_padding:
         return unpadded_logits_bytes(chunk.logits_rows, chunk.logits_cols)
-    rules = get_rules(plan.deepgemm_version)
-    heads = get_model(plan.model).index_heads
-    return rules.logits_bytes(chunk.logits_rows, chunk.logits_cols, heads, chunk.compressed)
+    heads = plan.settings.preset.index_heads
+    return plan.settings.rules.logits_bytes(chunk.logits_rows, chunk.logits_cols, heads, chunk.compressed)
 
 
 def padded_inputs_bytes(chunk: Chunk, model: ModelPreset) -> int:
@@ -82,40 +73,13 @@ def metadata_bytes(chunk: Chunk) -> int:
 def workspace_bytes(plan: Plan, workspace_tokens: int | None = None) -> int:
     """fp8 K + fp32 scale per token (default: the plan's workspace, as vLLM reserves it)."""
     tokens = plan.workspace_tokens if workspace_tokens is None else workspace_tokens
-    return _k_bytes(plan.model, tokens)
+    return tokens * plan.settings.preset.k_bytes_per_token
 
 
 def topk_buffer_bytes(plan: Plan, topk_rows: int | None = None, topk: int | None = None) -> int:
     rows = plan.batch.num_rows if topk_rows is None else topk_rows
-    k = get_model(plan.model).topk if topk is None else topk
-    return _topk_bytes(rows, k)
-
-
-def _k_bytes(model: str, tokens: int) -> int:
-    return tokens * get_model(model).k_bytes_per_token
-
-
-def _topk_bytes(rows: int, k: int) -> int:
+    k = plan.settings.preset.topk if topk is None else topk
     return rows * k * INT32_BYTES
-
-
-def backend_temporaries(plan: Plan, backend, topk: int) -> TemporariesFn:
-    """A backend's temporaries as a per-chunk function: ``backend`` is the name of a
-    backend the model counts by formula (``reference``, ``deepgemm``; no torch
-    needed), or a backend object, which counts its own (``temporaries_bytes``)."""
-    if backend == "reference":
-        return lambda chunk, model: reference_temporaries_bytes(plan, chunk, topk)
-    if backend == "deepgemm":
-        # the H200 path, modelled without DeepGEMM installed (the backend counts the same)
-        return lambda chunk, model: deepgemm_temporaries_bytes(chunk, model, topk)
-    if isinstance(backend, str):
-        raise ValueError(f"unknown backend {backend!r}: must be one of {', '.join(MODELLED_BACKENDS)} "
-                         "(or a backend object)")
-    return lambda chunk, model: backend.temporaries_bytes(plan, chunk, topk)
-
-
-# the window top-k's temporaries bound, cached per shape (sweeps repeat shapes)
-_window_topk_bound = lru_cache(maxsize=1 << 16)(topk_temporaries_bytes)
 
 
 def deepgemm_temporaries_bytes(chunk: Chunk, model: ModelPreset, topk: int,
@@ -124,21 +88,85 @@ def deepgemm_temporaries_bytes(chunk: Chunk, model: ModelPreset, topk: int,
     chip, so the window top-k's bound, or a fixed-shape chunk's padded inputs (they
     are not alive at the same time).  ``block_bytes``: the top-k's row block (default
     the backend's)."""
-    bound = _window_topk_bound
     args = (chunk.num_rows, chunk.logits_cols, topk) + (() if block_bytes is None else (block_bytes,))
-    return max(bound(*args), padded_inputs_bytes(chunk, model))
+    return max(topk_temporaries_bytes(*args), padded_inputs_bytes(chunk, model))
 
 
-def phase_temporaries(plan: Plan, backend, topk: int, temporaries: TemporariesFn | None = None):
-    """A backend's temporaries per chunk as (during the logits call, during top-k)."""
-    if temporaries is None and backend == "reference":
-        return lambda chunk, model: reference_phase_bytes(plan, chunk, topk)
-    if temporaries is None and backend == "deepgemm":
-        # DeepGEMM computes on chip; a fixed-shape chunk's padded inputs live through its call
-        return lambda chunk, model: (padded_inputs_bytes(chunk, model),
-                                     _window_topk_bound(chunk.num_rows, chunk.logits_cols, topk))
-    whole = temporaries or backend_temporaries(plan, backend, topk)
-    return lambda chunk, model: (whole(chunk, model),) * 2  # one figure: counted in both phases
+class Temporaries:
+    """What runs a chunk allocates besides its logits and metadata: ``whole(chunk)``, its peak,
+    and ``phases(chunk)``, (during the logits call, during the top-k), which matters where the
+    previous chunk's logits are still alive during the logits call.  This base counts none (as
+    if logits and top-k were in-place kernels)."""
+
+    counts = False  # whether it counts any (a column-split chunk's merge adds its own then)
+    by_shape = True  # whether a chunk's count depends on its shape alone (not its rows' windows)
+
+    def __init__(self, plan: Plan, topk: int):
+        self.plan, self.topk, self.model = plan, topk, plan.settings.preset
+
+    def whole(self, chunk: Chunk) -> int:
+        return 0
+
+    def phases(self, chunk: Chunk) -> tuple[int, int]:
+        return 0, 0
+
+
+class ReferenceTemporaries(Temporaries):
+    """The CPU reference executor's bounded tiles (``memory.tiling``)."""
+
+    counts = True
+    by_shape = False  # its tiles follow each row's window
+
+    def whole(self, chunk):
+        return reference_temporaries_bytes(self.plan, chunk, self.topk)
+
+    def phases(self, chunk):
+        return reference_phase_bytes(self.plan, chunk, self.topk)
+
+
+class DeepgemmTemporaries(Temporaries):
+    """The H200 path, modelled without DeepGEMM installed: DeepGEMM computes on chip; a
+    fixed-shape chunk's padded inputs live through its call, then the window top-k runs."""
+
+    counts = True
+
+    def whole(self, chunk):
+        return deepgemm_temporaries_bytes(chunk, self.model, self.topk)
+
+    def phases(self, chunk):
+        return (padded_inputs_bytes(chunk, self.model),
+                topk_temporaries_bytes(chunk.num_rows, chunk.logits_cols, self.topk))
+
+
+class BackendTemporaries(Temporaries):
+    """A kernels backend object, which counts its own (``temporaries_bytes``): one figure,
+    counted in both phases."""
+
+    counts = True
+    by_shape = False  # the backend counts as it likes
+
+    def __init__(self, plan: Plan, topk: int, backend):
+        super().__init__(plan, topk)
+        self.backend = backend
+
+    def whole(self, chunk):
+        return self.backend.temporaries_bytes(self.plan, chunk, self.topk)
+
+    def phases(self, chunk):
+        return (self.whole(chunk),) * 2
+
+
+NAMED_TEMPORARIES = {"reference": ReferenceTemporaries, "deepgemm": DeepgemmTemporaries, None: Temporaries}
+
+
+def temporaries_of(plan: Plan, temporaries, topk: int) -> Temporaries:
+    """A name of ``NAMED_TEMPORARIES`` or a backend object, as a ``Temporaries``."""
+    if isinstance(temporaries, str) or temporaries is None:
+        if temporaries not in NAMED_TEMPORARIES:
+            raise ValueError(f"unknown temporaries {temporaries!r}: must be one of reference, deepgemm, "
+                             "engine, None (or a backend object)")
+        return NAMED_TEMPORARIES[temporaries](plan, topk)
+    return BackendTemporaries(plan, topk, temporaries)
 
 
 @dataclass(frozen=True)
@@ -157,6 +185,26 @@ class ChunkMemory:
                 + max(self.temporaries, self.held + self.held_with))
 
 
+def chunk_memory(plan: Plan, chunk: Chunk, held: int, merged: bool, temporaries: Temporaries,
+                 count_padding: bool = True) -> ChunkMemory:
+    """One chunk's bytes, next to ``held`` bytes of the previous chunk's logits (0 where none are
+    alive); ``merged``: one of several column ranges of its rows (kv-split)."""
+    k = temporaries.topk
+    tmp = temporaries.whole(chunk)
+    running = 0
+    if merged:
+        # held through the range's logits, top-k and merge; the merge runs after the backend's
+        # temporaries are gone
+        running = running_topk_bytes(chunk.num_rows, k)
+        if temporaries.counts:
+            tmp = max(tmp, merge_temporaries_bytes(chunk.num_rows, k))
+    per_chunk_kv = plan.settings.workspace_lifetime == "chunk" and chunk.gather
+    kv_buffer = chunk.kv_tokens * plan.settings.preset.k_bytes_per_token if per_chunk_kv else 0
+    held_with = temporaries.phases(chunk)[0] if held else 0
+    return ChunkMemory(logits_bytes(chunk, plan, count_padding), metadata_bytes(chunk), tmp, running,
+                       kv_buffer, held, held_with)
+
+
 @dataclass(frozen=True)
 class MemoryReport:
     workspace: int  # the K workspace reserved once (0 where it is allocated per chunk or call)
@@ -168,221 +216,85 @@ class MemoryReport:
     def persistent(self) -> int:
         return self.workspace + self.topk_buffer
 
-    @cached_property  # a frontier asks each report for its peak several times
+    @property
     def peak_transient(self) -> int:
         return self.call + max((c.total for c in self.chunks), default=0)
-
-    @property
-    def worst_chunk(self) -> int:
-        totals = [c.total for c in self.chunks]
-        return totals.index(max(totals))
 
     @property
     def peak(self) -> int:
         return self.persistent + self.peak_transient
 
 
-def memory_report(
-    plan: Plan,
-    topk_rows: int | None = None,
-    temporaries: TemporariesFn | None = None,
-    padded: bool = True,
-    backend=DEFAULT_BACKEND,
-    topk: int | None = None,
-    workspace_tokens: int | None = None,
-) -> MemoryReport:
-    """Bytes of every buffer the plan needs.
-
-    ``topk_rows``: rows of the persistent top-k buffer (vLLM: max_num_batched_tokens;
-    default: the step's rows).  ``padded=False`` counts logits as plain M x N x 4.
-    Temporaries: ``temporaries(chunk, model)`` if given, else those of ``backend``
-    (a name or a Backend; default the reference backend that ``run.executor`` runs;
-    None: no temporaries, as if logits and top-k were in-place kernels).
-    ``topk``: k (default: the model's).  ``workspace_tokens``: the K workspace
-    really allocated (default: the plan's, as on cuda and meta).
-    """
-    model = get_model(plan.model)
-    k = model.topk if topk is None else topk
-    if backend == "engine" and temporaries is None:
-        return _engine_report(plan, model, topk_rows, k, padded, workspace_tokens)
-    phases = phase_temporaries(plan, backend, k, temporaries) \
-        if plan.logits_alive > 1 and (temporaries or backend is not None) else None
-    shareable = temporaries is None and backend in ("deepgemm", None)
-    if temporaries is None and backend is not None:
-        temporaries = backend_temporaries(plan, backend, k)
-    per_chunk_kv = plan.workspace_lifetime == "chunk"
-    # the deepgemm backend's temporaries (and none) depend on a chunk's shape alone, so chunks
-    # of one shape (a request's equal row slices) are counted once; the reference backend's
-    # depend on the chunk's windows, and a backend object counts its own: never shared
-    by_shape: dict | None = {} if shareable else None
-    made: dict[tuple, ChunkMemory] = {}  # equal records are one object (a frontier makes millions)
-    chunks = []
-    previous = 0
-    for c, merged in zip(plan.chunks, merged_chunks(plan.chunks)):
-        shape = (c.num_rows, c.logits_cols, c.compressed, c.alloc_rows, c.kv_tokens, c.gather, merged)
-        known = by_shape.get(shape) if by_shape is not None else None
-        if known is None:
-            known = _chunk_bytes(c, merged, plan, model, padded, temporaries, k, per_chunk_kv)
-            if by_shape is not None:
-                by_shape[shape] = known
-        logits, metadata, tmp, running, kv_buffer = known
-        held = held_with = 0
-        if plan.logits_alive > 1 and previous:
-            held = previous
-            held_with = phases(c, model)[0] if phases else 0
-        fields = (logits, metadata, tmp, running, kv_buffer, held, held_with)
-        record = made.get(fields)
-        if record is None:
-            record = made[fields] = ChunkMemory(*fields)
-        chunks.append(record)
-        previous = logits
-    workspace, topk_out, call = _buffers(plan, topk_rows, k, workspace_tokens)
-    return MemoryReport(workspace, topk_out, tuple(chunks), call)
-
-
-def _buffers(plan: Plan, topk_rows: int | None, k: int, workspace_tokens: int | None) -> tuple[int, int, int]:
+def buffer_bytes(plan: Plan, workspace_tokens: int, topk_rows: int, k: int) -> tuple[int, int, int]:
     """(workspace reserved once, top-k output reserved once, bytes held through the call)."""
-    tokens = plan.workspace_tokens if workspace_tokens is None else workspace_tokens
-    rows = plan.batch.num_rows if topk_rows is None else topk_rows
-    return _buffer_bytes(plan.model, tokens, plan.workspace_lifetime, plan.topk_output, rows, k)
-
-
-@lru_cache(maxsize=1 << 12)  # a frontier asks it once per step plan, with a few settings
-def _buffer_bytes(model: str, workspace_tokens: int, workspace_lifetime: str, topk_output: str,
-                  topk_rows: int, k: int) -> tuple[int, int, int]:
-    workspace = 0 if workspace_lifetime == "chunk" else _k_bytes(model, workspace_tokens)
-    topk_out = _topk_bytes(topk_rows, k)
+    settings = plan.settings
+    lifetime = settings.workspace_lifetime
+    workspace = 0 if lifetime == "chunk" else workspace_tokens * settings.preset.k_bytes_per_token
+    topk_out = topk_rows * k * INT32_BYTES
     call = 0
-    if workspace_lifetime == "call":
+    if lifetime == "call":
         workspace, call = 0, call + workspace
-    if topk_output == "call":
+    if settings.topk_output == "call":
         topk_out, call = 0, call + topk_out
     return workspace, topk_out, call
 
 
-SHAPE_BACKENDS = ("deepgemm", None)  # backends whose temporaries depend on a chunk's shape alone
-# per plan settings, the transient bytes per shape (or pair): a frontier meets tens of thousands
-_shape_totals = PerSettings(limit=1 << 18)
+def memory_report(plan: Plan, topk_rows: int | None = None, temporaries=FROM_SETTINGS, topk: int | None = None,
+                  workspace_tokens: int | None = None, count_padding: bool = True) -> MemoryReport:
+    """Bytes of every buffer the plan needs.
 
-
-def shapes_peak(shaped: PlanShapes, topk_rows: int | None = None, backend: str | None = "deepgemm",
-                padded: bool = True) -> tuple[int, int]:
-    """(transient peak, peak) of a plan from its chunks' distinct shapes (``plan_shapes``):
-    what ``memory_report`` gives the whole plan, for a plan whose chunks' bytes depend on
-    their shapes alone (a ``SHAPE_BACKENDS`` backend), or, where the previous chunk's logits
-    are alive while a chunk's are computed (``Plan.logits_alive``), on its shape and the
-    previous chunk's (``PlanShapes.pairs``)."""
-    plan = shaped.plan
+    ``topk_rows``: rows of the persistent top-k buffer (vLLM: max_num_batched_tokens;
+    default: the step's rows).  ``temporaries``: whose temporaries each chunk adds (default:
+    the plan's settings'; a name of ``PlanSettings.temporaries`` or a kernels backend object,
+    which counts its own).  ``topk``: k (default: the model's).  ``workspace_tokens``: the K
+    workspace really allocated (default: the plan's, as on cuda and meta).
+    ``count_padding=False`` counts logits as plain M x N x 4.
+    """
+    k = plan.settings.preset.topk if topk is None else topk
     rows = plan.batch.num_rows if topk_rows is None else topk_rows
-    return ShapesPeak(plan, backend, padded)(shaped.shapes, shaped.pairs, plan.workspace_tokens, rows)
+    tokens = plan.workspace_tokens if workspace_tokens is None else workspace_tokens
+    if temporaries is FROM_SETTINGS:
+        temporaries = plan.settings.temporaries
+    if temporaries == "engine":
+        return _engine_report(plan, rows, k, tokens, count_padding)
+    counted = temporaries_of(plan, temporaries, k)
+    # a plan's equal chunks (a request's row slices: hundreds at a small budget) cost the same:
+    # counted once per shape where what runs them counts by shape
+    known: dict | None = {} if counted.by_shape else None
+    chunks = []
+    previous = 0
+    for c, merged in zip(plan.chunks, merged_chunks(plan.chunks)):
+        held = previous if plan.logits_alive > 1 else 0
+        key = (c.num_rows, c.logits_cols, c.compressed, c.alloc_rows, c.kv_tokens, c.gather, merged, held)
+        memory = None if known is None else known.get(key)
+        if memory is None:
+            memory = chunk_memory(plan, c, held, merged, counted, count_padding)
+            if known is not None:
+                known[key] = memory
+        chunks.append(memory)
+        previous = memory.logits
+    workspace, topk_out, call = buffer_bytes(plan, tokens, rows, k)
+    return MemoryReport(workspace, topk_out, tuple(chunks), call)
 
 
-class ShapesPeak:
-    """``shapes_peak`` for the many plans of one set of plan settings (a frontier's): ``plan`` is
-    any plan with them (its batch, budget and chunks are not read)."""
-
-    def __init__(self, plan: Plan, backend: str | None = "deepgemm", padded: bool = True):
-        if backend not in SHAPE_BACKENDS:
-            raise ValueError(f"backend {backend!r}: shapes_peak counts one of "
-                             f"{', '.join(str(b) for b in SHAPE_BACKENDS)} (the others read each chunk's windows)")
-        self.plan, self.backend, self.padded = plan, backend, padded
-        self.per_chunk_kv = plan.workspace_lifetime == "chunk"
-        self.settings = (plan.model, plan.deepgemm_version, padded, backend, self.per_chunk_kv, plan.logits_alive)
-        self.topk = get_model(plan.model).topk
-
-    def __call__(self, shapes: tuple, pairs: tuple | None, workspace_tokens: int, topk_rows: int) -> tuple[int, int]:
-        """(transient peak, peak) of a plan of these settings with these distinct shapes (and pairs of
-        neighbours), its workspace and the rows of its top-k buffer."""
-        plan = self.plan
-        if plan.logits_alive == 1:
-            keys, total_of = shapes, _shape_total
-        elif pairs is not None:
-            keys, total_of = pairs, _pair_total
-        else:
-            raise ValueError(f"logits_alive {plan.logits_alive}: a held chunk's bytes depend on its neighbour "
-                             "(plan_shapes gives the pairs of neighbours)")
-        totals = _shape_totals.of(self.settings)
-        largest = 0
-        for shape in keys:
-            total = totals.get(shape)
-            if total is None:
-                total = _shape_totals.add(totals, shape, total_of(plan, shape, self.padded, self.backend,
-                                                                  self.per_chunk_kv))
-            if total > largest:
-                largest = total
-        workspace, topk_out, call = _buffer_bytes(plan.model, workspace_tokens, plan.workspace_lifetime,
-                                                  plan.topk_output, topk_rows, self.topk)
-        transient = call + largest
-        return transient, workspace + topk_out + transient
-
-
-def _shape_total(plan: Plan, shape: tuple, padded: bool, backend: str | None, per_chunk_kv: bool) -> int:
-    """Transient bytes of a chunk of this shape in this plan (``memory_report``'s count)."""
-    return _pair_total(plan, (None, shape), padded, backend, per_chunk_kv)
-
-
-def _pair_total(plan: Plan, pair: tuple, padded: bool, backend: str | None, per_chunk_kv: bool) -> int:
-    """Transient bytes of a chunk of one shape after a chunk of another (None: the plan's first
-    chunk), whose logits are alive while this chunk's are computed where the plan keeps two
-    chunks' logits (``memory_report``'s count)."""
-    before, shape = pair
-    model = get_model(plan.model)
-    k = model.topk
-    chunk = _shape_chunk(shape)
-    temporaries = backend_temporaries(plan, backend, k) if backend is not None else None
-    logits, metadata, tmp, running, kv_buffer = _chunk_bytes(chunk, False, plan, model, padded, temporaries, k,
-                                                             per_chunk_kv)
-    held = held_with = 0
-    if before is not None:  # only the pairs of a plan that keeps two chunks' logits have one
-        held = logits_bytes(_shape_chunk(before), plan, padded)
-        if held and backend is not None:
-            held_with = phase_temporaries(plan, backend, k)(chunk, model)[0]
-    return made_fast(ChunkMemory, logits=logits, metadata=metadata, temporaries=tmp, running=running,
-                     kv_buffer=kv_buffer, held=held, held_with=held_with).total
-
-
-def _shape_chunk(shape: tuple) -> Chunk:
-    """A chunk of this shape (``plan_shapes``' key), for the memory model's per-chunk counts; made
-    without its __init__ (a grid meets tens of thousands of shapes)."""
-    rows, cols, compressed, alloc_rows, kv_tokens, gather = shape
-    return made_fast(Chunk, requests=(0, 1), rows=(0, rows), token_start=0, token_end=rows, kv_tokens=kv_tokens,
-                     logits_cols=cols, logits_bytes=0, gather=gather, over_budget=False, compressed=compressed,
-                     kv_start=0, alloc_rows=alloc_rows)
-
-
-def _engine_report(plan: Plan, model: ModelPreset, topk_rows: int | None, k: int, padded: bool,
-                   workspace_tokens: int | None) -> MemoryReport:
+def _engine_report(plan: Plan, topk_rows: int, k: int, workspace_tokens: int, count_padding: bool) -> MemoryReport:
     """The engine's own path (``engine_path``): its metadata for the whole call, row_ends next
     to each chunk's logits, its zeros during the top-k, the previous chunk's logits held while
     the next are allocated (``logits_alive``)."""
     profile = engine_path(plan)
+    model = plan.settings.preset
     chunks = []
     previous = 0
     for c in plan.chunks:
-        logits = logits_bytes(c, plan, padded)
+        logits = logits_bytes(c, plan, count_padding)
         with_logits, during_topk = chunk_path_bytes(c, profile.path)
         held = previous if plan.logits_alive > 1 else 0
         chunks.append(ChunkMemory(logits, with_logits, during_topk, held=held))
         previous = logits
-    tokens = plan.workspace_tokens if workspace_tokens is None else workspace_tokens
-    workspace = workspace_path_bytes(profile, tokens, model.head_dim, model.k_bytes_per_token - model.head_dim)
-    return MemoryReport(workspace, topk_buffer_bytes(plan, topk_rows, k), tuple(chunks),
+    workspace = workspace_path_bytes(profile, workspace_tokens, model.head_dim,
+                                     model.k_bytes_per_token - model.head_dim)
+    return MemoryReport(workspace, topk_rows * k * INT32_BYTES, tuple(chunks),
                         call=call_metadata_bytes(plan, profile.path))
-
-
-def _chunk_bytes(c: Chunk, merged: bool, plan: Plan, model: ModelPreset, padded: bool,
-                 temporaries, k: int, per_chunk_kv: bool) -> tuple[int, int, int, int, int]:
-    """(logits, metadata, temporaries, running, kv_buffer) of one chunk."""
-    tmp = temporaries(c, model) if temporaries else 0
-    running = 0
-    if merged:
-        # held through the range's logits, top-k and merge; the merge runs after
-        # the backend's temporaries are gone
-        running = running_topk_bytes(c.num_rows, k)
-        if temporaries:
-            tmp = max(tmp, merge_temporaries_bytes(c.num_rows, k))
-    kv_buffer = c.kv_tokens * model.k_bytes_per_token if per_chunk_kv and c.gather else 0
-    return logits_bytes(c, plan, padded), metadata_bytes(c), tmp, running, kv_buffer
 
 
 def peak_bytes(plan: Plan, **kwargs) -> int:

@@ -11,8 +11,8 @@ from ..study.auto import choose, engine_candidates, evaluate_candidates
 from ..study.budget_policy import FixedPolicy, FreshPolicy, SglangPolicy, run_policy, shrinking_free_memory
 from ..study.frontier import Schedule, prefill_batches
 from ..memory import memory_report
-from ..plan import plan_at
-from ..shapes import GIB, free_bytes_from_gib, get_gpu, get_model
+from ..plan import PlanSettings, plan_at
+from ..shapes import GIB, free_bytes_from_gib, get_gpu
 from ..study.timemodel import TimeModel, plan_features
 from ..workload import ClosedLoopWorkload, PrefillRequest, SchedulerConfig, StepBatch
 
@@ -29,10 +29,9 @@ DEPLOYMENTS = {
 }
 
 
-def chunk_table(steps: dict, strategies, budgets_mb, model: str, time_model: TimeModel | None = None,
-                **plan_options):
-    """Per step x strategy x budget: chunks, over-budget flag, worst-chunk peak, allocated vs
-    useful logits, modelled time."""
+def chunk_table(steps: dict, strategies, budgets_mb, settings: PlanSettings, time_model: TimeModel | None = None):
+    """Per step x strategy x budget: chunks, over-budget flag, worst-chunk peak (the H200 path's
+    temporaries), allocated vs useful logits, modelled time."""
     import pandas as pd
 
     tm = time_model or TimeModel.published()
@@ -40,13 +39,13 @@ def chunk_table(steps: dict, strategies, budgets_mb, model: str, time_model: Tim
     for name, batch in steps.items():
         for s in strategies:
             for mb in budgets_mb:
-                plan = plan_at(batch, s, mb, model, **plan_options)
+                plan = plan_at(batch, s, mb, settings)
                 f = plan_features(plan)
                 rows.append({"step": name, "strategy": s, "engine": plan.engine or "",
                              "deepgemm_version": plan.deepgemm_version, "budget_mb": mb,
                              "chunks": plan.num_chunks,
                              "over_budget": plan.over_budget,
-                             "peak_transient_bytes": memory_report(plan, backend="deepgemm").peak_transient,
+                             "peak_transient_bytes": memory_report(plan, temporaries="deepgemm").peak_transient,
                              "allocated_logits_bytes": f["allocated_logits_bytes"],
                              "useful_logits_bytes": 4 * f["useful_elements"],
                              "gathers": f["gathers"], "time_ms": tm.features_ms(f),
@@ -68,8 +67,7 @@ def policy_table(free_start_gib: float = 13.15, free_end_gib: float = 2.20, step
     policies = [FixedPolicy(fixed_mb), SglangPolicy(get_gpu("h200").capacity_bytes), FreshPolicy()]
     rows = []
     for policy in policies:
-        for step, r in enumerate(run_policy([batch] * steps, free, policy, strategy=strategy,
-                                            model=model)):
+        for step, r in enumerate(run_policy([batch] * steps, free, policy, strategy, PlanSettings(model))):
             row = asdict(r)
             row.update(step=step, policy=policy.name, strategy=strategy, mode="model")
             rows.append(row)
@@ -91,39 +89,39 @@ def policy_sentence(table) -> str:
             f"every step (modelled).")
 
 
+# auto's candidates count the H200 path's temporaries, as the frontier does
+AUTO_SETTINGS = PlanSettings("glm-5", temporaries="deepgemm")
+
+
 class AutoDeployments:
     """auto's candidates per deployment, evaluated once; ``recommend(name, free_gib)``
     then only filters by free memory (instant, for widgets)."""
 
-    def __init__(self, deployments: dict | None = None, model: str = "glm-5",
+    def __init__(self, deployments: dict | None = None, settings: PlanSettings = AUTO_SETTINGS,
                  budgets_mb=(64, 128, 256, 512, 1024, 2048), strategies=None,
-                 scheduler: SchedulerConfig | None = None, time_model: TimeModel | None = None,
-                 deepgemm_version: str | None = None, engine=None):
+                 scheduler: SchedulerConfig | None = None, time_model: TimeModel | None = None):
         self.deployments = deployments or DEPLOYMENTS
-        self.engine = None if engine is None else get_engine(engine).name
-        self.model = model
+        self.settings, self.engine, self.model = settings, settings.engine, settings.model
         self.tm = time_model or TimeModel.published()
         scheduler = scheduler or SchedulerConfig(long_prefill_token_threshold=256,
-                                                 block_size=get_model(model).kv_block)
+                                                 block_size=settings.preset.kv_block)
         # to evaluate the same deployments on another engine release (``on_engine``)
-        self.options = dict(deployments=self.deployments, model=model, budgets_mb=tuple(budgets_mb),
-                            strategies=strategies, scheduler=scheduler, time_model=self.tm,
-                            deepgemm_version=deepgemm_version)
+        self.options = dict(deployments=self.deployments, budgets_mb=tuple(budgets_mb),
+                            strategies=strategies, scheduler=scheduler, time_model=self.tm)
         self.candidates = {}
         for name, (mix, _) in self.deployments.items():
             schedules = [Schedule(prefill_batches(w, scheduler)) for w in mix]
-            self.candidates[name] = evaluate_candidates(schedules, model, strategies, tuple(budgets_mb),
-                                                        deepgemm_version, self.tm, engine=engine)
-            if engine is not None and not get_engine(engine).budget_rule.startswith("sglang"):
+            self.candidates[name] = evaluate_candidates(schedules, settings, strategies, tuple(budgets_mb), self.tm)
+            if settings.profile is not None and not settings.profile.budget_rule.startswith("sglang"):
                 # the release's own knob too, where its budget does not move with free memory
-                self.candidates[name] += engine_candidates(schedules, engine, 0, model, tuple(budgets_mb),
+                self.candidates[name] += engine_candidates(schedules, settings, 0, tuple(budgets_mb),
                                                            time_model=self.tm)
 
     def on_engine(self, engine) -> "AutoDeployments":
         """The same deployments and options, evaluated on another engine release."""
         if engine is not None and get_engine(engine).name == self.engine:
             return self
-        return AutoDeployments(**self.options, engine=engine)
+        return AutoDeployments(settings=self.settings.where(engine=engine), **self.options)
 
     def recommend(self, name: str, free_gib: float | None = None):
         free = self.deployments[name][1] if free_gib is None else free_gib

@@ -1,201 +1,290 @@
-"""Notebook parameters: the names each notebook takes, and one check for all of them.
+"""Notebook parameters: the names each notebook takes, checked by the objects the notebook builds.
 
-A notebook's first cell after its ``parameters`` cell calls ``check(...)``; the
-headless runner calls it too before starting a kernel.  An unknown name, a wrong
-type or an impossible value raises ``ParameterError`` with one line naming the
-notebook, the parameter and the rule, before any work is done.
+A notebook's first cell after its ``parameters`` cell calls ``P.check(...)``; the headless
+runner calls ``check_values`` before starting a kernel.  Each notebook's parameters are a
+pydantic model (strict types, no unknown names), and their values are checked by building what
+the notebook builds from them: its plan settings and its grids (``study.grid.Grid``), whose own
+checks name the bad value and the rule.  A bad parameter raises ``ParameterError`` with one line
+naming the notebook, the parameter and the rule, before any work is done.
 """
 from __future__ import annotations
 
+import ast
 import importlib.util
-import math
+import json
+from pathlib import Path
+from typing import ClassVar, Literal
 
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from ..checks import BadValue, check_int
 from ..engines import get_engine
-from ..padding import DEEPGEMM_RULES
-from ..plan import ALL_STRATEGIES
-from ..shapes import MODELS
+from ..plan import PlanSettings, get_strategy
+from ..shapes import budget_bytes_from_mb, free_bytes_from_gib
 from ..study.cluster import host_port
-from ..study.sweep import EXECUTORS, MODES
-from ..workload import WORKLOAD_SOURCES
+from ..study.grid import Grid
+
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+
+
+# a number as given (an int stays an int, so a message shows the value the user wrote)
+Number = float | int
 
 
 class ParameterError(ValueError):
     """A bad notebook parameter (one line: notebook, name, rule)."""
 
 
-# kind, rule: kinds are int, number, str, str? (a string or None), bool, ints, numbers, strs (lists),
-# ints? (a list or None)
-_COMMON = {
-    "model": ("str", tuple(MODELS)),
-    "free_gib": ("number", ">=0"),
-    # the engine release planned on (a bare vllm or sglang: its latest); default: the latest vLLM
-    "engine": ("str", "engine release"),
-    # None: the engine's own DeepGEMM; a version: our strategies on that build instead
-    "deepgemm_version": ("str?", tuple(DEEPGEMM_RULES)),
-    "output_dir": ("str", None),
-    "data_dir": ("str", None),
-}
-_GRID = {
-    "concurrency": ("ints", ">0"),
-    "isl": ("ints", ">0"),
-    "osl": ("int", ">0"),
-    "budget_mb": ("numbers", ">0"),
-    "strategies": ("strs", tuple(ALL_STRATEGIES)),
-    "max_num_batched_tokens": ("int", ">0"),
-    "long_prefill_token_threshold": ("int", ">=0"),
-    "shared_prefix": ("int", ">=0"),
-}
-SPECS = {
-    "01_oom_frontier": {**_COMMON, **_GRID,
-                        # null: 2,048 up to the model's max_model_len (frontier.default_isl)
-                        "isl": ("ints?", ">0"),
-                        "mode": ("str", MODES), "backend": ("str", None),
-                        "workload_source": ("str", WORKLOAD_SOURCES),
-                        "engines": ("strs", "engine release"),
-                        "long_concurrency": ("ints", ">0"),
-                        "long_isl": ("ints?", ">0"),  # null: 131,072 and max_model_len
-                        "long_budget_mb": ("numbers", ">0"),
-                        # the frontier sweep on a Ray cluster (the cluster extra): None starts a
-                        # local instance, "auto" joins this machine's cluster, "ray://HOST:PORT"
-                        "executor": ("str", EXECUTORS), "ray_address": ("str?", "ray address"),
-                        "dashboard": ("bool", None)},
-    "02_chunk_overhead": {**_COMMON, "budget_mb": ("numbers", ">0"),
-                          "strategies": ("strs", tuple(ALL_STRATEGIES)),
-                          "max_overhead": ("number", ">0")},
-    "03_strategies": {**_COMMON, **{k: v for k, v in _GRID.items() if k != "budget_mb"},
-                      "budget": ("number", ">0")},
-    "04_beyond": {**_COMMON, **_GRID,
-                  "prompt_len": ("int", ">0"), "step_tokens": ("int", ">0"),
-                  "reserved_budget_mb": ("numbers", ">0"),
-                  "policy_free_start_gib": ("number", ">0"), "policy_free_end_gib": ("number", ">0"),
-                  "policy_steps": ("int", ">0"), "auto_budgets_mb": ("numbers", ">0"),
-                  "widgets": ("bool", None)},
-}
+class Parameters(BaseModel):
+    """What every notebook takes; each notebook's model adds its own."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    notebook: ClassVar[str]
+
+    model: str
+    free_gib: Number  # memory free for the indexer at run time (after weights, KV cache, buffers)
+    engine: str  # the engine release planned on (a bare vllm or sglang: its latest)
+    deepgemm_version: str | None  # None: the engine's own DeepGEMM; a version: our strategies on it
+    output_dir: str
+    data_dir: str
+
+    def settings(self, temporaries: str | None = "reference") -> PlanSettings:
+        """The plan settings the notebook's parameters name."""
+        return PlanSettings(self.model, self.engine, self.deepgemm_version, temporaries=temporaries)
+
+    def checks(self):
+        """(parameter, check) pairs: each check builds what the notebook builds from the parameter
+        (and the others); a ``BadValue`` it raises names the object's own setting, which
+        ``renamed`` maps to the notebook's parameter."""
+        yield "settings", lambda: self.settings()
+        yield "free_gib", lambda: free_bytes_from_gib(self.free_gib)
+
+    renamed: ClassVar[dict[str, str]] = {}  # the objects' setting -> the notebook's parameter
 
 
-def _kind_ok(kind: str, value) -> bool:
-    def is_int(v):
-        return isinstance(v, int) and not isinstance(v, bool)
+class GridParameters(Parameters):
+    """The frontier grid a notebook sweeps (notebooks 01, 03, 04)."""
 
-    def is_number(v):
-        return isinstance(v, (int, float)) and not isinstance(v, bool)
+    concurrency: list[int]
+    isl: list[int] | None  # None: 2,048 up to the model's max_model_len
+    osl: int
+    strategies: list[str]  # engine: the release's own chunker; the others: what it could do instead
+    max_num_batched_tokens: int
+    long_prefill_token_threshold: int
+    shared_prefix: int
 
-    single = {"int": is_int, "number": is_number, "str": lambda v: isinstance(v, str),
-              "str?": lambda v: v is None or isinstance(v, str), "bool": lambda v: isinstance(v, bool)}
-    if kind in single:
-        return single[kind](value)
-    if kind == "ints?" and value is None:
-        return True
-    item = single[{"ints": "int", "ints?": "int", "numbers": "number", "strs": "str"}[kind]]
-    return isinstance(value, (list, tuple)) and len(value) > 0 and all(item(v) for v in value)
+    renamed = {"strategy": "strategies"}
+
+    def grid_budgets(self) -> list[Number]:
+        return self.budget_mb
+
+    def grid(self, **changes) -> Grid:
+        """The grid of the notebook's sweep (``changes``: another grid of the same settings)."""
+        axes = dict(model=self.model, concurrency=self.concurrency, isl=self.isl, osl=self.osl,
+                    budget_mb=self.grid_budgets(), strategy=self.strategies, free_gib=self.free_gib,
+                    shared_prefix=self.shared_prefix, max_num_batched_tokens=self.max_num_batched_tokens,
+                    long_prefill_token_threshold=self.long_prefill_token_threshold,
+                    deepgemm_version=self.deepgemm_version, engine=self.engine)
+        return Grid(**{**axes, **changes})
+
+    def checks(self):
+        yield from super().checks()
+        yield "grid", lambda: self.grid()
 
 
-_KIND_WORDS = {"int": "a whole number", "number": "a number", "str": "a string",
-               "str?": "a string or null",
-               "bool": "true or false", "ints": "a non-empty list of whole numbers",
-               "ints?": "a non-empty list of whole numbers, or null",
-               "numbers": "a non-empty list of numbers", "strs": "a non-empty list of strings"}
+class FrontierParameters(GridParameters):
+    notebook = "01_oom_frontier"
 
+    budget_mb: list[Number]
+    mode: Literal["model", "trace", "measure"]  # measure needs a CUDA GPU
+    backend: str  # kernels backend for trace / measure
+    workload_source: Literal["simulator", "vllm"]
+    engines: list[str]  # engine releases compared on the field's deployments
+    long_concurrency: list[int]
+    long_isl: list[int] | None  # None: 131,072 and the model's max_model_len
+    long_budget_mb: list[Number]
+    executor: Literal["local", "ray"]  # where the frontier grid runs
+    ray_address: str | None  # None: a new local instance; "auto"; "ray://HOST:PORT"
+    dashboard: bool
 
-def check_one(notebook: str, name: str, value) -> None:
-    spec = SPECS[notebook]
-    where = f"{notebook}.ipynb parameter {name!r}"
-    if name not in spec:
-        raise ParameterError(f"{where}: unknown name (known: {', '.join(sorted(spec))})")
-    kind, rule = spec[name]
-    if not _kind_ok(kind, value):
-        raise ParameterError(f"{where} = {value!r}: must be {_KIND_WORDS[kind]}")
-    values = value if isinstance(value, (list, tuple)) else [value]
-    if kind in ("number", "numbers") and not all(math.isfinite(v) for v in values):
-        raise ParameterError(f"{where} = {value!r}: must be a finite number")
-    for v in values:
-        if v is None and kind in ("str?", "ints?"):
-            continue
-        if isinstance(rule, tuple) and v not in rule:
-            raise ParameterError(f"{where} = {v!r}: must be one of {', '.join(rule)}")
-        if rule == "engine release":
+    def grid(self, **changes) -> Grid:
+        return super().grid(workload_source=self.workload_source, **changes)
+
+    def long_grid(self) -> Grid:
+        """Long contexts (to the model's max_model_len): free memory x budget."""
+        isl = self.long_isl or Grid(model=self.model).isl[-2:]
+        return self.grid(concurrency=self.long_concurrency, isl=isl, budget_mb=self.long_budget_mb,
+                         shared_prefix=0)
+
+    def dashboard_grid(self, strategy: str) -> Grid:
+        """The dashboard's axes; its ISL axis follows the model picked where ``isl`` is None."""
+        return self.grid(strategy=(strategy,))
+
+    def checks(self):
+        yield from super().checks()
+        for i, _ in enumerate(self.engines):
+            yield "engines", lambda i=i: get_engine(self.engines[i])
+        yield "long_grid", lambda: self.long_grid()
+        yield "ray_address", lambda: self._check_executor()
+
+    def _check_executor(self) -> None:
+        on_ray = self.executor == "ray"
+        if on_ray and self.mode == "trace":
+            raise BadValue("executor", "executor 'ray' runs model and measure sweeps; mode 'trace' runs locally")
+        if on_ray and importlib.util.find_spec("ray") is None:
+            raise BadValue("executor", 'executor \'ray\' needs Ray, not installed here (pip install -e ".[cluster]")')
+        if self.ray_address is not None:
             try:
-                get_engine(v)
-            except ValueError as e:  # its message lists every known release, compactly
-                raise ParameterError(f"{where} = {v!r}: {e}") from None
-        if rule == "ray address":
-            try:
-                host_port(v)
+                host_port(self.ray_address)
             except ValueError:
-                raise ParameterError(f"{where} = {v!r}: must be null (a new local instance), 'auto' "
-                                     "(this machine's cluster), 'ray://HOST:PORT' or 'HOST:PORT'") from None
-        if rule == ">0" and not v > 0:
-            raise ParameterError(f"{where} = {v!r}: must be > 0")
-        if rule == ">=0" and not v >= 0:
-            raise ParameterError(f"{where} = {v!r}: must be >= 0")
+                raise BadValue("ray_address", f"ray_address {self.ray_address!r}: must be null (a new local "
+                                              "instance), 'auto' (this machine's cluster), 'ray://HOST:PORT' or "
+                                              "'HOST:PORT'") from None
+            if not on_ray:
+                raise BadValue("ray_address", f"ray_address {self.ray_address!r} is used only with executor 'ray'")
+        # on Ray the cluster's GPUs measure (sweep.run checks it has one), not this machine's
+        if self.mode == "measure" and not on_ray:
+            import torch
+
+            if not torch.cuda.is_available():
+                raise BadValue("mode", "mode 'measure' needs a CUDA GPU and torch sees none here (use 'model' "
+                                       "or 'trace')")
+
+    renamed = {**GridParameters.renamed, "long_grid.concurrency": "long_concurrency", "long_grid.isl": "long_isl",
+               "long_grid.budget_mb": "long_budget_mb", "long_grid.strategy": "strategies", "engines.engine": "engines"}
 
 
-def check_values(notebook: str, values: dict) -> dict:
-    """Check a dict of parameters (the runner's YAML); return it unchanged."""
-    if notebook not in SPECS:
-        raise ParameterError(f"unknown notebook {notebook!r}: must be one of {', '.join(SPECS)}")
-    for name, value in values.items():
-        check_one(notebook, name, value)
-    check_together(notebook, values)
-    return values
+class OverheadParameters(Parameters):
+    notebook = "02_chunk_overhead"
+
+    budget_mb: list[Number]
+    strategies: list[str]
+    max_overhead: Number  # a budget "stops paying" when chunking costs more than this
+
+    renamed = {"strategy": "strategies"}
+
+    def checks(self):
+        yield from super().checks()
+        for i, _ in enumerate(self.budget_mb):
+            yield "budget_mb", lambda i=i: budget_bytes_from_mb(self.budget_mb[i])
+        for i, _ in enumerate(self.strategies):
+            yield "strategies", lambda i=i: get_strategy(self.strategies[i]).runs_under(self.settings())
+        yield "max_overhead", lambda: positive("max_overhead", self.max_overhead)
 
 
-def check_together(notebook: str, values: dict) -> None:
-    """Values that are each fine but impossible together (or on this machine)."""
+class StrategiesParameters(GridParameters):
+    notebook = "03_strategies"
+
+    budget: Number  # MiB, the logits budget every budgeted strategy gets
+
+    renamed = {**GridParameters.renamed, "budget_mb": "budget"}
+
+    def grid_budgets(self) -> list[Number]:
+        return [self.budget]
+
+
+class BeyondParameters(GridParameters):
+    notebook = "04_beyond"
+
+    budget_mb: list[Number]
+    prompt_len: int  # one long prompt, prefilled step_tokens at a time
+    step_tokens: int
+    reserved_budget_mb: list[Number]
+    policy_free_start_gib: Number
+    policy_free_end_gib: Number
+    policy_steps: int
+    auto_budgets_mb: list[Number]
+    widgets: bool
+
+    def checks(self):
+        yield from super().checks()
+        yield "prompt_len", lambda: check_int("prompt_len", self.prompt_len, 1)
+        yield "step_tokens", lambda: check_int("step_tokens", self.step_tokens, 1)
+        yield "policy_steps", lambda: check_int("policy_steps", self.policy_steps, 1)
+        for name in ("reserved_budget_mb", "auto_budgets_mb"):
+            for value in getattr(self, name):
+                yield name, lambda value=value: budget_bytes_from_mb(value)
+        for name in ("policy_free_start_gib", "policy_free_end_gib"):
+            yield name, lambda name=name: positive(name, getattr(self, name))
+
+
+def positive(name: str, value: Number) -> None:
+    if not 0 < value < float("inf"):
+        raise BadValue(name, f"{name} {value!r}: must be a finite number > 0")
+
+
+NOTEBOOK_PARAMETERS: dict[str, type[Parameters]] = {
+    cls.notebook: cls for cls in (FrontierParameters, OverheadParameters, StrategiesParameters, BeyondParameters)}
+
+
+def names(notebook: str) -> tuple[str, ...]:
+    """The parameters a notebook takes."""
+    return tuple(_notebook(notebook).model_fields)
+
+
+def notebook_defaults(notebook: str) -> dict:
+    """The literal values of a notebook's ``parameters`` cell (its defaults)."""
+    nb = json.loads((NOTEBOOKS / f"{notebook}.ipynb").read_text())
+    cell = next(c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", []))
+    defaults = {}
+    for node in ast.parse("".join(cell["source"])).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            try:
+                defaults[node.targets[0].id] = ast.literal_eval(node.value)
+            except ValueError:
+                pass
+    return defaults
+
+
+def check_values(notebook: str, values: dict, complete: bool = False) -> Parameters:
+    """The notebook's parameters from ``values`` (the others: its parameters cell's, unless
+    ``complete``), checked: ParameterError with one line for the first bad one."""
+    cls = _notebook(notebook)
     where = f"{notebook}.ipynb parameter"
-    for name in ("isl", "long_isl"):
-        if values.get(name) is not None and "model" in values:
-            limit = MODELS[values["model"]].max_model_len
-            too_long = [i for i in values[name] if i > limit]
-            if too_long:
-                raise ParameterError(f"{where} {name!r} = {too_long[0]!r}: longer than "
-                                     f"{values['model']}'s max_model_len {limit}")
-    isl = values.get("isl")
-    if isl is None and "model" in values:
-        from ..study.frontier import default_isl
-
-        isl = default_isl(values["model"])
-    if "shared_prefix" in values and isl is not None and values["shared_prefix"] > max(isl):
-        raise ParameterError(f"{where} 'shared_prefix' = {values['shared_prefix']!r}: longer than "
-                             f"every isl (at most {max(isl)}), so no point is left")
-    on_ray = values.get("executor") == "ray"
-    if on_ray and values.get("mode") == "trace":
-        raise ParameterError(f"{where} 'executor' = 'ray': runs model and measure sweeps; "
-                             "mode 'trace' runs locally")
-    if on_ray and importlib.util.find_spec("ray") is None:
-        raise ParameterError(f"{where} 'executor' = 'ray': needs Ray, not installed here "
-                             '(pip install -e ".[cluster]")')
-    if values.get("ray_address") is not None and not on_ray:
-        raise ParameterError(f"{where} 'ray_address' = {values['ray_address']!r}: used only "
-                             "with executor 'ray'")
-    # on Ray the cluster's GPUs measure (sweep.run checks it has one), not this machine's
-    if values.get("mode") == "measure" and not on_ray:
-        import torch
-
-        if not torch.cuda.is_available():
-            raise ParameterError(f"{where} 'mode' = 'measure': needs a CUDA GPU and torch sees "
-                                 "none here (use 'model' or 'trace')")
-
-
-def check(notebook: str, namespace: dict, before: set) -> dict:
-    """Check the names a notebook's parameters cell (and papermill's injected cell)
-    defined: every name in ``namespace`` that was not in ``before``."""
-    values = {k: v for k, v in namespace.items() if k not in before and not k.startswith("_")}
-    check_values(notebook, values)
-    missing = sorted(set(SPECS[notebook]) - set(values))
+    unknown = [k for k in values if k not in cls.model_fields]
+    if unknown:
+        raise ParameterError(f"{where} {unknown[0]!r}: unknown name (known: {', '.join(sorted(cls.model_fields))})")
+    full = values if complete else {**notebook_defaults(notebook), **values}
+    missing = [k for k in cls.model_fields if k not in full]
     if missing:
         raise ParameterError(f"{notebook}.ipynb: parameters cell lacks {', '.join(missing)}")
-    return values
+    try:
+        params = cls(**{k: full[k] for k in cls.model_fields})
+    except ValidationError as e:
+        error = e.errors()[0]
+        name = error["loc"][0]
+        raise ParameterError(f"{where} {name!r} = {full[name]!r}: {error['msg']}") from None
+    for checked, check in params.checks():
+        try:
+            check()
+        except BadValue as e:
+            name = cls.renamed.get(f"{checked}.{e.name}") or cls.renamed.get(e.name) or e.name
+            name = name if name in cls.model_fields else checked
+            raise ParameterError(f"{where} {name!r}: {e}") from None
+    return params
+
+
+def check(notebook: str, namespace: dict, before: set) -> Parameters:
+    """Check the names a notebook's parameters cell (and papermill's injected cell) defined:
+    every name in ``namespace`` that was not in ``before``."""
+    values = {k: v for k, v in namespace.items() if k not in before and not k.startswith("_")}
+    return check_values(notebook, values, complete=True)
+
+
+def _notebook(notebook: str) -> type[Parameters]:
+    if notebook not in NOTEBOOK_PARAMETERS:
+        raise ParameterError(f"unknown notebook {notebook!r}: must be one of {', '.join(NOTEBOOK_PARAMETERS)}")
+    return NOTEBOOK_PARAMETERS[notebook]
 
 
 class ParameterHandler:
-    """Used in a notebook: ``P = ParameterHandler(globals())`` before the parameters
-    cell, ``params = P.check("01_oom_frontier", globals())`` after it."""
+    """Used in a notebook: ``P = ParameterHandler(globals())`` before the parameters cell,
+    ``params = P.check("01_oom_frontier", globals())`` after it."""
 
     def __init__(self, namespace: dict):
         self.before = set(namespace) | {"P"}
 
-    def check(self, notebook: str, namespace: dict) -> dict:
+    def check(self, notebook: str, namespace: dict) -> Parameters:
         try:
             return check(notebook, namespace, self.before)
         except ParameterError as e:

@@ -19,6 +19,8 @@ from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from ..plan import BASELINE, NO_BUDGET, get_strategy
+
 CMAP = "cividis"
 GIB = 2**30
 # how each mode is drawn: line style, marker fill, legend word
@@ -46,7 +48,7 @@ def _modes_word(frame) -> str:
 
 
 def _budget_label(strategy: str, budget_mb: float | None) -> str:
-    if strategy == "n-only":
+    if get_strategy(strategy).budget_source(None) == NO_BUDGET:
         return "no budget"
     if budget_mb is None or budget_mb != budget_mb:  # an engine's chunker without a grid budget
         return "no grid budget"
@@ -205,7 +207,7 @@ def frontier_curves(frame, strategy: str = "vllm", budgets_mb=None,
     fig = Figure(figsize=(7.5, 4.8), layout="constrained")
     ax = fig.subplots()
     isls = sorted(data["isl"].unique())
-    curves = [("n-only", None)] if "n-only" in set(data["strategy"]) else []
+    curves = [(BASELINE, None)] if BASELINE in set(data["strategy"]) else []
     budgets = budgets_mb if budgets_mb is not None else sorted(data["budget_mb"].dropna().unique())
     curves += [(strategy, b) for b in budgets]
     colours = _strategy_colours(curves)  # one colour per (strategy, budget) curve

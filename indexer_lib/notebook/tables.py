@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 
 from ..memory import memory_report
-from ..plan import plan_at
+from ..plan import BASELINE, PlanSettings, plan_at
 from ..shapes import GIB, free_bytes_from_gib
 from ..study.timemodel import plan_features
 
@@ -55,7 +55,7 @@ def frontier_sentence(frame, budget_mb: float = 512, strategy: str = "vllm") -> 
             first = budgeted[budgeted["oom"]].sort_values(["concurrency", "isl"]).iloc[0]
             parts.append(f"`{strategy}` at {budget_mb:g} MiB first OOMs at concurrency "
                          f"{first['concurrency']} x ISL {_k(first['isl'])};")
-    unbudgeted = data[data["strategy"] == "n-only"]
+    unbudgeted = data[data["strategy"] == BASELINE]
     if len(unbudgeted):
         oom = unbudgeted[unbudgeted["oom"]].sort_values(["concurrency", "isl"])
         if len(oom):
@@ -67,17 +67,16 @@ def frontier_sentence(frame, budget_mb: float = 512, strategy: str = "vllm") -> 
     return " ".join(parts)
 
 
-def step_strategy_table(steps: dict, strategies, budget_mb: float, model: str,
-                        deepgemm_version: str | None = None, free_gib: float | None = None,
-                        engine=None):
-    """Strategies side by side on the same steps (modelled): peak incl. padding,
-    allocated vs useful logits, chunks, gathers; on ``engine`` (a release) where given."""
+def step_strategy_table(steps: dict, strategies, budget_mb: float, settings: PlanSettings,
+                        free_gib: float | None = None):
+    """Strategies side by side on the same steps (modelled): peak incl. padding (the settings'
+    temporaries), allocated vs useful logits, chunks, gathers."""
     import pandas as pd
 
     rows = []
     for name, batch in steps.items():
         for s in strategies:
-            plan = plan_at(batch, s, budget_mb, model, engine, deepgemm_version)
+            plan = plan_at(batch, s, budget_mb, settings)
             f = plan_features(plan)
             peak = memory_report(plan).peak_transient
             rows.append({
@@ -116,7 +115,7 @@ def budget_payoff(table, free_gib: float, max_overhead: float):
     free = free_bytes_from_gib(free_gib)
     rows = []
     for (step, strategy), g in table.groupby(["step", "strategy"], sort=False):
-        if strategy == "n-only":
+        if strategy == BASELINE:
             continue
         g = g.sort_values("budget_mb")
         fitting = g[g["peak_transient_bytes"] <= free]
@@ -156,8 +155,8 @@ def measured_overhead(rows):
 
     out = []
     for (model, conc, isl), g in rows.groupby(["model", "concurrency", "isl"]):
-        base = g[g["strategy"] == "n-only"]["time_ms"]
-        base_model = g[g["strategy"] == "n-only"]["model_time_ms"]
+        base = g[g["strategy"] == BASELINE]["time_ms"]
+        base_model = g[g["strategy"] == BASELINE]["model_time_ms"]
         if base.empty:
             continue
         step = f"{model} c{conc} x ISL {_k(int(isl))} (worst step)"

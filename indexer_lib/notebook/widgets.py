@@ -7,45 +7,50 @@ data behind them, so tests need no browser.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import ipywidgets as w
 
 from .live_candidates import LiveCandidates
 from .live_heatmap import LiveHeatmap
-from ..engines import DEFAULT_ENGINE, engine_names, get_engine
-from ..study import frontier, sweep
-from ..study.collector import young_only
-from ..plan import ALL_STRATEGIES
+from ..engines import engine_names, get_engine
+from ..fast import young_only
+from ..plan import STRATEGIES
 from ..shapes import MODELS
+from ..study import frontier, sweep
+from ..study.grid import NO_BUDGET_MB, Grid
 
 
 class FrontierDashboard:
     """The OOM frontier over concurrency x ISL for one model, engine release, budget and
-    strategy, with sliders for free memory and the scheduler settings (modelled)."""
+    strategy, with sliders for free memory and the scheduler settings (modelled).
+
+    ``grid``: the axes (concurrency x ISL) and the settings that stay fixed (OSL, the
+    long-prefill threshold, the DeepGEMM what-if, the workload source, the temporaries); its
+    first model, engine, strategy, free memory, max_num_batched_tokens and shared prefix start
+    the controls, and ``budget_mb`` the budget's.  Where its ISL axis is the model's default
+    (2,048 up to its max_model_len), the axis follows the model picked."""
 
     BUDGETS = (32, 64, 128, 256, 512, 1024, 2048, 4096)
     TOKENS = (2048, 4096, 8192, 16384, 32768)
 
-    def __init__(self, concurrency=(1, 4, 8, 16, 24, 32, 48, 64), isl=None, model="glm-5", free_gib=2.63,
-                 budget_mb=512, strategy="vllm", max_num_batched_tokens=8192, shared_prefix=0,
-                 osl=64, long_prefill_token_threshold=256, deepgemm_version=None,
-                 workload_source="simulator", engine=DEFAULT_ENGINE):
-        # isl None: the axis follows the model, 2,048 up to its max_model_len (frontier.default_isl)
-        self.isl_given = None if isl is None else tuple(isl)
-        self.concurrency, self.isl = tuple(concurrency), self.isl_axis(model)
-        self.fixed = {"osl": (osl,), "long_prefill_token_threshold": (long_prefill_token_threshold,),
-                      "deepgemm_version": deepgemm_version, "workload_source": workload_source}
+    def __init__(self, grid: Grid = Grid(strategy=("vllm",)), budget_mb: float = 512):
+        self.grid = grid
+        self.isl_given = None if grid.isl == frontier.default_isl(grid.model) else grid.isl
+        self.concurrency, self.isl = grid.concurrency, self.isl_axis(grid.model)
+        model, strategy, free_gib = grid.model, grid.strategy[0], grid.free_gib[0]
+        max_num_batched_tokens, shared_prefix = grid.max_num_batched_tokens[0], grid.shared_prefix[0]
         budgets = sorted(set(self.BUDGETS) | {budget_mb})
         tokens = sorted(set(self.TOKENS) | {max_num_batched_tokens})
         style = {"description_width": "initial"}
         self.controls = {
             "model": w.Dropdown(options=sorted(MODELS), value=model, description="model"),
-            "engine": w.Dropdown(options=engine_names(), value=get_engine(engine).name,
-                                 description="engine"),
+            "engine": w.Dropdown(options=engine_names(), value=grid.engine[0], description="engine"),
             "free_gib": w.FloatSlider(value=free_gib, min=0.25, max=40.0, step=0.01,
                                       description="free GiB", style=style),
             "budget_mb": w.SelectionSlider(options=budgets, value=budget_mb,
                                            description="budget (MiB)", style=style),
-            "strategy": w.Dropdown(options=list(ALL_STRATEGIES), value=strategy,
+            "strategy": w.Dropdown(options=list(STRATEGIES), value=strategy,
                                    description="strategy"),
             "max_num_batched_tokens": w.SelectionSlider(
                 options=tokens, value=max_num_batched_tokens,
@@ -78,18 +83,17 @@ class FrontierDashboard:
         (except SGLang's own chunker's): a free-GiB move only re-reads the planned rows
         (``sweep.at_free_memory``), and the last settings planned are kept."""
         free = round(state["free_gib"], 4)
-        ignored = {"free_gib"} if frontier.reads_budget_mb(state["engine"], state["strategy"]) else \
-            {"free_gib", "budget_mb"}  # n-only's rows are the same at every budget
+        grid = replace(self.grid, model=state["model"], isl=self.isl, budget_mb=(state["budget_mb"],),
+                       strategy=(state["strategy"],), free_gib=(free,), shared_prefix=(state["shared_prefix"],),
+                       max_num_batched_tokens=(state["max_num_batched_tokens"],), engine=(state["engine"],))
+        reads_budget = grid.budgets(state["engine"], state["strategy"]) != (NO_BUDGET_MB,)
+        # a strategy that reads no budget has the same rows at every budget
+        ignored = {"free_gib"} if reads_budget else {"free_gib", "budget_mb"}
         key = tuple((k, v) for k, v in sorted(state.items()) if k not in ignored)
-        if frontier.measured_budget(state["engine"], state["strategy"]):
+        if grid.measures_budget(state["engine"], state["strategy"]):
             key += (("free_gib", free),)  # its budget moves with the free memory
         frame = self.planned.get(key)
         if frame is None:
-            grid = sweep.SweepGrid(
-                model=(state["model"],), concurrency=self.concurrency, isl=self.isl,
-                budget_mb=(state["budget_mb"],), strategy=(state["strategy"],), free_gib=(free,),
-                shared_prefix=(state["shared_prefix"],), max_num_batched_tokens=(state["max_num_batched_tokens"],),
-                engine=(state["engine"],), **self.fixed)
             frame = sweep.to_frame(list(sweep.model_rows(grid)))
             self.planned[key] = frame
             while len(self.planned) > self.PLANNED:

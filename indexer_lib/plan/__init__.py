@@ -1,22 +1,26 @@
 """Layer 3, the plan: how one step batch is split into chunks, as plain data.
 
+- ``settings``: ``PlanSettings``, what a plan runs under (model, engine release, DeepGEMM
+  what-if, padding, workspace, temporaries), checked once and hashable;
+- ``strategies``: the strategies as objects in one registry (``get_strategy``,
+  ``strategy_names``), each with its options and one ``split`` signature;
+- ``budgeting``: how a planner counts an allocation against the budget;
+- ``packing``: greedy packing and the cuts of a request that alone breaks a limit;
+- ``builders``: where a strategy records its chunks;
 - ``chunks``: ``Chunk`` and ``Plan`` records, the runs of rows per request;
-- ``strategies``: the strategies (``n-only``, ``vllm``, ``per-request``, ``causal``,
-  ``kv-split``, ``fixed-shape``, and ``engine``: an engine release's own chunker), the
-  budget counting, and ``make_plan`` (on an engine release's DeepGEMM and workspace
-  with ``engine=``), and ``plan_shapes`` (the same plan as chunk count and shapes;
-  ``ShapePlanner`` for many steps and budgets with one set of settings);
-- ``builders``: where a strategy records its chunks (each one, or their shapes).
+- ``make``: ``make_plan``.
 """
+from .budgeting import Budgeting
+from .builders import ChunkBuilder, Piece, Slice, Slicing
 from .chunks import Chunk, Plan, Run, chunk_runs, merged_chunks
-from .strategies import (ALL_STRATEGIES, BEYOND_STRATEGIES, ENGINE_STRATEGIES, FIELD_STRATEGIES, KV_SPLIT_ALIGN,
-                         SHAPE_STRATEGIES, STRATEGIES, Budgeting, PlanShapes, ShapePlanner, StepShapes,
-                         asked_deepgemm, check_layout,
-                         check_strategy, make_plan, plan_at, plan_shapes, runs_on, strategy_budget_bytes)
+from .make import make_plan, plan_at, start_plan
+from .packing import KV_SPLIT_ALIGN
+from .settings import TEMPORARIES, PlanSettings
+from .strategies import (BASELINE, GIVEN_BUDGET, MEASURED_BUDGET, NO_BUDGET, STRATEGIES, Strategy, get_strategy,
+                         strategy_names)
 
 __all__ = [
-    "Chunk", "Plan", "Run", "chunk_runs", "merged_chunks",
-    "ALL_STRATEGIES", "BEYOND_STRATEGIES", "ENGINE_STRATEGIES", "FIELD_STRATEGIES", "KV_SPLIT_ALIGN", "SHAPE_STRATEGIES",
-    "STRATEGIES", "Budgeting", "PlanShapes", "ShapePlanner", "StepShapes", "asked_deepgemm", "check_layout",
-    "check_strategy", "make_plan", "plan_at", "plan_shapes", "runs_on", "strategy_budget_bytes",
+    "Budgeting", "ChunkBuilder", "Piece", "Slice", "Slicing", "Chunk", "Plan", "Run", "chunk_runs",
+    "merged_chunks", "make_plan", "plan_at", "start_plan", "KV_SPLIT_ALIGN", "TEMPORARIES", "PlanSettings",
+    "BASELINE", "GIVEN_BUDGET", "MEASURED_BUDGET", "NO_BUDGET", "STRATEGIES", "Strategy", "get_strategy", "strategy_names",
 ]

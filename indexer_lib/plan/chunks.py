@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import NamedTuple
 
 from ..workload import StepBatch
+from .settings import PlanSettings
 
 
 @dataclass(frozen=True)
@@ -55,19 +56,41 @@ class Chunk:
 class Plan:
     strategy: str
     batch: StepBatch
-    model: str
-    deepgemm_version: str
-    padded: bool  # budgets counted with DeepGEMM's padding (False: vLLM's M x N x 4)
+    settings: PlanSettings  # as the strategy runs them: its DeepGEMM build and budget arithmetic
     budget_bytes: int | None  # None: no logits budget (n-only)
     workspace_tokens: int
     chunks: tuple[Chunk, ...]
     # the same chunks come out for any budget b with low <= b < high (high None: no limit)
     budget_stable: tuple[int, int | None] = (0, None)
-    engine: str | None = None  # the engine release planned on (``vllm==0.33.0``), if any
-    # the engine's K workspace: reserved once ("persistent") or allocated per "chunk" or "call"
-    workspace_lifetime: str = "persistent"
-    topk_output: str = "persistent"  # the top-k output buffer: with the model, or per "call"
     logits_alive: int = 1  # 2: a chunk's logits live until the next chunk's are allocated
+
+    @property
+    def model(self) -> str:
+        return self.settings.model
+
+    @property
+    def deepgemm_version(self) -> str:
+        return self.settings.deepgemm
+
+    @property
+    def padded(self) -> bool:
+        """Budgets counted with DeepGEMM's padding (False: vLLM's M x N x 4)."""
+        return self.settings.padded
+
+    @property
+    def engine(self) -> str | None:
+        """The engine release planned on (``vllm==0.33.0``), if any."""
+        return self.settings.engine
+
+    @property
+    def workspace_lifetime(self) -> str:
+        """The engine's K workspace: reserved once ("persistent") or allocated per "chunk" or "call"."""
+        return self.settings.workspace_lifetime
+
+    @property
+    def topk_output(self) -> str:
+        """The top-k output buffer: with the model ("persistent"), or per "call"."""
+        return self.settings.topk_output
 
     @property
     def num_chunks(self) -> int:
@@ -80,17 +103,6 @@ class Plan:
     @property
     def over_budget(self) -> bool:
         return any(c.over_budget for c in self.chunks)
-
-
-def made_fast(cls, **fields):
-    """A frozen dataclass record made without its generated ``__init__`` (one dict update instead
-    of a setattr per field): for the plans a frontier makes by the hundred thousand.  Every field
-    must be given (no defaults are filled in) and the class must have no ``__post_init__``."""
-    if len(fields) != len(cls.__dataclass_fields__):
-        raise TypeError(f"{cls.__name__}: give every field ({', '.join(cls.__dataclass_fields__)})")
-    record = object.__new__(cls)
-    record.__dict__.update(fields)
-    return record
 
 
 def merged_chunks(chunks) -> list[bool]:

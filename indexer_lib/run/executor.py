@@ -37,6 +37,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -190,6 +191,7 @@ def execute(plan: Plan, inputs: IndexerInputs, backend="reference", device=None,
     persistent = (0 if per_chunk else workspace.nbytes) + out.untyped_storage().nbytes()
     result = ExecutionResult(out, rows, k, 0 if per_chunk else tokens, persistent, str(device), backend.name)
     group = _RunningTopk()
+    call = _Call(plan, inputs, backend, out, k)
     held = [] if plan.logits_alive > 1 else None  # the previous chunk's logits, where the engine keeps them
     for i, chunk in enumerate(plan.chunks):
         if observer is not None:
@@ -199,9 +201,8 @@ def execute(plan: Plan, inputs: IndexerInputs, backend="reference", device=None,
         _sync(device)
         t0 = time.perf_counter()
         last = i + 1 == len(plan.chunks) or _rows_of(plan.chunks[i + 1]) != _rows_of(chunk)
-        run = _run_chunk(i, plan, chunk, inputs, backend,
-                         _Workspace(_span(chunk), model.head_dim, device) if per_chunk else workspace,
-                         out, k, group if merged[i] else None, last, held)
+        run = _run_chunk(call, i, chunk, _Workspace(_span(chunk), model.head_dim, device) if per_chunk else workspace,
+                         group if merged[i] else None, last, held)
         _sync(device)
         run.seconds = time.perf_counter() - t0
         if device.type == "cuda":
@@ -256,12 +257,22 @@ class _RunningTopk:
         self.values: torch.Tensor | None = None
 
 
-def _run_chunk(i: int, plan: Plan, chunk: Chunk, inputs: IndexerInputs, backend: Backend,
-               workspace: _Workspace, out: torch.Tensor, k: int, group: _RunningTopk | None = None,
+class _Call(NamedTuple):
+    """What every chunk of one indexer call shares."""
+
+    plan: Plan
+    inputs: IndexerInputs
+    backend: Backend
+    out: torch.Tensor  # the top-k output buffer
+    k: int
+
+
+def _run_chunk(call: _Call, i: int, chunk: Chunk, workspace: _Workspace, group: _RunningTopk | None = None,
                last: bool = True, held: list | None = None) -> ChunkRun:
     """One chunk; every tensor it makes is a local, freed when it returns (the running
     values of a column group live until the group's last chunk; with ``held``, the
     logits live until the next chunk's logits are allocated)."""
+    plan, inputs, backend, out, k = call
     device = out.device
     t0, t1 = chunk.token_start, chunk.token_end
     if group is not None and group.rows != (t0, t1):

@@ -12,9 +12,8 @@ from dataclasses import dataclass, replace
 from ..engines import SGLANG_MEM_FRACTION_STATIC, get_engine, process_budget
 from .frontier import Schedule, prefill_batches
 from ..memory import memory_report
-from ..padding import DEFAULT_DEEPGEMM_VERSION
-from ..plan import STRATEGIES, make_plan, runs_on
-from ..shapes import MIB, budget_bytes_from_mb, free_bytes_from_gib, get_gpu, get_model
+from ..plan import GIVEN_BUDGET, PlanSettings, get_strategy, make_plan, strategy_names
+from ..shapes import MIB, budget_bytes_from_mb, free_bytes_from_gib, get_gpu
 from .timemodel import TimeModel, plan_features
 from ..workload import ClosedLoopWorkload, SchedulerConfig
 
@@ -37,7 +36,7 @@ class Candidate:
 
     @property
     def label(self) -> str:
-        if self.strategy == "engine":
+        if get_strategy(self.strategy).own_build:
             knob = "its default" if self.setting is None else f"{get_engine(self.engine).budget_env}={self.setting:g}"
             return f"{self.engine} at {knob}"
         return f"{self.strategy} at {self.budget_mb:g} MiB" + (f" on {self.engine}" if self.engine else "")
@@ -58,14 +57,15 @@ class Recommendation:
     @property
     def deploy_line(self) -> str:
         b = self.best
-        if b.strategy == "engine":
+        strategy = get_strategy(b.strategy)
+        if strategy.own_build:
             engine = get_engine(b.engine)
             if b.setting is None:
                 return f"{engine.name}: no logits budget to set (upgrade to a release with one to bound it)"
             return engine.deploy_line(b.setting)
-        vllm_knob = b.engine is None or get_engine(b.engine).budget_env == "VLLM_SPARSE_INDEXER_MAX_LOGITS_MB"
-        if b.strategy == "vllm" and not b.padded and vllm_knob:
-            return f"VLLM_SPARSE_INDEXER_MAX_LOGITS_MB={b.budget_mb:g}"
+        knob = strategy.deployed_by
+        if knob is not None and not b.padded and (b.engine is None or get_engine(b.engine).budget_env == knob):
+            return f"{knob}={b.budget_mb:g}"
         on = f" on {b.engine}" if b.engine else ""
         return (f"indexer-lab strategy={b.strategy} budget_mb={b.budget_mb:g} "
                 f"({'padded' if b.padded else 'unpadded'} logits budget){on}")
@@ -78,75 +78,71 @@ class Recommendation:
                 f"(margin {self.margin_bytes / MIB:.0f} MiB) [{self.time_source}]")
 
 
-def recommend(
-    workloads: list[ClosedLoopWorkload],
-    free_gib: float,
-    model: str = "glm-5",
-    scheduler: SchedulerConfig | None = None,
-    strategies: tuple[str, ...] | None = None,
-    budgets_mb: tuple[float, ...] = DEFAULT_BUDGETS_MB,
-    deepgemm_version: str | None = None,
-    time_model: TimeModel | None = None,
-    schedules: list[Schedule] | None = None,
-    engine=None,
-    mem_fraction_static: float | None = SGLANG_MEM_FRACTION_STATIC,
-) -> Recommendation:
-    """Evaluate every strategy x budget over the workload mix; pick the fastest that fits.
+DEFAULT_SETTINGS = PlanSettings("glm-5", "vllm", temporaries="deepgemm")
 
-    ``vllm`` is evaluated as vLLM deploys it (unpadded budget arithmetic), so its
-    recommendation is a value for VLLM_SPARSE_INDEXER_MAX_LOGITS_MB; the other
-    strategies budget with DeepGEMM's padding.  ``engine`` (``vllm==0.19.0``,
-    ``sglang==0.5.23``): the release's own chunker at each value of its own knob
-    (``engine_candidates``), and ``strategies`` on its DeepGEMM and workspace.
+
+def recommend(mix: list[ClosedLoopWorkload] | list[Schedule], free_gib: float,
+              settings: PlanSettings = DEFAULT_SETTINGS, scheduler: SchedulerConfig | None = None,
+              strategies: tuple[str, ...] | None = None, budgets_mb: tuple[float, ...] = DEFAULT_BUDGETS_MB,
+              time_model: TimeModel | None = None,
+              mem_fraction_static: float | None = SGLANG_MEM_FRACTION_STATIC) -> Recommendation:
+    """Evaluate every strategy x budget over the workload mix (workloads run on ``scheduler``, or
+    their schedules); pick the fastest that fits.
+
+    On an engine release (``settings.engine``): the release's own chunker at each value of its
+    own knob (``engine_candidates``), and ``strategies`` on its DeepGEMM and workspace.  Without
+    one: every budgeted strategy of the project (or ``strategies``).  A strategy an engine deploys
+    through a knob of its own (``vllm``: ``VLLM_SPARSE_INDEXER_MAX_LOGITS_MB``) is evaluated as
+    deployed, with the engine's unpadded arithmetic; the others budget with DeepGEMM's padding.
     """
-    get_model(model)
-    if not workloads and not schedules:
+    if not mix:
         raise ValueError("no workloads: auto needs at least one workload in the mix")
     free_bytes_from_gib(free_gib)  # a bad value fails before any work
     tm = time_model or TimeModel.from_data()
     if scheduler is None:
-        scheduler = SchedulerConfig(block_size=get_model(model).kv_block)
-    if schedules is None:
-        schedules = [Schedule(prefill_batches(w, scheduler)) for w in workloads]
-    if engine is None:
-        candidates = evaluate_candidates(schedules, model, strategies, budgets_mb, deepgemm_version, tm)
+        scheduler = SchedulerConfig(block_size=settings.preset.kv_block)
+    schedules = [m if isinstance(m, Schedule) else Schedule(prefill_batches(m, scheduler)) for m in mix]
+    if settings.engine is None:
+        candidates = evaluate_candidates(schedules, settings, strategies, budgets_mb, tm)
     else:
-        candidates = engine_candidates(schedules, engine, free_bytes_from_gib(free_gib), model, budgets_mb,
-                                       DEFAULT_FRACTIONS, tm, mem_fraction_static=mem_fraction_static)
+        candidates = engine_candidates(schedules, settings, free_bytes_from_gib(free_gib), budgets_mb,
+                                       DEFAULT_FRACTIONS, tm, mem_fraction_static)
         if strategies:
-            candidates += evaluate_candidates(schedules, model, strategies, budgets_mb, deepgemm_version, tm,
-                                              engine=engine)
+            candidates += evaluate_candidates(schedules, settings, strategies, budgets_mb, tm)
     return choose(candidates, free_gib, tm.source)
 
 
-def evaluate_candidates(schedules: list[Schedule], model: str = "glm-5",
+def budgeted_strategies(settings: PlanSettings) -> tuple[str, ...]:
+    """The project's strategies that read a budget and whose layout the settings' build has."""
+    out = []
+    for name in strategy_names("field", "beyond"):
+        strategy = get_strategy(name)
+        if strategy.budget_source(None) == GIVEN_BUDGET and (settings.rules.full_width or not strategy.needs_full_layout):
+            out.append(name)
+    return tuple(out)
+
+
+def evaluate_candidates(schedules: list[Schedule], settings: PlanSettings = DEFAULT_SETTINGS,
                         strategies: tuple[str, ...] | None = None,
                         budgets_mb: tuple[float, ...] = DEFAULT_BUDGETS_MB,
-                        deepgemm_version: str | None = None,
-                        time_model: TimeModel | None = None,
-                        temporaries: str | None = "deepgemm", engine=None) -> list[Candidate]:
+                        time_model: TimeModel | None = None) -> list[Candidate]:
     """Every strategy x budget over the schedules: modelled time, chunks and worst-step
     bytes.  Independent of the free memory (``fits`` is filled in by ``choose``), so one
-    evaluation serves every free-memory level.  ``temporaries``: whose per-chunk
+    evaluation serves every free-memory level.  ``settings.temporaries``: whose per-chunk
     temporaries the memory model adds (default: the H200 path's, as the frontier)."""
     tm = time_model or TimeModel.from_data()
-    if not strategies:  # every budgeted strategy the DeepGEMM build can run
-        version = deepgemm_version or (DEFAULT_DEEPGEMM_VERSION if engine is None else get_engine(engine).deepgemm_rules)
-        strategies = tuple(s for s in STRATEGIES if s != "n-only" and runs_on(s, version))
-    name = None if engine is None else get_engine(engine).name
     candidates = []
-    for strategy in strategies:
-        padded = strategy != "vllm"
+    for name in strategies or budgeted_strategies(settings):
+        strategy = get_strategy(name)
+        on = settings.where(padded=strategy.deployed_by is None)  # deployed: the engine's arithmetic
         for mb in budgets_mb:
             budget = budget_bytes_from_mb(mb)
-            totals = _over_schedules(schedules, tm, temporaries, lambda batch: make_plan(
-                batch, strategy, budget, model=model, deepgemm_version=deepgemm_version, padded=padded,
-                engine=engine))
-            candidates.append(Candidate(strategy, mb, padded, *totals, False, name))
+            totals = _over_schedules(schedules, tm, lambda batch: make_plan(batch, strategy, budget, on))
+            candidates.append(Candidate(name, mb, on.padded, *totals, False, settings.engine))
     return candidates
 
 
-def _over_schedules(schedules: list[Schedule], tm: TimeModel, temporaries, plan_of) -> tuple[float, int, int]:
+def _over_schedules(schedules: list[Schedule], tm: TimeModel, plan_of) -> tuple[float, int, int]:
     """(modelled ms, chunks, worst-step transient bytes) of ``plan_of(batch)`` over every
     step of the schedules (a distinct step planned once, counted as often as it occurs)."""
     total_ms, chunks, worst = 0.0, 0, 0
@@ -155,30 +151,29 @@ def _over_schedules(schedules: list[Schedule], tm: TimeModel, temporaries, plan_
             plan = plan_of(batch)
             total_ms += tm.features_ms(plan_features(plan)) * count
             chunks += plan.num_chunks * count
-            worst = max(worst, memory_report(plan, backend=temporaries).peak_transient)
+            worst = max(worst, memory_report(plan).peak_transient)
     return total_ms, chunks, worst
 
 
-def engine_candidates(schedules: list[Schedule], engine, free_bytes: int, model: str = "glm-5",
+def engine_candidates(schedules: list[Schedule], settings: PlanSettings, free_bytes: int,
                       budgets_mb: tuple[float, ...] = DEFAULT_BUDGETS_MB,
                       fractions: tuple[float, ...] = DEFAULT_FRACTIONS,
-                      time_model: TimeModel | None = None, temporaries: str | None = "deepgemm",
+                      time_model: TimeModel | None = None,
                       mem_fraction_static: float | None = SGLANG_MEM_FRACTION_STATIC,
                       gpu: str = "h200") -> list[Candidate]:
-    """The engine release's own chunker at each value of its own knob: vLLM's
+    """The engine release's (``settings.engine``) own chunker at each value of its own knob: vLLM's
     ``VLLM_SPARSE_INDEXER_MAX_LOGITS_MB`` (``budgets_mb``), SGLang's
     ``SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION`` (``fractions``; the budget it measures
     with ``free_bytes`` free, kept for every step), or nothing to set (no budget, or
     SGLang's fixed half of the memory free before 0.5.13)."""
-    profile = get_engine(engine)
+    profile = get_engine(settings.profile)
     tm = time_model or TimeModel.from_data()
     knobs = {"fixed-mib": budgets_mb, "sglang-cached": fractions}.get(profile.budget_rule, (None,))
     total = get_gpu(gpu).capacity_bytes
     candidates = []
     for setting in knobs:
         budget = process_budget(profile, free_bytes, total, mem_fraction_static, setting)
-        totals = _over_schedules(schedules, tm, temporaries,
-                                 lambda batch: make_plan(batch, "engine", budget, model=model, engine=profile))
+        totals = _over_schedules(schedules, tm, lambda batch: make_plan(batch, "engine", budget, settings))
         mb = float("nan") if budget is None else budget / MIB
         candidates.append(Candidate("engine", mb, False, *totals, False, profile.name, setting))
     return candidates

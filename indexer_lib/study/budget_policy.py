@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from ..engines import EngineBudget
 from ..memory import memory_report
-from ..plan import make_plan
+from ..plan import PlanSettings, make_plan
 from ..shapes import budget_bytes_from_mb
 from ..workload import StepBatch, check_int
 
@@ -23,7 +23,7 @@ class FixedPolicy:
     budget_mb: float = 512
     name: str = "fixed"
 
-    def budget(self, batch: StepBatch, free_bytes: int, plan_kwargs: dict) -> int | None:
+    def budget(self, batch: StepBatch, free_bytes: int, strategy: str, settings: PlanSettings) -> int | None:
         return budget_bytes_from_mb(self.budget_mb)
 
 
@@ -43,7 +43,7 @@ class SglangPolicy:
     def __post_init__(self):
         self.process = EngineBudget(self.engine, self.fraction, self.total_bytes, self.mem_fraction_static)
 
-    def budget(self, batch: StepBatch, free_bytes: int, plan_kwargs: dict) -> int | None:
+    def budget(self, batch: StepBatch, free_bytes: int, strategy: str, settings: PlanSettings) -> int | None:
         return self.process.for_call(batch.num_rows, batch.num_kv_tokens, free_bytes)
 
 
@@ -55,12 +55,12 @@ class FreshPolicy:
 
     name: str = "fresh"
 
-    def budget(self, batch: StepBatch, free_bytes: int, plan_kwargs: dict) -> int | None:
+    def budget(self, batch: StepBatch, free_bytes: int, strategy: str, settings: PlanSettings) -> int | None:
         budget = max(1, free_bytes)
         # every round lowers the budget by what the last plan overshot; transients
         # other than logits shrink with the chunks, so this converges in a few rounds
         for _ in range(64):
-            plan = make_plan(batch, budget_bytes=budget, **plan_kwargs)
+            plan = make_plan(batch, strategy, budget, settings)
             over = memory_report(plan).peak_transient - free_bytes
             if over <= 0 or budget == 1:
                 return budget
@@ -79,20 +79,19 @@ class PolicyStep:
 
 
 def run_policy(batches: list[StepBatch], free_bytes: list[int], policy, strategy: str = "vllm",
-               **plan_kwargs) -> list[PolicyStep]:
+               settings: PlanSettings = PlanSettings()) -> list[PolicyStep]:
     """Plan each step with the policy's budget; check it against that step's free memory."""
     if len(batches) != len(free_bytes):
         raise ValueError(f"{len(batches)} steps and {len(free_bytes)} free-memory readings: "
                          "give one reading per step")
-    kwargs = dict(plan_kwargs, strategy=strategy)
     out = []
     for batch, free in zip(batches, free_bytes):
         check_int("free_bytes", free, 0)
-        budget = policy.budget(batch, free, kwargs)
+        budget = policy.budget(batch, free, strategy, settings)
         if budget is None:
-            plan = make_plan(batch, "n-only", None, **plan_kwargs)
+            plan = make_plan(batch, "n-only", None, settings)
         else:
-            plan = make_plan(batch, budget_bytes=budget, **kwargs)
+            plan = make_plan(batch, strategy, budget, settings)
         peak = memory_report(plan).peak_transient
         out.append(PolicyStep(batch.step, free, budget, plan.num_chunks, peak, peak <= free))
     return out

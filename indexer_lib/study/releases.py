@@ -11,6 +11,7 @@ memory as the first reading (``mem_fraction_static`` as SGLang sets it on an H20
 from __future__ import annotations
 
 from ..engines import get_engine, process_budget, profile_run_logits_bytes
+from ..plan import PlanSettings
 from ..refdata import number, read_rows
 from ..shapes import GIB, MIB, free_bytes_from_gib, get_gpu, get_model
 from ..workload import ClosedLoopWorkload, SchedulerConfig
@@ -52,7 +53,7 @@ def release_rows(deployment: str, releases=ERA_RELEASES, free_gib: float | None 
         profile = get_engine(name)
         budget = process_budget(profile, free, get_gpu(d["gpu"]).capacity_bytes)
         for conc, schedule in schedules.items():
-            w = worst_step(schedule, "engine", budget, model=model, engine=profile,
+            w = worst_step(schedule, "engine", budget, PlanSettings(model, profile, temporaries="deepgemm"),
                            topk_rows=d["max_num_batched_tokens"])
             rows.append({
                 "deployment": deployment, "engine": name, "concurrency": conc, "isl": d["isl"],

@@ -22,14 +22,13 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..padding import get_rules
 from ..refdata import DATA_DIR
 from ..shapes import get_model
 from ..workload import StepBatch
 from ..engines import EngineProfile, get_engine, profile_run_logits_bytes, replayed_engines
 from ..memory import memory_report
 from ..memory.engine_path import workspace_path_bytes
-from ..plan import make_plan
+from ..plan import PlanSettings, make_plan
 
 DRIVER = Path(__file__).resolve().parent.parent / "engines" / "vllm_replay.py"
 REPO = DATA_DIR.parent
@@ -125,7 +124,6 @@ def _request(profile: EngineProfile, model: str, steps, budget_mb, max_num_batch
              record: bool) -> dict:
     """``steps``: (query_lens, seq_lens, budget MiB) per step."""
     preset = get_model(model)
-    rules = get_rules(profile.deepgemm_rules)
     return {
         "steps": [{"query_lens": list(q), "seq_lens": list(s), "max_logits_mb": b} for q, s, b in steps],
         "max_logits_mb": budget_mb,
@@ -134,9 +132,7 @@ def _request(profile: EngineProfile, model: str, steps, budget_mb, max_num_batch
                   "hidden_size": 1},  # the hidden states' width is never read, only their rows
         "max_num_batched_tokens": max_num_batched_tokens,
         "workspace_factor": profile.workspace_factor,
-        "deepgemm": {"row_multiple": rules.row_multiple(preset.index_heads),
-                     "stride_extra": rules.stride_extra, "stride_align": rules.stride_align,
-                     "compressed_align": 256},
+        "deepgemm": {"version": profile.deepgemm_rules, "heads": preset.index_heads},
         "record": record,
     }
 
@@ -256,9 +252,9 @@ def replay_steps(engine, model: str, steps, budget_mb: int | None = None,
         if "error" in r:
             raise RuntimeError(f"{profile.name} step {list(batch.query_lens)} x {list(batch.seq_lens)}: "
                                f"{r['error']}")
-        plan = make_plan(batch, "engine", None if budget is None else budget << 20, model=model,
-                         engine=profile)
-        report = memory_report(plan, topk_rows=max_num_batched_tokens, backend="engine")
+        plan = make_plan(batch, "engine", None if budget is None else budget << 20,
+                         PlanSettings(model, profile, temporaries="engine"))
+        report = memory_report(plan, topk_rows=max_num_batched_tokens)
         modelled = tuple((c.requests[0], c.requests[1], c.rows[0], c.rows[1]) for c in plan.chunks)
         out.append(StepReplay(
             profile.name, model, batch.query_lens, batch.seq_lens, budget, r["peak_bytes"],

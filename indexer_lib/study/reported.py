@@ -11,10 +11,10 @@ of the given rows and columns (docs/design.md#reference-data).
 """
 from __future__ import annotations
 
-from .frontier import prefill_batches, worst_step
+from .frontier import Schedule, prefill_batches, worst_step
 from ..engines import EngineBudget, get_engine, process_budget
 from ..padding import get_rules, unpadded_logits_bytes
-from ..plan import make_plan
+from ..plan import PlanSettings, make_plan
 from ..refdata import number, read_rows
 from ..shapes import GIB, MIB, get_model
 from ..workload import ClosedLoopWorkload, PrefillRequest, SchedulerConfig, StepBatch
@@ -41,11 +41,10 @@ def _largest_logits(case: dict) -> tuple[int, int, int]:
     workload = ClosedLoopWorkload(case["concurrency"], case["isl"], case["osl"])
     config = SchedulerConfig(case["max_num_batched_tokens"], case["max_num_seqs"],
                              case["long_prefill_token_threshold"], block_size=get_model(model).kv_block)
-    batches = prefill_batches(workload, config)
-    w = worst_step(batches, "n-only", None, model=model, deepgemm_version=version,
-                   topk_rows=config.max_num_batched_tokens)
-    batch = next(b for b in batches if b.step == w.worst_step)
-    plan = make_plan(batch, "n-only", None, model=model, deepgemm_version=version)
+    schedule = Schedule(prefill_batches(workload, config))
+    settings = PlanSettings(model, deepgemm_version=version, temporaries="deepgemm")
+    w = worst_step(schedule, "n-only", None, settings, topk_rows=config.max_num_batched_tokens)
+    plan = make_plan(schedule.step(w.worst_step), "n-only", None, settings)
     chunk = max(plan.chunks, key=lambda c: c.logits_bytes)
     return chunk.num_rows, chunk.logits_cols, chunk.logits_bytes
 
@@ -92,14 +91,14 @@ def through_releases(releases=FIELD_RELEASES):
         workload = ClosedLoopWorkload(case["concurrency"], case["isl"], case["osl"])
         config = SchedulerConfig(mnbt, case["max_num_seqs"], case["long_prefill_token_threshold"],
                                  block_size=get_model(model).kv_block)
-        batches = prefill_batches(workload, config)
+        schedule = Schedule(prefill_batches(workload, config))
         unbudgeted = None
         for name in releases:
             engine = get_engine(name)
             budget = process_budget(engine)
-            worst = worst_step(batches, "engine", budget, model=model, topk_rows=mnbt, engine=engine)
-            batch = next(b for b in batches if b.step == worst.worst_step)
-            plan = make_plan(batch, "engine", budget, model=model, engine=engine)
+            settings = PlanSettings(model, engine, temporaries="deepgemm")
+            worst = worst_step(schedule, "engine", budget, settings, topk_rows=mnbt)
+            plan = make_plan(schedule.step(worst.worst_step), "engine", budget, settings)
             chunk = max(plan.chunks, key=lambda c: c.logits_bytes)
             gib = {"unpadded_gib": unpadded_logits_bytes(chunk.num_rows, chunk.logits_cols) / GIB,
                    "allocated_gib": chunk.logits_bytes / GIB}

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 
 from ..memory.allocator import CachingAllocatorModel, replay
 from ..memory import INT32_BYTES, MemoryReport, memory_report
-from ..plan import Plan, merged_chunks, plan_at
+from ..plan import Plan, PlanSettings, Strategy, get_strategy, merged_chunks, plan_at
 from ..shapes import get_model
 from ..workload import PrefillRequest, StepBatch, check_int
 
@@ -128,35 +128,33 @@ class StepReserved:
     source: str  # "model" or "trace" (both modelled)
 
 
-def reserved_curve(strategy: str, steps: list[StepBatch], budget_mb: float = 512,
-                   model: str = "glm-5", deepgemm_version: str | None = None,
-                   fixed_width: int | None = None, source: str = "model", engine=None,
-                   backend: str | None = "deepgemm", topk_rows: int | None = None,
-                   include_inputs: bool = False, plan_fn=None, report_fn=None) -> list[StepReserved]:
+DEFAULT_SETTINGS = PlanSettings("glm-5", temporaries="deepgemm")
+
+
+def reserved_curve(strategy: str | Strategy, steps: list[StepBatch], budget_mb: float = 512,
+                   settings: PlanSettings = DEFAULT_SETTINGS, source: str = "model", topk_rows: int | None = None,
+                   include_inputs: bool = False, planned=None) -> list[StepReserved]:
     """Replay every step's allocations through one allocator; one row per step.
 
-    ``fixed_width``: fixed-shape's width (default: the last step's sequence length,
-    so one shape serves the whole prefill).  ``backend``: whose temporaries the
-    model counts (``deepgemm``: the H200 path; ``reference``; None).  ``plan_fn``
-    and ``report_fn`` let a caller (the device script) supply its own plans and
-    reports.
+    ``strategy``: a name or an object (fixed-shape's width, unless given, is the last step's
+    sequence length, so one shape serves the whole prefill).  ``settings.temporaries``: whose
+    temporaries the model counts (``deepgemm``: the H200 path; ``reference``; None).
+    ``planned(batch, strategy)``: a caller's own (plan, memory report) of a step (the device
+    script's, with its backend), instead of the settings'.
     """
     if source not in ("model", "trace"):
         raise ValueError(f"source {source!r}: must be 'model' or 'trace'")
-    if strategy == "fixed-shape" and fixed_width is None:
-        fixed_width = max(b.seq_lens[-1] for b in steps)
+    strategy = get_strategy(strategy).for_steps(steps)
     alloc = CachingAllocatorModel()
     handles: dict[str, int] = {}
     rows = []
     for i, batch in enumerate(steps):
-        if plan_fn is not None:
-            plan = plan_fn(batch, strategy)
+        if planned is not None:
+            plan, report = planned(batch, strategy)
         else:
-            options = {"fixed_width": fixed_width} if strategy == "fixed-shape" else {}
-            plan = plan_at(batch, strategy, budget_mb, model, engine, deepgemm_version, **options)
+            plan = plan_at(batch, strategy, budget_mb, settings)
+            report = memory_report(plan, topk_rows=topk_rows)
         if source == "model":
-            report = report_fn(plan) if report_fn is not None else \
-                memory_report(plan, topk_rows=topk_rows, backend=backend)
             events = plan_events(plan, report, f"s{i}", include_inputs)
         else:
             events = traced_events(plan, f"s{i}", topk_rows)
@@ -164,7 +162,7 @@ def reserved_curve(strategy: str, steps: list[StepBatch], budget_mb: float = 512
         # allocated bytes only peak right after a malloc: the curve's maximum is the peak
         peak = max([alloc.allocated] + [a for a, _ in replay(events, alloc, handles)])
         sizes = {c.logits_bytes for c in plan.chunks}
-        rows.append(StepReserved(strategy, batch.step, batch.requests[0].context_len,
+        rows.append(StepReserved(strategy.name, batch.step, batch.requests[0].context_len,
                                  batch.num_rows, plan.num_chunks, len(sizes), max(sizes), peak,
                                  alloc.reserved, _segments(alloc), _segments(alloc) - segments_before,
                                  source))
@@ -176,16 +174,16 @@ def _segments(alloc: CachingAllocatorModel) -> int:
 
 
 def reserved_table(prompt_len: int = 65_536, step_tokens: int = 8192, budget_mb: float = 512,
-                   model: str = "glm-5", strategies=STRATEGIES, **kwargs):
+                   settings: PlanSettings = DEFAULT_SETTINGS, strategies=STRATEGIES):
     """``reserved_curve`` of each strategy over one long prompt, as one tidy DataFrame."""
     import pandas as pd
 
     steps = long_prompt_steps(prompt_len, step_tokens)
     rows = []
     for s in strategies:
-        for r in reserved_curve(s, steps, budget_mb, model, **kwargs):
+        for r in reserved_curve(s, steps, budget_mb, settings):
             row = asdict(r)
             row.update(mode="model", prompt_len=prompt_len, step_tokens=step_tokens,
-                       budget_mb=budget_mb, model=model)
+                       budget_mb=budget_mb, model=settings.model)
             rows.append(row)
     return pd.DataFrame(rows)

@@ -32,13 +32,13 @@ def check_table_path(path: str | Path) -> Path:
     return path
 
 
-def write_table(rows: list[dict], path: str | Path) -> Path:
-    """Write rows as CSV or Parquet, chosen by the file's suffix."""
+def write_table(rows, path: str | Path) -> Path:
+    """Write rows (dicts, or a DataFrame) as CSV or Parquet, chosen by the file's suffix."""
     import pandas as pd
 
     path = check_table_path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    frame = pd.DataFrame(rows)
+    frame = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(rows)
     tmp = path.with_name(path.name + ".tmp")
     if path.suffix == ".csv":
         frame.to_csv(tmp, index=False)

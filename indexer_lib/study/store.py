@@ -32,7 +32,7 @@ import zlib
 from pathlib import Path
 
 JOURNAL_KIND = "indexer-lab sweep journal"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: one row schema for every grid (the temporaries named per row)
 PARQUET_KEY = b"indexer_lab_sweep"  # schema-metadata key holding the header
 
 
@@ -71,7 +71,9 @@ def _fsync_dir(path: Path) -> None:
 
 
 def describe_difference(stored: dict, wanted: dict) -> str:
-    names = sorted(k for k in set(stored) | set(wanted) if stored.get(k) != wanted.get(k))
+    # as the hash sees them: 64 and 64.0 are spelled apart
+    names = sorted(k for k in set(stored) | set(wanted)
+                   if json.dumps(stored.get(k), sort_keys=True) != json.dumps(wanted.get(k), sort_keys=True))
     return ", ".join(f"{k}: {stored.get(k)!r} there, {wanted.get(k)!r} now" for k in names)
 
 

@@ -16,89 +16,22 @@ import contextlib
 import datetime
 import functools
 import hashlib
-import itertools
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from . import frontier
 from ..memory import topk_buffer_bytes, workspace_bytes
-from ..engines import DEFAULT_ENGINE, get_engine
-from ..plan import asked_deepgemm, make_plan
-from ..shapes import GIB, free_bytes_from_gib, get_model
+from ..engines import get_engine
+from ..fast import step_features, young_only
+from ..plan import MEASURED_BUDGET, get_strategy, make_plan
+from ..shapes import GIB, free_bytes_from_gib
+from .executors import Local, Ray
+from .grid import MODES, Grid, Task
 from .results import git_state
 from .store import ResultStore
-from .timemodel import TimeModel, plan_features
-from ..workload import ClosedLoopWorkload, SchedulerConfig, check_int, check_source
-
-MODES = ("model", "trace", "measure")
-
-
-@dataclass(frozen=True)
-class SweepGrid:
-    """Every axis is a tuple; the grid is their product (shared prefixes longer
-    than a prompt are skipped, as such a point cannot exist)."""
-
-    model: tuple[str, ...] = ("glm-5",)
-    concurrency: tuple[int, ...] = (1, 4, 8, 16, 24, 32, 48, 64)
-    isl: tuple[int, ...] = (2048, 4096, 8192, 10240, 16384, 32768)
-    osl: tuple[int, ...] = (64,)
-    budget_mb: tuple[float, ...] = (64, 128, 256, 512, 1024, 2048)
-    strategy: tuple[str, ...] = ("n-only", "vllm", "per-request", "causal")
-    free_gib: tuple[float, ...] = (2.63,)
-    shared_prefix: tuple[int, ...] = (0,)
-    max_num_batched_tokens: tuple[int, ...] = (8192,)
-    max_num_seqs: tuple[int, ...] = (256,)
-    long_prefill_token_threshold: tuple[int, ...] = (256,)
-    async_scheduling: bool = False
-    # None: each engine's own DeepGEMM; a version: the project's strategies on that build instead
-    deepgemm_version: str | None = None
-    padded: bool = True
-    workload_source: str = "simulator"
-    # engine releases (ENGINE==RELEASE; a bare vllm or sglang: its latest): each plans on its
-    # own DeepGEMM, workspace and layout; the ``engine`` strategy is its own chunker
-    engine: tuple[str, ...] = (DEFAULT_ENGINE,)
-
-    def __post_init__(self):
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, list):  # YAML and JSON give lists: keep the grid hashable
-                object.__setattr__(self, f.name, tuple(value))
-            elif f.type.startswith("tuple") and not isinstance(value, tuple):
-                object.__setattr__(self, f.name, (value,))
-            if f.type.startswith("tuple") and not getattr(self, f.name):
-                raise ValueError(f"{f.name} is empty: the grid needs at least one value")
-        frontier.check_grid_values(self.strategy, self.budget_mb, self.free_gib)
-        frontier.check_workload_axes(self.concurrency, self.osl)  # bounded above too: the simulator runs them
-        for name, minimum in (("isl", 1), ("shared_prefix", 0), ("max_num_batched_tokens", 1), ("max_num_seqs", 1),
-                              ("long_prefill_token_threshold", 0)):
-            for v in getattr(self, name):
-                check_int(name, v, minimum)
-        for m in self.model:
-            frontier.check_isl(m, self.isl)
-        check_source(self.workload_source)
-        # the releases' full names: a grid means the same whatever release is newest later
-        object.__setattr__(self, "engine", tuple(dict.fromkeys(get_engine(e).name for e in self.engine)))
-        frontier.check_engine_strategies(self.engine, self.strategy, self.deepgemm_version)
-
-    def workloads(self):
-        """(model, workload, scheduler config) for every workload of the grid, in order."""
-        for model, conc, isl, osl, prefix, mnbt, seqs, thr in itertools.product(
-                self.model, self.concurrency, self.isl, self.osl, self.shared_prefix,
-                self.max_num_batched_tokens, self.max_num_seqs,
-                self.long_prefill_token_threshold):
-            if prefix > isl:
-                continue
-            config = SchedulerConfig(mnbt, seqs, thr, block_size=get_model(model).kv_block,
-                                     async_scheduling=self.async_scheduling)
-            yield model, ClosedLoopWorkload(conc, isl, osl, prefix), config
-
-    @property
-    def num_rows(self) -> int:
-        n_workloads = sum(1 for _ in self.workloads())
-        budgets = sum(len(frontier.grid_budgets(self.budget_mb, e, s))
-                      for e, s in itertools.product(self.engine, self.strategy))
-        return n_workloads * budgets * len(self.free_gib)
+from .timemodel import TimeModel
+from ..workload import check_int
 
 
 @dataclass(frozen=True)
@@ -121,7 +54,7 @@ class RunSettings:
         check_int("repeats", self.repeats, 1)
 
 
-def spec_of(grid: SweepGrid, settings: RunSettings) -> dict:
+def spec_of(grid: Grid, settings: RunSettings) -> dict:
     spec = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(grid).items()}
     spec.update(asdict(settings))
     if settings.mode == "model":  # backend, seed and repeats do not change modelled rows
@@ -162,75 +95,37 @@ def provenance(device: str) -> dict:
 
 # -- the grid's tasks ---------------------------------------------------------------
 
-def task_id(model, workload, config, engine, strategy, budget_mb=None, free_gib=None) -> str:
-    parts = [model, f"c{workload.concurrency}", f"isl{workload.isl}", f"osl{workload.osl}",
-             f"prefix{workload.shared_prefix}", f"mnbt{config.max_num_batched_tokens}",
-             f"seqs{config.max_num_seqs}", f"thr{config.long_prefill_token_threshold}", engine,
-             strategy]
-    if budget_mb is not None:  # None: the strategy reads no budget
-        parts.append(f"budget{budget_mb:g}")
-    if free_gib is not None:
-        parts.append(f"free{free_gib:g}")
-    return "|".join(parts)
-
-
-def tasks(grid: SweepGrid, mode: str):
-    """(task id, model, workload, config, engine, strategy, budgets, free GiBs) in grid order.
-
-    A model task covers every budget and free GiB of a workload x strategy (one
-    schedule, plans shared across budgets); a trace task one budget; a measure
-    task one budget and one free GiB, so each GPU run is durable on its own.
-    """
-    for model, workload, config in grid.workloads():
-        for engine, strategy in itertools.product(grid.engine, grid.strategy):
-            head = (model, workload, config, engine, strategy)
-            # a strategy that reads no budget_mb is planned, traced and measured once
-            budgets = frontier.grid_budgets(grid.budget_mb, engine, strategy)
-            if mode == "model":
-                yield (task_id(*head), *head, budgets, grid.free_gib)
-            elif mode == "trace":
-                for mb in budgets:
-                    yield (task_id(*head, mb), *head, (mb,), grid.free_gib)
-            else:
-                for mb, free in itertools.product(budgets, grid.free_gib):
-                    yield (task_id(*head, mb, free), *head, (mb,), (free,))
-
-
 @functools.lru_cache(maxsize=256)  # dashboards replan the same schedules; bounded memory
 def schedule_of(workload, config, source: str) -> frontier.Schedule:
     """The prefill step batches of a workload, from the simulator or vLLM, grouped."""
     return frontier.Schedule(frontier.prefill_batches(workload, config, source))
 
 
-def plan_of(batch, strategy, budget_bytes, model, grid, engine):
-    """A step's plan on the grid's engine (on its own DeepGEMM unless the grid names one)."""
-    return make_plan(batch, strategy, budget_bytes, None, model, asked_deepgemm(strategy, grid.deepgemm_version),
-                     grid.padded, engine=engine)
-
-
-def base_row(grid, model, workload, config, engine, strategy, budget_mb, free_gib, mode) -> dict:
+def base_row(grid: Grid, task: Task, budget_mb: float | None, free_gib: float, mode: str) -> dict:
+    """What a row says of its point: the grid's settings, the workload, the scheduler, the engine,
+    the strategy, its budget and the free memory."""
+    workload, config = task.workload, task.scheduler
+    settings = get_strategy(task.strategy).runs_under(grid.settings(task.engine))
     return {
-        "mode": mode, "model": model, "engine": engine, "concurrency": workload.concurrency,
-        "isl": workload.isl,
-        "osl": workload.osl, "shared_prefix": workload.shared_prefix,
+        "mode": mode, "model": grid.model, "engine": task.engine, "concurrency": workload.concurrency,
+        "isl": workload.isl, "osl": workload.osl, "shared_prefix": workload.shared_prefix,
         "max_num_batched_tokens": config.max_num_batched_tokens,
         "max_num_seqs": config.max_num_seqs,
         "long_prefill_token_threshold": config.long_prefill_token_threshold,
         "async_scheduling": config.async_scheduling,
         "workload_source": grid.workload_source,
-        "deepgemm_version": frontier.deepgemm_of(engine, grid.deepgemm_version, strategy),
-        "padded_budget": grid.padded and strategy != "engine", "strategy": strategy,
+        "deepgemm_version": settings.deepgemm, "padded_budget": settings.padded,
+        "temporaries": settings.temporaries or "none", "strategy": task.strategy,
         "budget_mb": None if budget_mb is None else float(budget_mb),  # None: the strategy reads no budget
         "free_gib": float(free_gib),
     }
 
 
-def worst_step_detail(schedule, w, engine, strategy, model, grid, time_model) -> tuple[dict, object]:
-    """The plan of a worst step and what the tables report about it."""
-    batch = next(b for b in schedule.batches if b.step == w.worst_step)
-    plan = plan_of(batch, strategy, w.budget_bytes, model, grid, engine)
-    f = plan_features(plan)
-    detail = {
+def worst_step_detail(schedule: frontier.Schedule, w: frontier.WorstStep, settings, time_model: TimeModel) -> dict:
+    """What the tables report about a worst step (planned under ``settings``)."""
+    batch = schedule.step(w.worst_step)
+    f = step_features(batch, get_strategy(w.strategy), w.budget_bytes, settings)
+    return {
         "budget_bytes": -1 if w.budget_bytes is None else w.budget_bytes,
         "worst_step": w.worst_step, "worst_rows": w.worst_rows,
         "worst_kv_tokens": w.worst_kv_tokens, "worst_requests": len(batch.requests),
@@ -242,24 +137,29 @@ def worst_step_detail(schedule, w, engine, strategy, model, grid, time_model) ->
         "model_peak_bytes": w.peak_bytes, "model_peak_transient_bytes": w.peak_transient_bytes,
         "model_time_ms": time_model.features_ms(f),
     }
-    return detail, plan
 
 
-def model_task(grid, model, workload, config, engine, strategy, budgets_mb, frees, time_model,
-               prov) -> list[dict]:
-    schedule = schedule_of(workload, config, grid.workload_source)
+def budget_at(grid: Grid, task: Task, budget_mb: float | None, free_gib: float) -> int | None:
+    """The logits budget a task's strategy plans with at one budget and free memory."""
+    return get_strategy(task.strategy).budget_bytes(budget_mb, free_gib, grid.settings(task.engine))
+
+
+def model_task(grid: Grid, task: Task, time_model: TimeModel, prov: dict) -> list[dict]:
+    """The modelled rows of a task: every budget and free memory of its workload and strategy."""
+    schedule = schedule_of(task.workload, task.scheduler, grid.workload_source)
+    settings = grid.settings(task.engine)
     # the grid's budgets serve every free GiB, unless the engine measures its own from free memory
-    groups = [(f,) for f in frees] if frontier.measured_budget(engine, strategy) else [tuple(frees)]
+    measured = grid.measures_budget(task.engine, task.strategy)
+    groups = [(f,) for f in task.frees_gib] if measured else [task.frees_gib]
     rows = []
     for group in groups:
-        budgets = [frontier.budget_of(engine, strategy, mb, group[0]) for mb in budgets_mb]
-        outcomes = frontier.worst_steps(schedule, strategy, budgets, model=model,
-                                        deepgemm_version=grid.deepgemm_version, padded=grid.padded,
-                                        topk_rows=config.max_num_batched_tokens, engine=engine)
-        for mb, w in zip(budgets_mb, outcomes):
-            detail, _ = worst_step_detail(schedule, w, engine, strategy, model, grid, time_model)
+        budgets = [budget_at(grid, task, mb, group[0]) for mb in task.budgets_mb]
+        outcomes = frontier.worst_steps(schedule, task.strategy, budgets, settings,
+                                        topk_rows=task.scheduler.max_num_batched_tokens)
+        for mb, w in zip(task.budgets_mb, outcomes):
+            detail = worst_step_detail(schedule, w, settings, time_model)
             for free in group:
-                row = base_row(grid, model, workload, config, engine, strategy, mb, free, "model")
+                row = base_row(grid, task, mb, free, "model")
                 row.update(detail)
                 row.update(peak_bytes=w.peak_bytes, peak_transient_bytes=w.peak_transient_bytes,
                            oom=w.peak_transient_bytes > free_bytes_from_gib(free), time_ms=None,
@@ -268,22 +168,23 @@ def model_task(grid, model, workload, config, engine, strategy, budgets_mb, free
     return rows
 
 
-def _model_worst(grid, model, workload, config, engine, strategy, budget_bytes, time_model, backend):
-    """The modelled worst step, counting the temporaries of the backend that will run it."""
-    schedule = schedule_of(workload, config, grid.workload_source)
-    w = frontier.worst_step(schedule, strategy, budget_bytes, model=model,
-                            deepgemm_version=grid.deepgemm_version, padded=grid.padded,
-                            topk_rows=config.max_num_batched_tokens, temporaries=backend,
-                            engine=engine)
-    return worst_step_detail(schedule, w, engine, strategy, model, grid, time_model)
+def _model_worst(grid: Grid, task: Task, budget_bytes: int | None, time_model: TimeModel, backend: str):
+    """The modelled worst step, counting the temporaries of the backend that will run it: what
+    the tables report about it, and its plan."""
+    schedule = schedule_of(task.workload, task.scheduler, grid.workload_source)
+    settings = grid.settings(task.engine).where(temporaries=backend)
+    w = frontier.worst_step(schedule, task.strategy, budget_bytes, settings,
+                            topk_rows=task.scheduler.max_num_batched_tokens)
+    plan = make_plan(schedule.step(w.worst_step), task.strategy, budget_bytes, settings)
+    return worst_step_detail(schedule, w, settings, time_model), plan
 
 
-def check_replay(grid: SweepGrid) -> None:
+def check_replay(grid: Grid) -> None:
     """ValueError, before any work, for a grid the engine replay cannot run: only the ``engine``
     strategy, on releases whose path is replayed and installed here."""
     from .replay import engine_python
 
-    others = [s for s in grid.strategy if s != "engine"]
+    others = [s for s in grid.strategy if not get_strategy(s).own_build]
     if others:
         raise ValueError(f"backend 'engine' replays the engine's own chunker: strategy {others[0]!r} "
                          "is ours (trace it with backend 'reference' or 'deepgemm')")
@@ -304,27 +205,26 @@ def _replay_peaks(plan, config, process) -> tuple[int, int]:
     return r.peak_bytes, r.peak_bytes - r.persistent_bytes
 
 
-def trace_task(grid, settings, model, workload, config, engine, strategy, budgets_mb, frees,
-               time_model, prov, replayers=None) -> list[dict]:
+def trace_task(grid: Grid, settings: RunSettings, task: Task, time_model: TimeModel, prov: dict,
+               replayers=None) -> list[dict]:
     """``replayers``: engine -> ``replay.ReplayProcess`` (backend 'engine')."""
     from ..run.tracer import trace  # torch: only trace mode needs it
 
-    (mb,) = budgets_mb
+    (mb,) = task.budgets_mb
     traced_by_budget = {}  # one trace per distinct budget (SGLang's depends on free memory)
     rows = []
-    for free in frees:
-        budget = frontier.budget_of(engine, strategy, mb, free)
+    for free in task.frees_gib:
+        budget = budget_at(grid, task, mb, free)
         if budget not in traced_by_budget:
-            detail, plan = _model_worst(grid, model, workload, config, engine, strategy, budget,
-                                         time_model, settings.backend)
+            detail, plan = _model_worst(grid, task, budget, time_model, settings.backend)
             if settings.backend == "engine":
-                peaks = _replay_peaks(plan, config, replayers[engine])
+                peaks = _replay_peaks(plan, task.scheduler, replayers[task.engine])
             else:
-                result = trace(plan, topk_rows=config.max_num_batched_tokens, backend=settings.backend)
+                result = trace(plan, topk_rows=task.scheduler.max_num_batched_tokens, backend=settings.backend)
                 peaks = int(result.peak_bytes), int(result.peak_transient)
             traced_by_budget[budget] = (detail, *peaks)
         detail, traced, transient = traced_by_budget[budget]
-        row = base_row(grid, model, workload, config, engine, strategy, mb, free, "trace")
+        row = base_row(grid, task, mb, free, "trace")
         row.update(detail)
         row.update(peak_bytes=traced, peak_transient_bytes=transient,
                    oom=transient > free_bytes_from_gib(free), time_ms=None, error=None, **prov)
@@ -398,13 +298,12 @@ class Measurer:
             del ballast, inputs, run
 
 
-def measure_task(grid, settings, measurer, model, workload, config, engine, strategy, budgets_mb,
-                 frees, time_model, prov) -> list[dict]:
-    (mb,), (free,) = budgets_mb, frees
-    detail, plan = _model_worst(grid, model, workload, config, engine, strategy,
-                                 frontier.budget_of(engine, strategy, mb, free), time_model, settings.backend)
-    result = measurer.run(plan, free, config.max_num_batched_tokens)
-    row = base_row(grid, model, workload, config, engine, strategy, mb, free, "measure")
+def measure_task(grid: Grid, settings: RunSettings, measurer: Measurer, task: Task, time_model: TimeModel,
+                 prov: dict) -> list[dict]:
+    (mb,), (free,) = task.budgets_mb, task.frees_gib
+    detail, plan = _model_worst(grid, task, budget_at(grid, task, mb, free), time_model, settings.backend)
+    result = measurer.run(plan, free, task.scheduler.max_num_batched_tokens)
+    row = base_row(grid, task, mb, free, "measure")
     row.update(detail)
     peak = result.get("measured_peak_bytes")
     row.update(peak_bytes=peak, peak_transient_bytes=peak, oom=result["oom"],
@@ -414,13 +313,24 @@ def measure_task(grid, settings, measurer, model, workload, config, engine, stra
     return [row]
 
 
-def model_rows(grid: SweepGrid, time_model: TimeModel | None = None):
-    """Model-mode rows of a grid, computed in memory without a store (dashboards)."""
-    time_model = time_model or TimeModel.published()
-    for tid, *task in tasks(grid, "model"):
-        for row in model_task(grid, *task, time_model, {}):
+def _model_task_rows(grid: Grid, task: Task, time_model: TimeModel, prov: dict) -> tuple[str, list[dict]]:
+    """One model task where it runs (here, a worker process or a Ray worker): its id and rows."""
+    with young_only():  # the plans kept for the grid's other tasks are not walked again
+        return task.id, model_task(grid, task, time_model, prov)
+
+
+def model_rows(grid: Grid, executor: Local | Ray = Local(), progress=None):
+    """The grid's modelled rows, computed in memory without a store (the frontier command, the
+    notebooks' small grids, the dashboards), in grid order whatever computes them.
+    ``progress``: called with 1 after each task."""
+    time_model = TimeModel.published()
+    done = executor.map(_model_task_rows, ((grid, task, time_model, {}) for task in grid.tasks("model")))
+    for tid, rows in done:
+        for row in rows:
             row["task"] = tid
-            yield row
+        yield from rows
+        if progress:
+            progress(1)
 
 
 # -- running a sweep ---------------------------------------------------------------
@@ -444,45 +354,44 @@ def to_frame(rows: list[dict]):
     return frame
 
 
-EXECUTORS = ("local", "ray")
-
-
-def run(grid: SweepGrid, out: str | Path, settings: RunSettings = RunSettings(),
-        progress: bool = True, after_task=None, time_model: TimeModel | None = None,
-        device=None, as_frame: bool = True, executor: str = "local", address: str | None = None):
+def run(grid: Grid, out: str | Path, settings: RunSettings = RunSettings(), executor: Local | Ray = Local(),
+        progress: bool = True, after_task=None, device=None, as_frame: bool = True):
     """Run (or resume) a sweep into the Parquet table ``out``; return it as a DataFrame
     (``as_frame=False``: return the table's path, for grids too big to hold in memory).
 
     Memory does not grow with the grid: tasks are generated as they run, rows go
     to the journal and are streamed from it into the table.  ``after_task(task_id)``
     is called after each task is durable (tests use it); ``device``: measure
-    mode's device layer (default: the CUDA GPU).  ``executor="ray"`` computes the tasks on a
-    Ray cluster at ``address`` (``study.cluster``): model tasks in batches, each measured
-    point a Ray task on one GPU (``device``: then a callable making the device layer in the
-    worker; rows name the node and GPU).  This process stays the only writer and writes in
+    mode's device layer (default: the CUDA GPU).  ``executor``: where the tasks are computed
+    (``study.executors``): here (``Local()``), model tasks in worker processes
+    (``Local(workers)``), or on a Ray cluster (``Ray(address)``): model tasks in batches, each
+    measured point a Ray task on one GPU (``device``: then a callable making the device layer in
+    the worker; rows name the node and GPU).  This process stays the only writer and writes in
     grid order, so the journal and the table are the local run's.
     """
     from tqdm.auto import tqdm
 
-    if executor not in EXECUTORS:
-        raise ValueError(f"executor {executor!r}: must be one of {', '.join(EXECUTORS)}")
-    if executor == "ray" and settings.mode == "trace":
+    on_ray = isinstance(executor, Ray)
+    if on_ray and settings.mode == "trace":
         raise ValueError("executor 'ray' runs model and measure sweeps; mode 'trace' runs locally")
+    if isinstance(executor, Local) and executor.workers != 1 and settings.mode != "model":
+        raise ValueError(f"workers {executor.workers}: worker processes compute model sweeps; "
+                         f"mode {settings.mode!r} runs here")
     spec = spec_of(grid, settings)
     header = {"grid_hash": spec_hash(spec), "spec": spec}
-    time_model = time_model or TimeModel.published()
-    total = sum(1 for _ in tasks(grid, settings.mode))
-    on_ray_gpus = executor == "ray" and settings.mode == "measure"
+    time_model = TimeModel.published()
+    total = sum(1 for _ in grid.tasks(settings.mode))
+    on_ray_gpus = on_ray and settings.mode == "measure"
     measurer = Measurer(settings, device) if settings.mode == "measure" and not on_ray_gpus else None
     device_name = measurer.device if measurer else "cpu"
     if settings.backend == "engine":
         check_replay(grid)
         device_name = "meta (the engine's own code, replayed)"
-    if executor == "ray":
+    if on_ray:
         from . import cluster
-        cluster.connect(address)  # an unreachable cluster says so before the store is touched
-        if on_ray_gpus and cluster.gpu_count(address) < 1:
-            raise ValueError(f"the Ray cluster at {address or 'a new local instance'!r} has no GPU: "
+        executor.connect()  # an unreachable cluster says so before the store is touched
+        if on_ray_gpus and cluster.gpu_count(executor.address) < 1:
+            raise ValueError(f"the Ray cluster at {executor.address or 'a new local instance'!r} has no GPU: "
                              "a measure sweep runs each point on one GPU")
         if on_ray_gpus:
             device_name = "the Ray worker's GPU"
@@ -493,15 +402,12 @@ def run(grid: SweepGrid, out: str | Path, settings: RunSettings = RunSettings(),
         bar = tqdm(total=total, initial=len(store.done), desc=f"sweep ({settings.mode})",
                    unit="task", disable=not progress)
         prov = provenance(device_name)
-        todo = ((tid, tuple(task)) for tid, *task in tasks(grid, settings.mode) if tid not in store.done)
+        todo = (task for task in grid.tasks(settings.mode) if task.id not in store.done)
         if on_ray_gpus:  # one point per Ray task, one GPU each; a crashed worker is a row
-            done = cluster.ordered_map(
-                _measure_task_rows, ((grid, settings, device, tid, task, time_model, prov) for tid, task in todo),
-                address, batch=1, num_gpus=1,
-                on_crash=lambda item, error: _crashed_rows(*item, error))
-        elif executor == "ray":
-            done = cluster.ordered_map(_model_task_rows,
-                                       ((grid, tid, task, time_model, prov) for tid, task in todo), address)
+            gpus = Ray(executor.address, batch=1, num_gpus=1, on_crash=lambda item, error: _crashed_rows(*item, error))
+            done = gpus.map(_measure_task_rows, ((grid, settings, device, task, time_model, prov) for task in todo))
+        elif settings.mode == "model":
+            done = executor.map(_model_task_rows, ((grid, task, time_model, prov) for task in todo))
         else:
             done = _local_task_rows(grid, settings, measurer, todo, time_model, prov, stack)
         for tid, rows in done:
@@ -516,58 +422,50 @@ def run(grid: SweepGrid, out: str | Path, settings: RunSettings = RunSettings(),
     return load(out) if as_frame else Path(out)
 
 
-def _model_task_rows(grid, tid, task, time_model, prov) -> tuple[str, list[dict]]:
-    """One model task where it runs (a Ray worker): its id and rows."""
-    return tid, model_task(grid, *task, time_model, prov)
-
-
-def _measure_task_rows(grid, settings, make_device, tid, task, time_model, prov) -> tuple[str, list[dict]]:
+def _measure_task_rows(grid: Grid, settings: RunSettings, make_device, task: Task, time_model: TimeModel,
+                       prov: dict) -> tuple[str, list[dict]]:
     """One measured point on the Ray worker's GPU (``make_device``: a callable making the device
     layer there, default the CUDA GPU), with the node and GPU that measured it."""
     from .cluster import where
 
     measurer = Measurer(settings, make_device() if make_device is not None else None)
-    rows = measure_task(grid, settings, measurer, *task, time_model, {**prov, "device": measurer.device})
+    rows = measure_task(grid, settings, measurer, task, time_model, {**prov, "device": measurer.device})
     for row in rows:
         row.update(where())
-    return tid, rows
+    return task.id, rows
 
 
-def _crashed_rows(grid, settings, make_device, tid, task, time_model, prov, error) -> tuple[str, list[dict]]:
+def _crashed_rows(grid: Grid, settings: RunSettings, make_device, task: Task, time_model: TimeModel, prov: dict,
+                  error: str) -> tuple[str, list[dict]]:
     """A point whose Ray worker died (the process, not the step, ran out): recorded, not retried."""
-    model, workload, config, engine, strategy, (mb,), (free,) = task
-    row = base_row(grid, model, workload, config, engine, strategy, mb, free, "measure")
+    row = base_row(grid, task, task.budgets_mb[0], task.frees_gib[0], "measure")
     row.update(peak_bytes=None, peak_transient_bytes=None, oom=None, time_ms=None,
                error=f"the Ray worker died: {error}", **prov)
-    return tid, [row]
+    return task.id, [row]
 
 
-def _local_task_rows(grid, settings, measurer, todo, time_model, prov, stack):
-    """(task id, rows) of each task, computed here, in grid order."""
+def _local_task_rows(grid: Grid, settings: RunSettings, measurer, todo, time_model: TimeModel, prov: dict, stack):
+    """(task id, rows) of each trace or measure task, computed here, in grid order."""
     replayers = {}  # backend 'engine': one running replay per release, vLLM imported once
-    for tid, task in todo:
-        args = (*task, time_model)
-        if settings.mode == "model":
-            rows = model_task(grid, *args, prov)
-        elif settings.mode == "trace":
-            engine = task[3]
-            if settings.backend == "engine" and engine not in replayers:
+    for task in todo:
+        if settings.mode == "trace":
+            if settings.backend == "engine" and task.engine not in replayers:
                 from .replay import ReplayProcess
-                replayers[engine] = stack.enter_context(ReplayProcess(engine))
-            rows = trace_task(grid, settings, *args, prov, replayers)
+                replayers[task.engine] = stack.enter_context(ReplayProcess(task.engine))
+            rows = trace_task(grid, settings, task, time_model, prov, replayers)
         else:
-            rows = measure_task(grid, settings, measurer, *args, prov)
-        yield tid, rows
+            rows = measure_task(grid, settings, measurer, task, time_model, prov)
+        yield task.id, rows
 
 
 class TaskIds:
     """The task ids of a grid in order, generated afresh on each iteration."""
 
-    def __init__(self, grid: SweepGrid, mode: str):
+    def __init__(self, grid: Grid, mode: str):
         self.grid, self.mode = grid, mode
 
     def __iter__(self):
-        return (t[0] for t in tasks(self.grid, self.mode))
+        return (task.id for task in self.grid.tasks(self.mode))
 
 
 def at_free_memory(frame, free_gib: float):
@@ -575,7 +473,8 @@ def at_free_memory(frame, free_gib: float):
     no plan depends on it (except SGLang's own chunker, whose budget is measured from it:
     recompute those rows instead)."""
     measured = frame[["engine", "strategy"]].drop_duplicates()
-    if any(frontier.measured_budget(e, s) for e, s in measured.itertuples(index=False)):
+    if any(get_strategy(s).budget_source(get_engine(e)) == MEASURED_BUDGET
+           for e, s in measured.itertuples(index=False)):
         raise ValueError("SGLang's own chunker plans with the budget it measures from free memory: "
                          "recompute its rows for another free GiB")
     moved = frame.copy()

@@ -27,7 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..plan import Chunk, Plan, plan_at
+from ..plan import Plan, PlanSettings, plan_at
+from ..plan.features import chunk_useful_elements, plan_features  # noqa: F401  (the time model's inputs)
 from ..refdata import data_path, number, read_rows
 from ..shapes import K_SCALE_BYTES, get_model
 from ..workload import StepBatch
@@ -61,50 +62,6 @@ def published_chunk_cost_us() -> float:
 
 PER_CHUNK_US = published_chunk_cost_us()
 HBM_TBPS = published_rate("hbm_bandwidth")
-
-
-def _clipped_window_sum(u: int, v: int, start: int, width: int) -> int:
-    """Sum over window ends x in [u, v] of the window [0, x) clipped to [start, start + width)."""
-    total = 0
-    lo, hi = max(u, start + 1), min(v, start + width - 1)  # partly inside: x - start columns
-    if hi >= lo:
-        total += (lo - start + hi - start) * (hi - lo + 1) // 2
-    lo = max(u, start + width)  # past the range: all width columns
-    if v >= lo:
-        total += (v - lo + 1) * width
-    return total
-
-
-def chunk_useful_elements(chunk: Chunk, batch: StepBatch) -> int:
-    """Logits the chunk's rows really score: the sum over its rows of ke - ks (for a
-    column range of kv-split, only the part of each window inside the range)."""
-    if chunk.num_requests == 1 and not chunk.compressed:
-        r = batch.requests[chunk.requests[0]]
-        a, b = chunk.rows
-        return _clipped_window_sum(r.context_len + a + 1, r.context_len + b, chunk.kv_start,
-                                   chunk.logits_cols)
-    total, offset = 0, 0
-    for r in batch.requests[chunk.requests[0]:chunk.requests[1]]:
-        a = max(chunk.rows[0], offset) - offset
-        b = min(chunk.rows[1], offset + r.query_len) - offset
-        if b > a:  # rows a..b-1 of this request: context + i + 1 columns each
-            total += (b - a) * r.context_len + (a + 1 + b) * (b - a) // 2
-        offset += r.query_len
-    return total
-
-
-def plan_features(plan: Plan) -> dict:
-    """What the time model (and the strategy comparison) needs to know of a plan."""
-    useful = sum(chunk_useful_elements(c, plan.batch) for c in plan.chunks)
-    return {
-        "chunks": plan.num_chunks,
-        "gathers": plan.num_gathers,
-        "useful_elements": useful,
-        "allocated_logits_bytes": sum(c.logits_bytes for c in plan.chunks),
-        "gathered_kv_tokens": sum(c.kv_tokens for c in plan.chunks if c.gather),
-        "heads": get_model(plan.model).index_heads,
-        "k_bytes_per_token": get_model(plan.model).k_bytes_per_token,
-    }
 
 
 @dataclass(frozen=True)
@@ -192,8 +149,8 @@ def load_measured(data_dir: str | Path = MEASURED_DIR):
     return rows if len(rows) else None
 
 
-def overhead_table(batch: StepBatch, strategies, budgets_mb, model: str,
-                   time_model: TimeModel | None = None, **plan_options):
+def overhead_table(batch: StepBatch, strategies, budgets_mb, settings: PlanSettings,
+                   time_model: TimeModel | None = None):
     """Per strategy x budget on one step: chunks, gathers, peak logits and modelled time,
     with the overhead against the same step in one chunk per workspace (``n-only``)."""
     import pandas as pd
@@ -201,11 +158,11 @@ def overhead_table(batch: StepBatch, strategies, budgets_mb, model: str,
     from ..memory import memory_report
 
     tm = time_model or TimeModel.published()
-    base_ms = tm.plan_ms(plan_at(batch, "n-only", 0, model, **plan_options))
+    base_ms = tm.plan_ms(plan_at(batch, "n-only", None, settings))
     rows = []
     for strategy in strategies:
         for mb in budgets_mb:
-            plan = plan_at(batch, strategy, mb, model, **plan_options)
+            plan = plan_at(batch, strategy, mb, settings)
             f = plan_features(plan)
             ms = tm.features_ms(f)
             rows.append({

@@ -7,13 +7,14 @@
 - ``compare``: the simulator next to vLLM's scheduler, step by step.
 """
 from .batch import PrefillRequest, StepBatch, check_int
-from .simulator import (MAX_CONCURRENCY, MAX_OSL, ClosedLoopWorkload, ScheduledStep, SchedulerConfig,
-                        check_kv_capacity, kv_blocks_needed, simulate)
+from .simulator import (MAX_BATCHED_TOKENS, MAX_CONCURRENCY, MAX_OSL, ClosedLoopWorkload, ScheduledStep, SchedulerConfig,
+                        check_kv_capacity, kv_blocks_needed, simulate,
+                        simulate_each_step)
 from .sources import WORKLOAD_SOURCES, check_source, scheduled_steps
 
 __all__ = [
     "PrefillRequest", "StepBatch", "check_int",
-    "MAX_CONCURRENCY", "MAX_OSL", "ClosedLoopWorkload", "ScheduledStep", "SchedulerConfig", "check_kv_capacity", "kv_blocks_needed",
-    "simulate",
+    "MAX_BATCHED_TOKENS", "MAX_CONCURRENCY", "MAX_OSL", "ClosedLoopWorkload", "ScheduledStep", "SchedulerConfig", "check_kv_capacity", "kv_blocks_needed",
+    "simulate", "simulate_each_step",
     "WORKLOAD_SOURCES", "check_source", "scheduled_steps",
 ]

@@ -9,19 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import accumulate
 
-
-def check_int(name: str, value, minimum: int, maximum: int | None = None) -> int:
-    """A whole number >= minimum (and <= maximum), or ValueError naming the value and the rule."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        else:
-            raise ValueError(f"{name} {value!r}: must be a whole number >= {minimum}")
-    if value < minimum:
-        raise ValueError(f"{name} {value!r}: must be a whole number >= {minimum}")
-    if maximum is not None and value > maximum:
-        raise ValueError(f"{name} {value!r}: must be at most {maximum}")
-    return value
+from ..checks import check_int
 
 
 @dataclass(frozen=True)

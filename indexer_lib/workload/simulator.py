@@ -14,6 +14,11 @@ from typing import Iterator
 from .batch import PrefillRequest, StepBatch, check_int
 
 
+MAX_CONCURRENCY = 65_536  # requests in flight; engines schedule at most a few thousand at once
+MAX_BATCHED_TOKENS = 1 << 31  # tokens per step; above every model's max_model_len, and the top-k buffer's rows
+MAX_OSL = 1 << 20  # output tokens per request; above every model's max_model_len
+
+
 @dataclass(frozen=True)
 class SchedulerConfig:
     """The vLLM V1 scheduler settings that shape prefill batches."""
@@ -28,15 +33,13 @@ class SchedulerConfig:
     num_kv_blocks: int = 0
 
     def __post_init__(self):
-        check_int("max_num_batched_tokens", self.max_num_batched_tokens, 1)
-        check_int("max_num_seqs", self.max_num_seqs, 1)
+        check_int("max_num_batched_tokens", self.max_num_batched_tokens, 1, MAX_BATCHED_TOKENS)
+        check_int("max_num_seqs", self.max_num_seqs, 1, MAX_CONCURRENCY)
         check_int("long_prefill_token_threshold", self.long_prefill_token_threshold, 0)
         check_int("block_size", self.block_size, 1)
         check_int("num_kv_blocks", self.num_kv_blocks, 0)
 
 
-MAX_CONCURRENCY = 65_536  # requests in flight; engines schedule at most a few thousand at once
-MAX_OSL = 1 << 20  # output tokens per request; above every model's max_model_len
 
 
 @dataclass(frozen=True)
@@ -108,17 +111,165 @@ def check_kv_capacity(workload: ClosedLoopWorkload, config: SchedulerConfig) -> 
         )
 
 
-def _alike_steps(prefill: list, decoding: list, osl: int) -> int:
-    """How many coming steps repeat the step just advanced (which scheduled someone): each of its
-    prefill requests takes the same tokens again without completing its prompt, each decoding
-    request one token without finishing.  (With nothing arriving meanwhile, the budget left and
-    the admission test come out the same too; ``simulate`` takes such steps at once.)"""
-    return min([(req.prompt_len - req.computed - 1) // n for req, n in prefill]
-               + [osl - 1 - req.outputs for req in decoding])
+class _Engine:
+    """The simulated engine between steps: who waits, who runs, what is cached, who arrives when."""
+
+    def __init__(self, workload: ClosedLoopWorkload, config: SchedulerConfig):
+        check_kv_capacity(workload, config)
+        self.workload, self.config = workload, config
+        self.waiting: deque[_Request] = deque()
+        self.running: list[_Request] = []
+        self.sent = 0
+        self.cached_prefix = 0  # tokens of the shared prefix whose blocks are in the prefix cache
+        self.arrivals: deque[tuple[int, int]] = deque()  # (tick at which they arrive, count)
+        self.made: dict[tuple[int, int], PrefillRequest] = {}
+        self.tick = 0  # scheduling passes, empty ones included (they pace async arrivals)
+        self.step = 0  # executed engine steps
+        self.send(workload.concurrency)
+
+    def send(self, n: int) -> None:
+        for _ in range(min(n, self.workload.total_prompts - self.sent)):
+            self.waiting.append(_Request(self.sent, self.workload.isl))
+            self.sent += 1
+
+    def busy(self) -> bool:
+        """Let in the requests that have arrived; whether anyone is left to schedule."""
+        # an idle engine runs no step: the next client request starts the next one
+        while self.arrivals and (self.arrivals[0][0] <= self.tick or not (self.waiting or self.running)):
+            self.send(self.arrivals.popleft()[1])
+        return bool(self.waiting or self.running)
+
+    def request(self, context_len: int, query_len: int) -> PrefillRequest:
+        # a schedule repeats a few request shapes thousands of times: one object each
+        key = (context_len, query_len)
+        r = self.made.get(key)
+        if r is None:
+            r = self.made[key] = PrefillRequest(context_len, query_len)
+        return r
+
+    def cacheable_prefix(self, req: _Request, n: int) -> int:
+        # vLLM caches the full blocks of scheduled tokens when it schedules them, so a request
+        # admitted later in the same step can already hit them
+        if not (self.config.enable_prefix_caching and self.workload.shared_prefix):
+            return 0
+        return min(req.computed + n, self.workload.shared_prefix) // self.config.block_size * self.config.block_size
+
+    def schedule(self) -> tuple[list, list, int]:
+        """One scheduling pass: (prefill (request, tokens), decoding requests, how many ran when
+        it was scheduled)."""
+        budget = self.config.max_num_batched_tokens
+        threshold = self.config.long_prefill_token_threshold
+        cap_chunks = threshold > 0 and len(self.running) + len(self.waiting) > 1
+        prefill, decoding = [], []
+
+        def take(req: _Request) -> None:
+            nonlocal budget
+            n = req.prompt_len - req.computed
+            n = min(min(n, threshold) if cap_chunks else n, budget)
+            prefill.append((req, n))
+            budget -= n
+            self.cached_prefix = max(self.cached_prefix, self.cacheable_prefix(req, n))
+
+        for req in self.running:
+            if budget <= 0:
+                break
+            if req.outputs >= self.workload.osl:
+                continue  # async: finished in the step in flight, not yet removed
+            if req.computed >= req.prompt_len:
+                decoding.append(req)
+                budget -= 1
+            else:
+                take(req)
+        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
+            req = self.waiting.popleft()
+            if self.config.enable_prefix_caching and self.workload.shared_prefix:
+                hit = min(self.cached_prefix, self.workload.shared_prefix, req.prompt_len - 1)
+                req.computed = hit // self.config.block_size * self.config.block_size
+            self.running.append(req)
+            take(req)
+        scheduled_with = len(self.running)
+        # async: the requests that finished in the previous step leave now
+        self.running = [r for r in self.running if r.outputs < self.workload.osl]
+        return prefill, decoding, scheduled_with
+
+    def executed(self, prefill: list, decoding: list, batch: StepBatch | None) -> ScheduledStep:
+        """The step as the engine executes it (numbered), with its prefill batch."""
+        step = ScheduledStep(self.step, batch, len(decoding), tuple(r.rid for r, _ in prefill))
+        self.step += 1
+        return step
+
+    def advance(self, prefill: list, decoding: list) -> int:
+        """Prefill chunks compute KV and sample a token when the prompt completes; each decoding
+        request that got budget computes one token and samples the next.  How many finished."""
+        finished = 0
+        for req, n in prefill:
+            req.computed += n
+            if req.computed == req.prompt_len:
+                req.outputs = 1
+                finished += req.outputs >= self.workload.osl
+        for req in decoding:
+            req.computed += 1
+            req.outputs += 1
+            finished += req.outputs >= self.workload.osl
+        if not self.config.async_scheduling:
+            self.running = [r for r in self.running if r.outputs < self.workload.osl]
+        if finished and self.sent < self.workload.total_prompts:
+            delay = 2 if self.config.async_scheduling else 1
+            self.arrivals.append((self.tick + delay, finished))
+        return finished
+
+    def alike(self, prefill: list, decoding: list, finished: int, scheduled_with: int) -> int:
+        """How many coming steps repeat the step just advanced: each of its prefill requests takes
+        the same tokens again without completing its prompt, each decoding request one token without
+        finishing, nobody left after it was scheduled (async; its slot freed), nobody finished and
+        nobody arrives meanwhile (then the budget left and the admission come out the same too)."""
+        if finished or len(self.running) != scheduled_with or not (prefill or decoding):
+            return 0
+        alike = min([(req.prompt_len - req.computed - 1) // n for req, n in prefill]
+                    + [self.workload.osl - 1 - req.outputs for req in decoding])
+        if self.arrivals:
+            alike = min(alike, self.arrivals[0][0] - self.tick - 1)
+        return max(alike, 0)
+
+    def repeat(self, prefill: list, decoding: list, alike: int) -> Iterator[ScheduledStep]:
+        """The ``alike`` steps after this one, yielded step by step but advanced at once."""
+        # requests in lock step take the same chunk: one request shape per run of them
+        same: list[list] = []  # [context, tokens, how many in a row]
+        for req, n in prefill:
+            if same and same[-1][0] == req.computed and same[-1][1] == n:
+                same[-1][2] += 1
+            else:
+                same.append([req.computed, n, 1])
+        for k in range(alike):
+            batch = None
+            if prefill:
+                batch = StepBatch(tuple(r for context, n, count in same
+                                        for r in [self.request(context + k * n, n)] * count), self.step)
+            yield self.executed(prefill, decoding, batch)
+        for req, n in prefill:
+            req.computed += alike * n
+            self.cached_prefix = max(self.cached_prefix, self.cacheable_prefix(req, 0))
+        for req in decoding:
+            req.computed += alike
+            req.outputs += alike
+        self.tick += alike
 
 
-def simulate(workload: ClosedLoopWorkload, config: SchedulerConfig = SchedulerConfig(),
-             skip_steady: bool = True) -> Iterator[ScheduledStep]:
+def _steps(engine: _Engine, repeat_alike: bool) -> Iterator[ScheduledStep]:
+    while engine.busy():
+        prefill, decoding, scheduled_with = engine.schedule()
+        if prefill or decoding:
+            batch = StepBatch(tuple(engine.request(r.computed, n) for r, n in prefill), engine.step) \
+                if prefill else None
+            yield engine.executed(prefill, decoding, batch)
+        finished = engine.advance(prefill, decoding)
+        alike = engine.alike(prefill, decoding, finished, scheduled_with) if repeat_alike else 0
+        if alike:
+            yield from engine.repeat(prefill, decoding, alike)
+        engine.tick += 1
+
+
+def simulate(workload: ClosedLoopWorkload, config: SchedulerConfig = SchedulerConfig()) -> Iterator[ScheduledStep]:
     """Simulate vLLM V1's scheduler, step by step, until every prompt is done.
 
     Per step (docs/design.md#the-scheduler-that-produces-the-batches): running requests first, in order, each takes
@@ -142,145 +293,15 @@ def simulate(workload: ClosedLoopWorkload, config: SchedulerConfig = SchedulerCo
     for outputs in flight) is neither yielded nor counted.  Checked step for
     step against vLLM's own scheduler (``indexer_lib.workload.vllm_scheduler``).
 
-    ``skip_steady``: a run of steps alike (the same requests take the same tokens; nobody
-    completes a prompt or finishes, nothing arrives: long prompts chunked in lock step, or
-    steady decoding) is yielded step by step but advanced at once; False advances it one
-    step at a time (the tests compare the two).
+    A run of steps alike (the same requests take the same tokens; nobody completes a prompt or
+    finishes, nothing arrives: long prompts chunked in lock step, or steady decoding) is yielded
+    step by step but advanced at once; ``simulate_each_step`` advances every step on its own (the
+    tests hold the two together).
     """
-    block = config.block_size
-    check_kv_capacity(workload, config)
-    waiting: deque[_Request] = deque()
-    running: list[_Request] = []
-    sent = 0
-    # tokens of the shared prefix whose blocks are in the prefix cache
-    cached_prefix = 0
-    arrivals: deque[tuple[int, int]] = deque()  # (tick at which it arrives, count)
+    return _steps(_Engine(workload, config), repeat_alike=True)
 
-    def send(n: int) -> None:
-        nonlocal sent
-        for _ in range(min(n, workload.total_prompts - sent)):
-            waiting.append(_Request(sent, workload.isl))
-            sent += 1
 
-    def cacheable_prefix(req: _Request, n: int) -> int:
-        # vLLM caches the full blocks of scheduled tokens when it schedules them,
-        # so a request admitted later in the same step can already hit them
-        if not (config.enable_prefix_caching and workload.shared_prefix):
-            return 0
-        return min(req.computed + n, workload.shared_prefix) // block * block
-
-    made: dict[tuple[int, int], PrefillRequest] = {}
-
-    def request(context_len: int, query_len: int) -> PrefillRequest:
-        # a schedule repeats a few request shapes thousands of times: one object each
-        key = (context_len, query_len)
-        r = made.get(key)
-        if r is None:
-            r = made[key] = PrefillRequest(context_len, query_len)
-        return r
-
-    send(workload.concurrency)
-    tick = 0  # scheduling passes, empty ones included (they pace async arrivals)
-    step = 0  # executed engine steps
-    while waiting or running or arrivals:
-        # an idle engine runs no step: the next client request starts the next one
-        while arrivals and (arrivals[0][0] <= tick or not (waiting or running)):
-            send(arrivals.popleft()[1])
-        if not (waiting or running):
-            break
-        budget = config.max_num_batched_tokens
-        threshold = config.long_prefill_token_threshold
-        cap_chunks = threshold > 0 and len(running) + len(waiting) > 1
-        prefill: list[tuple[_Request, int]] = []
-        decoding: list[_Request] = []
-
-        for req in running:
-            if budget <= 0:
-                break
-            if req.outputs >= workload.osl:
-                continue  # async: finished in the step in flight, not yet removed
-            if req.computed >= req.prompt_len:
-                decoding.append(req)
-                budget -= 1
-                continue
-            n = req.prompt_len - req.computed
-            if cap_chunks:
-                n = min(n, threshold)
-            n = min(n, budget)
-            prefill.append((req, n))
-            budget -= n
-            cached_prefix = max(cached_prefix, cacheable_prefix(req, n))
-
-        while waiting and budget > 0 and len(running) < config.max_num_seqs:
-            req = waiting.popleft()
-            if config.enable_prefix_caching and workload.shared_prefix:
-                hit = min(cached_prefix, workload.shared_prefix, req.prompt_len - 1)
-                req.computed = hit // block * block
-            n = req.prompt_len - req.computed
-            if cap_chunks:
-                n = min(n, threshold)
-            n = min(n, budget)
-            running.append(req)
-            prefill.append((req, n))
-            budget -= n
-            cached_prefix = max(cached_prefix, cacheable_prefix(req, n))
-
-        # async: the requests that finished in the previous step leave now
-        scheduled_with = len(running)
-        running = [r for r in running if r.outputs < workload.osl]
-        if prefill or decoding:
-            batch = None
-            if prefill:
-                batch = StepBatch(tuple(request(r.computed, n) for r, n in prefill), step)
-            yield ScheduledStep(step, batch, len(decoding), tuple(r.rid for r, _ in prefill))
-            step += 1
-
-        # advance: prefill chunks compute KV and sample a token when the prompt completes;
-        # each decoding request that got budget computes one token and samples the next
-        finished = 0
-        for req, n in prefill:
-            req.computed += n
-            if req.computed == req.prompt_len:
-                req.outputs = 1
-                finished += req.outputs >= workload.osl
-        for req in decoding:
-            req.computed += 1
-            req.outputs += 1
-            finished += req.outputs >= workload.osl
-        if not config.async_scheduling:
-            running = [r for r in running if r.outputs < workload.osl]
-        if finished and sent < workload.total_prompts:
-            delay = 2 if config.async_scheduling else 1
-            arrivals.append((tick + delay, finished))
-        # the next steps repeat this one unless something changes: a request left after this
-        # step was scheduled (async; its slot freed), one finished, or one arrives
-        if skip_steady and not finished and len(running) == scheduled_with and (prefill or decoding):
-            alike = _alike_steps(prefill, decoding, workload.osl)
-            if arrivals:
-                alike = min(alike, arrivals[0][0] - tick - 1)
-            if alike > 0:
-                rids = tuple(r.rid for r, _ in prefill)
-                # requests in lock step take the same chunk: one request shape per run of them
-                same: list[list] = []  # [context, tokens, how many in a row]
-                for req, n in prefill:
-                    if same and same[-1][0] == req.computed and same[-1][1] == n:
-                        same[-1][2] += 1
-                    else:
-                        same.append([req.computed, n, 1])
-                for k in range(alike):
-                    batch = None
-                    if prefill:
-                        requests = []
-                        for context, n, count in same:
-                            requests += [request(context + k * n, n)] * count
-                        batch = StepBatch(tuple(requests), step)
-                    yield ScheduledStep(step, batch, len(decoding), rids)
-                    step += 1
-                for req, n in prefill:
-                    req.computed += alike * n
-                    cached_prefix = max(cached_prefix, cacheable_prefix(req, 0))
-                for req in decoding:
-                    req.computed += alike
-                    req.outputs += alike
-                tick += alike
-        tick += 1
+def simulate_each_step(workload: ClosedLoopWorkload,
+                       config: SchedulerConfig = SchedulerConfig()) -> Iterator[ScheduledStep]:
+    """``simulate``, advancing every step on its own: the plain reference of its shortcut."""
+    return _steps(_Engine(workload, config), repeat_alike=False)

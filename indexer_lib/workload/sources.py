@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from ..checks import BadValue
+
 from .simulator import ClosedLoopWorkload, ScheduledStep, SchedulerConfig, simulate
 
 
@@ -15,7 +17,7 @@ WORKLOAD_SOURCES = ("simulator", "vllm")
 
 def check_source(source: str) -> str:
     if source not in WORKLOAD_SOURCES:
-        raise ValueError(f"workload source {source!r}: must be one of {', '.join(WORKLOAD_SOURCES)}")
+        raise BadValue("workload_source", f"workload source {source!r}: must be one of {', '.join(WORKLOAD_SOURCES)}")
     return source
 
 

@@ -105,7 +105,9 @@ def wait_for_outputs(lab_page, dash: Dashboard, expected_cells, expected_digest,
 
 
 def test_frontier_dashboard_follows_its_controls(lab_page, notebook_parameters, screenshot_dir):
+    from indexer_lib.notebook.params import check_values
     from indexer_lib.notebook.widgets import FrontierDashboard
+    from indexer_lib.plan import BASELINE
 
     start = time.perf_counter()
     lab_page.open("01_oom_frontier.ipynb")
@@ -119,10 +121,9 @@ def test_frontier_dashboard_follows_its_controls(lab_page, notebook_parameters, 
 
     # the same dashboard in this process: what the page must show after each move
     p = notebook_parameters["01_oom_frontier"]
-    budgeted = [s for s in p["strategies"] if s != "n-only"]
-    here = FrontierDashboard(p["concurrency"], p["isl"], model=p["model"], free_gib=p["free_gib"],
-                             budget_mb=512 if 512 in p["budget_mb"] else p["budget_mb"][0],
-                             strategy=budgeted[0])
+    budgeted = [s for s in p["strategies"] if s != BASELINE]
+    here = FrontierDashboard(check_values("01_oom_frontier", p).dashboard_grid(budgeted[0]),
+                             budget_mb=512 if 512 in p["budget_mb"] else p["budget_mb"][0])
 
     def expected():
         return cells_of_table(here.html.value), hashlib.sha256(bytes(here.image.value)).hexdigest()

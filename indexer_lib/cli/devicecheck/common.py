@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from ...memory import memory_report
-from ...plan import make_plan
+from ...plan import NO_BUDGET, get_strategy, make_plan
 from ...shapes import MIB
 from .config import TOPK, Config, Step
 
@@ -38,14 +38,18 @@ def is_cuda(device) -> bool:
     return torch.device(device).type == "cuda"
 
 
+def reads_budget(strategy: str) -> bool:
+    return get_strategy(strategy).budget_source(None) != NO_BUDGET
+
+
 def plan_for(step: Step, strategy: str, budget_mib: float | None, backend):
-    budget = None if strategy == "n-only" else max(1, int(budget_mib * MIB))
-    return make_plan(step.batch, strategy, budget, model=step.model, **backend.plan_options(strategy))
+    budget = max(1, int(budget_mib * MIB)) if reads_budget(strategy) else None
+    return make_plan(step.batch, backend.strategy(strategy), budget, backend.plan_settings(step.model))
 
 
 def predicted(plan, backend) -> dict:
     """The memory model's bytes for a plan, with this backend's temporaries."""
-    report = memory_report(plan, backend=backend, topk=TOPK)
+    report = memory_report(plan, temporaries=backend, topk=TOPK)
     return {"predicted_peak": report.peak, "predicted_transient": report.peak_transient,
             "predicted_persistent": report.persistent}
 

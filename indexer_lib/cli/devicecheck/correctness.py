@@ -34,7 +34,7 @@ def stage_correctness(ctx) -> list[dict]:
         else:
             layouts = [("full", False)] + \
                 ([("compressed", True)] if getattr(ctx.backend, "supports_compressed", False) else [])
-        plan = make_plan(batch, "n-only", None, model=step.model, deepgemm_version=ref.deepgemm_version)
+        plan = make_plan(batch, "n-only", None, ref.plan_settings(step.model))
         chunk = plan.chunks[0]
         (ks, ke), host = _windows(batch, chunk, ctx.device)
         slots = torch.from_numpy(kv_slots(batch, chunk).astype("int64")).to(ctx.device)

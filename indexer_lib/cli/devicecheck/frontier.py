@@ -8,7 +8,7 @@ import torch
 from ...run.executor import execute
 from ...run.inputs import make_inputs
 from ...shapes import GIB
-from .common import StageTimeout, free_cached, is_cuda, is_oom, plan_for, predicted, status_of
+from .common import StageTimeout, free_cached, is_cuda, is_oom, plan_for, predicted, reads_budget, status_of
 
 
 def stage_frontier(ctx) -> list[dict]:
@@ -21,7 +21,7 @@ def stage_frontier(ctx) -> list[dict]:
             for strategy in ("n-only", "vllm", "causal"):
                 ctx.clock.check()
                 row = {"step": step.name, "model": step.model, "strategy": strategy, "free_gib": free_gib,
-                       "budget_mib": None if strategy == "n-only" else ctx.cfg.frontier_budget_mib}
+                       "budget_mib": ctx.cfg.frontier_budget_mib if reads_budget(strategy) else None}
                 ballast = None
                 try:
                     plan = plan_for(step, strategy, ctx.cfg.frontier_budget_mib, ctx.backend)

@@ -7,7 +7,7 @@ import torch
 
 from ...run.executor import execute
 from ...run.inputs import make_inputs
-from .common import free_cached, is_cuda, plan_for, predicted, run_point
+from .common import free_cached, is_cuda, plan_for, predicted, reads_budget, run_point
 from .config import STRATEGIES
 
 
@@ -35,7 +35,7 @@ def stage_memory(ctx) -> list[dict]:
         for strategy in STRATEGIES:
             ctx.clock.check()
             row = {"step": step.name, "model": step.model, "strategy": strategy,
-                   "budget_mib": None if strategy == "n-only" else ctx.cfg.memory_budget_mib}
+                   "budget_mib": ctx.cfg.memory_budget_mib if reads_budget(strategy) else None}
 
             def measure(row):
                 plan = plan_for(step, strategy, ctx.cfg.memory_budget_mib, ctx.backend)

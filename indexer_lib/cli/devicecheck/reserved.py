@@ -24,7 +24,7 @@ def stage_reserved(ctx) -> list[dict]:
     slice the measured ``memory_reserved`` (minus the reading before the strategy's
     first slice) next to the caching-allocator model's prediction for the same
     allocations (``reserved.reserved_curve``, inputs included).  One row per slice,
-    columns per strategy; the vllm readings also under the original names."""
+    columns per strategy; the first strategy's (vllm) readings also under the original names."""
     total, piece = ctx.cfg.reserved_prompt, ctx.cfg.reserved_slice
     model = "deepseek-v3.2"
     budget = max(1, int(ctx.cfg.reserved_budget_mib * MIB))
@@ -32,20 +32,19 @@ def stage_reserved(ctx) -> list[dict]:
     cuda = is_cuda(ctx.device)
 
     def plan_of(batch, strategy):
-        opts = ctx.backend.plan_options(strategy)
-        if strategy == "fixed-shape":
-            opts["fixed_width"] = total  # one logits shape over the whole prompt
-        return make_plan(batch, strategy, budget, model=model, **opts)
+        # fixed-shape: one logits shape over the whole prompt
+        return make_plan(batch, ctx.backend.strategy(strategy).for_steps(steps), budget,
+                         ctx.backend.plan_settings(model))
 
-    def report_of(plan):
-        return memory_report(plan, backend=ctx.backend, topk=TOPK)
+    def planned(batch, strategy):
+        plan = plan_of(batch, strategy.name)
+        return plan, memory_report(plan, temporaries=ctx.backend, topk=TOPK)
 
     rows = [{"slice": i, "context_len": b.requests[0].context_len, "query_len": b.num_rows}
             for i, b in enumerate(steps)]
     for strategy in RESERVED_STRATEGIES:
         col = strategy.replace("-", "_")
-        predicted = reserved_curve(strategy, steps, plan_fn=plan_of, report_fn=report_of,
-                                   include_inputs=True)
+        predicted = reserved_curve(strategy, steps, include_inputs=True, planned=planned)
         free_cached(ctx.device)
         base = torch.cuda.memory_reserved() if cuda else None
         if cuda:
@@ -69,7 +68,7 @@ def stage_reserved(ctx) -> list[dict]:
                             f"measured_max_allocated_{col}": torch.cuda.max_memory_allocated(),
                             f"measured_segments_{col}": st.get("segment.all.current"),
                             f"measured_over_predicted_{col}": round((reserved - base) / pred.reserved, 4)})
-                if strategy == "vllm":  # the original columns
+                if strategy == RESERVED_STRATEGIES[0]:  # its readings under the original names too
                     row.update({"chunks": plan.num_chunks, "reserved": reserved,
                                 "max_reserved": torch.cuda.max_memory_reserved(),
                                 "allocated": torch.cuda.memory_allocated(),

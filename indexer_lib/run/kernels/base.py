@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
-from ...plan import Chunk, Plan, merged_chunks
+from ...plan import Chunk, Plan, PlanSettings, Strategy, get_strategy, merged_chunks
 
 
 class Backend(ABC):
@@ -50,9 +50,13 @@ class Backend(ABC):
                 f"{self.deepgemm_version}: make the plan with deepgemm_version={self.deepgemm_version!r}")
         self.check_chunk_features(plan)
 
-    def plan_options(self, strategy: str) -> dict:
-        """Keyword arguments for ``make_plan`` so the plan matches this backend."""
-        return {"deepgemm_version": self.deepgemm_version}
+    def strategy(self, name: str) -> Strategy:
+        """The strategy as this backend runs it (its build's layouts)."""
+        return get_strategy(name)
+
+    def plan_settings(self, model: str) -> PlanSettings:
+        """Plan settings whose plans match this backend: its DeepGEMM build."""
+        return PlanSettings(model, deepgemm_version=self.deepgemm_version)
 
     def check_chunk_features(self, plan: Plan) -> None:
         if not self.supports_column_range and any(merged_chunks(plan.chunks)):

@@ -319,12 +319,9 @@ class DeepGemmBackend(Backend):
         """The causal strategy's layout: compressed rows where the build has them, else a KV prefix."""
         return self.supports_compressed
 
-    def plan_options(self, strategy: str) -> dict:
-        """Keyword arguments for ``make_plan`` so the plan matches this build."""
-        opts = super().plan_options(strategy)
-        if strategy == "causal":
-            opts["compressed"] = self.causal_compressed
-        return opts
+    def strategy(self, name: str):
+        """The strategy as this build runs it: causal in compressed rows where it has them."""
+        return super().strategy(name).for_build(self.causal_compressed)
 
     def check_plan(self, plan) -> None:
         """ValueError if the plan asks for a layout or padding this build does not have."""

@@ -165,11 +165,14 @@ class ReferenceBackend(Backend):
             for t0 in range(r0, r1, tiling.LOGITS_TILE_ROWS):
                 t1 = min(t0 + tiling.LOGITS_TILE_ROWS, r1)
                 extent = int(lens[t0:t1].max())
-                self._logits_rows(q, k, k_scale, weights, out, t0, t1, start, col0, extent, memo)
+                self._logits_rows((q, k, k_scale, weights, out), (t0, t1), (start, col0), extent, memo)
         return out
 
-    def _logits_rows(self, q, k, k_scale, weights, out, r0, r1, start, col0, extent, memo):
-        """Rows [r0, r1) against KV [start, start + extent), in column tiles."""
+    def _logits_rows(self, operands: tuple, rows: tuple[int, int], at: tuple[int, int], extent: int, memo):
+        """Rows [r0, r1) of ``operands`` (q, k, k_scale, weights, out) against KV [start, start +
+        extent), written from output column col0 (``at``: start, col0), in column tiles."""
+        q, k, k_scale, weights, out = operands
+        (r0, r1), (start, col0) = rows, at
         heads, head_dim = q.shape[1], q.shape[2]
         rows = r1 - r0
         # [H, rows, D]: each head's rows contiguous for its matmul

@@ -1,0 +1,20 @@
+"""A worst step's plan features (``plan.features``), made once per strategy, settings, step and
+budget: the same worst step recurs across the budgets and workloads of a grid."""
+from __future__ import annotations
+
+from ..plan import PlanSettings, Strategy, make_plan
+from ..plan.features import plan_features
+from ..workload import StepBatch
+from .caches import PerSettings
+
+_FEATURES = PerSettings(limit=50_000)
+
+
+def step_features(batch: StepBatch, strategy: Strategy, budget_bytes: int | None, settings: PlanSettings) -> dict:
+    """``plan_features(make_plan(batch, strategy, budget_bytes, settings))``, kept."""
+    kept = _FEATURES.of((strategy, settings))
+    key = (batch.query_lens, batch.seq_lens, budget_bytes)
+    features = kept.get(key)
+    if features is None:
+        features = _FEATURES.add(kept, key, plan_features(make_plan(batch, strategy, budget_bytes, settings)))
+    return features

@@ -1,0 +1,84 @@
+"""A step's plan as a frontier needs it: its chunk count and distinct chunk shapes, planned by
+the strategy's own code into a shape builder (``fast.shapes``), with the settings resolved once
+for the many steps and budgets of a frontier."""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from ..plan import Budgeting, Plan, PlanSettings, Strategy, get_strategy
+from ..workload import StepBatch, check_int
+from .records import made_fast
+from .shapes import ChunkShape, NeighbourShapeBuilder, ShapeBuilder
+
+
+class StepShapes(NamedTuple):
+    """What a frontier reads of a step's plan: its budget interval, workspace, chunk count,
+    whether a chunk breaks a limit, its distinct shapes and, where the plan keeps two chunks'
+    logits alive (``Plan.logits_alive``), the distinct pairs (shape before or None, shape)."""
+
+    budget_stable: tuple[int, int | None]
+    workspace_tokens: int
+    num_chunks: int
+    over_budget: bool
+    shapes: tuple[ChunkShape, ...]
+    pairs: tuple[tuple, ...] | None
+
+
+class PlanShapes(NamedTuple):
+    """``StepShapes`` with the plan record they belong to (its ``chunks`` empty)."""
+
+    plan: Plan
+    num_chunks: int
+    over_budget: bool
+    shapes: tuple[ChunkShape, ...]
+    pairs: tuple[tuple, ...] | None = None
+
+
+class ShapePlanner:
+    """``make_plan`` as counts and shapes, for one strategy and one set of settings."""
+
+    def __init__(self, strategy: str | Strategy, settings: PlanSettings):
+        self.strategy = get_strategy(strategy)
+        if not self.strategy.by_shapes:
+            raise ValueError(f"strategy {self.strategy.name!r}: its chunks' memory depends on more than "
+                             "their shapes; plan it with make_plan")
+        self.settings = self.strategy.runs_under(settings)
+        self.logits_alive = self.strategy.logits_alive(self.settings)
+        self.builder = NeighbourShapeBuilder if self.logits_alive > 1 else ShapeBuilder
+        # at hand for the many steps of a grid
+        self.check_budget, self.split, self.workspace = self.strategy.check_budget, self.strategy.split, \
+            self.settings.workspace
+
+    def shapes(self, batch: StepBatch, budget_bytes: int | None) -> StepShapes:
+        """The step's plan at this budget, as counts and distinct shapes (and pairs)."""
+        self.check_budget(batch, budget_bytes, self.settings)
+        if budget_bytes is not None and not (type(budget_bytes) is int and budget_bytes >= 1):
+            budget_bytes = check_int("budget_bytes", budget_bytes, 1)  # the common case costs one test
+        b = Budgeting(self.settings, budget_bytes, self.workspace or batch.num_kv_tokens)
+        found = self.builder(batch, b)
+        self.split(batch, b, found)
+        pairs = tuple(found.pairs) if self.logits_alive > 1 else None
+        return tuple.__new__(StepShapes, ((b.stable_low, b.stable_high), b.workspace, found.num_chunks,
+                                          found.over_budget, tuple(found.shapes), pairs))
+
+    def record(self, batch: StepBatch, budget_bytes: int | None = None, workspace_tokens: int | None = None,
+               budget_stable: tuple[int, int | None] = (0, None)) -> Plan:
+        """A plan of these settings without its chunks (``fast.ShapesPeak`` reads only the settings)."""
+        if workspace_tokens is None:
+            workspace_tokens = self.settings.workspace or batch.num_kv_tokens
+        return made_fast(Plan, strategy=self.strategy.name, batch=batch, settings=self.settings,
+                         budget_bytes=budget_bytes, workspace_tokens=workspace_tokens, chunks=(),
+                         budget_stable=budget_stable, logits_alive=self.logits_alive)
+
+    def plan(self, batch: StepBatch, budget_bytes: int | None) -> PlanShapes:
+        step = self.shapes(batch, budget_bytes)
+        plan = self.record(batch, budget_bytes, step.workspace_tokens, step.budget_stable)
+        return PlanShapes(plan, step.num_chunks, step.over_budget, step.shapes, step.pairs)
+
+
+def plan_shapes(batch: StepBatch, strategy: str | Strategy, budget_bytes: int | None,
+                settings: PlanSettings = PlanSettings()) -> PlanShapes:
+    """``make_plan``, by the same strategy code, recording the chunks' count and distinct shapes
+    (and, for an engine's chunk loop that keeps two chunks' logits alive, the distinct pairs of
+    neighbours) instead of each chunk."""
+    return ShapePlanner(strategy, settings).plan(batch, budget_bytes)

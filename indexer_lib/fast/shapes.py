@@ -1,0 +1,141 @@
+"""Builders that record a plan's chunk count and distinct chunk shapes instead of each chunk.
+
+A frontier asks nothing else of a step: the memory model's transient peak depends on a
+chunk's shape alone (``ChunkShape``), or, where an engine keeps the previous chunk's logits
+alive while the next chunk's are allocated, on its shape and its neighbour's
+(``NeighbourShapeBuilder`` records the pairs).  They take the same calls from the same
+strategy code as ``plan.ChunkBuilder``.
+
+A request cut alone is cut the same way wherever it appears (its lengths and the budget
+decide, not its neighbours): ``LoneSlices`` keeps each cut, with the budget interval over which
+it holds, across steps, workloads and budgets.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from ..plan import Piece, Slicing
+from ..workload import StepBatch
+from .caches import PerSettings
+
+
+class ChunkShape(NamedTuple):
+    """What a chunk's bytes depend on (``memory.chunk_memory``), as the key of a distinct shape."""
+
+    rows: int
+    cols: int
+    compressed: bool
+    alloc_rows: int | None
+    kv_tokens: int
+    gather: bool
+
+
+class LoneSlices:
+    """A request's slices as shapes, and the budget interval over which the cut holds."""
+
+    __slots__ = ("count", "low", "high", "sequence", "shapes", "pairs", "over", "kv_tokens")
+
+    def __init__(self, slices, low: int, high: int | None, every_chunk_gathers: bool):
+        self.count, self.low, self.high = len(slices), low, high
+        self.sequence = tuple(ChunkShape(s.q1 - s.q0, s.cols, s.compressed, None, s.kv_tokens,
+                                         s.gather or every_chunk_gathers) for s in slices)
+        self.shapes = dict.fromkeys(self.sequence)
+        self.pairs = dict.fromkeys(zip(self.sequence, self.sequence[1:]))  # each slice after the one before
+        self.over = any(s.over for s in slices)
+        self.kv_tokens = max(s.kv_tokens for s in slices)
+
+
+# per (cut, layout, padding, DeepGEMM version, row multiple, K per chunk): the cuts by (rows,
+# context, budget); bounded for a long-lived dashboard (the long-context grid holds about 10,000)
+_LONE = PerSettings(limit=100_000)
+
+
+def lone_slices(b, slicing: Slicing, every_chunk_gathers: bool) -> LoneSlices:
+    """``slicing``'s cut of its request, made once per request shape and budget (``b``, a
+    ``Budgeting``); ``b``'s budget interval is narrowed as if the cut had asked it again."""
+    kind, request, compressed, cut = slicing
+    cuts = _LONE.of((kind, compressed, b.padded, b.rules.version, b.row_multiple, every_chunk_gathers))
+    key = (request.query_len, request.context_len, b.budget)
+    known = cuts.get(key)
+    if known is None:
+        saved = b.stable_low, b.stable_high
+        b.stable_low, b.stable_high = 0, None
+        try:
+            slices = cut()
+            known = LoneSlices(slices, b.stable_low, b.stable_high, every_chunk_gathers)
+        finally:
+            b.stable_low, b.stable_high = saved
+        _LONE.add(cuts, key, known)
+    b.narrow(known.low, known.high)
+    return known
+
+
+class ShapeBuilder:
+    """Records a plan's chunk count, whether a chunk breaks a limit, and its chunks' distinct
+    shapes, in the order they first appear."""
+
+    def __init__(self, batch: StepBatch, b):
+        self.batch, self.b = batch, b
+        self.every_chunk_gathers = b.settings.workspace_lifetime == "chunk"  # a K buffer per chunk
+        self.shapes: dict[ChunkShape, None] = {}
+        self.num_chunks = 0
+        self.over_budget = False
+
+    def add(self, piece: Piece, times: int = 1) -> ChunkShape:
+        r0, r1, q0, q1, cols, gather, over, compressed, kv_tokens, kv_start, alloc_rows = piece
+        if kv_start:
+            raise ValueError("a column-split chunk's memory depends on its neighbours: "
+                             "plan it with a ChunkBuilder")
+        n = sum(self.batch.seq_lens[r0:r1]) if kv_tokens is None else kv_tokens
+        # the record made by tuple's own constructor: a grid adds hundreds of thousands
+        shape = tuple.__new__(ChunkShape, (q1 - q0, cols, compressed, alloc_rows, n,
+                                           gather or self.every_chunk_gathers))
+        self.shapes[shape] = None
+        self.num_chunks += times
+        self.over_budget = self.over_budget or over or n > self.b.workspace
+        return shape
+
+    def add_rows(self, r0: int, r1: int, rows: int, per: int, cols: int) -> None:
+        """``ChunkBuilder.add_rows``: the first slice, the full slices after it at once, the rest."""
+        first = min(per, rows)
+        self.add(Piece(r0, r1, 0, first, cols, True, False, kv_tokens=cols))
+        full = (rows - first) // per
+        if full:
+            self.add(Piece(r0, r1, first, first + per, cols, False, False, kv_tokens=cols), times=full)
+        if first + full * per < rows:
+            self.add(Piece(r0, r1, first + full * per, rows, cols, False, False, kv_tokens=cols))
+
+    def add_alone(self, i: int, slicing: Slicing, times: int = 1) -> LoneSlices:
+        lone = lone_slices(self.b, slicing, self.every_chunk_gathers)
+        self.shapes.update(lone.shapes)
+        self.num_chunks += lone.count * times
+        self.over_budget = self.over_budget or lone.over or lone.kv_tokens > self.b.workspace
+        return lone
+
+
+class NeighbourShapeBuilder(ShapeBuilder):
+    """A ``ShapeBuilder`` that also records each chunk's shape next to the shape of the chunk
+    before it (None for the first)."""
+
+    def __init__(self, batch: StepBatch, b):
+        super().__init__(batch, b)
+        self.pairs: dict[tuple, None] = {}  # (previous shape or None, shape), in order of appearance
+        self.last: ChunkShape | None = None
+
+    def add(self, piece: Piece, times: int = 1) -> ChunkShape:
+        shape = super().add(piece, times)
+        self.pairs[(self.last, shape)] = None
+        if times > 1:
+            self.pairs[(shape, shape)] = None
+        self.last = shape
+        return shape
+
+    def add_alone(self, i: int, slicing: Slicing, times: int = 1) -> LoneSlices:
+        lone = super().add_alone(i, slicing, times)
+        first, last = lone.sequence[0], lone.sequence[-1]
+        self.pairs[(self.last, first)] = None
+        self.pairs.update(lone.pairs)
+        if times > 1:
+            self.pairs[(last, first)] = None
+        self.last = last
+        return lone

@@ -1,0 +1,50 @@
+"""What a plan's time depends on, counted from its chunks: the chunks and gathers, the logits
+its rows really score, the logits it allocates and the K it gathers (``study.timemodel``)."""
+from __future__ import annotations
+
+from ..workload import StepBatch
+from .chunks import Chunk, Plan
+
+
+def _clipped_window_sum(u: int, v: int, start: int, width: int) -> int:
+    """Sum over window ends x in [u, v] of the window [0, x) clipped to [start, start + width)."""
+    total = 0
+    lo, hi = max(u, start + 1), min(v, start + width - 1)  # partly inside: x - start columns
+    if hi >= lo:
+        total += (lo - start + hi - start) * (hi - lo + 1) // 2
+    lo = max(u, start + width)  # past the range: all width columns
+    if v >= lo:
+        total += (v - lo + 1) * width
+    return total
+
+
+def chunk_useful_elements(chunk: Chunk, batch: StepBatch) -> int:
+    """Logits the chunk's rows really score: the sum over its rows of ke - ks (for a
+    column range of kv-split, only the part of each window inside the range)."""
+    if chunk.num_requests == 1 and not chunk.compressed:
+        r = batch.requests[chunk.requests[0]]
+        a, b = chunk.rows
+        return _clipped_window_sum(r.context_len + a + 1, r.context_len + b, chunk.kv_start,
+                                   chunk.logits_cols)
+    total, offset = 0, 0
+    for r in batch.requests[chunk.requests[0]:chunk.requests[1]]:
+        a = max(chunk.rows[0], offset) - offset
+        b = min(chunk.rows[1], offset + r.query_len) - offset
+        if b > a:  # rows a..b-1 of this request: context + i + 1 columns each
+            total += (b - a) * r.context_len + (a + 1 + b) * (b - a) // 2
+        offset += r.query_len
+    return total
+
+
+def plan_features(plan: Plan) -> dict:
+    """What the time model (and the strategy comparison) needs to know of a plan."""
+    useful = sum(chunk_useful_elements(c, plan.batch) for c in plan.chunks)
+    return {
+        "chunks": plan.num_chunks,
+        "gathers": plan.num_gathers,
+        "useful_elements": useful,
+        "allocated_logits_bytes": sum(c.logits_bytes for c in plan.chunks),
+        "gathered_kv_tokens": sum(c.kv_tokens for c in plan.chunks if c.gather),
+        "heads": plan.settings.preset.index_heads,
+        "k_bytes_per_token": plan.settings.preset.k_bytes_per_token,
+    }

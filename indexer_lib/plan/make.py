@@ -1,0 +1,49 @@
+"""``make_plan``: one step batch split into chunks by a strategy, under a set of settings."""
+from __future__ import annotations
+
+from ..workload import StepBatch, check_int
+from .budgeting import Budgeting
+from .builders import ChunkBuilder
+from .chunks import Plan
+from .settings import PlanSettings
+from .strategies import Strategy, get_strategy
+
+DEFAULT_SETTINGS = PlanSettings()
+
+
+def start_plan(batch: StepBatch, strategy: str | Strategy, budget_bytes: int | None,
+               settings: PlanSettings = DEFAULT_SETTINGS) -> tuple[Strategy, Budgeting]:
+    """The strategy and its budgeting for one step, checked: the settings as the strategy runs
+    them, the budget it needs (or refuses), the workspace (an engine without one of its own
+    gathers the step's K)."""
+    s = get_strategy(strategy)
+    runs = s.runs_under(settings)
+    s.check_budget(batch, budget_bytes, runs)
+    if budget_bytes is not None:
+        budget_bytes = check_int("budget_bytes", budget_bytes, 1)
+    return s, Budgeting(runs, budget_bytes, runs.workspace or batch.num_kv_tokens)
+
+
+def make_plan(batch: StepBatch, strategy: str | Strategy, budget_bytes: int | None,
+              settings: PlanSettings = DEFAULT_SETTINGS) -> Plan:
+    """Split ``batch`` into chunks with a strategy (a name, or an object with its options).
+
+    ``budget_bytes`` bounds each chunk's logits (DeepGEMM's padded bytes of the settings' build,
+    unless ``settings.padded`` is False); the workspace bounds the K gathered per chunk.  On an
+    engine release (``settings.engine``) the project's strategies run on its DeepGEMM build,
+    workspace and layout (or on ``settings.deepgemm_version``, a what-if); the ``engine``
+    strategy is the release's own chunker (default: the latest vLLM), on its own build,
+    counting plain M x N x 4 bytes as the engines do.
+    """
+    s, b = start_plan(batch, strategy, budget_bytes, settings)
+    build = ChunkBuilder(batch, b)
+    s.split(batch, b, build)
+    return Plan(s.name, batch, b.settings, b.budget, b.workspace, tuple(build.chunks),
+                (b.stable_low, b.stable_high), s.logits_alive(b.settings))
+
+
+def plan_at(batch: StepBatch, strategy: str | Strategy, budget_mb: float | None,
+            settings: PlanSettings = DEFAULT_SETTINGS) -> Plan:
+    """A strategy's plan at a budget in MiB (none where the strategy reads none)."""
+    s = get_strategy(strategy)
+    return make_plan(batch, s, s.budget_bytes(budget_mb, None, settings), settings)

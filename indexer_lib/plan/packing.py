@@ -1,0 +1,168 @@
+"""The moves every strategy is made of: greedy packing of requests in the scheduler's order,
+and the ways to cut a request that alone breaks a limit into row slices or column ranges
+(docs/design.md#strategies)."""
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+from ..workload import StepBatch
+from .budgeting import Budgeting
+from .builders import Piece, Slice, Slicing
+
+KV_SPLIT_ALIGN = 256  # column ranges start at multiples of 256 tokens: K-scale slices stay 16-byte aligned
+
+
+class Packing(NamedTuple):
+    """What a strategy's packing allows.
+
+    ``may_join(b, r0, r1, rows, kv, longest)``: whether requests [r0, r1) may share a chunk under
+    the budgeting ``b``
+    (``longest``: their longest sequence, kept as the chunk grows, so a compressed width costs
+    nothing to ask); ``slice_alone(i, build, times)``: how a request that alone breaks a limit
+    is cut, with the ``times - 1`` identical requests after it; ``width(r0, r1, kv, longest)``:
+    a packed chunk's logits width (None: all its K); ``alloc_rows``: the rows a packed chunk's
+    logits are padded up to (fixed-shape); ``over``: the packed chunks break the budget
+    whatever the split (fixed-shape: not one row fits).  ``monotone``: whenever [r0, r1) may
+    join, so may any [r0, r1') with r1' < r1 (more rows and columns only add bytes).
+    """
+
+    may_join: Callable
+    slice_alone: Callable
+    width: Callable | None = None
+    compressed: bool = False
+    alloc_rows: int | None = None
+    over: bool = False
+    monotone: bool = False
+
+
+def pack(batch: StepBatch, b: Budgeting, packing: Packing, build) -> None:
+    """Greedy packing in order; a request that alone breaks a limit is sliced together with
+    the identical requests that follow it (whether a request fits alone depends on its
+    lengths only), and a group of identical requests is repeated while the run lasts
+    (``StepBatch.repeats``: schedulers send runs of equal chunks).
+
+    A monotone packing slices a request that alone breaks a limit without asking more, and
+    asks for the rest of the batch in one question when the request fits: most steps are
+    packed whole.  The chunks and the budget interval are those of packing request by request
+    (a refusal of the rest is never below the refusal that stops the request-by-request
+    packing); ``test_plan`` holds the two together.
+    """
+    query_lens, seq_lens = batch.query_lens, batch.seq_lens
+    n_req, workspace = len(query_lens), b.workspace
+    repeats = batch.repeats
+    may_join, slice_alone, width_of, compressed, alloc_rows, over, monotone = packing
+    i = 0
+    while i < n_req:
+        j, rows, kv, longest = i, 0, 0, 0
+        if monotone:
+            q, s = query_lens[i], seq_lens[i]
+            if not (s <= workspace and may_join(b, i, i + 1, q, s, s)):
+                slice_alone(i, build, repeats[i])  # alone it breaks a limit: with the rest, too
+                i += repeats[i]
+                continue
+            j, rows, kv, longest = i + 1, q, s, s
+            if j < n_req:
+                rest_rows, rest_kv, rest_longest = batch.totals_from(i)
+                if rest_kv <= workspace and may_join(b, i, n_req, rest_rows, rest_kv, rest_longest):
+                    j, rows, kv, longest = n_req, rest_rows, rest_kv, rest_longest
+        while j < n_req:
+            q, s = query_lens[j], seq_lens[j]
+            wider = s if s > longest else longest
+            if kv + s <= workspace and may_join(b, i, j + 1, rows + q, kv + s, wider):
+                rows, kv, longest, j = rows + q, kv + s, wider, j + 1
+            else:
+                break
+        if j == i:
+            slice_alone(i, build, repeats[i])
+            i += repeats[i]
+            continue
+        width = kv if width_of is None else width_of(i, j, kv, longest)
+        size, groups = j - i, 1
+        if j < n_req and repeats[i] > size:
+            # the group stopped at a request identical to its own: while g + 1 identical
+            # requests follow, the next group asks the same questions and gets the same
+            # answers (a monotone packing's rest holds those g + 1: it is refused too)
+            while repeats[i + groups * size] > size:
+                groups += 1
+        # the record made by tuple's own constructor: packing runs for every step of a grid
+        build.add(tuple.__new__(Piece, (i, j, 0, rows, width, True, over, compressed, kv, 0, alloc_rows)), groups)
+        i += groups * size
+
+
+def slice_equal_rows(i: int, build, times: int = 1) -> None:
+    """vLLM: slices of max(1, rows-within-budget) rows at the request's full width (its own
+    seq_len wide in the compressed layout)."""
+    b, r = build.b, build.batch.requests[i]
+    compressed = b.compressed_only
+
+    def cut() -> list[Slice]:
+        n = r.seq_len
+        per = r.query_len if b.budget is None else b.max_rows(n, compressed)
+        over = per < 1
+        per = max(1, per)
+        return [Slice(q0, min(q0 + per, r.query_len), n, q0 == 0, over, compressed, n)
+                for q0 in range(0, r.query_len, per)]
+
+    build.add_alone(i, Slicing("equal rows", r, compressed, cut), times)
+
+
+def slice_causal(i: int, build, compressed: bool, times: int = 1) -> None:
+    """Each slice is as wide as its last row's ke (a KV prefix): early slices take more rows."""
+    b, r = build.b, build.batch.requests[i]
+
+    def cut() -> list[Slice]:
+        out = []
+        q0, most = 0, r.query_len
+        while q0 < r.query_len:
+            # largest m with the slice [q0, q0 + m) of width context + q0 + m within budget; a
+            # slice is wider than the one before, so it takes at most as many rows (bytes never
+            # fall with rows or width): ask for the previous slice's rows first, the usual answer
+            lo, hi = 0, min(most, r.query_len - q0)
+            if b.within(hi, r.context_len + q0 + hi, compressed):
+                lo = hi
+            hi -= 1
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if b.within(mid, r.context_len + q0 + mid, compressed):
+                    lo = mid
+                else:
+                    hi = mid - 1
+            most = max(lo, 1)
+            q1 = q0 + most
+            out.append(Slice(q0, q1, r.context_len + q1, q0 == 0, lo == 0, compressed, r.seq_len))
+            q0 = q1
+        return out
+
+    build.add_alone(i, Slicing("causal", r, compressed, cut), times)
+
+
+def split_columns(i: int, build) -> None:
+    """Row slices of the allocation's row multiple, each scored over column ranges."""
+    b, r = build.b, build.batch.requests[i]
+    rows = b.row_multiple if b.padded else 1
+    # widest column range (a multiple of the alignment) whose logits meet the budget
+    lo, hi = 0, -(-r.seq_len // KV_SPLIT_ALIGN)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if b.within(rows, mid * KV_SPLIT_ALIGN):
+            lo = mid
+        else:
+            hi = mid - 1
+    over = lo == 0
+    width = max(lo, 1) * KV_SPLIT_ALIGN
+    first = True
+    for q0 in range(0, r.query_len, rows):
+        q1 = min(q0 + rows, r.query_len)
+        last_ke = r.context_len + q1  # the slice's widest window
+        for kv_start in range(0, last_ke, width):
+            cols = min(width, last_ke - kv_start)
+            # flagged only if this very block of rows and columns breaks the budget
+            build.add(Piece(i, i + 1, q0, q1, cols, first, over and not b.within(q1 - q0, cols),
+                            kv_tokens=r.seq_len, kv_start=kv_start))
+            first = False
+
+
+def useful_area(batch: StepBatch, r0: int, r1: int) -> int:
+    """Logits each row really reads: sum over rows of ke - ks."""
+    return sum(r.query_len * r.context_len + r.query_len * (r.query_len + 1) // 2
+               for r in batch.requests[r0:r1])

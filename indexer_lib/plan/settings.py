@@ -1,0 +1,126 @@
+"""``PlanSettings``: what a plan runs under, given once and checked once.
+
+A user names a model, an engine release, perhaps a DeepGEMM build to try the project's
+strategies on, whether their budgets count DeepGEMM's padding, a K workspace and whose
+temporaries the memory model adds.  The settings resolve those names (the model's shapes,
+the release's profile, the padding rules) and refuse a bad one with a line naming it.
+They are frozen and hashable: every cache of plans is keyed by them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+
+from ..engines import DEFAULT_ENGINE, EngineProfile, get_engine
+from ..padding import DEFAULT_DEEPGEMM_VERSION, PaddingRules, get_rules
+from ..shapes import ModelPreset, get_model
+from ..checks import BadValue, check_int
+
+# whose per-chunk temporaries the memory model adds: the CPU reference executor's, the H200 path's
+# (DeepGEMM and the window top-k), the engine release's own path (replayed), or none
+TEMPORARIES = ("reference", "deepgemm", "engine", None)
+
+
+@dataclass(frozen=True)
+class PlanSettings:
+    model: str = "deepseek-v3.2"
+    # the engine release planned on (``vllm==0.33.0``; a bare ``vllm`` or ``sglang``: its latest;
+    # a profile object); None: no engine, DeepGEMM 2.6 and vLLM's workspace of 40 x max_model_len
+    engine: str | EngineProfile | None = None
+    # the project's strategies on another DeepGEMM build (a what-if); None: the engine's own.
+    # A release's own chunker always runs its own build.
+    deepgemm_version: str | None = None
+    padded: bool = True  # our strategies count DeepGEMM's padding against the budget (False: M x N x 4)
+    workspace_tokens: int | None = None  # the K workspace; None: the engine's own
+    temporaries: str | None = "reference"  # one of TEMPORARIES
+    preset: ModelPreset = field(init=False, repr=False, compare=False)
+    profile: EngineProfile | None = field(init=False, repr=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "preset", get_model(self.model))
+        profile = None if self.engine is None else get_engine(self.engine)
+        object.__setattr__(self, "profile", profile)
+        if profile is not None:
+            object.__setattr__(self, "engine", profile.name)  # the release in full: vllm -> its latest
+        if self.deepgemm_version is not None:
+            get_rules(self.deepgemm_version)  # an unknown version says so here
+        if not isinstance(self.padded, bool):
+            raise BadValue("padded", f"padded {self.padded!r}: must be true or false")
+        if self.workspace_tokens is not None:
+            check_int("workspace_tokens", self.workspace_tokens, 1)
+        if self.temporaries not in TEMPORARIES:
+            raise BadValue("temporaries", f"temporaries {self.temporaries!r}: must be one of "
+                                          f"{', '.join(str(t) for t in TEMPORARIES)}")
+        if self.temporaries == "engine" and (profile is None or profile.path is None):
+            on = "no engine" if profile is None else profile.name
+            raise BadValue("temporaries", f"temporaries 'engine': {on} has no replayed path (give an "
+                                          "engine release whose indexer path the project replays)")
+
+    # what the settings compute from their fields and keep: never pickled (closures, and a hash
+    # of strings, which differs from process to process)
+    DERIVED = ("_hash", "rules", "counters", "workspace", "own_chunker", "workspace_lifetime", "topk_output")
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k not in self.DERIVED}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+
+    def __hash__(self) -> int:
+        # every cache of plans hashes the settings: computed once (the profile alone has 30 fields)
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = self.__dict__["_hash"] = hash((self.model, self.engine, self.deepgemm_version, self.padded,
+                                               self.workspace_tokens, self.temporaries, self.profile))
+        return h
+
+    @cached_property
+    def own_chunker(self) -> "PlanSettings":
+        """These settings as an engine release's own chunker runs them: the release (default: the
+        latest vLLM) on its own DeepGEMM build, counting plain M x N x 4 bytes as engines do."""
+        if self.profile is not None and self.deepgemm_version is None and not self.padded:
+            return self
+        return self.where(engine=self.profile or DEFAULT_ENGINE, deepgemm_version=None, padded=False)
+
+    @property
+    def deepgemm(self) -> str:
+        """The DeepGEMM build the plan's logits are padded by: the what-if, else the engine's own."""
+        if self.deepgemm_version is not None:
+            return self.deepgemm_version
+        return DEFAULT_DEEPGEMM_VERSION if self.profile is None else self.profile.deepgemm_rules
+
+    @cached_property  # planners read these for every step of a grid
+    def rules(self) -> PaddingRules:
+        return get_rules(self.deepgemm)
+
+    @cached_property
+    def counters(self):
+        """(bytes counted against a budget, bytes DeepGEMM allocates) of a logits allocation, as
+        ``count(rows, cols, compressed)`` (``PaddingRules.counter``)."""
+        heads = self.preset.index_heads
+        return self.rules.counter(heads, self.padded), self.rules.counter(heads)
+
+    @cached_property
+    def workspace(self) -> int | None:
+        """K workspace tokens; None: the engine gathers each step's own K."""
+        if self.workspace_tokens is not None:
+            return self.workspace_tokens
+        if self.profile is None:
+            return self.preset.default_workspace_tokens
+        return self.profile.workspace_tokens(self.preset.max_model_len)
+
+    @cached_property
+    def workspace_lifetime(self) -> str:
+        """Where the K workspace lives: "persistent" (reserved once), "chunk" or "call"."""
+        return "persistent" if self.profile is None else self.profile.workspace_lifetime
+
+    @cached_property
+    def topk_output(self) -> str:
+        """Where the top-k output lives: "persistent" (with the model) or per "call"."""
+        return "persistent" if self.profile is None else self.profile.topk_output
+
+    def where(self, **changes) -> "PlanSettings":
+        """These settings with some changed (checked again)."""
+        if "engine" not in changes and self.profile is not None:
+            changes["engine"] = self.profile  # keeps a profile object given as the engine
+        return replace(self, **changes)

@@ -1,0 +1,186 @@
+"""``Grid``: the one grid every frontier, sweep, notebook and dashboard runs.
+
+A grid is a set of plan settings (the model, a DeepGEMM what-if, padded budgets, whose
+temporaries are counted) times its axes: concurrency, ISL, OSL, shared prefix, the scheduler's
+settings, the engine release, the strategy, the budget and the free memory.  Every axis is a
+tuple and the grid is their product (a shared prefix longer than a prompt is skipped: such a
+point cannot exist).  It is checked once, when it is made: a bad value raises a ValueError that
+names it and the rule.  Its ``tasks`` are the units a sweep runs and journals.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, fields
+from typing import Iterator
+
+from ..checks import BadValue
+from ..engines import DEFAULT_ENGINE, get_engine
+from ..plan import GIVEN_BUDGET, MEASURED_BUDGET, PlanSettings, get_strategy
+from ..shapes import budget_bytes_from_mb, free_bytes_from_gib, get_model
+from ..workload import MAX_BATCHED_TOKENS, MAX_CONCURRENCY, MAX_OSL, ClosedLoopWorkload, SchedulerConfig, check_int, check_source
+from .frontier import default_isl
+
+# budget_mb of a row whose strategy reads no budget of the grid (NaN once in a DataFrame)
+NO_BUDGET_MB = None
+
+MODES = ("model", "trace", "measure")
+
+
+def same_budget(a: float | None, b: float | None) -> bool:
+    """budget_mb equality in which the rows without a budget (None, or NaN in a frame) are one."""
+    def none(x):
+        return x is None or x != x
+    return a == b or (none(a) and none(b))
+
+
+@dataclass(frozen=True)
+class Task:
+    """A unit of a sweep: one workload on one scheduler, engine and strategy, over some budgets
+    (None: a strategy that reads none) and free memories."""
+
+    model: str
+    workload: ClosedLoopWorkload
+    scheduler: SchedulerConfig
+    engine: str
+    strategy: str
+    budgets_mb: tuple[float | None, ...]
+    frees_gib: tuple[float, ...]
+    one_budget: bool = False  # the id names its budget (trace and measure run one)
+    one_free: bool = False  # the id names its free memory (measure runs one)
+
+    @property
+    def id(self) -> str:
+        w, c = self.workload, self.scheduler
+        parts = [self.model, f"c{w.concurrency}", f"isl{w.isl}", f"osl{w.osl}", f"prefix{w.shared_prefix}",
+                 f"mnbt{c.max_num_batched_tokens}", f"seqs{c.max_num_seqs}",
+                 f"thr{c.long_prefill_token_threshold}", self.engine, self.strategy]
+        if self.one_budget and self.budgets_mb[0] is not None:
+            parts.append(f"budget{self.budgets_mb[0]:g}")
+        if self.one_free:
+            parts.append(f"free{self.frees_gib[0]:g}")
+        return "|".join(parts)
+
+
+@dataclass(frozen=True)
+class Grid:
+    model: str = "glm-5"
+    concurrency: tuple[int, ...] = (1, 4, 8, 16, 24, 32, 48, 64)
+    isl: tuple[int, ...] | None = None  # None: 2,048 up to the model's max_model_len (default_isl)
+    osl: tuple[int, ...] = (64,)
+    budget_mb: tuple[float, ...] = (64, 128, 256, 512, 1024, 2048)
+    strategy: tuple[str, ...] = ("n-only", "vllm", "per-request", "causal")
+    free_gib: tuple[float, ...] = (2.63,)
+    shared_prefix: tuple[int, ...] = (0,)
+    max_num_batched_tokens: tuple[int, ...] = (8192,)
+    max_num_seqs: tuple[int, ...] = (256,)
+    long_prefill_token_threshold: tuple[int, ...] = (256,)
+    async_scheduling: bool = False
+    # engine releases (ENGINE==RELEASE; a bare vllm or sglang: its latest): each plans on its own
+    # DeepGEMM, workspace and layout; the ``engine`` strategy is its own chunker
+    engine: tuple[str, ...] = (DEFAULT_ENGINE,)
+    # None: each engine's own DeepGEMM; a version: the project's strategies on that build instead
+    deepgemm_version: str | None = None
+    padded: bool = True
+    # whose temporaries each chunk adds: "deepgemm" (the H200 path), "reference", or None
+    temporaries: str | None = "deepgemm"
+    workload_source: str = "simulator"  # or "vllm": vLLM's own scheduler
+
+    def __post_init__(self):
+        get_model(self.model)
+        if self.isl is None:
+            object.__setattr__(self, "isl", default_isl(self.model))
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type.startswith("tuple"):
+                if isinstance(value, (list, tuple)):  # YAML and JSON give lists: keep the grid hashable
+                    object.__setattr__(self, f.name, tuple(value))
+                else:
+                    object.__setattr__(self, f.name, (value,))
+                if not getattr(self, f.name):
+                    raise BadValue(f.name, f"{f.name} is empty: the grid needs at least one value")
+        for c in self.concurrency:
+            check_int("concurrency", c, 1, MAX_CONCURRENCY)
+        for o in self.osl:
+            check_int("osl", o, 1, MAX_OSL)
+        for name, minimum, maximum in (("isl", 1, None), ("shared_prefix", 0, None),
+                                       ("max_num_batched_tokens", 1, MAX_BATCHED_TOKENS),
+                                       ("max_num_seqs", 1, MAX_CONCURRENCY), ("long_prefill_token_threshold", 0, None)):
+            for v in getattr(self, name):
+                check_int(name, v, minimum, maximum)
+        longest = get_model(self.model).max_model_len
+        too_long = [i for i in self.isl if i > longest]
+        if too_long:
+            raise BadValue("isl", f"isl {too_long[0]} > max_model_len {longest} of {self.model}")
+        if min(self.shared_prefix) > max(self.isl):
+            raise BadValue("shared_prefix", f"shared_prefix {min(self.shared_prefix)} > every isl (at most "
+                                            f"{max(self.isl)}): the shared prefix is part of the prompt, "
+                                            "so no point is left")
+        for b in self.budget_mb:
+            budget_bytes_from_mb(b)
+        for f in self.free_gib:
+            free_bytes_from_gib(f)
+        # one spelling of each value (64 and 64.0 are one budget): the grid's hash names its points
+        object.__setattr__(self, "budget_mb", tuple(float(b) for b in self.budget_mb))
+        object.__setattr__(self, "free_gib", tuple(float(f) for f in self.free_gib))
+        check_source(self.workload_source)
+        settings = {e: PlanSettings(self.model, e, self.deepgemm_version, self.padded, None, self.temporaries)
+                    for e in self.engine}
+        # the releases' full names: a grid means the same whatever release is newest later
+        object.__setattr__(self, "engine", tuple(dict.fromkeys(s.engine for s in settings.values())))
+        object.__setattr__(self, "_settings", {s.engine: s for s in settings.values()})  # not a field
+        for engine in self.engine:
+            for strategy in self.strategy:
+                get_strategy(strategy).runs_under(self.settings(engine))  # its layout on the build
+
+    def settings(self, engine: str) -> PlanSettings:
+        """The plan settings of the grid's points on one of its engine releases."""
+        return self._settings[engine]
+
+    def budgets(self, engine: str, strategy: str) -> tuple[float | None, ...]:
+        """The budgets a strategy's rows are computed and stored for: the grid's, or one row with
+        budget_mb ``NO_BUDGET_MB`` (None) for a strategy that reads none of them (planned once,
+        shown once): n-only, and an engine's own chunker without a budget or with one it measures."""
+        if get_strategy(strategy).budget_source(get_engine(engine)) == GIVEN_BUDGET:
+            return self.budget_mb
+        return (NO_BUDGET_MB,)
+
+    def measures_budget(self, engine: str, strategy: str) -> bool:
+        """Whether the strategy's budget is the one the engine measures from free memory (SGLang's
+        own chunker), so that each free memory is planned on its own."""
+        return get_strategy(strategy).budget_source(get_engine(engine)) == MEASURED_BUDGET
+
+    def workloads(self) -> Iterator[tuple[ClosedLoopWorkload, SchedulerConfig]]:
+        """(workload, scheduler) for every workload of the grid, in order."""
+        block = get_model(self.model).kv_block
+        for conc, isl, osl, prefix, mnbt, seqs, thr in itertools.product(
+                self.concurrency, self.isl, self.osl, self.shared_prefix, self.max_num_batched_tokens,
+                self.max_num_seqs, self.long_prefill_token_threshold):
+            if prefix > isl:
+                continue
+            yield (ClosedLoopWorkload(conc, isl, osl, prefix),
+                   SchedulerConfig(mnbt, seqs, thr, block_size=block, async_scheduling=self.async_scheduling))
+
+    def tasks(self, mode: str = "model") -> Iterator[Task]:
+        """The grid's tasks in order.  A model task covers every budget and free GiB of a workload
+        x engine x strategy (one schedule, plans shared across budgets); a trace task one budget; a
+        measure task one budget and one free GiB, so each GPU run is durable on its own."""
+        if mode not in MODES:
+            raise ValueError(f"mode {mode!r}: must be one of {', '.join(MODES)}")
+        for workload, scheduler in self.workloads():
+            for engine, strategy in itertools.product(self.engine, self.strategy):
+                budgets = self.budgets(engine, strategy)
+                if mode == "model":
+                    yield Task(self.model, workload, scheduler, engine, strategy, budgets, self.free_gib)
+                elif mode == "trace":
+                    for mb in budgets:
+                        yield Task(self.model, workload, scheduler, engine, strategy, (mb,), self.free_gib,
+                                   one_budget=True)
+                else:
+                    for mb, free in itertools.product(budgets, self.free_gib):
+                        yield Task(self.model, workload, scheduler, engine, strategy, (mb,), (free,), True, True)
+
+    @property
+    def num_rows(self) -> int:
+        n_workloads = sum(1 for _ in self.workloads())
+        budgets = sum(len(self.budgets(e, s)) for e, s in itertools.product(self.engine, self.strategy))
+        return n_workloads * budgets * len(self.free_gib)
