@@ -1,6 +1,6 @@
-"""The frontier dashboard's latency as a person sees it: control change to new image painted.
+"""The dashboards' latency as a person sees it: control change to new image painted.
 
-    .venv/bin/python scripts/bench_dashboard_browser.py [--moves 12] [--views regions,plain]
+    .venv/bin/python scripts/bench_dashboard_browser.py [--moves 6] [--views live,plain,auto-live]
 
 A throw-away JupyterLab (the browser suite's, ``tests/browser/labdriver.py``) runs a notebook
 that shows ``FrontierDashboard`` on its default axis (GLM-5 on the latest vLLM, 8 concurrencies
@@ -12,15 +12,20 @@ that moment minus the moment just before the change, both on the page's clock, s
 everything: the widget message to the kernel, planning, drawing, encoding, the message back
 and the browser's decode and paint.
 
-Two views draw the same figure, each measured in its own kernel:
+Views of the same figure, each measured in its own kernel:
 
-- ``regions``: ``notebook.live_heatmap.LiveHeatmap``, the dashboard's own (laid out once,
-  redrawn by region, PNG compressed by bands);
-- ``plain``: the ecosystem's way: ``plots.frontier_heatmap`` draws a new figure for every
-  change and Pillow writes its PNG at compression level 1 into the ``ipywidgets.Image``.
+- ``live``: the dashboard's own, ``notebook.live_heatmap.LiveHeatmap`` (laid out once, drawn
+  whole on every change, Pillow's PNG at compression level 1);
+- ``plain``: a new figure for every change (``plots.frontier_heatmap``), Pillow's PNG at
+  compression level 1 into the ``ipywidgets.Image``;
+- notebook 04's widget (``AutoDashboard``: free memory and the deployment): ``auto-live``, its own
+  ``notebook.live_candidates.LiveCandidates`` (what free memory touches redrawn over saved
+  layers, PNG compressed by bands), ``auto-redraw`` (its figure kept, drawn whole, Pillow at
+  level 1) and ``auto-plain`` (``plots.auto_candidates`` drawn afresh, Pillow at level 1).
 
-Every move goes to a value not seen before in that kernel (cold: planned and drawn afresh), then
-the same moves again (warm: a value seen before).  Printed per view and control: p50 and p95 in
+A slider walks one notch at a time (back at its end), a drop-down goes through its options, a
+typed value through a list; each move counts as cold (a value not shown before in that kernel:
+planned and drawn afresh) or warm (shown before).  Printed per view and control: p50 and p95 in
 ms, cold and warm, and all moves together.
 """
 from __future__ import annotations
@@ -68,10 +73,12 @@ from indexer_lib.study.grid import Grid
 dash = FrontierDashboard(Grid(strategy=("vllm",)), budget_mb=512)  # the default axis
 '''
 
-# what a person changes, in order: (control, kind, moves); a kind's move is one notch
+# what a person changes, in order: (control, kind, moves): a slider's handle one notch right or
+# left with the keyboard, a value typed into a slider's readout, or a drop-down's options in turn
 CONTROLS = [("budget (MiB)", "slider", "right"), ("strategy", "dropdown", ["causal", "per-request", "engine", "vllm"]),
             ("free GiB", "slider", "right"), ("max_num_batched_tokens", "slider", "left"),
-            ("shared prefix (tokens)", "slider", "right"),
+            # one notch (1,024 tokens) of shared prefix may leave every worst step as it was
+            ("shared prefix (tokens)", "typed", ["16384", "65536", "131072", "4096"]),
             ("engine", "dropdown", ["vllm==0.19.1", "vllm==0.32.0", "sglang==0.5.23", "vllm==0.33.0"])]
 
 WATCH = """() => {
@@ -85,8 +92,75 @@ WATCH = """() => {
 }"""
 
 
+AUTO_SETUP = '''
+from indexer_lib.notebook.widgets import AutoDashboard
+dash = AutoDashboard()  # notebook 04's widget: auto's candidates per deployment
+'''
+
+AUTO_PLAIN_VIEW = '''
+import io
+from PIL import Image
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from indexer_lib.notebook import plots
+
+class PlainCandidates:
+    """A new figure per change (plots.auto_candidates), its PNG from Pillow at level 1."""
+
+    def render(self, frame, free_bytes, title_detail=""):
+        fig = plots.auto_candidates(frame, free_bytes, title_detail)
+        fig.set_dpi(90)
+        canvas = FigureCanvasAgg(fig)
+        canvas.draw()
+        out = io.BytesIO()
+        Image.frombuffer("RGBA", canvas.get_width_height(), canvas.buffer_rgba()).save(
+            out, format="png", compress_level=1)
+        return out.getvalue()
+
+dash.view = PlainCandidates()
+dash.update()
+'''
+
+AUTO_REDRAW_VIEW = '''
+import io
+from PIL import Image
+from indexer_lib.notebook.live_candidates import LiveCandidates
+
+class RedrawCandidates(LiveCandidates):
+    """LiveCandidates' figure kept and its artists moved, drawn whole on every change; Pillow's PNG
+    at level 1 (no layer, no kept PNG, no banded encoder)."""
+
+    def render(self, frame, free_bytes, title_detail=""):
+        key = tuple(frame[["strategy", "budget_mb", "total_ms", "peak_transient_bytes"]]
+                    .itertuples(index=False, name=None))
+        if key != self.key:
+            self._draw_all(frame, free_bytes, title_detail)
+            self.key = key
+        else:
+            self._move(frame, free_bytes, title_detail)
+        self.canvas.draw()
+        out = io.BytesIO()
+        Image.frombuffer("RGBA", self.canvas.get_width_height(), self.canvas.buffer_rgba()).save(
+            out, format="png", compress_level=1)
+        return out.getvalue()
+
+dash.view = RedrawCandidates()
+dash.update()
+'''
+
+AUTO_CONTROLS = [("free GiB", "slider", "right"),
+                 ("deployment", "dropdown", ["long context: 8 x 64K + 64 x 10K", "RAG: 16 x 32K, 24K shared prefix",
+                                             "chat: 64 x 10K prompts"])]
+
+# per view: the notebook's cells and the controls moved
+VIEWS = {"live": ([SETUP, "dash.widget"], CONTROLS),
+         "plain": ([SETUP, "dash.widget", PLAIN_VIEW], CONTROLS),
+         "auto-live": ([AUTO_SETUP, "dash.widget"], AUTO_CONTROLS),
+         "auto-redraw": ([AUTO_SETUP, "dash.widget", AUTO_REDRAW_VIEW], AUTO_CONTROLS),
+         "auto-plain": ([AUTO_SETUP, "dash.widget", AUTO_PLAIN_VIEW], AUTO_CONTROLS)}
+
+
 def notebook(view: str) -> dict:
-    cells = [SETUP, "dash.widget"] + ([PLAIN_VIEW] if view == "plain" else [])
+    cells = VIEWS[view][0]
     return {"cells": [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
                        "source": c} for c in cells],
             "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
@@ -94,7 +168,7 @@ def notebook(view: str) -> dict:
 
 
 def control(page, label: str, kind: str):
-    css = ".widget-hslider" if kind == "slider" else ".widget-dropdown"
+    css = ".widget-dropdown" if kind == "dropdown" else ".widget-hslider"
     return page.locator(css).filter(has=page.locator("label.widget-label", has_text=label))
 
 
@@ -106,11 +180,24 @@ def change(page, label: str, kind: str, how, index: int) -> float:
         return box.locator("select").evaluate(
             """(sel, value) => { const t = performance.now(); sel.value = value;
                                  sel.dispatchEvent(new Event('change', {bubbles: true})); return t; }""", value)
+    if kind == "typed":
+        readout = box.locator(".widget-readout")
+        readout.click()
+        page.keyboard.press("Control+A")
+        page.keyboard.type(how[index % len(how)])
+        t0 = page.evaluate("performance.now()")
+        page.keyboard.press("Enter")
+        return t0
     handle = box.locator(".noUi-handle")
     handle.focus()
     t0 = page.evaluate("performance.now()")
     handle.press("ArrowRight" if how == "right" else "ArrowLeft")
     return t0
+
+
+def value_of(page, label: str, kind: str) -> str:
+    box = control(page, label, kind)
+    return box.locator("select").input_value() if kind == "dropdown" else box.locator(".widget-readout").inner_text()
 
 
 def painted_after(page, t0: float, timeout_s: float = 60.0) -> float:
@@ -136,19 +223,25 @@ def measure_view(browser, server, view: str, moves: int) -> dict:
         page.locator("img.widget-image").wait_for()
         page.evaluate(WATCH)
         results = {}
-        for label, kind, how in CONTROLS:
-            cold, warm = [], []
-            for phase, out in (("cold", cold), ("warm", warm)):
-                for i in range(moves):
-                    # a slider walks one way then back: the second pass revisits every value
-                    direction = how if kind == "dropdown" else (
-                        how if (i < moves // 2) == (phase == "cold") else ("left" if how == "right" else "right"))
+        for label, kind, how in VIEWS[view][1]:
+            cold, warm = [], []  # a value not shown before in this kernel, or one shown before
+            seen = {value_of(page, label, kind)}
+            direction = how
+            for i in range(2 * moves):
+                before = value_of(page, label, kind)
+                t0 = change(page, label, kind, direction, i)
+                after = value_of(page, label, kind)
+                if after == before:  # a slider at its end: it walks back
+                    direction = "left" if direction == "right" else "right"
                     t0 = change(page, label, kind, direction, i)
-                    out.append(painted_after(page, t0) - t0)
-                    lab.wait_idle()
+                    after = value_of(page, label, kind)
+                latency = painted_after(page, t0) - t0
+                (warm if after in seen else cold).append(latency)
+                seen.add(after)
+                lab.wait_idle()
             results[label] = {"cold": cold, "warm": warm}
-            print(f"  {view:8} {label:26} cold p50/p95 {pct(cold, 50):6.0f}/{pct(cold, 95):6.0f} ms, "
-                  f"warm {pct(warm, 50):6.0f}/{pct(warm, 95):6.0f} ms", flush=True)
+            print(f"  {view:8} {label:26} cold p50/p95 {pct(cold, 50):6.0f}/{pct(cold, 95):6.0f} ms "
+                  f"({len(cold)}), warm {pct(warm, 50):6.0f}/{pct(warm, 95):6.0f} ms ({len(warm)})", flush=True)
         errors = lab.stderr_outputs() + lab.console_errors
         if errors:
             raise RuntimeError(f"{view}: errors on the page: {errors[:2]}")
@@ -160,6 +253,8 @@ def measure_view(browser, server, view: str, moves: int) -> dict:
 
 def pct(values, q: float) -> float:
     ordered = sorted(values)
+    if not ordered:
+        return float("nan")
     if len(ordered) == 1:
         return ordered[0]
     return statistics.quantiles(ordered, n=100, method="inclusive")[q - 1] if q < 100 else ordered[-1]
@@ -168,7 +263,7 @@ def pct(values, q: float) -> float:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--moves", type=int, default=8, help="moves per control and pass (cold, then warm)")
-    parser.add_argument("--views", default="regions,plain")
+    parser.add_argument("--views", default=",".join(VIEWS), help=f"of {', '.join(VIEWS)}")
     parser.add_argument("--json", type=Path, help="write every latency (ms) here")
     args = parser.parse_args(argv)
     from playwright.sync_api import sync_playwright
