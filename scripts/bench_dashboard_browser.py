@@ -1,6 +1,6 @@
 """The dashboards' latency as a person sees it: control change to new image painted.
 
-    .venv/bin/python scripts/bench_dashboard_browser.py [--moves 6] [--views live,plain,auto-live]
+    .venv/bin/python scripts/bench_dashboard_browser.py [--moves 6] [--views live,redraw,plain,auto-live]
 
 A throw-away JupyterLab (the browser suite's, ``tests/browser/labdriver.py``) runs a notebook
 that shows ``FrontierDashboard`` on its default axis (GLM-5 on the latest vLLM, 8 concurrencies
@@ -14,10 +14,12 @@ and the browser's decode and paint.
 
 Views of the same figure, each measured in its own kernel:
 
-- ``live``: the dashboard's own, ``notebook.live_heatmap.LiveHeatmap`` (laid out once, drawn
-  whole on every change, Pillow's PNG at compression level 1);
-- ``plain``: a new figure for every change (``plots.frontier_heatmap``), Pillow's PNG at
-  compression level 1 into the ``ipywidgets.Image``;
+- ``live``: the dashboard's own, ``notebook.live_heatmap.LiveHeatmap`` (laid out once, redrawn
+  by region, the PNG of a figure shown before kept, PNG compressed by bands);
+- ``redraw``: the same figure laid out once, drawn whole on every change, Pillow's PNG at
+  compression level 1 (no region, no kept PNG, no banded encoder);
+- ``plain``: the ecosystem's way: a new figure for every change (``plots.frontier_heatmap``),
+  Pillow's PNG at compression level 1 into the ``ipywidgets.Image``;
 - notebook 04's widget (``AutoDashboard``: free memory and the deployment): ``auto-live``, its own
   ``notebook.live_candidates.LiveCandidates`` (what free memory touches redrawn over saved
   layers, PNG compressed by bands), ``auto-redraw`` (its figure kept, drawn whole, Pillow at
@@ -64,6 +66,34 @@ class PlainView:
         return out.getvalue()
 
 dash.view = PlainView()
+dash.update()
+'''
+
+REDRAW_VIEW = '''
+import io
+from PIL import Image
+from indexer_lib.notebook.live_heatmap import Kept, LiveHeatmap
+
+class _Whole:
+    def show(self, key, draw):
+        pass  # nothing drawn by region: the whole canvas is drawn below
+
+class RedrawView(LiveHeatmap):
+    """LiveHeatmap's figure, laid out once, drawn whole on every change; Pillow's PNG at level 1."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.regions = {name: _Whole() for name in self.regions}
+        self.pngs = Kept(0)  # no PNG kept per figure either
+
+    def png(self):
+        self.canvas.draw()
+        out = io.BytesIO()
+        Image.frombuffer("RGBA", self.canvas.get_width_height(), self.canvas.buffer_rgba()).save(
+            out, format="png", compress_level=1)
+        return out.getvalue()
+
+dash.view = RedrawView(dash.concurrency, dash.isl)
 dash.update()
 '''
 
@@ -153,6 +183,7 @@ AUTO_CONTROLS = [("free GiB", "slider", "right"),
 
 # per view: the notebook's cells and the controls moved
 VIEWS = {"live": ([SETUP, "dash.widget"], CONTROLS),
+         "redraw": ([SETUP, "dash.widget", REDRAW_VIEW], CONTROLS),
          "plain": ([SETUP, "dash.widget", PLAIN_VIEW], CONTROLS),
          "auto-live": ([AUTO_SETUP, "dash.widget"], AUTO_CONTROLS),
          "auto-redraw": ([AUTO_SETUP, "dash.widget", AUTO_REDRAW_VIEW], AUTO_CONTROLS),

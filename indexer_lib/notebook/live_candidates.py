@@ -10,37 +10,16 @@ A figure shown before is not drawn again: its PNG is kept.  Every call returns P
 to a full draw of the figure made afresh for the same rows and free memory.  Measured in
 chromium (``scripts/bench_dashboard_browser.py``, two runs), a free-memory move is painted in
 73-79/82-87 ms (p50/p95) this way, 130-132/144-170 ms with the figure drawn whole and 219/287 ms
-with a new figure each time: without the blitting the widget misses 150 ms at the 95th percentile.
+with a new figure each time.
 """
 from __future__ import annotations
-
-from collections import OrderedDict
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from . import plots
+from .live_heatmap import Kept
 from .png_bands import BandedPng
-
-
-class Kept(OrderedDict):
-    """The last ``limit`` things drawn, by content; the one recalled last is dropped last."""
-
-    def __init__(self, limit: int = 24):
-        super().__init__()
-        self.limit = limit
-
-    def recall(self, key):
-        value = self.get(key)
-        if value is not None:
-            self.move_to_end(key)
-        return value
-
-    def keep(self, key, value):
-        self[key] = value
-        if len(self) > self.limit:
-            self.popitem(last=False)
-        return value
 
 
 class LiveCandidates:

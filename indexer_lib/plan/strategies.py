@@ -52,21 +52,22 @@ class Strategy:
         """The budget it plans with at one point: ``budget_mb`` where it reads one, the engine's
         own measured with ``free_gib`` free (without a free GiB: ``budget_mb`` in its place), or
         None."""
-        source = self.budget_source(self.runs_under(settings).profile)
+        profile = self.runs_under(settings).profile
+        source = self.budget_source(profile)
         if source == NO_BUDGET:
             return None
         if source == MEASURED_BUDGET and free_gib is not None:
             kwargs = {} if mem_fraction_static is None else {"mem_fraction_static": mem_fraction_static}
-            return process_budget(self.runs_under(settings).profile, free_bytes_from_gib(free_gib), **kwargs)
+            return process_budget(profile, free_bytes_from_gib(free_gib), **kwargs)
         return budget_bytes_from_mb(budget_mb)
 
     def runs_under(self, settings: PlanSettings) -> PlanSettings:
-        """The settings as this strategy runs them (ValueError where the build lacks its layout)."""
+        """The settings as this strategy runs them (BadValue where the build lacks its layout)."""
         if self.needs_full_layout and not settings.rules.full_width:
             on = f" ({settings.engine})" if settings.engine else ""
             raise BadValue("strategy", f"strategy {self.name!r} needs DeepGEMM's full logits layout; DeepGEMM "
-                             f"{settings.deepgemm}{on} has only the compressed one (give another "
-                             "deepgemm_version, or an engine release before vllm==0.33.0)")
+                                       f"{settings.deepgemm}{on} has only the compressed one (give another "
+                                       "deepgemm_version, or an engine release before vllm==0.33.0)")
         return settings
 
     def logits_alive(self, settings: PlanSettings) -> int:
