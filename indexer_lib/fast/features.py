@@ -1,5 +1,6 @@
 """A worst step's plan features (``plan.features``), made once per strategy, settings, step and
-budget: the same worst step recurs across the budgets and workloads of a grid."""
+budget interval (the plan is the same for every budget inside it): the same worst step recurs
+across the budgets and workloads of a grid."""
 from __future__ import annotations
 
 from ..plan import PlanSettings, Strategy, make_plan
@@ -10,10 +11,12 @@ from .caches import PerSettings
 _FEATURES = PerSettings(limit=50_000)
 
 
-def step_features(batch: StepBatch, strategy: Strategy, budget_bytes: int | None, settings: PlanSettings) -> dict:
-    """``plan_features(make_plan(batch, strategy, budget_bytes, settings))``, kept."""
+def step_features(batch: StepBatch, strategy: Strategy, budget_bytes: int | None, settings: PlanSettings,
+                  budget_stable: tuple[int, int | None]) -> dict:
+    """``plan_features(make_plan(batch, strategy, budget_bytes, settings))``, kept for every budget
+    of the interval ``budget_stable`` the plan holds for (``Plan.budget_stable``)."""
     kept = _FEATURES.of((strategy, settings))
-    key = (batch.query_lens, batch.seq_lens, budget_bytes)
+    key = (batch.query_lens, batch.seq_lens, budget_stable)
     features = kept.get(key)
     if features is None:
         features = _FEATURES.add(kept, key, plan_features(make_plan(batch, strategy, budget_bytes, settings)))

@@ -49,14 +49,19 @@ class ShapePlanner:
         self.check_budget, self.split, self.workspace = self.strategy.check_budget, self.strategy.split, \
             self.settings.workspace
 
-    def shapes(self, batch: StepBatch, budget_bytes: int | None) -> StepShapes:
-        """The step's plan at this budget, as counts and distinct shapes (and pairs)."""
+    def split_step(self, batch: StepBatch, budget_bytes: int | None):
+        """(budgeting, shape builder) of the step's plan at this budget."""
         self.check_budget(batch, budget_bytes, self.settings)
         if budget_bytes is not None and not (type(budget_bytes) is int and budget_bytes >= 1):
             budget_bytes = check_int("budget_bytes", budget_bytes, 1)  # the common case costs one test
         b = Budgeting(self.settings, budget_bytes, self.workspace or batch.num_kv_tokens)
         found = self.builder(batch, b)
         self.split(batch, b, found)
+        return b, found
+
+    def shapes(self, batch: StepBatch, budget_bytes: int | None) -> StepShapes:
+        """The step's plan at this budget, as counts and distinct shapes (and pairs)."""
+        b, found = self.split_step(batch, budget_bytes)
         pairs = tuple(found.pairs) if self.logits_alive > 1 else None
         return tuple.__new__(StepShapes, ((b.stable_low, b.stable_high), b.workspace, found.num_chunks,
                                           found.over_budget, tuple(found.shapes), pairs))

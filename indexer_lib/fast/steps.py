@@ -53,10 +53,12 @@ class StepOutcomes:
             self.plan_step = self._whole
 
     def _by_shapes(self, batch: StepBatch, budget: int | None) -> StepOutcome:
-        step = self.planner.shapes(batch, budget)
+        b, found = self.planner.split_step(batch, budget)
         rows = batch.num_rows if self.topk_rows is None else self.topk_rows
-        transient, peak = self.peak_of(step.shapes, step.pairs, step.workspace_tokens, rows)
-        return tuple.__new__(StepOutcome, (step.budget_stable, step.num_chunks, transient, peak, step.over_budget))
+        pairs = found.pairs if self.planner.logits_alive > 1 else None
+        transient, peak = self.peak_of(found.shapes, pairs, b.workspace, rows)
+        return tuple.__new__(StepOutcome, ((b.stable_low, b.stable_high), found.num_chunks, transient, peak,
+                                           found.over_budget))
 
     def _whole(self, batch: StepBatch, budget: int | None) -> StepOutcome:
         plan = make_plan(batch, self.strategy, budget, self.settings)

@@ -41,6 +41,7 @@ class WorstStep:
     max_chunks: int  # most chunks any step needs
     total_chunks: int  # chunks over the whole schedule
     over_budget: bool  # some chunk could not meet the budget
+    budget_stable: tuple[int, int | None] = (0, None)  # the budgets the worst step's plan holds for
 
 
 class Schedule:
@@ -50,6 +51,7 @@ class Schedule:
         if not batches:
             raise ValueError("no prefill steps: the schedule has nothing for the indexer to do")
         self.batches = batches
+        self.by_step = {batch.step: batch for batch in batches}  # the batch of an engine step
         first: dict[tuple, int] = {}
         self.unique: list[StepBatch] = []  # first occurrence of each distinct step
         self.count: list[int] = []  # how often each distinct step occurs
@@ -63,7 +65,7 @@ class Schedule:
 
     def step(self, index: int) -> StepBatch:
         """The batch of an engine step."""
-        return next(b for b in self.batches if b.step == index)
+        return self.by_step[index]
 
 
 def worst_steps(schedule: list[StepBatch] | Schedule, strategy: str | Strategy, budgets: list[int | None],
@@ -86,7 +88,7 @@ def worst_steps(schedule: list[StepBatch] | Schedule, strategy: str | Strategy, 
         results.append(WorstStep(strategy.name, budget, batch.step, batch.num_rows, batch.num_kv_tokens,
                                  outcome.chunks, outcome.peak, outcome.transient, max(chunks),
                                  sum(map(operator.mul, chunks, schedule.count)),
-                                 any(o.over_budget for o in column)))
+                                 any(o.over_budget for o in column), outcome.budget_stable))
     return results
 
 

@@ -128,13 +128,17 @@ class Grid:
         # the releases' full names: a grid means the same whatever release is newest later
         object.__setattr__(self, "engine", tuple(dict.fromkeys(s.engine for s in settings.values())))
         object.__setattr__(self, "_settings", {s.engine: s for s in settings.values()})  # not a field
-        for engine in self.engine:
-            for strategy in self.strategy:
-                get_strategy(strategy).runs_under(self.settings(engine))  # its layout on the build
+        # each strategy's settings as it runs them on each release (its layout checked on the build)
+        object.__setattr__(self, "_runs", {(e, s): get_strategy(s).runs_under(self.settings(e))
+                                           for e in self.engine for s in self.strategy})
 
     def settings(self, engine: str) -> PlanSettings:
         """The plan settings of the grid's points on one of its engine releases."""
         return self._settings[engine]
+
+    def runs_under(self, engine: str, strategy: str) -> PlanSettings:
+        """The settings as one of the grid's strategies runs them on one of its releases."""
+        return self._runs[(engine, strategy)]
 
     def budgets(self, engine: str, strategy: str) -> tuple[float | None, ...]:
         """The budgets a strategy's rows are computed and stored for: the grid's, or one row with

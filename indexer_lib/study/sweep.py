@@ -105,7 +105,7 @@ def base_row(grid: Grid, task: Task, budget_mb: float | None, free_gib: float, m
     """What a row says of its point: the grid's settings, the workload, the scheduler, the engine,
     the strategy, its budget and the free memory."""
     workload, config = task.workload, task.scheduler
-    settings = get_strategy(task.strategy).runs_under(grid.settings(task.engine))
+    settings = grid.runs_under(task.engine, task.strategy)
     return {
         "mode": mode, "model": grid.model, "engine": task.engine, "concurrency": workload.concurrency,
         "isl": workload.isl, "osl": workload.osl, "shared_prefix": workload.shared_prefix,
@@ -124,7 +124,7 @@ def base_row(grid: Grid, task: Task, budget_mb: float | None, free_gib: float, m
 def worst_step_detail(schedule: frontier.Schedule, w: frontier.WorstStep, settings, time_model: TimeModel) -> dict:
     """What the tables report about a worst step (planned under ``settings``)."""
     batch = schedule.step(w.worst_step)
-    f = step_features(batch, get_strategy(w.strategy), w.budget_bytes, settings)
+    f = step_features(batch, get_strategy(w.strategy), w.budget_bytes, settings, w.budget_stable)
     return {
         "budget_bytes": -1 if w.budget_bytes is None else w.budget_bytes,
         "worst_step": w.worst_step, "worst_rows": w.worst_rows,

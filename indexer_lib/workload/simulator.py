@@ -192,9 +192,9 @@ class _Engine:
         self.running = [r for r in self.running if r.outputs < self.workload.osl]
         return prefill, decoding, scheduled_with
 
-    def executed(self, prefill: list, decoding: list, batch: StepBatch | None) -> ScheduledStep:
+    def executed(self, batch: StepBatch | None, num_decode: int, rids: tuple[int, ...]) -> ScheduledStep:
         """The step as the engine executes it (numbered), with its prefill batch."""
-        step = ScheduledStep(self.step, batch, len(decoding), tuple(r.rid for r, _ in prefill))
+        step = ScheduledStep(self.step, batch, num_decode, rids)
         self.step += 1
         return step
 
@@ -240,12 +240,15 @@ class _Engine:
                 same[-1][2] += 1
             else:
                 same.append([req.computed, n, 1])
+        rids, num_decode = tuple(r.rid for r, _ in prefill), len(decoding)
         for k in range(alike):
             batch = None
             if prefill:
-                batch = StepBatch(tuple(r for context, n, count in same
-                                        for r in [self.request(context + k * n, n)] * count), self.step)
-            yield self.executed(prefill, decoding, batch)
+                requests = []
+                for context, n, count in same:
+                    requests += [self.request(context + k * n, n)] * count
+                batch = StepBatch(tuple(requests), self.step)
+            yield self.executed(batch, num_decode, rids)
         for req, n in prefill:
             req.computed += alike * n
             self.cached_prefix = max(self.cached_prefix, self.cacheable_prefix(req, 0))
@@ -261,7 +264,7 @@ def _steps(engine: _Engine, repeat_alike: bool) -> Iterator[ScheduledStep]:
         if prefill or decoding:
             batch = StepBatch(tuple(engine.request(r.computed, n) for r, n in prefill), engine.step) \
                 if prefill else None
-            yield engine.executed(prefill, decoding, batch)
+            yield engine.executed(batch, len(decoding), tuple(r.rid for r, _ in prefill))
         finished = engine.advance(prefill, decoding)
         alike = engine.alike(prefill, decoding, finished, scheduled_with) if repeat_alike else 0
         if alike:
