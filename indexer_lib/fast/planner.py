@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..plan import Budgeting, Plan, PlanSettings, Strategy, get_strategy
-from ..workload import StepBatch, check_int
+from ..plan import Plan, PlanSettings, Strategy, budgeting, get_strategy
+from ..workload import StepBatch
 from .records import made_fast
 from .shapes import ChunkShape, NeighbourShapeBuilder, ShapeBuilder
 
@@ -46,15 +46,11 @@ class ShapePlanner:
         self.logits_alive = self.strategy.logits_alive(self.settings)
         self.builder = NeighbourShapeBuilder if self.logits_alive > 1 else ShapeBuilder
         # at hand for the many steps of a grid
-        self.check_budget, self.split, self.workspace = self.strategy.check_budget, self.strategy.split, \
-            self.settings.workspace
+        self.split = self.strategy.split  # at hand for the many steps of a grid
 
     def split_step(self, batch: StepBatch, budget_bytes: int | None):
         """(budgeting, shape builder) of the step's plan at this budget."""
-        self.check_budget(batch, budget_bytes, self.settings)
-        if budget_bytes is not None and not (type(budget_bytes) is int and budget_bytes >= 1):
-            budget_bytes = check_int("budget_bytes", budget_bytes, 1)  # the common case costs one test
-        b = Budgeting(self.settings, budget_bytes, self.workspace or batch.num_kv_tokens)
+        b = budgeting(self.strategy, self.settings, batch, budget_bytes)
         found = self.builder(batch, b)
         self.split(batch, b, found)
         return b, found

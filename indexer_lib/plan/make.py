@@ -11,17 +11,14 @@ from .strategies import Strategy, get_strategy
 DEFAULT_SETTINGS = PlanSettings()
 
 
-def start_plan(batch: StepBatch, strategy: str | Strategy, budget_bytes: int | None,
-               settings: PlanSettings = DEFAULT_SETTINGS) -> tuple[Strategy, Budgeting]:
-    """The strategy and its budgeting for one step, checked: the settings as the strategy runs
-    them, the budget it needs (or refuses), the workspace (an engine without one of its own
-    gathers the step's K)."""
-    s = get_strategy(strategy)
-    runs = s.runs_under(settings)
-    s.check_budget(batch, budget_bytes, runs)
-    if budget_bytes is not None:
-        budget_bytes = check_int("budget_bytes", budget_bytes, 1)
-    return s, Budgeting(runs, budget_bytes, runs.workspace or batch.num_kv_tokens)
+def budgeting(strategy: Strategy, runs: PlanSettings, batch: StepBatch, budget_bytes: int | None) -> Budgeting:
+    """The budgeting of one step, checked: the budget the strategy needs (or refuses), the
+    workspace (an engine without one of its own gathers the step's K).  ``runs``: the settings
+    as the strategy runs them (``Strategy.runs_under``)."""
+    strategy.check_budget(batch, budget_bytes, runs)
+    if budget_bytes is not None and not (type(budget_bytes) is int and budget_bytes >= 1):
+        budget_bytes = check_int("budget_bytes", budget_bytes, 1)  # the common case costs one test
+    return Budgeting(runs, budget_bytes, runs.workspace or batch.num_kv_tokens)
 
 
 def make_plan(batch: StepBatch, strategy: str | Strategy, budget_bytes: int | None,
@@ -35,7 +32,8 @@ def make_plan(batch: StepBatch, strategy: str | Strategy, budget_bytes: int | No
     strategy is the release's own chunker (default: the latest vLLM), on its own build,
     counting plain M x N x 4 bytes as the engines do.
     """
-    s, b = start_plan(batch, strategy, budget_bytes, settings)
+    s = get_strategy(strategy)
+    b = budgeting(s, s.runs_under(settings), batch, budget_bytes)
     build = ChunkBuilder(batch, b)
     s.split(batch, b, build)
     return Plan(s.name, batch, b.settings, b.budget, b.workspace, tuple(build.chunks),
