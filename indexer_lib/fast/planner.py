@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..plan import Plan, PlanSettings, Strategy, budgeting, get_strategy
+from ..plan import Plan, PlanSettings, Strategy, get_strategy, step_budgeting
 from ..workload import StepBatch
 from .records import made_fast
 from .shapes import ChunkShape, NeighbourShapeBuilder, ShapeBuilder
@@ -50,7 +50,7 @@ class ShapePlanner:
 
     def split_step(self, batch: StepBatch, budget_bytes: int | None):
         """(budgeting, shape builder) of the step's plan at this budget."""
-        b = budgeting(self.strategy, self.settings, batch, budget_bytes)
+        b = step_budgeting(self.strategy, self.settings, batch, budget_bytes)
         found = self.builder(batch, b)
         self.split(batch, b, found)
         return b, found

@@ -13,7 +13,7 @@
 from .budgeting import Budgeting
 from .builders import ChunkBuilder, Piece, Slice, Slicing
 from .chunks import Chunk, Plan, Run, chunk_runs, merged_chunks
-from .make import budgeting, make_plan, plan_at
+from .make import make_plan, plan_at, step_budgeting
 from .packing import KV_SPLIT_ALIGN
 from .settings import TEMPORARIES, PlanSettings
 from .strategies import (BASELINE, GIVEN_BUDGET, MEASURED_BUDGET, NO_BUDGET, STRATEGIES, Strategy, get_strategy,
@@ -21,6 +21,6 @@ from .strategies import (BASELINE, GIVEN_BUDGET, MEASURED_BUDGET, NO_BUDGET, STR
 
 __all__ = [
     "Budgeting", "ChunkBuilder", "Piece", "Slice", "Slicing", "Chunk", "Plan", "Run", "chunk_runs",
-    "merged_chunks", "budgeting", "make_plan", "plan_at", "KV_SPLIT_ALIGN", "TEMPORARIES", "PlanSettings",
+    "merged_chunks", "make_plan", "plan_at", "step_budgeting", "KV_SPLIT_ALIGN", "TEMPORARIES", "PlanSettings",
     "BASELINE", "GIVEN_BUDGET", "MEASURED_BUDGET", "NO_BUDGET", "STRATEGIES", "Strategy", "get_strategy", "strategy_names",
 ]

@@ -11,7 +11,7 @@ from .strategies import Strategy, get_strategy
 DEFAULT_SETTINGS = PlanSettings()
 
 
-def budgeting(strategy: Strategy, runs: PlanSettings, batch: StepBatch, budget_bytes: int | None) -> Budgeting:
+def step_budgeting(strategy: Strategy, runs: PlanSettings, batch: StepBatch, budget_bytes: int | None) -> Budgeting:
     """The budgeting of one step, checked: the budget the strategy needs (or refuses), the
     workspace (an engine without one of its own gathers the step's K).  ``runs``: the settings
     as the strategy runs them (``Strategy.runs_under``)."""
@@ -33,7 +33,7 @@ def make_plan(batch: StepBatch, strategy: str | Strategy, budget_bytes: int | No
     counting plain M x N x 4 bytes as the engines do.
     """
     s = get_strategy(strategy)
-    b = budgeting(s, s.runs_under(settings), batch, budget_bytes)
+    b = step_budgeting(s, s.runs_under(settings), batch, budget_bytes)
     build = ChunkBuilder(batch, b)
     s.split(batch, b, build)
     return Plan(s.name, batch, b.settings, b.budget, b.workspace, tuple(build.chunks),
