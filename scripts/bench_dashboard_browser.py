@@ -45,33 +45,41 @@ sys.path.insert(0, str(REPO / "tests" / "browser"))
 
 from labdriver import CHROMIUM, CHROMIUM_ARGS, LabPage, LabServer  # noqa: E402
 
-PLAIN_VIEW = '''
+# the views compared, as notebook cells run after the dashboard's; PILLOW first in each
+PILLOW = '''
 import io
 from PIL import Image
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+def pillow_png(canvas):
+    """The canvas drawn whole, as Pillow's PNG at compression level 1."""
+    canvas.draw()
+    out = io.BytesIO()
+    Image.frombuffer("RGBA", canvas.get_width_height(), canvas.buffer_rgba()).save(
+        out, format="png", compress_level=1)
+    return out.getvalue()
+
+def fresh_png(fig):
+    """A new figure's PNG, at the dashboards' 90 dpi."""
+    fig.set_dpi(90)
+    return pillow_png(FigureCanvasAgg(fig))
+'''
+
+PLAIN_VIEW = '''
 from indexer_lib.notebook import plots
 
 class PlainView:
-    """A new figure per change (plots.frontier_heatmap), its PNG from Pillow at level 1."""
+    """A new figure per change (plots.frontier_heatmap)."""
 
     def render(self, frame, strategy, budget_mb, free_gib, model, engine=None, mode="model"):
-        fig = plots.frontier_heatmap(frame, by="strategy", budget_mb=budget_mb, free_gib=free_gib,
-                                     model=model, engine=engine, mode=mode)
-        fig.set_dpi(90)
-        canvas = FigureCanvasAgg(fig)
-        canvas.draw()
-        out = io.BytesIO()
-        Image.frombuffer("RGBA", canvas.get_width_height(), canvas.buffer_rgba()).save(
-            out, format="png", compress_level=1)
-        return out.getvalue()
+        return fresh_png(plots.frontier_heatmap(frame, by="strategy", budget_mb=budget_mb, free_gib=free_gib,
+                                                model=model, engine=engine, mode=mode))
 
 dash.view = PlainView()
 dash.update()
 '''
 
 REDRAW_VIEW = '''
-import io
-from PIL import Image
 from indexer_lib.notebook.live_heatmap import Kept, LiveHeatmap
 
 class _Whole:
@@ -79,7 +87,7 @@ class _Whole:
         pass  # nothing drawn by region: the whole canvas is drawn below
 
 class RedrawView(LiveHeatmap):
-    """LiveHeatmap's figure, laid out once, drawn whole on every change; Pillow's PNG at level 1."""
+    """LiveHeatmap's figure, laid out once, drawn whole on every change."""
 
     def __init__(self, *args):
         super().__init__(*args)
@@ -87,11 +95,7 @@ class RedrawView(LiveHeatmap):
         self.pngs = Kept(0)  # no PNG kept per figure either
 
     def png(self):
-        self.canvas.draw()
-        out = io.BytesIO()
-        Image.frombuffer("RGBA", self.canvas.get_width_height(), self.canvas.buffer_rgba()).save(
-            out, format="png", compress_level=1)
-        return out.getvalue()
+        return pillow_png(self.canvas)
 
 dash.view = RedrawView(dash.concurrency, dash.isl)
 dash.update()
@@ -128,36 +132,24 @@ dash = AutoDashboard()  # notebook 04's widget: auto's candidates per deployment
 '''
 
 AUTO_PLAIN_VIEW = '''
-import io
-from PIL import Image
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from indexer_lib.notebook import plots
 
 class PlainCandidates:
-    """A new figure per change (plots.auto_candidates), its PNG from Pillow at level 1."""
+    """A new figure per change (plots.auto_candidates)."""
 
     def render(self, frame, free_bytes, title_detail=""):
-        fig = plots.auto_candidates(frame, free_bytes, title_detail)
-        fig.set_dpi(90)
-        canvas = FigureCanvasAgg(fig)
-        canvas.draw()
-        out = io.BytesIO()
-        Image.frombuffer("RGBA", canvas.get_width_height(), canvas.buffer_rgba()).save(
-            out, format="png", compress_level=1)
-        return out.getvalue()
+        return fresh_png(plots.auto_candidates(frame, free_bytes, title_detail))
 
 dash.view = PlainCandidates()
 dash.update()
 '''
 
 AUTO_REDRAW_VIEW = '''
-import io
-from PIL import Image
 from indexer_lib.notebook.live_candidates import LiveCandidates
 
 class RedrawCandidates(LiveCandidates):
-    """LiveCandidates' figure kept and its artists moved, drawn whole on every change; Pillow's PNG
-    at level 1 (no layer, no kept PNG, no banded encoder)."""
+    """LiveCandidates' figure kept and its artists moved, drawn whole on every change (no layer, no
+    kept PNG, no banded encoder)."""
 
     def render(self, frame, free_bytes, title_detail=""):
         key = tuple(frame[["strategy", "budget_mb", "total_ms", "peak_transient_bytes"]]
@@ -167,11 +159,7 @@ class RedrawCandidates(LiveCandidates):
             self.key = key
         else:
             self._move(frame, free_bytes, title_detail)
-        self.canvas.draw()
-        out = io.BytesIO()
-        Image.frombuffer("RGBA", self.canvas.get_width_height(), self.canvas.buffer_rgba()).save(
-            out, format="png", compress_level=1)
-        return out.getvalue()
+        return pillow_png(self.canvas)
 
 dash.view = RedrawCandidates()
 dash.update()
@@ -183,11 +171,11 @@ AUTO_CONTROLS = [("free GiB", "slider", "right"),
 
 # per view: the notebook's cells and the controls moved
 VIEWS = {"live": ([SETUP, "dash.widget"], CONTROLS),
-         "redraw": ([SETUP, "dash.widget", REDRAW_VIEW], CONTROLS),
-         "plain": ([SETUP, "dash.widget", PLAIN_VIEW], CONTROLS),
+         "redraw": ([SETUP, "dash.widget", PILLOW, REDRAW_VIEW], CONTROLS),
+         "plain": ([SETUP, "dash.widget", PILLOW, PLAIN_VIEW], CONTROLS),
          "auto-live": ([AUTO_SETUP, "dash.widget"], AUTO_CONTROLS),
-         "auto-redraw": ([AUTO_SETUP, "dash.widget", AUTO_REDRAW_VIEW], AUTO_CONTROLS),
-         "auto-plain": ([AUTO_SETUP, "dash.widget", AUTO_PLAIN_VIEW], AUTO_CONTROLS)}
+         "auto-redraw": ([AUTO_SETUP, "dash.widget", PILLOW, AUTO_REDRAW_VIEW], AUTO_CONTROLS),
+         "auto-plain": ([AUTO_SETUP, "dash.widget", PILLOW, AUTO_PLAIN_VIEW], AUTO_CONTROLS)}
 
 
 def notebook(view: str) -> dict:
