@@ -53,17 +53,18 @@ LONG_CONTEXT = dict(model="glm-5", isl=(4096, 16384, 32768, 65536, 131072, 20275
                     concurrency=(1, 2, 4, 8, 16, 32, 64))
 
 
-def frontier(**axes) -> int:
-    """The frontier grid's rows on whichever checkout runs: ``indexer-lab frontier``'s own path
-    (``sweep.model_rows`` over a ``Grid``; before the one grid, ``frontier_rows`` over a
-    ``FrontierGrid``)."""
+def frontier_rows():
+    """``rows(**axes)``: the frontier grid's rows on whichever checkout runs, ``indexer-lab
+    frontier``'s own path (``sweep.model_rows`` over a ``Grid``; before the one grid,
+    ``frontier_rows`` over a ``FrontierGrid``), imported before any timing starts."""
     try:
         from indexer_lib.study.grid import Grid
         from indexer_lib.study.sweep import model_rows
     except ImportError:
         from indexer_lib.study.frontier import FrontierGrid, frontier_rows
-        return len(list(frontier_rows(FrontierGrid(**axes))))
-    return len(list(model_rows(Grid(**axes))))
+
+        return lambda **axes: list(frontier_rows(FrontierGrid(**axes)))
+    return lambda **axes: list(model_rows(Grid(**axes)))
 
 
 def dashboard(isl):
@@ -79,18 +80,15 @@ def dashboard(isl):
 
 def measure(kind: str) -> dict:
     """Runs in a worker process, on whichever checkout PYTHONPATH names."""
-    if kind == "frontier-default":
+    grids = {"frontier-default": ("frontier default grid", dict(isl=DEFAULT_ISL)),
+             "frontier-long": ("frontier long-context grid", LONG_CONTEXT),
+             "frontier-max-model-len": ("frontier default grid to max_model_len", {})}
+    if kind in grids:
+        name, axes = grids[kind]
+        rows = frontier_rows()
         start = time.perf_counter()
-        n = frontier(isl=DEFAULT_ISL)
-        return {"frontier default grid": [1e3 * (time.perf_counter() - start)], "points": n}
-    if kind == "frontier-long":
-        start = time.perf_counter()
-        n = frontier(**LONG_CONTEXT)
-        return {"frontier long-context grid": [1e3 * (time.perf_counter() - start)], "points": n}
-    if kind == "frontier-max-model-len":
-        start = time.perf_counter()
-        n = frontier()
-        return {"frontier default grid to max_model_len": [1e3 * (time.perf_counter() - start)], "points": n}
+        n = len(rows(**axes))
+        return {name: [1e3 * (time.perf_counter() - start)], "points": n}
     if kind in ("dashboard", "dashboard-max-model-len"):
         long_axis = kind == "dashboard-max-model-len"
         dash = dashboard(None if long_axis else DEFAULT_ISL)
