@@ -1,11 +1,13 @@
 """auto: the fastest strategy and budget that never OOMs, by the models."""
 import pytest
 
+from deploy_check import memory_needed
+from indexer_lib.engines import engine_names, get_engine
 from indexer_lib.study.auto import recommend
 from indexer_lib.study.frontier import prefill_batches
 from indexer_lib.memory import memory_report
 from indexer_lib.plan import PlanSettings, make_plan
-from indexer_lib.shapes import GIB, budget_bytes_from_mb
+from indexer_lib.shapes import GIB, budget_bytes_from_mb, free_bytes_from_gib
 from indexer_lib.study.timemodel import TimeModel
 from indexer_lib.workload import ClosedLoopWorkload, SchedulerConfig
 
@@ -38,13 +40,42 @@ def test_more_memory_never_makes_the_recommendation_slower():
     assert times == sorted(times, reverse=True)
 
 
-def test_vllm_recommendation_is_a_deployable_env_line():
-    rec = recommend(MIX, 2.63, GLM5, SCHED, strategies=("vllm",), budgets_mb=(128, 512),
+def test_a_project_strategy_is_never_a_deploy_line():
+    """vLLM's knob drives the engine's own chunker (two chunks alive), not the project's ``vllm``
+    (each chunk freed first): at 2048 MiB and 2.63 GiB free only the latter fits."""
+    rec = recommend([ClosedLoopWorkload(64, 10_240, 512)], 2.63, PlanSettings("glm-5", "vllm==0.32.0",
+                    temporaries="deepgemm"), SCHED, strategies=("vllm", "causal"), budgets_mb=(2048,),
                     time_model=TimeModel.published())
-    assert rec.deploy_line == "VLLM_SPARSE_INDEXER_MAX_LOGITS_MB=512"
-    assert not rec.best.padded  # evaluated with vLLM's own arithmetic
+    assert rec.deployable is None and rec.patched.strategy in ("vllm", "causal")
+    assert rec.deploy_line.startswith("none: vllm==0.32.0's own chunker needs at least 4105 MiB")
+    assert "VLLM_SPARSE" not in rec.deploy_line.split("(")[0] and "patched engine" in rec.patched_line
 
 
-def test_nothing_fits_is_a_clear_error():
-    with pytest.raises(ValueError, match="free memory 0.001 GiB: no strategy and budget fits"):
-        recommend(MIX, 0.001, GLM5, SCHED, budgets_mb=(64,), time_model=TimeModel.published())
+# every release auto can tune (its own knob), and one per era of those with nothing to set
+TUNABLE = [n for n in engine_names() if get_engine(n).budget_env is not None]
+NOTHING_TO_SET = ["vllm==0.15.1", "vllm==0.18.1", "sglang==0.5.5.post3", "sglang==0.5.12.post1"]
+SAFETY_MIX = [ClosedLoopWorkload(64, 10_240, 64), ClosedLoopWorkload(4, 65_536, 8)]
+
+
+@pytest.mark.parametrize("release", TUNABLE + NOTHING_TO_SET)
+def test_every_deploy_line_holds_to_the_releases_own_peak(release):
+    """Whatever auto prints as a line to deploy, the release's own chunker at that setting fits
+    every step of the same workloads, by the frontier's own worst-step search (planned by shapes,
+    not by auto's plans): two chunks' logits alive, its replayed path where there is one, and the
+    profile-run reservation given up below the default setting."""
+    profile = get_engine(release)
+    schedules = [prefill_batches(w, SCHED) for w in SAFETY_MIX]
+    for free_gib in (0.75, 2.63, 12.0):
+        settings = PlanSettings("glm-5", release, temporaries="deepgemm")
+        try:
+            rec = recommend(SAFETY_MIX, free_gib, settings, SCHED, strategies=("vllm", "causal"),
+                            budgets_mb=(64, 512, 2048), time_model=TimeModel.published())
+        except ValueError:
+            continue  # nothing fits at all: no line printed
+        free = free_bytes_from_gib(free_gib)
+        if rec.deployable is None:
+            assert rec.deploy_line.startswith(f"none: {profile.name}'s own chunker needs"), rec.deploy_line
+            continue
+        need = memory_needed(rec.deploy_line, release, schedules, free)
+        assert need <= free, (release, free_gib, rec.deploy_line)
+        assert need == rec.deployable.needs_bytes  # auto counts what the check counts

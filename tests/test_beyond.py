@@ -9,6 +9,7 @@ from indexer_lib.study import sweep
 from indexer_lib.study.auto import choose, evaluate_candidates, recommend
 from indexer_lib.study.budget_policy import FreshPolicy, SglangPolicy, run_policy
 from indexer_lib.cli import main
+from indexer_lib.engines import get_engine
 from indexer_lib.study.frontier import Schedule, prefill_batches
 from indexer_lib.study.grid import Grid
 from indexer_lib.notebook.params import ParameterError, check_values
@@ -85,18 +86,34 @@ def test_cli_auto_prints_the_deployable_line_margin_and_time_source(capsys):
                "--workload", "2x32768x8", "--budgets-mb", "128,512", "--data-dir", "/nonexistent"])
     out = capsys.readouterr().out.splitlines()
     assert rc == 0
-    assert out[0].startswith(("VLLM_SPARSE_INDEXER_MAX_LOGITS_MB=", "indexer-lab strategy="))
+    assert out[0] in ("VLLM_SPARSE_INDEXER_MAX_LOGITS_MB=128", "VLLM_SPARSE_INDEXER_MAX_LOGITS_MB=512")
+    assert out[1].startswith(f"  {get_engine('vllm').name} at {out[0]}: ")
     assert "margin to the OOM frontier" in out[2] and "MiB" in out[2]
     assert out[3] == "  time: modelled: published H200 figures (docs/design.md#time-model), not measured"
     rc = main(["auto", "--free-gib", "2.63", "--workload", "16x8192x8", "--budgets-mb", "512",
                "--strategies", "kv-split,fixed-shape", "--json", "--data-dir", "/nonexistent",
                "--engine", "vllm==0.32.0"])
     d = json.loads(capsys.readouterr().out)
-    # ours on the engine's workspace and DeepGEMM, next to the engine's own knob
-    assert rc == 0 and d["candidates"] == 3 and d["engine"] == "vllm==0.32.0" and d["margin_bytes"] >= 0
-    assert d["strategy"] in BEYOND + ("engine",)
-    assert d["deploy"].startswith("VLLM_SPARSE_INDEXER_MAX_LOGITS_MB=512" if d["strategy"] == "engine"
-                                  else f"indexer-lab strategy={d['strategy']} budget_mb=512")
+    # ours on the engine's workspace and DeepGEMM, next to the engine's own knob: the line is the knob's
+    assert rc == 0 and d["candidates"] == 3 and d["margin_bytes"] >= 0
+    assert d["deploy"] == "VLLM_SPARSE_INDEXER_MAX_LOGITS_MB=512" and d["deployable"]["engine"] == "vllm==0.32.0"
+    assert d["patched"]["strategy"] in BEYOND and d["patched"]["engine"] == "vllm==0.32.0"
+
+
+def test_cli_auto_never_deploys_what_the_engines_own_chunker_would_oom_with(capsys):
+    """At 2048 MiB and 2.63 GiB free vLLM's own chunker keeps two 2 GiB chunks alive: nothing to
+    deploy (exit 1), while the project's strategies show what a patched engine could do."""
+    argv = ["auto", "--model", "glm-5", "--free-gib", "2.63", "--workload", "64x10240x512",
+            "--engine", "vllm==0.32.0", "--budgets-mb", "2048", "--strategies", "vllm,causal",
+            "--data-dir", "/nonexistent"]
+    assert main(argv) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("none: vllm==0.32.0's own chunker needs at least 4105 MiB")
+    assert out[1].startswith("  a patched engine could run ")
+    assert main([*argv, "--json"]) == 1
+    d = json.loads(capsys.readouterr().out)
+    assert d["deploy"] is None and d["deployable"] is None and d["why_none"].startswith("none: ")
+    assert d["patched"]["strategy"] in ("vllm", "causal")
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -119,12 +136,19 @@ def test_auto_dashboard_follows_free_memory_and_deployment():
                    "long": ([ClosedLoopWorkload(2, 32_768, 8)], 1.0)}
     dash = AutoDashboard(deployments, budgets_mb=(64, 2048))
     first = dash.recommendation
+    assert first.deployable.engine == get_engine("vllm").name  # the latest vLLM's own knob
     assert first.deploy_line in dash.html.value and "modelled" in dash.html.value
-    dash.controls["free_gib"].value = 0.25  # 2048 MiB no longer fits anywhere
-    assert dash.recommendation.best.peak_transient_bytes <= 0.25 * GIB
-    assert dash.recommendation.best.budget_mb == 64
     dash.controls["deployment"].value = "long"
-    assert dash.updates == 3 and len(dash.image.value) > 1000
+    on_032 = dash.auto.on_engine("vllm==0.32.0")  # the full layout: 2048 MiB is 4 GiB of logits
+    dash = AutoDashboard(on_032)
+    dash.controls["free_gib"].value = 0.25
+    rec = dash.recommendation
+    # vLLM's own chunker: 2048 MiB keeps two chunks alive, 64 MiB gives up 448 MiB of the profile
+    # run's reservation to the KV cache; nothing to deploy, a patched engine fits at 64 MiB
+    assert rec.deployable is None and rec.deploy_line.startswith("none: vllm==0.32.0's own chunker needs")
+    assert rec.patched.budget_mb == 64 and rec.patched.needs_bytes <= 0.25 * GIB
+    assert "none: " in dash.html.value and "a patched engine could run" in dash.html.value
+    assert dash.updates == 2 and len(dash.image.value) > 1000
 
 
 def test_auto_dashboard_changes_engine_release():
@@ -147,7 +171,7 @@ def test_auto_dashboard_changes_engine_release():
     dash.controls["engine"].value = "sglang==0.5.23"
     rec = dash.recommendation
     assert {c.engine for c in rec.candidates} == {"sglang==0.5.23"}
-    if rec.best.strategy == "vllm":  # vLLM's chunker on SGLang: not a vLLM setting
-        assert rec.deploy_line.endswith("on sglang==0.5.23") and "VLLM_SPARSE" not in rec.deploy_line
+    assert "VLLM_SPARSE" not in rec.deploy_line  # ours on SGLang: never a vLLM setting
+    assert rec.deployable is None or rec.deploy_line.startswith("SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION=")
     dash.controls["engine"].value = "vllm==0.32.0"
     assert dash.auto is dash.by_engine["vllm==0.32.0"]  # evaluated once, then kept

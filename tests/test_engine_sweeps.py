@@ -150,13 +150,16 @@ def test_plan_and_run_default_to_the_latest_vllm_and_its_own_chunker(capsys):
     assert result["deepgemm_version"] == "2.1" and result["peak_bytes_traced"] == result["peak_bytes_model"]
 
 
-def test_the_deploy_line_names_vllms_setting_only_on_a_vllm_release_that_has_it():
-    from indexer_lib.study.auto import Candidate, Recommendation
+def test_the_deploy_line_is_the_releases_own_knob_and_never_a_project_strategy():
+    from indexer_lib.study.auto import Candidate, choose
 
-    def line(engine):
-        best = Candidate("vllm", 512, False, 1.0, 3, 2**20, True, engine)
-        return Recommendation(best, 2**30, "modelled", (best,)).deploy_line
+    def rec(engine, setting, own=True):
+        strategy = "engine" if own else "vllm"
+        return choose([Candidate(strategy, 512, False, 1.0, 3, 2**20, False, engine, setting)], 1.0, "modelled")
 
-    assert line(None) == line("vllm==0.19.0") == "VLLM_SPARSE_INDEXER_MAX_LOGITS_MB=512"
-    assert line("sglang==0.5.23") == "indexer-lab strategy=vllm budget_mb=512 (unpadded logits budget) on sglang==0.5.23"
-    assert line("vllm==0.15.1").endswith("on vllm==0.15.1")  # no such setting before 0.19.0
+    assert rec("vllm==0.19.0", 512).deploy_line == "VLLM_SPARSE_INDEXER_MAX_LOGITS_MB=512"
+    assert rec("sglang==0.5.23", 0.1).deploy_line == "SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION=0.1"
+    assert rec("vllm==0.15.1", None).deploy_line == "vllm==0.15.1: nothing to set (its own chunker fits as it is)"
+    patched = rec("vllm==0.19.0", None, own=False)  # the project's vllm strategy: no setting of any release
+    assert patched.deployable is None and patched.deploy_line.startswith("none: no release's own chunker among the candidates")
+    assert "VLLM_SPARSE" not in patched.deploy_line and patched.patched_line.startswith("a patched engine could run vllm")

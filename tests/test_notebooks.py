@@ -96,3 +96,28 @@ def test_beyond_notebook_shows_the_published_policy_failure_and_flat_fixed_shape
     assert fixed["reserved"].nunique() == 1 and set(res["mode"]) == {"model"}
     auto = pd.read_csv(out / "tables" / "04_auto.csv")
     assert len(auto) == 4 and auto["deploy"].str.len().gt(0).all()
+
+
+def test_beyond_notebook_prints_no_line_the_engines_own_chunker_would_oom_with(ci_run):
+    """Every line notebook 04 prints to deploy, replayed with the release's own chunker on the
+    same deployments and scheduler (ci.yaml: the notebook's 8,192 tokens, 256-token threshold)."""
+    from deploy_check import memory_needed
+    from indexer_lib.notebook.beyond import DEPLOYMENTS
+    from indexer_lib.shapes import free_bytes_from_gib
+    from indexer_lib.study.frontier import prefill_batches
+    from indexer_lib.workload import SchedulerConfig
+
+    out, _ = ci_run
+    auto = pd.read_csv(out / "tables" / "04_auto.csv")
+    scheduler = SchedulerConfig(8192, 256, 256)
+    deployed = 0
+    for row in auto.itertuples():
+        if row.deploy.startswith("none"):
+            continue
+        mix, free_gib = DEPLOYMENTS[row.deployment]
+        schedules = [prefill_batches(w, scheduler) for w in mix]
+        free = free_bytes_from_gib(free_gib)
+        assert memory_needed(row.deploy, row.engine, schedules, free) <= free, row.deployment
+        deployed += 1
+    assert deployed >= 3  # the chat deployment's 2048 MiB line of the project's vllm strategy is gone
+    assert not auto["deploy"].str.contains("indexer-lab strategy").any()

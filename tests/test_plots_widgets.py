@@ -284,14 +284,15 @@ def test_the_auto_dashboard_redraws_free_memory_moves_as_a_fresh_figure_draws_th
 
     deployments = {"small": ([ClosedLoopWorkload(8, 4096, 8)], 2.63),
                    "long": ([ClosedLoopWorkload(2, 32_768, 8)], 1.0)}
-    dash = AutoDashboard(AutoDeployments(deployments, budgets_mb=(64, 512, 2048)))
+    dash = AutoDashboard(AutoDeployments(deployments, budgets_mb=(64, 512, 2048),
+                                         settings=PlanSettings("glm-5", "vllm==0.32.0", temporaries="deepgemm")))
     moves = [("small", 0.25), ("small", 0.3), ("small", 16.0), ("long", 16.0), ("long", 0.5), ("long", 0.6),
              ("long", 16.0), ("long", 0.55), ("long", 12.0), ("long", 0.6)]
     for name, free in moves:
         dash.controls["deployment"].value = name
         dash.controls["free_gib"].value = free
         frame, rec = dash.auto.candidates_frame(name, free)
-        fresh = LiveCandidates().render(frame, rec.free_bytes, f"\n({name}, {free:g} GiB free)")
+        fresh = LiveCandidates().render(frame, rec.free_bytes, f"\n({name} on vllm==0.32.0, {free:g} GiB free)")
         assert dash.image.value == fresh, (name, free)
         view = dash.view
         crosses = {tuple(p) for c in view.ax_time.collections for p in np.asarray(c.get_offsets())}

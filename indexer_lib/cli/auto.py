@@ -1,13 +1,16 @@
-"""``indexer-lab auto``: the strategy and budget with the least modelled indexer time
-over a workload mix and no OOM at any step, printed as a line one can deploy.
+"""``indexer-lab auto``: the value of an engine release's own knob with the least modelled
+indexer time over a workload mix and no OOM at any step, printed as a line one can deploy.
 
     indexer-lab auto --model glm-5 --free-gib 2.63 --workload 64x10240x512 --workload 8x65536x64
 
 A workload is ``CONCURRENCYxISLxOSL`` (optionally ``xSHARED_PREFIX``).  Prints the
 deployable line, the margin to the OOM frontier at the worst step and where the
 time model's constants come from.  The engine is the latest vLLM unless ``--engine``
-names another release; ``--strategies`` weighs ours on it too.  Every number is
-modelled.  Bad input: one line, exit status 2.
+names another release.  The line comes from the release's own chunker and its own peak
+(two chunks' logits alive); ``--strategies`` adds ours, printed as what a patched engine
+could do, never as a setting.  Every number is modelled.  Exit status 1: no value of the
+release's knob fits (what a patched engine could do is still printed).  Bad input: one
+line, exit status 2.
 """
 from __future__ import annotations
 
@@ -38,12 +41,13 @@ def register(subparsers) -> None:
                                            "over a workload mix (modelled)")
     p.add_argument("--model", default="glm-5", help=f"one of {', '.join(MODELS)}")
     p.add_argument("--free-gib", type=finite_float, required=True,
-                   help="memory free for the indexer's transients at run time (GiB)")
+                   help="memory free for the indexer's transients at run time, on the release's "
+                        "default setting (GiB)")
     p.add_argument("--workload", action="append", required=True,
                    help="CONCURRENCYxISLxOSL[xSHARED_PREFIX]; repeat for a mix")
     p.add_argument("--strategies", type=str_list,
-                   help="our budgeted strategies to weigh on the engine too (default: only the "
-                        "engine's own knob, the line one can deploy)")
+                   help="our budgeted strategies to weigh on the engine too, shown as what a patched "
+                        "engine could do (the deploy line is always the engine's own knob)")
     p.add_argument("--budgets-mb", type=number_list, default=list(DEFAULT_BUDGETS_MB))
     p.add_argument("--max-num-batched-tokens", type=int, default=8192)
     p.add_argument("--max-num-seqs", type=int, default=256)
@@ -83,23 +87,31 @@ def cmd_auto(args) -> int:
                                 args.long_prefill_token_threshold, block_size=settings.preset.kv_block)
     rec = recommend(workloads, args.free_gib, settings, scheduler, strategies, tuple(args.budgets_mb),
                     TimeModel.from_data(args.data_dir or MEASURED_DIR), args.mem_fraction_static)
-    best = rec.best
     if args.json:
         print(json.dumps({
-            "deploy": rec.deploy_line, "strategy": best.strategy, "engine": best.engine,
-            "setting": best.setting, "budget_mb": best.budget_mb,
-            "padded_budget": best.padded, "total_ms_modelled": best.total_ms,
-            "total_chunks": best.total_chunks, "worst_step_bytes": best.peak_transient_bytes,
-            "free_bytes": rec.free_bytes, "margin_bytes": rec.margin_bytes,
+            "deploy": rec.deploy_line if rec.deployable else None, "why_none": None if rec.deployable else rec.deploy_line,
+            "deployable": _candidate_json(rec.deployable), "patched": _candidate_json(rec.patched),
+            "free_bytes": rec.free_bytes, "margin_bytes": rec.margin_bytes if rec.deployable else None,
             "time_source": rec.time_source, "candidates": len(rec.candidates),
             "fitting": sum(c.fits for c in rec.candidates)}))
-        return 0
+        return 0 if rec.deployable else 1
     print(rec.deploy_line)
-    print(f"  {best.label}: {best.total_ms:.1f} ms indexer time over the mix "
-          f"(modelled), {best.total_chunks} chunks")
-    print(f"  margin to the OOM frontier: {rec.margin_bytes / MIB:.0f} MiB "
-          f"(worst step {best.peak_transient_bytes / MIB:.0f} MiB of {rec.free_bytes / MIB:.0f} MiB free)")
+    d = rec.deployable
+    if d is not None:
+        print(f"  {d.label}: {d.total_ms:.1f} ms indexer time over the mix (modelled), {d.total_chunks} chunks")
+        print(f"  margin to the OOM frontier: {rec.margin_bytes / MIB:.0f} MiB "
+              f"(worst step needs {d.needs_bytes / MIB:.0f} MiB of {rec.free_bytes / MIB:.0f} MiB free)")
+    if rec.patched is not None and (d is None or rec.patched.total_ms < d.total_ms):
+        print(f"  {rec.patched_line}")
     print(f"  time: {rec.time_source}")
-    print(f"  {sum(c.fits for c in rec.candidates)} of {len(rec.candidates)} strategy x budget "
-          "candidates fit")
-    return 0
+    print(f"  {sum(c.fits for c in rec.candidates)} of {len(rec.candidates)} candidates fit")
+    return 0 if d is not None else 1
+
+
+def _candidate_json(c) -> dict | None:
+    if c is None:
+        return None
+    return {"strategy": c.strategy, "engine": c.engine, "setting": c.setting, "budget_mb": c.budget_mb,
+            "padded_budget": c.padded, "total_ms_modelled": c.total_ms, "total_chunks": c.total_chunks,
+            "worst_step_bytes": c.peak_transient_bytes,
+            "reservation_shortfall_bytes": c.reservation_shortfall_bytes}

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from ..engines import get_engine
+from ..engines import DEFAULT_ENGINE, get_engine
 from ..study.auto import choose, engine_candidates, evaluate_candidates
 from ..study.budget_policy import FixedPolicy, FreshPolicy, SglangPolicy, run_policy, shrinking_free_memory
 from ..study.frontier import Schedule, prefill_batches
 from ..memory import memory_report
 from ..plan import PlanSettings, plan_at
-from ..shapes import GIB, free_bytes_from_gib, get_gpu
+from ..shapes import GIB, MIB, free_bytes_from_gib, get_gpu
 from ..study.timemodel import TimeModel, plan_features
 from ..workload import ClosedLoopWorkload, PrefillRequest, SchedulerConfig, StepBatch
 
@@ -89,13 +89,15 @@ def policy_sentence(table) -> str:
             f"every step (modelled).")
 
 
-# auto's candidates count the H200 path's temporaries, as the frontier does
-AUTO_SETTINGS = PlanSettings("glm-5", temporaries="deepgemm")
+# auto's candidates count the H200 path's temporaries, as the frontier does, on the latest vLLM
+AUTO_SETTINGS = PlanSettings("glm-5", DEFAULT_ENGINE, temporaries="deepgemm")
 
 
 class AutoDeployments:
-    """auto's candidates per deployment, evaluated once; ``recommend(name, free_gib)``
-    then only filters by free memory (instant, for widgets)."""
+    """auto's candidates per deployment, evaluated once: the project's strategies and, where
+    the release's budget does not move with free memory, its own knob; ``recommend(name,
+    free_gib)`` then only filters by free memory (instant, for widgets).  SGLang's own budget is
+    measured from the memory free, so its candidates are evaluated per free value, then kept."""
 
     def __init__(self, deployments: dict | None = None, settings: PlanSettings = AUTO_SETTINGS,
                  budgets_mb=(64, 128, 256, 512, 1024, 2048), strategies=None,
@@ -103,19 +105,28 @@ class AutoDeployments:
         self.deployments = deployments or DEPLOYMENTS
         self.settings, self.engine, self.model = settings, settings.engine, settings.model
         self.tm = time_model or TimeModel.published()
+        self.budgets_mb = tuple(budgets_mb)
         scheduler = scheduler or SchedulerConfig(long_prefill_token_threshold=256,
                                                  block_size=settings.preset.kv_block)
         # to evaluate the same deployments on another engine release (``on_engine``)
-        self.options = dict(deployments=self.deployments, budgets_mb=tuple(budgets_mb),
+        self.options = dict(deployments=self.deployments, budgets_mb=self.budgets_mb,
                             strategies=strategies, scheduler=scheduler, time_model=self.tm)
-        self.candidates = {}
-        for name, (mix, _) in self.deployments.items():
-            schedules = [Schedule(prefill_batches(w, scheduler)) for w in mix]
-            self.candidates[name] = evaluate_candidates(schedules, settings, strategies, tuple(budgets_mb), self.tm)
-            if settings.profile is not None and not settings.profile.budget_rule.startswith("sglang"):
-                # the release's own knob too, where its budget does not move with free memory
-                self.candidates[name] += engine_candidates(schedules, settings, 0, tuple(budgets_mb),
-                                                           time_model=self.tm)
+        self.schedules = {name: [Schedule(prefill_batches(w, scheduler)) for w in mix]
+                          for name, (mix, _) in self.deployments.items()}
+        self.patched = {name: evaluate_candidates(schedules, settings, strategies, self.budgets_mb, self.tm)
+                        for name, schedules in self.schedules.items()}
+        self.own = {}  # (deployment, free GiB or None where free memory does not move it) -> candidates
+
+    def candidates(self, name: str, free_gib: float) -> list:
+        """The release's own knob's candidates, then the project's strategies'."""
+        profile = self.settings.profile
+        if profile is None:
+            return list(self.patched[name])
+        key = (name, free_gib if profile.budget_rule.startswith("sglang") else None)
+        if key not in self.own:
+            self.own[key] = engine_candidates(self.schedules[name], self.settings, free_bytes_from_gib(free_gib),
+                                              self.budgets_mb, time_model=self.tm)
+        return self.own[key] + self.patched[name]
 
     def on_engine(self, engine) -> "AutoDeployments":
         """The same deployments and options, evaluated on another engine release."""
@@ -125,27 +136,35 @@ class AutoDeployments:
 
     def recommend(self, name: str, free_gib: float | None = None):
         free = self.deployments[name][1] if free_gib is None else free_gib
-        return choose(self.candidates[name], free, self.tm.source)
+        return choose(self.candidates(name, free), free, self.tm.source)
 
     def table(self):
+        """Per deployment: the line to deploy (the release's own knob) and its numbers, then what
+        a patched engine could do with the project's strategies."""
         import pandas as pd
 
         rows = []
         for name, (_, free) in self.deployments.items():
+            row = {"deployment": name, "free GiB": free, "engine": self.engine}
             try:
                 rec = self.recommend(name)
             except ValueError as e:
-                rows.append({"deployment": name, "free GiB": free, "deploy": f"none fits: {e}"})
+                rows.append({**row, "deploy": f"none fits: {e}"})
                 continue
-            b = rec.best
-            rows.append({"deployment": name, "free GiB": free, "deploy": rec.deploy_line,
-                         "strategy": b.strategy, "budget MiB": b.budget_mb,
-                         "time ms (modelled)": round(b.total_ms, 1), "chunks": b.total_chunks,
-                         "margin MiB": round(rec.margin_bytes / 2**20)})
+            row["deploy"] = rec.deploy_line
+            d, p = rec.deployable, rec.patched
+            if d is not None:
+                row.update({"worst step MiB": round(d.needs_bytes / MIB), "margin MiB": round(rec.margin_bytes / MIB),
+                            "time ms (modelled)": round(d.total_ms, 1), "chunks": d.total_chunks})
+            if p is not None:
+                row.update({"patched engine": f"{p.strategy} at {p.budget_mb:g} MiB",
+                            "patched worst step MiB": round(p.needs_bytes / MIB),
+                            "patched time ms (modelled)": round(p.total_ms, 1)})
+            rows.append(row)
         return pd.DataFrame(rows)
 
     def candidates_frame(self, name: str, free_gib: float | None = None):
         import pandas as pd
 
         rec = self.recommend(name, free_gib)
-        return pd.DataFrame([asdict(c) for c in rec.candidates]), rec
+        return pd.DataFrame([{**asdict(c), "needs_bytes": c.needs_bytes} for c in rec.candidates]), rec

@@ -25,7 +25,7 @@ from .png_bands import BandedPng
 class LiveCandidates:
     def __init__(self, dpi: int = 90):
         self.dpi = dpi
-        self.key = None  # the candidates drawn: (strategy, budget, time, peak) per row
+        self.key = None  # the candidates drawn: (strategy, budget, time, memory needed) per row
         self.fig = self.canvas = self.background = None
         # for these candidates: the figure with the time panel's crosses and legend, per set of
         # crosses (at most one more than the candidates), and the PNG per everything shown
@@ -33,7 +33,7 @@ class LiveCandidates:
         self.encoder = BandedPng()  # compresses again only the rows a move touched
 
     def render(self, frame, free_bytes: int, title_detail: str = "") -> bytes:
-        key = tuple(frame[["strategy", "budget_mb", "total_ms", "peak_transient_bytes"]]
+        key = tuple(frame[["strategy", "budget_mb", "total_ms", "needs_bytes"]]
                     .itertuples(index=False, name=None))
         if key != self.key:
             # the figure as auto_candidates draws it: its crosses are the scatters' own

@@ -7,6 +7,7 @@ data behind them, so tests need no browser.
 """
 from __future__ import annotations
 
+import html
 from dataclasses import replace
 
 import ipywidgets as w
@@ -214,9 +215,13 @@ class AutoDashboard:
         self.recommendation = rec
         on = f" on {self.auto.engine}" if self.auto.engine else ""
         self.image.value = self.view.render(frame, rec.free_bytes, f"\n({name}{on}, {free:g} GiB free)")
-        self.html.value = (f"<code>{rec.deploy_line}</code><br>margin to the OOM frontier: "
-                           f"{rec.margin_bytes / 2**20:.0f} MiB; {rec.best.total_ms:.1f} ms over the mix "
-                           f"<i>({rec.time_source})</i>")
+        lines = [f"<code>{html.escape(rec.deploy_line)}</code>"]
+        if rec.deployable is not None:
+            lines.append(f"margin to the OOM frontier: {rec.margin_bytes / 2**20:.0f} MiB; "
+                         f"{rec.deployable.total_ms:.1f} ms over the mix")
+        if rec.patched_line is not None:
+            lines.append(html.escape(rec.patched_line))
+        self.html.value = "<br>".join(lines) + f" <i>({rec.time_source})</i>"
         self.updates += 1
 
     def on_change(self, change=None) -> None:

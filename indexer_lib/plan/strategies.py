@@ -38,9 +38,6 @@ class Strategy:
     # the release's own chunker: its own DeepGEMM build and the engine's unpadded arithmetic,
     # whatever the settings ask of the project's strategies
     own_build: ClassVar[bool] = False
-    # the engine setting that deploys this strategy as it is (its budget counted unpadded, as the
-    # engine counts it); None: a strategy no engine runs
-    deployed_by: ClassVar[str | None] = None
 
     def budget_source(self, profile: EngineProfile | None) -> str:
         """Where the budget comes from: none, given (the grid's budget_mb), or measured (the
@@ -143,7 +140,6 @@ class Vllm(Strategy):
 
     name: ClassVar[str] = "vllm"
     kind: ClassVar[str] = "field"
-    deployed_by: ClassVar[str | None] = "VLLM_SPARSE_INDEXER_MAX_LOGITS_MB"
 
     def packing(self, settings) -> Packing:
         return _field_packing(settings, _within_packed(settings))

@@ -1,5 +1,10 @@
-"""``auto``: the strategy and budget with the least modelled indexer time over a
-workload mix, with no OOM at any step, printed as a line one can deploy.
+"""``auto``: the value of an engine release's own knob with the least modelled indexer time
+over a workload mix and no OOM at any step, printed as a line one can deploy; next to it, what
+a patched engine could do with the project's strategies (never printed as a setting).
+
+A deploy line comes only from the release's own chunker and its own peak: two chunks' logits
+alive at once, its unpadded arithmetic, its replayed path where there is one, and, below the
+default setting, the profile run's smaller reservation, which the KV cache may take.
 
 Memory comes from the memory model, time from ``timemodel.TimeModel`` (fitted
 to ``data/h200/`` when measurements exist there, else the published figures);
@@ -9,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..engines import SGLANG_MEM_FRACTION_STATIC, get_engine, process_budget
+from ..engines import SGLANG_MEM_FRACTION_STATIC, get_engine, process_budget, profile_run_logits_bytes
 from .frontier import Schedule, prefill_batches
 from ..memory import memory_report
 from ..plan import GIVEN_BUDGET, PlanSettings, get_strategy, make_plan, strategy_names
@@ -26,17 +31,30 @@ DEFAULT_FRACTIONS = (0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5)
 class Candidate:
     strategy: str
     budget_mb: float
-    padded: bool  # False: vLLM's own unpadded arithmetic, as deployed
+    padded: bool  # the budget counts DeepGEMM's padding (False: M x N x 4, as engines count it)
     total_ms: float  # modelled indexer time over every step of every workload
     total_chunks: int
     peak_transient_bytes: int  # worst step over the mix
     fits: bool
     engine: str | None = None  # the engine release planned on
     setting: float | None = None  # the engine's own knob (vLLM: MiB; SGLang: the free-memory fraction)
+    # the release's own chunker below its default setting: its profile run reserves this much less,
+    # which the KV cache may take from the memory free (``engines.profile_run_logits_bytes``)
+    reservation_shortfall_bytes: int = 0
+
+    @property
+    def deployable(self) -> bool:
+        """The release's own chunker at a value of its own knob: a line one can deploy."""
+        return get_strategy(self.strategy).own_build
+
+    @property
+    def needs_bytes(self) -> int:
+        """Memory free (as measured on the release's default setting) this candidate needs."""
+        return self.peak_transient_bytes + self.reservation_shortfall_bytes
 
     @property
     def label(self) -> str:
-        if get_strategy(self.strategy).own_build:
+        if self.deployable:
             knob = "its default" if self.setting is None else f"{get_engine(self.engine).budget_env}={self.setting:g}"
             return f"{self.engine} at {knob}"
         return f"{self.strategy} at {self.budget_mb:g} MiB" + (f" on {self.engine}" if self.engine else "")
@@ -44,37 +62,57 @@ class Candidate:
 
 @dataclass(frozen=True)
 class Recommendation:
-    best: Candidate
+    """What to deploy (``deployable``: the release's own chunker at the fastest value of its own
+    knob that fits) and what a patched engine could do (``patched``: the fastest of the project's
+    strategies that fits, never an engine setting).  Either is None where nothing of its kind fits."""
+
     free_bytes: int
     time_source: str
     candidates: tuple[Candidate, ...]
+    deployable: Candidate | None
+    patched: Candidate | None
+
+    @property
+    def best(self) -> Candidate:
+        """The deployable candidate, else the patched one."""
+        return self.deployable or self.patched
 
     @property
     def margin_bytes(self) -> int:
         """Free memory left at the worst step: the distance to the OOM frontier."""
-        return self.free_bytes - self.best.peak_transient_bytes
+        return self.free_bytes - self.best.needs_bytes
 
     @property
     def deploy_line(self) -> str:
-        b = self.best
-        strategy = get_strategy(b.strategy)
-        if strategy.own_build:
-            engine = get_engine(b.engine)
-            if b.setting is None:
-                return f"{engine.name}: no logits budget to set (upgrade to a release with one to bound it)"
-            return engine.deploy_line(b.setting)
-        knob = strategy.deployed_by
-        if knob is not None and not b.padded and (b.engine is None or get_engine(b.engine).budget_env == knob):
-            return f"{knob}={b.budget_mb:g}"
-        on = f" on {b.engine}" if b.engine else ""
-        return (f"indexer-lab strategy={b.strategy} budget_mb={b.budget_mb:g} "
-                f"({'padded' if b.padded else 'unpadded'} logits budget){on}")
+        """The line to deploy, from the release's own chunker only; or why there is none."""
+        d = self.deployable
+        if d is not None:
+            engine = get_engine(d.engine)
+            if d.setting is None:
+                return f"{engine.name}: nothing to set (its own chunker fits as it is)"
+            return engine.deploy_line(d.setting)
+        own = [c for c in self.candidates if c.deployable]
+        if not own:
+            return "none: no release's own chunker among the candidates, so no setting to deploy"
+        least = min(own, key=lambda c: c.needs_bytes)
+        return (f"none: {least.engine}'s own chunker needs at least {least.needs_bytes / MIB:.0f} MiB "
+                f"({least.label}), more than the {self.free_bytes / MIB:.0f} MiB free")
+
+    @property
+    def patched_line(self) -> str | None:
+        """What a patched engine could do instead (the project's strategies), where one fits."""
+        p = self.patched
+        if p is None:
+            return None
+        return (f"a patched engine could run {p.strategy} at {p.budget_mb:g} MiB "
+                f"({'padded' if p.padded else 'unpadded'} logits budget): {p.total_ms:.1f} ms, worst step "
+                f"{p.peak_transient_bytes / MIB:.0f} MiB (no release's setting)")
 
     def summary(self) -> str:
         b = self.best
-        return (f"{self.deploy_line}  # {b.strategy}, {b.total_chunks} chunks, "
-                f"{b.total_ms:.1f} ms indexer time; worst step "
-                f"{b.peak_transient_bytes / MIB:.0f} MiB of {self.free_bytes / MIB:.0f} MiB free "
+        return (f"{self.deploy_line}  # {b.label}, {b.total_chunks} chunks, "
+                f"{b.total_ms:.1f} ms indexer time; worst step needs "
+                f"{b.needs_bytes / MIB:.0f} MiB of {self.free_bytes / MIB:.0f} MiB free "
                 f"(margin {self.margin_bytes / MIB:.0f} MiB) [{self.time_source}]")
 
 
@@ -86,14 +124,15 @@ def recommend(mix: list[ClosedLoopWorkload] | list[Schedule], free_gib: float,
               strategies: tuple[str, ...] | None = None, budgets_mb: tuple[float, ...] = DEFAULT_BUDGETS_MB,
               time_model: TimeModel | None = None,
               mem_fraction_static: float | None = SGLANG_MEM_FRACTION_STATIC) -> Recommendation:
-    """Evaluate every strategy x budget over the workload mix (workloads run on ``scheduler``, or
-    their schedules); pick the fastest that fits.
+    """Evaluate every candidate over the workload mix (workloads run on ``scheduler``, or their
+    schedules); pick the fastest that fits, of each kind.
 
     On an engine release (``settings.engine``): the release's own chunker at each value of its
-    own knob (``engine_candidates``), and ``strategies`` on its DeepGEMM and workspace.  Without
-    one: every budgeted strategy of the project (or ``strategies``).  A strategy an engine deploys
-    through a knob of its own (``vllm``: ``VLLM_SPARSE_INDEXER_MAX_LOGITS_MB``) is evaluated as
-    deployed, with the engine's unpadded arithmetic; the others budget with DeepGEMM's padding.
+    own knob (``engine_candidates``): the only lines one can deploy.  ``strategies``: the
+    project's on the release's DeepGEMM and workspace too, shown as what a patched engine could
+    do.  Without a release: every budgeted strategy of the project (or ``strategies``), and
+    nothing to deploy.  ``free_gib``: the memory free at run time, on the release's default
+    setting.
     """
     if not mix:
         raise ValueError("no workloads: auto needs at least one workload in the mix")
@@ -134,11 +173,10 @@ def evaluate_candidates(schedules: list[Schedule], settings: PlanSettings = DEFA
     candidates = []
     for name in strategies or budgeted_strategies(settings):
         strategy = get_strategy(name)
-        on = settings.where(padded=strategy.deployed_by is None)  # deployed: the engine's arithmetic
         for mb in budgets_mb:
             budget = budget_bytes_from_mb(mb)
-            totals = _over_schedules(schedules, tm, lambda batch: make_plan(batch, strategy, budget, on))
-            candidates.append(Candidate(name, mb, on.padded, *totals, False, settings.engine))
+            totals = _over_schedules(schedules, tm, lambda batch: make_plan(batch, strategy, budget, settings))
+            candidates.append(Candidate(name, mb, settings.padded, *totals, False, settings.engine))
     return candidates
 
 
@@ -151,8 +189,17 @@ def _over_schedules(schedules: list[Schedule], tm: TimeModel, plan_of) -> tuple[
             plan = plan_of(batch)
             total_ms += tm.features_ms(plan_features(plan)) * count
             chunks += plan.num_chunks * count
-            worst = max(worst, memory_report(plan).peak_transient)
+            worst = max(worst, _peak(plan))
     return total_ms, chunks, worst
+
+
+def _peak(plan) -> int:
+    """The plan's transient peak; for a release whose own path is replayed (``study.replay``),
+    the larger of that path's and the settings' temporaries (a deploy line errs on the safe side)."""
+    peak = memory_report(plan).peak_transient
+    if plan.strategy == "engine" and plan.settings.profile.path is not None:
+        peak = max(peak, memory_report(plan, temporaries="engine").peak_transient)
+    return peak
 
 
 def engine_candidates(schedules: list[Schedule], settings: PlanSettings, free_bytes: int,
@@ -170,25 +217,31 @@ def engine_candidates(schedules: list[Schedule], settings: PlanSettings, free_by
     tm = time_model or TimeModel.from_data()
     knobs = {"fixed-mib": budgets_mb, "sglang-cached": fractions}.get(profile.budget_rule, (None,))
     total = get_gpu(gpu).capacity_bytes
+    default_reservation = profile_run_logits_bytes(profile)
     candidates = []
     for setting in knobs:
         budget = process_budget(profile, free_bytes, total, mem_fraction_static, setting)
         totals = _over_schedules(schedules, tm, lambda batch: make_plan(batch, "engine", budget, settings))
         mb = float("nan") if budget is None else budget / MIB
-        candidates.append(Candidate("engine", mb, False, *totals, False, profile.name, setting))
+        shortfall = max(0, default_reservation - profile_run_logits_bytes(profile, setting))
+        candidates.append(Candidate("engine", mb, False, *totals, False, profile.name, setting, shortfall))
     return candidates
 
 
 def choose(candidates: list[Candidate], free_gib: float, time_source: str) -> Recommendation:
-    """The fastest candidate whose worst step fits in ``free_gib``."""
+    """The fastest deployable candidate and the fastest patched one whose worst step fits in
+    ``free_gib`` (ties: the larger margin to the frontier)."""
     free = free_bytes_from_gib(free_gib)
-    candidates = [replace(c, fits=c.peak_transient_bytes <= free) for c in candidates]
+    candidates = [replace(c, fits=c.needs_bytes <= free) for c in candidates]
     fitting = [c for c in candidates if c.fits]
     if not fitting:
-        smallest = min(candidates, key=lambda c: c.peak_transient_bytes)
+        smallest = min(candidates, key=lambda c: c.needs_bytes)
         raise ValueError(
             f"free memory {free_gib} GiB: no strategy and budget fits; the smallest worst step "
-            f"needs {smallest.peak_transient_bytes / MIB:.0f} MiB ({smallest.label})")
-    # least time; ties: the larger margin to the frontier
-    best = min(fitting, key=lambda c: (round(c.total_ms, 6), c.peak_transient_bytes))
-    return Recommendation(best, free, time_source, tuple(candidates))
+            f"needs {smallest.needs_bytes / MIB:.0f} MiB ({smallest.label})")
+
+    def fastest(kind):
+        return min(kind, key=lambda c: (round(c.total_ms, 6), c.needs_bytes), default=None)
+
+    return Recommendation(free, time_source, tuple(candidates), fastest([c for c in fitting if c.deployable]),
+                          fastest([c for c in fitting if not c.deployable]))
