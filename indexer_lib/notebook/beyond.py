@@ -11,7 +11,7 @@ from ..study.auto import choose, engine_candidates, evaluate_candidates
 from ..study.budget_policy import FixedPolicy, FreshPolicy, SglangPolicy, run_policy, shrinking_free_memory
 from ..study.frontier import Schedule, prefill_batches
 from ..memory import memory_report
-from ..plan import PlanSettings, plan_at
+from ..plan import MEASURED_BUDGET, PlanSettings, get_strategy, plan_at
 from ..shapes import GIB, MIB, free_bytes_from_gib, get_gpu
 from ..study.timemodel import TimeModel, plan_features
 from ..workload import ClosedLoopWorkload, PrefillRequest, SchedulerConfig, StepBatch
@@ -122,7 +122,8 @@ class AutoDeployments:
         profile = self.settings.profile
         if profile is None:
             return list(self.patched[name])
-        key = (name, free_gib if profile.budget_rule.startswith("sglang") else None)
+        measured = get_strategy("engine").budget_source(profile) == MEASURED_BUDGET
+        key = (name, free_gib if measured else None)
         if key not in self.own:
             self.own[key] = engine_candidates(self.schedules[name], self.settings, free_bytes_from_gib(free_gib),
                                               self.budgets_mb, time_model=self.tm)

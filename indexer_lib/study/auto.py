@@ -136,7 +136,7 @@ def recommend(mix: list[ClosedLoopWorkload] | list[Schedule], free_gib: float,
     """
     if not mix:
         raise ValueError("no workloads: auto needs at least one workload in the mix")
-    free_bytes_from_gib(free_gib)  # a bad value fails before any work
+    free = free_bytes_from_gib(free_gib)  # a bad value fails before any work
     tm = time_model or TimeModel.from_data()
     if scheduler is None:
         scheduler = SchedulerConfig(block_size=settings.preset.kv_block)
@@ -144,7 +144,7 @@ def recommend(mix: list[ClosedLoopWorkload] | list[Schedule], free_gib: float,
     if settings.engine is None:
         candidates = evaluate_candidates(schedules, settings, strategies, budgets_mb, tm)
     else:
-        candidates = engine_candidates(schedules, settings, free_bytes_from_gib(free_gib), budgets_mb,
+        candidates = engine_candidates(schedules, settings, free, budgets_mb,
                                        DEFAULT_FRACTIONS, tm, mem_fraction_static)
         if strategies:
             candidates += evaluate_candidates(schedules, settings, strategies, budgets_mb, tm)
@@ -180,7 +180,8 @@ def evaluate_candidates(schedules: list[Schedule], settings: PlanSettings = DEFA
     return candidates
 
 
-def _over_schedules(schedules: list[Schedule], tm: TimeModel, plan_of) -> tuple[float, int, int]:
+def _over_schedules(schedules: list[Schedule], tm: TimeModel, plan_of,
+                    peak_of=lambda plan: memory_report(plan).peak_transient) -> tuple[float, int, int]:
     """(modelled ms, chunks, worst-step transient bytes) of ``plan_of(batch)`` over every
     step of the schedules (a distinct step planned once, counted as often as it occurs)."""
     total_ms, chunks, worst = 0.0, 0, 0
@@ -189,15 +190,15 @@ def _over_schedules(schedules: list[Schedule], tm: TimeModel, plan_of) -> tuple[
             plan = plan_of(batch)
             total_ms += tm.features_ms(plan_features(plan)) * count
             chunks += plan.num_chunks * count
-            worst = max(worst, _peak(plan))
+            worst = max(worst, peak_of(plan))
     return total_ms, chunks, worst
 
 
-def _peak(plan) -> int:
-    """The plan's transient peak; for a release whose own path is replayed (``study.replay``),
+def _own_peak(plan) -> int:
+    """A release's own chunker's transient peak; where its path is replayed (``study.replay``),
     the larger of that path's and the settings' temporaries (a deploy line errs on the safe side)."""
     peak = memory_report(plan).peak_transient
-    if plan.strategy == "engine" and plan.settings.profile.path is not None:
+    if plan.settings.profile.path is not None:
         peak = max(peak, memory_report(plan, temporaries="engine").peak_transient)
     return peak
 
@@ -221,7 +222,8 @@ def engine_candidates(schedules: list[Schedule], settings: PlanSettings, free_by
     candidates = []
     for setting in knobs:
         budget = process_budget(profile, free_bytes, total, mem_fraction_static, setting)
-        totals = _over_schedules(schedules, tm, lambda batch: make_plan(batch, "engine", budget, settings))
+        totals = _over_schedules(schedules, tm, lambda batch: make_plan(batch, "engine", budget, settings),
+                                 _own_peak)
         mb = float("nan") if budget is None else budget / MIB
         shortfall = max(0, default_reservation - profile_run_logits_bytes(profile, setting))
         candidates.append(Candidate("engine", mb, False, *totals, False, profile.name, setting, shortfall))
