@@ -45,7 +45,6 @@ class ShapePlanner:
         self.settings = self.strategy.runs_under(settings)
         self.logits_alive = self.strategy.logits_alive(self.settings)
         self.builder = NeighbourShapeBuilder if self.logits_alive > 1 else ShapeBuilder
-        # at hand for the many steps of a grid
         self.split = self.strategy.split  # at hand for the many steps of a grid
 
     def split_step(self, batch: StepBatch, budget_bytes: int | None):

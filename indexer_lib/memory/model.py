@@ -227,14 +227,13 @@ class MemoryReport:
 
 def buffer_bytes(plan: Plan, workspace_tokens: int, topk_rows: int, k: int) -> tuple[int, int, int]:
     """(workspace reserved once, top-k output reserved once, bytes held through the call)."""
-    settings = plan.settings
-    lifetime = settings.workspace_lifetime
-    workspace = 0 if lifetime == "chunk" else workspace_tokens * settings.preset.k_bytes_per_token
-    topk_out = topk_rows * k * INT32_BYTES
+    lifetime = plan.settings.workspace_lifetime
+    workspace = 0 if lifetime == "chunk" else workspace_bytes(plan, workspace_tokens)
+    topk_out = topk_buffer_bytes(plan, topk_rows, k)
     call = 0
     if lifetime == "call":
         workspace, call = 0, call + workspace
-    if settings.topk_output == "call":
+    if plan.settings.topk_output == "call":
         topk_out, call = 0, call + topk_out
     return workspace, topk_out, call
 

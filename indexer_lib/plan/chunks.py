@@ -88,11 +88,6 @@ class Plan:
         return self.settings.workspace_lifetime
 
     @property
-    def topk_output(self) -> str:
-        """The top-k output buffer: with the model ("persistent"), or per "call"."""
-        return self.settings.topk_output
-
-    @property
     def num_chunks(self) -> int:
         return len(self.chunks)
 
