@@ -103,15 +103,19 @@ def test_cli_auto_prints_the_deployable_line_margin_and_time_source(capsys):
 def test_cli_auto_never_deploys_what_the_engines_own_chunker_would_oom_with(capsys):
     """At 2048 MiB and 2.63 GiB free vLLM's own chunker keeps two 2 GiB chunks alive: nothing to
     deploy (exit 1), while the project's strategies show what a patched engine could do."""
+    # a 256-token long_prefill_token_threshold (vLLM's default is 0) builds the 32 x (9,984 + 256)
+    # steps that make 2048 MiB chunks; the output names the setting
     argv = ["auto", "--model", "glm-5", "--free-gib", "2.63", "--workload", "64x10240x512",
             "--engine", "vllm==0.32.0", "--budgets-mb", "2048", "--strategies", "vllm,causal",
-            "--data-dir", "/nonexistent"]
+            "--data-dir", "/nonexistent", "--long-prefill-token-threshold", "256"]
     assert main(argv) == 1
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("none: vllm==0.32.0's own chunker needs at least 4105 MiB")
     assert out[1].startswith("  a patched engine could run ")
+    assert "  scheduler: not the release default: long_prefill_token_threshold=256 (default 0)" in out
     assert main([*argv, "--json"]) == 1
     d = json.loads(capsys.readouterr().out)
+    assert d["scheduler_not_default"] == "long_prefill_token_threshold=256 (default 0)"
     assert d["deploy"] is None and d["deployable"] is None and d["why_none"].startswith("none: ")
     assert d["patched"]["strategy"] in ("vllm", "causal")
 
@@ -141,6 +145,7 @@ def test_auto_dashboard_follows_free_memory_and_deployment():
     dash.controls["deployment"].value = "long"
     on_032 = dash.auto.on_engine("vllm==0.32.0")  # the full layout: 2048 MiB is 4 GiB of logits
     dash = AutoDashboard(on_032)
+    dash.controls["deployment"].value = "long"
     dash.controls["free_gib"].value = 0.25
     rec = dash.recommendation
     # vLLM's own chunker: 2048 MiB keeps two chunks alive, 64 MiB gives up 448 MiB of the profile
@@ -148,7 +153,7 @@ def test_auto_dashboard_follows_free_memory_and_deployment():
     assert rec.deployable is None and rec.deploy_line.startswith("none: vllm==0.32.0's own chunker needs")
     assert rec.patched.budget_mb == 64 and rec.patched.needs_bytes <= 0.25 * GIB
     assert "none: " in dash.html.value and "a patched engine could run" in dash.html.value
-    assert dash.updates == 2 and len(dash.image.value) > 1000
+    assert dash.updates == 3 and len(dash.image.value) > 1000
 
 
 def test_auto_dashboard_changes_engine_release():

@@ -88,13 +88,16 @@ def test_frontier_writes_a_tidy_table(tmp_path, capsys):
     import pandas as pd
 
     out = tmp_path / "f.parquet"
-    # on a release from before the logits budget (DeepGEMM 2.3, full [M, N] logits)
+    # on a release from before the logits budget (DeepGEMM 2.3, full [M, N] logits), with a
+    # 256-token long_prefill_token_threshold (the release's default is 0): named in every row
     code, stdout, _ = run(capsys, "frontier", "--concurrency", "8,64", "--isl", "10240",
                           "--budget-mb", "256,512", "--strategy", "n-only,vllm",
                           "--free-gib", "2.63,20", "--osl", "4", "--out", str(out),
-                          "--engine", "vllm==0.18.1")
+                          "--engine", "vllm==0.18.1", "--long-prefill-token-threshold", "256")
     assert code == 0
     table = pd.read_parquet(out)
+    assert set(table["not_default"]) == {"long_prefill_token_threshold=256 (default 0)"}
+    assert "not the release default: long_prefill_token_threshold=256 (default 0)" in stdout
     assert len(table) == 2 * 1 * (1 + 2) * 2  # n-only reads no budget: one row per workload and free GiB
     assert table[table.strategy == "n-only"]["budget_mb"].isna().all()
     assert set(table["mode"]) == {"model"} and set(table["engine"]) == {"vllm==0.18.1"}
@@ -113,6 +116,10 @@ def test_frontier_writes_a_tidy_table(tmp_path, capsys):
     latest = pd.read_parquet(out)
     assert code == 0 and set(latest["engine"]) == {"vllm==0.33.0"} and set(latest["deepgemm_version"]) == {"2.8"}
     assert not latest["oom"].any() and (latest["peak_transient_gib"] < 1).all()
+    # no scheduler setting given: the release's own defaults, and nothing named
+    assert (latest["long_prefill_token_threshold"] == 0).all() and latest["async_scheduling"].all()
+    assert (latest["max_num_seqs"] == 1024).all() and set(latest["not_default"].fillna("")) == {""}
+    assert "scheduler: the release defaults" in stdout
 
 
 @pytest.mark.parametrize("model, longest", [("glm-5", 202_752), ("deepseek-v3.2", 163_840)])

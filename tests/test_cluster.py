@@ -193,10 +193,12 @@ def test_a_sigkilled_ray_driver_resumes_without_loss(ray_local, tmp_path):
     assert len(journal_rows(out)) == len({t for t, _ in journal_rows(out)})  # no task twice
 
 
-# c64 x 10K n-only runs out of 8 GiB (10 GiB of logits), the other three fit. Ray gives each
+# c64 x 10K n-only runs out of 8 GiB (10 GiB of logits under a 256-token long_prefill_token_threshold,
+# which vLLM does not default to), the other three fit. Ray gives each
 # GPU task a fresh worker (its default for GPUs: no CUDA state carried over), a few seconds each
 MEASURE_GRID = Grid(concurrency=(1, 64), isl=(10240,), budget_mb=(512,),
-                    strategy=("n-only", "vllm"), free_gib=(2.63,), engine=("vllm==0.18.1",))
+                    strategy=("n-only", "vllm"), free_gib=(2.63,), engine=("vllm==0.18.1",),
+                    long_prefill_token_threshold=256)
 MEASURE = sweep.RunSettings(mode="measure", repeats=1)
 SAME_ANYWHERE = ["time_ms", "date", "device", "node", "gpu_index", "gpu_driver"]  # where and how fast: not what
 

@@ -15,9 +15,10 @@ from indexer_lib.study import reported, sweep, timemodel
 from indexer_lib.plan import PlanSettings
 from indexer_lib.study.grid import Grid
 
-# DeepGEMM 2.6's full [M, N] logits (on the latest vLLM's workspace): n-only OOMs at 64 x 10K
+# DeepGEMM 2.6's full [M, N] logits (on the latest vLLM's workspace) with a 256-token
+# long_prefill_token_threshold (the release's default is 0): n-only OOMs at 64 x 10K
 GRID = Grid(concurrency=(1, 16, 64), isl=(2048, 10240), budget_mb=(256, 512),
-            strategy=("n-only", "vllm", "causal"), deepgemm_version="2.6")
+            strategy=("n-only", "vllm", "causal"), deepgemm_version="2.6", long_prefill_token_threshold=256)
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +43,8 @@ def test_heatmaps_draw_the_free_memory_line(frame, tmp_path):
         fig = plots.frontier_heatmap(frame, by=by, strategy="n-only" if by == "budget_mb" else "vllm")
         axes = axes_labelled(fig)
         assert "modelled" in fig.get_suptitle()
+        # the setting that differs from the release's default is named with the numbers
+        assert "long_prefill_token_threshold=256 (default 0)" in fig.get_suptitle()
         legend_text = [t.get_text() for lg in fig.legends for t in lg.get_texts()]
         assert legend_text == ["free memory: 2.63 GiB"]
         if by == "budget_mb":  # n-only OOMs at concurrency 64: OOM cells marked, contour drawn
@@ -129,7 +132,8 @@ def test_the_dashboards_table_gives_per_concurrency_the_largest_isl_without_oom(
 def test_dashboard_controls_update_figure_and_table():
     from indexer_lib.notebook.widgets import FrontierDashboard
 
-    dash = FrontierDashboard(Grid(concurrency=(1, 16, 64), isl=(2048, 10240), strategy="vllm"), budget_mb=512)
+    dash = FrontierDashboard(Grid(concurrency=(1, 16, 64), isl=(2048, 10240), strategy="vllm",
+                                  long_prefill_token_threshold=256), budget_mb=512)
     assert dash.updates == 1 and bytes(dash.image.value).startswith(b"\x89PNG")
     png, html, table = bytes(dash.image.value), dash.html.value, dash.table.copy()
     assert (table["OOM points"] == 0).all()

@@ -97,8 +97,8 @@ def test_a_bad_grid_is_refused_when_made_naming_the_axis(kwargs, name):
 def test_the_grids_tasks_are_records_whose_ids_name_the_point():
     grid = Grid(concurrency=(4,), isl=(2048,), budget_mb=(64, 512), strategy=("n-only", "vllm"), free_gib=(1, 2))
     model = list(grid.tasks("model"))
-    assert [t.id for t in model] == ["glm-5|c4|isl2048|osl64|prefix0|mnbt8192|seqs256|thr256|vllm==0.33.0|n-only",
-                                     "glm-5|c4|isl2048|osl64|prefix0|mnbt8192|seqs256|thr256|vllm==0.33.0|vllm"]
+    assert [t.id for t in model] == ["glm-5|c4|isl2048|osl64|prefix0|mnbt8192|seqs1024|thr0|vllm==0.33.0|n-only",
+                                     "glm-5|c4|isl2048|osl64|prefix0|mnbt8192|seqs1024|thr0|vllm==0.33.0|vllm"]
     assert model[0].budgets_mb == (None,) and model[1].budgets_mb == (64, 512)
     measure = [t.id.rsplit("|", 2)[1:] for t in grid.tasks("measure")]
     assert measure[:2] == [["n-only", "free1"], ["n-only", "free2"]] and ["budget64", "free1"] in measure

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import json
 
-from ..engines import DEFAULT_ENGINE, SGLANG_MEM_FRACTION_STATIC, get_engine
-from .common import UsageError, finite_float, fraction, number_list, str_list
+from ..engines import DEFAULT_ENGINE, SGLANG_MEM_FRACTION_STATIC, get_engine, not_default_text, release_scheduler
+from .common import UsageError, add_scheduler_arguments, engine_arg, finite_float, fraction, number_list, str_list
 from ..shapes import MIB, MODELS
-from ..workload import ClosedLoopWorkload, SchedulerConfig
+from ..workload import ClosedLoopWorkload
 
 
 def parse_workload(text: str) -> ClosedLoopWorkload:
@@ -49,11 +49,9 @@ def register(subparsers) -> None:
                    help="our budgeted strategies to weigh on the engine too, shown as what a patched "
                         "engine could do (the deploy line is always the engine's own knob)")
     p.add_argument("--budgets-mb", type=number_list, default=list(DEFAULT_BUDGETS_MB))
-    p.add_argument("--max-num-batched-tokens", type=int, default=8192)
-    p.add_argument("--max-num-seqs", type=int, default=256)
-    p.add_argument("--long-prefill-token-threshold", type=int, default=256)
+    add_scheduler_arguments(p)
     p.add_argument("--deepgemm-version", help="--strategies on this DeepGEMM build instead of the engine's")
-    p.add_argument("--engine", default=DEFAULT_ENGINE,
+    p.add_argument("--engine", default=DEFAULT_ENGINE, type=engine_arg,
                    help="tune this engine release's own knob (vllm==0.19.0: VLLM_SPARSE_INDEXER_MAX_LOGITS_MB; "
                         "sglang==0.5.23: SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION; default: the latest vLLM, "
                         f"{get_engine(DEFAULT_ENGINE).name}); --strategies adds ours on it")
@@ -83,8 +81,11 @@ def cmd_auto(args) -> int:
             raise UsageError(f"--strategies {','.join(args.strategies)}: auto chooses among budgeted strategies "
                              "(the engine's own chunker: --engine)")
         strategies = tuple(s.name for s in chosen)
-    scheduler = SchedulerConfig(args.max_num_batched_tokens, args.max_num_seqs,
-                                args.long_prefill_token_threshold, block_size=settings.preset.kv_block)
+    scheduler = release_scheduler(settings.profile, settings.preset.kv_block,
+                                  max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs,
+                                  long_prefill_token_threshold=args.long_prefill_token_threshold,
+                                  async_scheduling=args.async_scheduling)
+    differs = not_default_text(settings.profile, scheduler)
     rec = recommend(workloads, args.free_gib, settings, scheduler, strategies, tuple(args.budgets_mb),
                     TimeModel.from_data(args.data_dir or MEASURED_DIR), args.mem_fraction_static)
     if args.json:
@@ -93,7 +94,8 @@ def cmd_auto(args) -> int:
             "deployable": _candidate_json(rec.deployable), "patched": _candidate_json(rec.patched),
             "free_bytes": rec.free_bytes, "margin_bytes": rec.margin_bytes if rec.deployable else None,
             "time_source": rec.time_source, "candidates": len(rec.candidates),
-            "fitting": sum(c.fits for c in rec.candidates)}))
+            "fitting": sum(c.fits for c in rec.candidates), "engine": settings.engine,
+            "scheduler_not_default": differs}))
         return 0 if rec.deployable else 1
     print(rec.deploy_line)
     d = rec.deployable
@@ -104,6 +106,7 @@ def cmd_auto(args) -> int:
     if rec.patched is not None and (d is None or rec.patched.total_ms < d.total_ms):
         print(f"  {rec.patched_line}")
     print(f"  time: {rec.time_source}")
+    print(f"  scheduler: {'not the release default: ' + differs if differs else 'the ' + settings.engine + ' defaults'}")
     print(f"  {sum(c.fits for c in rec.candidates)} of {len(rec.candidates)} candidates fit")
     return 0 if d is not None else 1
 

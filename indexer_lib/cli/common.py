@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 
 from ..engines import DEFAULT_ENGINE, SGLANG_MEM_FRACTION_STATIC, get_engine, process_budget
 from ..padding import DEEPGEMM_RULES
 from ..plan import NO_BUDGET, STRATEGIES, PlanSettings, Strategy, get_strategy, make_plan
-from ..shapes import MODELS, budget_bytes_from_mb, free_bytes_from_gib
+from ..shapes import GPUS, MODELS, budget_bytes_from_mb, free_bytes_from_gib, get_gpu
+from ..study.frontier import format_bytes
 from ..workload import StepBatch
 
 
@@ -62,18 +64,27 @@ def add_batch_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--strategy", default="engine",
                    help=f"one of {', '.join(STRATEGIES)} (default engine: the --engine release's "
                         "own chunker; the others: what it could do instead)")
-    p.add_argument("--engine", default=DEFAULT_ENGINE,
+    p.add_argument("--engine", default=DEFAULT_ENGINE, type=engine_arg,
                    help="the engine release planned on (its chunker, DeepGEMM, workspace and layout), "
                         "e.g. vllm==0.15.1 or sglang==0.5.23; a bare vllm or sglang: its latest "
                         f"(default: the latest vLLM, {get_engine(DEFAULT_ENGINE).name})")
     p.add_argument("--free-gib", type=finite_float,
-                   help="SGLang: GPU memory free when the engine measures its logits budget (GiB)")
+                   help="GPU memory free when the step runs, as PyTorch's OOM message reports it (GiB): "
+                        "gives the verdict (fits or OOM) and, unless --budget-free-gib, SGLang's budget")
+    p.add_argument("--budget-free-gib", type=finite_float,
+                   help="SGLang: GPU memory free when the engine measured its logits budget, which it "
+                        "caches (GiB; default: --free-gib)")
+    p.add_argument("--gpu", default="h200", help=f"one of {', '.join(GPUS)} (default h200): SGLang's "
+                                                 "budget is capped from its total memory")
     p.add_argument("--mem-fraction-static", type=fraction, default=SGLANG_MEM_FRACTION_STATIC,
                    help="SGLang: the server's --mem-fraction-static, which caps its budget "
                         f"(default {SGLANG_MEM_FRACTION_STATIC}: SGLang's own choice on an H200)")
     p.add_argument("--budget-mb", type=finite_float, help="logits budget in MiB (fractions allowed)")
     p.add_argument("--budget-bytes", type=int, help="logits budget in bytes")
-    p.add_argument("--workspace-tokens", type=int, help="K gather workspace (default 40 x max_model_len)")
+    p.add_argument("--workspace-tokens", type=int, help="K gather workspace (default: the release's, "
+                                                          "40 x max_model_len for vLLM)")
+    p.add_argument("--max-model-len", type=int,
+                   help="the server's --max-model-len, which sizes vLLM's K workspace (default: the model's)")
     p.add_argument("--query-lens", type=int_list, required=True, help="comma-separated, one per request")
     p.add_argument("--seq-lens", type=int_list, required=True, help="comma-separated, one per request")
     p.add_argument("--model", default="deepseek-v3.2", help=f"one of {', '.join(MODELS)}")
@@ -109,13 +120,34 @@ def budget_from_args(args, batch: StepBatch) -> int | None:
 
 def engine_budget_from_args(args, batch: StepBatch) -> int | None:
     engine = get_engine(args.engine)
-    if engine.budget_rule.startswith("sglang") and args.free_gib is None:
+    reading = args.free_gib if args.budget_free_gib is None else args.budget_free_gib
+    if engine.budget_rule.startswith("sglang") and reading is None:
         if batch.num_rows * batch.num_kv_tokens < (engine.chunk_skip_elements or 0):
             return None  # the engine reads no budget for this step
         raise UsageError(f"--engine {engine.name} measures its logits budget from free memory: "
-                         "give --free-gib (or --budget-mb)")
-    free = None if args.free_gib is None else free_bytes_from_gib(args.free_gib)
-    return process_budget(engine, free, mem_fraction_static=args.mem_fraction_static)
+                         "give --free-gib or --budget-free-gib (or --budget-mb)")
+    free = None if reading is None else free_bytes_from_gib(reading)
+    return process_budget(engine, free, get_gpu(args.gpu).capacity_bytes,
+                          mem_fraction_static=args.mem_fraction_static)
+
+
+def verdict(report, free_gib: float | None) -> dict:
+    """Whether the step fits the memory free when it runs: what it allocates beyond the buffers
+    already held when PyTorch read the free memory (its transient peak) against that reading.
+    {} without --free-gib."""
+    if free_gib is None:
+        return {}
+    free = free_bytes_from_gib(free_gib)
+    needed = report.peak_transient
+    return {"verdict": "fits" if needed <= free else "oom", "needed_bytes": needed, "free_bytes": free}
+
+
+def verdict_line(v: dict) -> str | None:
+    if not v:
+        return None
+    word = "fits" if v["verdict"] == "fits" else "OOM"
+    return (f"{word}: the step allocates {format_bytes(v['needed_bytes'])} beyond the buffers it already holds "
+            f"(its transient peak), against {format_bytes(v['free_bytes'])} free when it runs")
 
 
 def strategy_from_args(args) -> Strategy:
@@ -133,6 +165,9 @@ def settings_from_args(args, strategy: Strategy) -> PlanSettings:
     arithmetic, so asking it for another is refused."""
     settings = PlanSettings(args.model, args.engine, args.deepgemm_version, not args.no_padding,
                             args.workspace_tokens)
+    max_model_len = getattr(args, "max_model_len", None)
+    if max_model_len is not None:
+        settings = with_max_model_len(settings, max_model_len, args)
     if strategy.own_build:
         if args.no_padding:
             raise UsageError("--no-padding: the engine strategy always budgets as the engine does (M x N x 4)")
@@ -144,8 +179,55 @@ def settings_from_args(args, strategy: Strategy) -> PlanSettings:
     return settings
 
 
+def with_max_model_len(settings: PlanSettings, max_model_len: int, args) -> PlanSettings:
+    """The settings of a server started with ``--max-model-len``: the K workspace the release
+    sizes from it (unless --workspace-tokens is given), and no sequence longer than it."""
+    if max_model_len < 1:
+        raise UsageError(f"--max-model-len {max_model_len}: must be >= 1")
+    longest = settings.preset.max_model_len
+    if max_model_len > longest:
+        raise UsageError(f"--max-model-len {max_model_len}: above {settings.model}'s max_model_len {longest}")
+    too_long = [s for s in args.seq_lens if s > max_model_len]
+    if too_long:
+        raise UsageError(f"--seq-lens {too_long[0]} > --max-model-len {max_model_len}: the server refuses it")
+    if args.workspace_tokens is not None or settings.profile is None:
+        return settings
+    tokens = settings.profile.workspace_tokens(max_model_len)
+    return settings if tokens is None else settings.where(workspace_tokens=tokens)
+
+
 def plan_from_args(args):
     batch = StepBatch.from_lengths(args.query_lens, args.seq_lens)
     strategy = strategy_from_args(args)
     settings = settings_from_args(args, strategy)
     return make_plan(batch, strategy, budget_from_args(args, batch), settings)
+
+
+def add_scheduler_arguments(p: argparse.ArgumentParser) -> None:
+    """The scheduler's settings (frontier, auto): each defaults to the --engine release's own."""
+    from ..engines import scheduler_defaults
+
+    d = scheduler_defaults(DEFAULT_ENGINE)
+    release = get_engine(DEFAULT_ENGINE).name
+    p.add_argument("--max-num-batched-tokens", type=int, default=None,
+                   help=f"tokens per step (default: the release's; {d['max_num_batched_tokens']} for {release} "
+                        "on an H200)")
+    p.add_argument("--max-num-seqs", type=int, default=None,
+                   help=f"requests running at once (default: the release's; {d['max_num_seqs']} for {release})")
+    p.add_argument("--long-prefill-token-threshold", type=int, default=None,
+                   help="cap on one request's prompt tokens per step while others prefill (default: the "
+                        f"release's; {d['long_prefill_token_threshold']}, no cap, for {release})")
+    p.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=None,
+                   help="the scheduler plans one step ahead (default: the release's; "
+                        f"{'on' if d['async_scheduling'] else 'off'} for {release})")
+
+
+def engine_arg(text: str) -> str:
+    """An --engine value as the profiles name it (case, spaces and a leading v do not matter);
+    a pre-release or development build is planned as its release, with a note on stderr."""
+    from ..engines.profiles import normalise_engine
+
+    name, note = normalise_engine(text)
+    if note:
+        print(f"indexer-lab: note: {note}", file=sys.stderr)
+    return name

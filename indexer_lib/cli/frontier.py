@@ -6,7 +6,7 @@ import time
 from ..plan import MEASURED_BUDGET, NO_BUDGET, get_strategy
 from ..study.grid import Grid, same_budget
 from ..workload import WORKLOAD_SOURCES
-from .common import UsageError, int_list, number_list, str_list
+from .common import UsageError, add_scheduler_arguments, engine_arg, int_list, number_list, str_list
 
 
 def register(subparsers) -> None:
@@ -22,16 +22,14 @@ def register(subparsers) -> None:
     f.add_argument("--strategy", type=str_list, default=list(g.strategy))
     f.add_argument("--free-gib", type=number_list, default=list(g.free_gib))
     f.add_argument("--shared-prefix", type=int, default=g.shared_prefix[0])
-    f.add_argument("--max-num-batched-tokens", type=int, default=g.max_num_batched_tokens[0])
-    f.add_argument("--max-num-seqs", type=int, default=g.max_num_seqs[0])
-    f.add_argument("--long-prefill-token-threshold", type=int, default=g.long_prefill_token_threshold[0])
+    add_scheduler_arguments(f)
     f.add_argument("--deepgemm-version", default=g.deepgemm_version,
                    help="default: the --engine release's; another version: our strategies on that build")
     f.add_argument("--no-padding", action="store_true")
     f.add_argument("--workload-source", default=g.workload_source, choices=WORKLOAD_SOURCES,
                    help="step batches from the built-in simulator or vLLM's own scheduler "
                         "(needs vLLM: bash scripts/install_vllm.sh)")
-    f.add_argument("--engine", default="vllm",
+    f.add_argument("--engine", default="vllm", type=engine_arg,
                    help="plan on this engine release (vllm==0.19.0, sglang==0.5.23; default: the latest "
                         f"vLLM, {g.engine[0]}); --strategy engine is its own chunker")
     f.add_argument("--temporaries", default="deepgemm", choices=("deepgemm", "reference", "none"),
@@ -66,7 +64,7 @@ def cmd_frontier(args) -> int:
         model=args.model, concurrency=args.concurrency, isl=args.isl, osl=args.osl, budget_mb=args.budget_mb,
         strategy=args.strategy, free_gib=args.free_gib, shared_prefix=args.shared_prefix,
         max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs,
-        long_prefill_token_threshold=args.long_prefill_token_threshold,
+        long_prefill_token_threshold=args.long_prefill_token_threshold, async_scheduling=args.async_scheduling,
         deepgemm_version=args.deepgemm_version, padded=not args.no_padding,
         workload_source=args.workload_source, engine=args.engine,
         temporaries=None if args.temporaries == "none" else args.temporaries,
@@ -84,8 +82,10 @@ def cmd_frontier(args) -> int:
 def print_frontier_summary(rows: list[dict], grid: Grid) -> None:
     """Per strategy and budget: the largest ISL without OOM at each concurrency."""
     (engine,) = grid.engine
+    differs = grid.not_default()
     for free in grid.free_gib:
-        print(f"{grid.model}, {free} GiB free (modelled): largest ISL without OOM, per concurrency")
+        print(f"{grid.model} on {engine}, {free} GiB free (modelled): largest ISL without OOM, per concurrency")
+        print(f"scheduler: {'not the release default: ' + differs if differs else 'the release defaults'}")
         print(f"{'strategy':>12} {'budget':>8} " + " ".join(f"{c:>7}" for c in grid.concurrency))
         for strategy in grid.strategy:
             label = budget_label(strategy, engine)

@@ -3,14 +3,17 @@
 - ``profiles``: ``get_engine("vllm==0.15.1")``, every known release, the facts of a
   release (chunker, workspace, budget rule, DeepGEMM build and padding, layout,
   top-k path, metadata, profile-run reservation, scheduler defaults) and their sources;
-- ``budget``: the logits budget as each release computes it, call after call.
+- ``budget``: the logits budget as each release computes it, call after call;
+- ``scheduler``: the scheduler each release serves with by default, and what differs from it.
 
 The profiles live in ``data/engines/``; the planners (``plan``) read them.
 """
 from .budget import (SGLANG_MEM_FRACTION_STATIC, EngineBudget, process_budget, profile_run_logits_bytes,
                      sglang_static_budget)
 from .profiles import DEFAULT_ENGINE, ENGINES, EngineProfile, engine_names, get_engine, latest, replayed_engines
+from .scheduler import SCHEDULER_SETTINGS, not_default, not_default_text, release_scheduler, scheduler_defaults
 
 __all__ = ["DEFAULT_ENGINE", "ENGINES", "SGLANG_MEM_FRACTION_STATIC", "EngineBudget", "EngineProfile",
-           "engine_names", "get_engine", "latest", "process_budget", "profile_run_logits_bytes", "replayed_engines",
-           "sglang_static_budget"]
+           "SCHEDULER_SETTINGS", "engine_names", "get_engine", "latest", "not_default", "not_default_text",
+           "process_budget", "profile_run_logits_bytes", "release_scheduler", "replayed_engines",
+           "scheduler_defaults", "sglang_static_budget"]

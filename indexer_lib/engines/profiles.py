@@ -9,6 +9,7 @@ comes from (docs/design.md#engines).
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -42,8 +43,11 @@ class EngineProfile:
     logits_alive: int  # logits tensors alive at once (2: the previous chunk's until the next is allocated)
     dummy_run: str
     dummy_logits_reservation: bool  # the profile run allocates the logits budget
+    # the scheduler's defaults as the release serves (the OpenAI server on an H200-class GPU)
     scheduler_max_num_batched_tokens: int
     scheduler_long_prefill_token_threshold: int
+    scheduler_max_num_seqs: int
+    scheduler_async_scheduling: bool
     metadata: tuple[str, ...] = ()
     budget_env: str | None = None
     budget_default: float | None = None  # vLLM: MiB; SGLang: the fraction of free memory
@@ -135,16 +139,60 @@ def latest(engine: str) -> EngineProfile:
 DEFAULT_ENGINE = "vllm"  # the latest vLLM release
 
 
+# a pre-release or development build: 0.16.0rc2.dev126, 0.16.0.dev3+g1234, 0.5.23rc1
+_PRE_RELEASE = re.compile(r"^(\d+(?:\.\d+)*?)(?:\.post\d+)?(?:(?:rc|a|b)\d+)?(?:\.?dev\d+)?(?:\+[\w.]+)?$")
+
+
+def normalise_engine(spec: str) -> tuple[str, str | None]:
+    """``(name, note)``: an engine spec as the profiles name it, and what was changed to get
+    there (None: nothing but case, spaces and a leading v).  ``vLLM==v0.16.0`` is
+    ``vllm==0.16.0``; a pre-release or development build (``0.16.0rc2.dev126``) is planned as
+    the release it leads to, and the note says so."""
+    text = str(spec).strip().lower().replace(" ", "")
+    engine, sep, version = text.partition("==")
+    if not sep:
+        return engine, None
+    version = version.removeprefix("v")
+    name = f"{engine}=={version}"
+    if name in _load():
+        return name, None
+    match = _PRE_RELEASE.match(version)
+    if match and match.group(1) != version and not version.startswith(match.group(1) + ".post"):
+        release = f"{engine}=={match.group(1)}"
+        if release in _load():
+            return release, f"{spec} is a pre-release or development build: planned as {release}"
+    return name, None
+
+
+def nearest_release(name: str) -> str | None:
+    """The known release nearest to an unknown ``ENGINE==X.Y.Z``: the latest at or before it,
+    else the first; None for an unknown engine or an unreadable version."""
+    engine, _, version = name.partition("==")
+    releases = engine_names(engine) if engine in ENGINES else []
+    try:
+        wanted = _parse_version(version)
+    except ValueError:
+        return None
+    if not releases:
+        return None
+    before = [r for r in releases if _parse_version(r.split("==")[1]) <= wanted]
+    return before[-1] if before else releases[0]
+
+
 def get_engine(spec: str | EngineProfile | None = None) -> EngineProfile:
     """A release's profile from ``vllm==0.15.1``, ``sglang==0.5.23`` or a bare engine name
-    (its latest release); None: the latest vLLM."""
+    (its latest release); None: the latest vLLM.  Case, spaces and a leading ``v`` do not
+    matter, and a pre-release build is its release (``normalise_engine``)."""
     if isinstance(spec, EngineProfile):
         return spec
-    spec = DEFAULT_ENGINE if spec is None else str(spec).strip()
+    given = DEFAULT_ENGINE if spec is None else str(spec).strip()
+    spec, _ = normalise_engine(given)
     profiles = _load()
     if spec in ENGINES:
         return latest(spec)
     if spec in profiles:
         return profiles[spec]
     known = ", ".join(f"{e}=={' '.join(n.split('==')[1] for n in engine_names(e))}" for e in ENGINES)
-    raise BadValue("engine", f"unknown engine release {spec!r}: must be ENGINE==RELEASE, one of {known}")
+    nearest = nearest_release(spec)
+    hint = f" (nearest: {nearest})" if nearest is not None else ""
+    raise BadValue("engine", f"unknown engine release {given!r}: must be ENGINE==RELEASE, one of {known}{hint}")

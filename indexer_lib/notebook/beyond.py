@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from ..engines import DEFAULT_ENGINE, get_engine
+from ..engines import DEFAULT_ENGINE, get_engine, not_default_text, release_scheduler
 from ..study.auto import choose, engine_candidates, evaluate_candidates
 from ..study.budget_policy import FixedPolicy, FreshPolicy, SglangPolicy, run_policy, shrinking_free_memory
 from ..study.frontier import Schedule, prefill_batches
@@ -106,11 +106,12 @@ class AutoDeployments:
         self.settings, self.engine, self.model = settings, settings.engine, settings.model
         self.tm = time_model or TimeModel.published()
         self.budgets_mb = tuple(budgets_mb)
-        scheduler = scheduler or SchedulerConfig(long_prefill_token_threshold=256,
-                                                 block_size=settings.preset.kv_block)
-        # to evaluate the same deployments on another engine release (``on_engine``)
+        # to evaluate the same deployments on another engine release (``on_engine``): a scheduler
+        # given stays, the default one is that release's own
         self.options = dict(deployments=self.deployments, budgets_mb=self.budgets_mb,
                             strategies=strategies, scheduler=scheduler, time_model=self.tm)
+        scheduler = scheduler or release_scheduler(settings.profile, settings.preset.kv_block)
+        self.scheduler = scheduler
         self.schedules = {name: [Schedule(prefill_batches(w, scheduler)) for w in mix]
                           for name, (mix, _) in self.deployments.items()}
         self.patched = {name: evaluate_candidates(schedules, settings, strategies, self.budgets_mb, self.tm)
@@ -146,7 +147,8 @@ class AutoDeployments:
 
         rows = []
         for name, (_, free) in self.deployments.items():
-            row = {"deployment": name, "free GiB": free, "engine": self.engine}
+            row = {"deployment": name, "free GiB": free, "engine": self.engine,
+                   "scheduler not default": not_default_text(self.settings.profile, self.scheduler)}
             try:
                 rec = self.recommend(name)
             except ValueError as e:

@@ -18,11 +18,12 @@ from typing import ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..checks import BadValue, check_int
-from ..engines import get_engine
+from ..engines import get_engine, release_scheduler
 from ..plan import PlanSettings, get_strategy
-from ..shapes import budget_bytes_from_mb, free_bytes_from_gib
+from ..shapes import budget_bytes_from_mb, free_bytes_from_gib, get_model
 from ..study.cluster import host_port
 from ..study.grid import Grid
+from ..workload import SchedulerConfig
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 
@@ -69,8 +70,8 @@ class GridParameters(Parameters):
     isl: list[int] | None  # None: 2,048 up to the model's max_model_len
     osl: int
     strategies: list[str]  # engine: the release's own chunker; the others: what it could do instead
-    max_num_batched_tokens: int
-    long_prefill_token_threshold: int
+    max_num_batched_tokens: int | None  # None: the engine release's default (8192 on an H200)
+    long_prefill_token_threshold: int | None  # None: the engine release's default (0: no cap)
     shared_prefix: int
 
     renamed = {"strategy": "strategies"}
@@ -86,6 +87,13 @@ class GridParameters(Parameters):
                     long_prefill_token_threshold=self.long_prefill_token_threshold,
                     deepgemm_version=self.deepgemm_version, engine=self.engine)
         return Grid(**{**axes, **changes})
+
+    def scheduler(self) -> SchedulerConfig:
+        """The scheduler of the notebook's engine release: its defaults, with the notebook's
+        settings (not None) in their place."""
+        return release_scheduler(self.engine, get_model(self.model).kv_block,
+                                 max_num_batched_tokens=self.max_num_batched_tokens,
+                                 long_prefill_token_threshold=self.long_prefill_token_threshold)
 
     def checks(self):
         yield from super().checks()

@@ -81,6 +81,16 @@ def _on(engine: str | None) -> str:
     return f" on {engine}" if engine else ""
 
 
+def scheduler_note(frame) -> str:
+    """The scheduler settings of a frame's rows that differ from their release's defaults, as a
+    title line ('' when every row runs the release's own scheduler): a number is never shown
+    without the setting that made it."""
+    if "not_default" not in getattr(frame, "columns", ()):
+        return ""
+    differs = [d for d in dict.fromkeys(frame["not_default"].fillna("")) if d]
+    return f"\nscheduler not the release default: {'; '.join(differs)}" if differs else ""
+
+
 def frontier_heatmap(frame, by: str = "budget_mb", strategy: str = "vllm",
                      budget_mb: float = 512, free_gib: float | None = None,
                      model: str | None = None, mode: str = "model", engine: str | None = None) -> Figure:
@@ -130,7 +140,7 @@ def frontier_heatmap(frame, by: str = "budget_mb", strategy: str = "vllm",
                                label=f"free memory: {free_gib:g} GiB")],
                loc="outside lower center")
     what = f"strategy {strategy}" if by == "budget_mb" else f"budget {budget_mb:g} MiB"
-    fig.suptitle(heatmap_title(model, engine, free_gib, what, mode))
+    fig.suptitle(heatmap_title(model, engine, free_gib, what, mode) + scheduler_note(data))
     return fig
 
 
@@ -237,7 +247,7 @@ def frontier_curves(frame, strategy: str = "vllm", budgets_mb=None,
     ax.legend(title=f"{strategy} budget (missing point: every ISL OOMs)", fontsize=8,
               title_fontsize=8, loc="best")
     fig.suptitle(f"How long can prompts get before {model}'s indexer OOMs{_on(engine)}, per logits budget?\n"
-                 f"({free_gib:g} GiB free, strategy {strategy}, {_modes_word(data)})")
+                 f"({free_gib:g} GiB free, strategy {strategy}, {_modes_word(data)})" + scheduler_note(data))
     return fig
 
 
@@ -558,8 +568,8 @@ def release_frontier(table, title_detail: str = "") -> Figure:
     ax.legend(title="release, default setting\n(x: OOM)", fontsize=7, title_fontsize=8, loc="upper left",
               bbox_to_anchor=(1.01, 1.0))
     isl = int(table["isl"].iloc[0])
-    fig.suptitle(f"Which releases run out of memory at ISL {isl}, and from which concurrency?\n"
-                 f"{title_detail}".rstrip())
+    fig.suptitle((f"Which releases run out of memory at ISL {isl}, and from which concurrency?\n"
+                  f"{title_detail}".rstrip()) + scheduler_note(table))
     return fig
 
 
@@ -602,5 +612,6 @@ def budget_frontier(frame, free_gib: float | None = None, title_detail: str = ""
     for ax in list(axes.flat)[len(workloads):]:
         ax.set_visible(False)
     axes.flat[0].legend(fontsize=7, title="strategy (below a line: OOM)", title_fontsize=7)
-    fig.suptitle(f"How much free memory does each budget need at long contexts{_on(engine)}? {title_detail}".rstrip())
+    fig.suptitle(f"How much free memory does each budget need at long contexts{_on(engine)}? {title_detail}".rstrip()
+                 + scheduler_note(data))
     return fig

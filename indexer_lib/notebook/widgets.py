@@ -14,6 +14,7 @@ import ipywidgets as w
 
 from .live_candidates import LiveCandidates
 from .live_heatmap import LiveHeatmap
+from .plots import scheduler_note
 from ..engines import engine_names, get_engine
 from ..fast import young_only
 from ..plan import STRATEGIES
@@ -40,7 +41,8 @@ class FrontierDashboard:
         self.isl_given = None if grid.isl == frontier.default_isl(grid.model) else grid.isl
         self.concurrency, self.isl = grid.concurrency, self.isl_axis(grid.model)
         model, strategy, free_gib = grid.model, grid.strategy[0], grid.free_gib[0]
-        max_num_batched_tokens, shared_prefix = grid.max_num_batched_tokens[0], grid.shared_prefix[0]
+        max_num_batched_tokens = grid.schedulers(grid.engine[0])[0].max_num_batched_tokens
+        shared_prefix = grid.shared_prefix[0]
         budgets = sorted(set(self.BUDGETS) | {budget_mb})
         tokens = sorted(set(self.TOKENS) | {max_num_batched_tokens})
         style = {"description_width": "initial"}
@@ -118,8 +120,10 @@ class FrontierDashboard:
         self.table = self.summary(self.frame)
         self.html.value = self.table.to_html(index=False)
         self.updates += 1
+        differs = scheduler_note(self.frame).strip()
         self.status.value = (f"<i>modelled; {len(self.frame)} points; "
-                             f"{int(self.frame['oom'].sum())} OOM</i>")
+                             f"{int(self.frame['oom'].sum())} OOM; "
+                             f"{differs or 'scheduler: the release defaults'}</i>")
 
     def _set_quietly(self, control, name: str, value) -> None:
         """Set a control's trait (a slider's bound may move its value) without a nested update."""

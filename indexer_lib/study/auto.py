@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..engines import SGLANG_MEM_FRACTION_STATIC, get_engine, process_budget, profile_run_logits_bytes
+from ..engines import SGLANG_MEM_FRACTION_STATIC, get_engine, process_budget, profile_run_logits_bytes, release_scheduler
 from .frontier import Schedule, prefill_batches
 from ..memory import memory_report
 from ..plan import GIVEN_BUDGET, PlanSettings, get_strategy, make_plan, strategy_names
@@ -124,7 +124,7 @@ def recommend(mix: list[ClosedLoopWorkload] | list[Schedule], free_gib: float,
               strategies: tuple[str, ...] | None = None, budgets_mb: tuple[float, ...] = DEFAULT_BUDGETS_MB,
               time_model: TimeModel | None = None,
               mem_fraction_static: float | None = SGLANG_MEM_FRACTION_STATIC) -> Recommendation:
-    """Evaluate every candidate over the workload mix (workloads run on ``scheduler``, or their
+    """Evaluate every candidate over the workload mix (workloads run on ``scheduler``, default the release's own, or their
     schedules); pick the fastest that fits, of each kind.
 
     On an engine release (``settings.engine``): the release's own chunker at each value of its
@@ -138,8 +138,8 @@ def recommend(mix: list[ClosedLoopWorkload] | list[Schedule], free_gib: float,
         raise ValueError("no workloads: auto needs at least one workload in the mix")
     free = free_bytes_from_gib(free_gib)  # a bad value fails before any work
     tm = time_model or TimeModel.from_data()
-    if scheduler is None:
-        scheduler = SchedulerConfig(block_size=settings.preset.kv_block)
+    if scheduler is None:  # the release's own defaults
+        scheduler = release_scheduler(settings.profile, settings.preset.kv_block)
     schedules = [m if isinstance(m, Schedule) else Schedule(prefill_batches(m, scheduler)) for m in mix]
     if settings.engine is None:
         candidates = evaluate_candidates(schedules, settings, strategies, budgets_mb, tm)

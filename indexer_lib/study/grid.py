@@ -2,7 +2,8 @@
 
 A grid is a set of plan settings (the model, a DeepGEMM what-if, padded budgets, whose
 temporaries are counted) times its axes: concurrency, ISL, OSL, shared prefix, the scheduler's
-settings, the engine release, the strategy, the budget and the free memory.  Every axis is a
+settings (each release's own defaults unless given), the engine release, the strategy, the budget
+and the free memory.  Every axis is a
 tuple and the grid is their product (a shared prefix longer than a prompt is skipped: such a
 point cannot exist).  It is checked once, when it is made: a bad value raises a ValueError that
 names it and the rule.  Its ``tasks`` are the units a sweep runs and journals.
@@ -14,7 +15,7 @@ from dataclasses import dataclass, fields
 from typing import Iterator
 
 from ..checks import BadValue
-from ..engines import DEFAULT_ENGINE, get_engine
+from ..engines import DEFAULT_ENGINE, get_engine, not_default, release_scheduler
 from ..plan import GIVEN_BUDGET, MEASURED_BUDGET, PlanSettings, get_strategy
 from ..shapes import budget_bytes_from_mb, free_bytes_from_gib, get_model
 from ..workload import MAX_BATCHED_TOKENS, MAX_CONCURRENCY, MAX_OSL, ClosedLoopWorkload, SchedulerConfig, check_int, check_source
@@ -71,10 +72,12 @@ class Grid:
     strategy: tuple[str, ...] = ("n-only", "vllm", "per-request", "causal")
     free_gib: tuple[float, ...] = (2.63,)
     shared_prefix: tuple[int, ...] = (0,)
-    max_num_batched_tokens: tuple[int, ...] = (8192,)
-    max_num_seqs: tuple[int, ...] = (256,)
-    long_prefill_token_threshold: tuple[int, ...] = (256,)
-    async_scheduling: bool = False
+    # the scheduler: None, each engine release's own default (``engines.scheduler_defaults``);
+    # a value given is named in every row that differs from its release's default
+    max_num_batched_tokens: tuple[int, ...] | None = None
+    max_num_seqs: tuple[int, ...] | None = None
+    long_prefill_token_threshold: tuple[int, ...] | None = None
+    async_scheduling: bool | None = None
     # engine releases (ENGINE==RELEASE; a bare vllm or sglang: its latest): each plans on its own
     # DeepGEMM, workspace and layout; the ``engine`` strategy is its own chunker
     engine: tuple[str, ...] = (DEFAULT_ENGINE,)
@@ -86,12 +89,12 @@ class Grid:
     workload_source: str = "simulator"  # or "vllm": vLLM's own scheduler
 
     def __post_init__(self):
-        get_model(self.model)
+        object.__setattr__(self, "model", get_model(self.model).name)  # one spelling: GLM-5 is glm-5
         if self.isl is None:
             object.__setattr__(self, "isl", default_isl(self.model))
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.type.startswith("tuple"):
+            if f.type.startswith("tuple") and not (value is None and f.type.endswith("None")):
                 if isinstance(value, (list, tuple)):  # YAML and JSON give lists: keep the grid hashable
                     object.__setattr__(self, f.name, tuple(value))
                 else:
@@ -105,7 +108,7 @@ class Grid:
         for name, minimum, maximum in (("isl", 1, None), ("shared_prefix", 0, None),
                                        ("max_num_batched_tokens", 1, MAX_BATCHED_TOKENS),
                                        ("max_num_seqs", 1, MAX_CONCURRENCY), ("long_prefill_token_threshold", 0, None)):
-            for v in getattr(self, name):
+            for v in getattr(self, name) or ():
                 check_int(name, v, minimum, maximum)
         longest = get_model(self.model).max_model_len
         too_long = [i for i in self.isl if i > longest]
@@ -153,25 +156,46 @@ class Grid:
         own chunker), so that each free memory is planned on its own."""
         return get_strategy(strategy).budget_source(get_engine(engine)) == MEASURED_BUDGET
 
-    def workloads(self) -> Iterator[tuple[ClosedLoopWorkload, SchedulerConfig]]:
-        """(workload, scheduler) for every workload of the grid, in order."""
+    def schedulers(self, engine: str) -> tuple[SchedulerConfig, ...]:
+        """The grid's scheduler settings on one of its releases: each axis given, or the release's
+        own default where the axis is None."""
         block = get_model(self.model).kv_block
-        for conc, isl, osl, prefix, mnbt, seqs, thr in itertools.product(
-                self.concurrency, self.isl, self.osl, self.shared_prefix, self.max_num_batched_tokens,
-                self.max_num_seqs, self.long_prefill_token_threshold):
-            if prefix > isl:
-                continue
-            yield (ClosedLoopWorkload(conc, isl, osl, prefix),
-                   SchedulerConfig(mnbt, seqs, thr, block_size=block, async_scheduling=self.async_scheduling))
+        return tuple(release_scheduler(engine, block, max_num_batched_tokens=mnbt, max_num_seqs=seqs,
+                                       long_prefill_token_threshold=thr, async_scheduling=self.async_scheduling)
+                     for mnbt, seqs, thr in itertools.product(self.max_num_batched_tokens or (None,),
+                                                              self.max_num_seqs or (None,),
+                                                              self.long_prefill_token_threshold or (None,)))
+
+    def not_default(self, engine: str | None = None) -> str:
+        """The grid's scheduler settings that differ from its releases' defaults, as one phrase for a
+        title or a summary line ('' when every release runs its own defaults)."""
+        engines = self.engine if engine is None else (engine,)
+        return "; ".join(dict.fromkeys(d for e in engines for c in self.schedulers(e) for d in not_default(e, c)))
+
+    def workloads(self, engine: str | None = None) -> Iterator[tuple[ClosedLoopWorkload, SchedulerConfig]]:
+        """(workload, scheduler) for every workload of the grid on one of its releases (default:
+        its first), in order."""
+        engine = self.engine[0] if engine is None else engine
+        for workload in self.closed_loops():
+            for scheduler in self.schedulers(engine):
+                yield workload, scheduler
+
+    def closed_loops(self) -> Iterator[ClosedLoopWorkload]:
+        """Every client workload of the grid (a shared prefix longer than the prompt skipped)."""
+        for conc, isl, osl, prefix in itertools.product(self.concurrency, self.isl, self.osl, self.shared_prefix):
+            if prefix <= isl:
+                yield ClosedLoopWorkload(conc, isl, osl, prefix)
 
     def tasks(self, mode: str = "model") -> Iterator[Task]:
         """The grid's tasks in order.  A model task covers every budget and free GiB of a workload
         x engine x strategy (one schedule, plans shared across budgets); a trace task one budget; a
-        measure task one budget and one free GiB, so each GPU run is durable on its own."""
+        measure task one budget and one free GiB, so each GPU run is durable on its own.  Each release
+        schedules on its own defaults where the grid gives no scheduler setting."""
         if mode not in MODES:
             raise ValueError(f"mode {mode!r}: must be one of {', '.join(MODES)}")
-        for workload, scheduler in self.workloads():
-            for engine, strategy in itertools.product(self.engine, self.strategy):
+        for workload in self.closed_loops():
+            for engine, strategy, scheduler in ((e, s, c) for e in self.engine for c in self.schedulers(e)
+                                                for s in self.strategy):
                 budgets = self.budgets(engine, strategy)
                 if mode == "model":
                     yield Task(self.model, workload, scheduler, engine, strategy, budgets, self.free_gib)
@@ -185,6 +209,7 @@ class Grid:
 
     @property
     def num_rows(self) -> int:
-        n_workloads = sum(1 for _ in self.workloads())
-        budgets = sum(len(self.budgets(e, s)) for e, s in itertools.product(self.engine, self.strategy))
+        n_workloads = sum(1 for _ in self.closed_loops())
+        budgets = sum(len(self.budgets(e, s)) * len(self.schedulers(e))
+                      for e, s in itertools.product(self.engine, self.strategy))
         return n_workloads * budgets * len(self.free_gib)

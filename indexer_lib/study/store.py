@@ -32,7 +32,7 @@ import zlib
 from pathlib import Path
 
 JOURNAL_KIND = "indexer-lab sweep journal"
-SCHEMA_VERSION = 2  # 2: one row schema for every grid (the temporaries named per row)
+SCHEMA_VERSION = 3  # 3: each row names the scheduler settings that differ from its release's defaults
 PARQUET_KEY = b"indexer_lab_sweep"  # schema-metadata key holding the header
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from . import frontier
 from ..memory import topk_buffer_bytes, workspace_bytes
-from ..engines import get_engine
+from ..engines import get_engine, not_default_text
 from ..fast import step_features, young_only
 from ..plan import MEASURED_BUDGET, get_strategy, make_plan
 from ..shapes import GIB, free_bytes_from_gib
@@ -113,6 +113,8 @@ def base_row(grid: Grid, task: Task, budget_mb: float | None, free_gib: float, m
         "max_num_seqs": config.max_num_seqs,
         "long_prefill_token_threshold": config.long_prefill_token_threshold,
         "async_scheduling": config.async_scheduling,
+        # the scheduler settings that differ from the release's defaults ('' where none does)
+        "not_default": not_default_text(task.engine, config),
         "workload_source": grid.workload_source,
         "deepgemm_version": settings.deepgemm, "padded_budget": settings.padded,
         "temporaries": settings.temporaries or "none", "strategy": task.strategy,

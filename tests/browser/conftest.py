@@ -84,6 +84,9 @@ def notebook_parameters():
         p["output_dir"] = "results"  # relative to the notebook: inside the server's root
         if name == "01_oom_frontier":
             p["dashboard"] = True
+            # a 256-token long_prefill_token_threshold (vLLM's default is 0) builds the steps of
+            # many partial prefills that OOM before the logits budget: the dashboard names it
+            p["long_prefill_token_threshold"] = 256
         params[name] = p
     return params
 

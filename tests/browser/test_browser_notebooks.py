@@ -165,7 +165,8 @@ def test_frontier_dashboard_follows_its_controls(lab_page, notebook_parameters, 
     cells4, digest4 = expected()
     assert here.table["OOM points"].sum() == 0
     wait_for_outputs(lab_page, dash, cells4, digest4 if same_png else None, shown3)
-    assert "0 OOM" in page.locator(".widget-html-content", has_text="modelled;").inner_text()
+    status = page.locator(".widget-html-content", has_text="modelled;").inner_text()
+    assert "0 OOM" in status and "long_prefill_token_threshold=256 (default 0)" in status
 
     assert lab_page.stderr_outputs() == [] and lab_page.console_errors == [], (
         lab_page.stderr_outputs(), lab_page.console_errors)

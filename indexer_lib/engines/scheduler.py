@@ -1,0 +1,43 @@
+"""The scheduler each release serves with by default, and the settings that differ from it.
+
+Every number the project shows runs on the release's own scheduler defaults unless a setting
+is given; a given setting that differs is named next to the number (``not_default``).
+"""
+from __future__ import annotations
+
+from ..workload import SchedulerConfig
+from .profiles import EngineProfile, get_engine
+
+# the scheduler settings a release has a default for, as SchedulerConfig names them
+SCHEDULER_SETTINGS = ("max_num_batched_tokens", "max_num_seqs", "long_prefill_token_threshold",
+                      "async_scheduling")
+
+
+def scheduler_defaults(engine: str | EngineProfile | None) -> dict:
+    """The release's default for each scheduler setting (``data/engines/``, with sources)."""
+    profile = get_engine(engine)
+    return {name: getattr(profile, f"scheduler_{name}") for name in SCHEDULER_SETTINGS}
+
+
+def release_scheduler(engine: str | EngineProfile | None, block_size: int, **given) -> SchedulerConfig:
+    """The scheduler as the release runs it: its defaults, with the settings given (not None)
+    in their place."""
+    unknown = set(given) - set(SCHEDULER_SETTINGS) - {"num_kv_blocks", "enable_prefix_caching"}
+    if unknown:
+        raise TypeError(f"release_scheduler: no scheduler setting {sorted(unknown)[0]!r}")
+    values = scheduler_defaults(engine)
+    values.update({k: v for k, v in given.items() if v is not None})
+    return SchedulerConfig(block_size=block_size, **values)
+
+
+def not_default(engine: str | EngineProfile | None, config: SchedulerConfig) -> list[str]:
+    """The settings of ``config`` that differ from the release's defaults, each as
+    ``name=value (default D)``: what a table or a title must name next to its numbers."""
+    defaults = scheduler_defaults(engine)
+    return [f"{name}={getattr(config, name)} (default {default})" for name, default in defaults.items()
+            if getattr(config, name) != default]
+
+
+def not_default_text(engine: str | EngineProfile | None, config: SchedulerConfig) -> str:
+    """``not_default`` as one phrase; '' when the scheduler is the release's own."""
+    return "; ".join(not_default(engine, config))
