@@ -373,9 +373,14 @@ def test_the_reported_failures_come_from_the_releases_that_had_them():
 
     table = through_releases()
     assert set(table["engine"]) == set(FIELD_RELEASES)
-    before = table[table["engine"] == "vllm==0.15.1"]
-    assert len(before) == 4 and before["reproduces_published"].all()  # 9.89 (x2), 16 and 8.03 GiB
-    for case, rows in table.groupby("case"):
+    before = table[table["engine"] == "vllm==0.15.1"].set_index("case")
+    # from the reporters' own settings: the 16 and 8.03 GiB steps; not the 9.89 GiB one, whose
+    # step vLLM's default scheduler never builds in the simulator (data/field/ says so)
+    assert before["reproduces_published"].to_dict() == {
+        "glm5-c48-isl10240": False, "glm5-c64-isl10240": False,
+        "prompt-64k-one-step": True, "prompt-64k-mnbt32768-dg2.1": True}
+    assert (before.loc[["glm5-c48-isl10240", "glm5-c64-isl10240"], "largest_logits_cols"] < 20_000).all()
+    for case, rows in table[table["case"].str.startswith("prompt-64k")].groupby("case"):
         by = rows.set_index("engine")
         budgeted = by.loc[["vllm==0.19.0", "vllm==0.33.0"]]
         # the budget holds M x N x 4; DeepGEMM's padding is what it undercounts
@@ -393,17 +398,23 @@ def test_where_each_release_runs_out_of_memory_on_the_field_deployments():
     from indexer_lib.study.releases import deployments, release_table
 
     assert set(deployments()) == {"glm5-8xh200-isl10240", "mnbt32768-seqs16-isl16384"}
-    table = release_table("glm5-8xh200-isl10240", ("vllm==0.15.1", "vllm==0.19.0", "vllm==0.33.0",
-                                                   "sglang==0.5.12", "sglang==0.5.23"))
+    releases = ("vllm==0.15.1", "vllm==0.19.0", "vllm==0.33.0", "sglang==0.5.12", "sglang==0.5.23")
+    # vllm serve's defaults at concurrency 8-64 x ISL 10240: no release OOMs with 2.63 GiB free
+    # (the reported OOM is not reproduced from those settings), and nothing is named
+    seed = release_table("glm5-8xh200-isl10240", releases)
+    assert not seed["oom"].any() and set(seed["not_default"]) == {""}
+    # the reporter's own --max-num-batched-tokens 32768 --max-num-seqs 16, named in every row
+    table = release_table("mnbt32768-seqs16-isl16384", releases)
+    assert all(n.startswith("max_num_batched_tokens=32768 (default 8192); max_num_seqs=16") for n in table["not_default"])
     first_oom = {e: rows[rows["oom"]]["concurrency"].min() for e, rows in table.groupby("engine")}
-    assert first_oom["vllm==0.15.1"] == 16  # the reported OOM: 48-64 and below
-    assert first_oom["sglang==0.5.12"] == 24  # half the free memory per chunk, two chunks alive
+    assert first_oom["vllm==0.15.1"] == 2  # two 16K prompts in one 32K step: 4.2 GiB of logits
+    assert first_oom["sglang==0.5.12"] == 2  # half the free memory per chunk, two chunks alive
     for engine in ("vllm==0.19.0", "vllm==0.33.0", "sglang==0.5.23"):
         assert not table[table["engine"] == engine]["oom"].any()
     v33, v19 = (table[table["engine"] == e]["peak_transient_gib"].to_numpy() for e in ("vllm==0.33.0", "vllm==0.19.0"))
     assert (v33 <= v19).all()
     # 0.19.0's profile run reserves one chunk's logits (512 MiB); the worst step has two alive
-    busy = table[(table["engine"] == "vllm==0.19.0") & (table["concurrency"] == 64)].iloc[0]
+    busy = table[(table["engine"] == "vllm==0.19.0") & (table["concurrency"] == 16)].iloc[0]
     assert busy["worst_chunks"] > 1 and busy["profile_run_logits_gib"] == 0.5
     assert 0.5 <= busy["unreserved_gib"] and busy["peak_transient_gib"] >= 2 * 0.5
     assert set(table[table["engine"] == "vllm==0.15.1"]["profile_run_logits_gib"]) == {0.0}
@@ -414,7 +425,10 @@ def test_where_each_release_runs_out_of_memory_on_the_field_deployments():
 def test_auto_prints_the_chosen_engines_own_setting(capsys):
     from indexer_lib.cli import main
 
-    base = ["auto", "--model", "glm-5", "--free-gib", "2.63", "--workload", "32x10240x64"]
+    # a 256-token long_prefill_token_threshold (the releases' default: 0) builds steps of many
+    # partial prefills, 32 x (9,984 + 256): large enough to tell the releases apart
+    base = ["auto", "--model", "glm-5", "--free-gib", "2.63", "--workload", "32x10240x64",
+            "--long-prefill-token-threshold", "256"]
     assert main(base + ["--engine", "vllm==0.19.0"]) == 0
     assert capsys.readouterr().out.splitlines()[0].startswith("VLLM_SPARSE_INDEXER_MAX_LOGITS_MB=")
     assert main(base + ["--engine", "sglang==0.5.23", "--mem-fraction-static", "0.9"]) == 0
@@ -435,7 +449,7 @@ def test_the_frontier_plans_on_an_engine_release():
 
     for engine in ("vllm==0.15.1", "vllm==0.33.0", "sglang==0.5.23"):
         grid = Grid(concurrency=(16, 64), isl=(10240,), osl=64, budget_mb=(512,), strategy=("engine",),
-                    free_gib=(2.63,), engine=engine)
+                    free_gib=(2.63,), engine=engine)  # the release's scheduler, as the deployment
         # to_frame adds peak_transient_gib, as the frontier's rows had it
         rows = to_frame(list(model_rows(grid))).set_index("concurrency")
         table = release_table("glm5-8xh200-isl10240", (engine,)).set_index("concurrency")

@@ -53,11 +53,11 @@ def test_every_notebook_ran_and_wrote_figures_and_tables(ci_run):
 def test_reproduced_allocations_match_published(ci_run):
     out, _ = ci_run
     repro = pd.read_csv(out / "tables" / "reproductions.csv").set_index("case")
-    assert repro["matches"].all()
+    assert (repro["matches"] == (repro["expected"] == "reproduced")).all()
     assert repro.loc["prompt-64k-one-step", "reproduced_gib"] == 16.0
     assert round(repro.loc["prompt-64k-mnbt32768-dg2.1", "reproduced_gib"], 2) == 8.03
-    assert abs(repro.loc["glm5-c64-isl10240", "reproduced_gib"] - 9.89) / 9.89 < 0.02
-    assert abs(repro.loc["glm5-c48-isl10240", "reproduced_gib"] - 9.89) / 9.89 < 0.02
+    # from the reporter's settings (vllm serve's defaults) the seed's 9.89 GiB step is not built
+    assert not repro.loc["glm5-c64-isl10240", "matches"] and not repro.loc["glm5-c48-isl10240", "matches"]
 
 
 def test_overhead_without_measurements_says_modelled(ci_run):
@@ -100,20 +100,21 @@ def test_beyond_notebook_shows_the_published_policy_failure_and_flat_fixed_shape
 
 def test_beyond_notebook_prints_no_line_the_engines_own_chunker_would_oom_with(ci_run):
     """Every line notebook 04 prints to deploy, replayed with the release's own chunker on the
-    same deployments and scheduler (ci.yaml: the notebook's 8,192 tokens, 256-token threshold)."""
+    same deployments and scheduler (the release's defaults: ci.yaml sets none)."""
     from deploy_check import memory_needed
+    from indexer_lib.engines import release_scheduler
     from indexer_lib.notebook.beyond import DEPLOYMENTS
     from indexer_lib.shapes import free_bytes_from_gib
     from indexer_lib.study.frontier import prefill_batches
-    from indexer_lib.workload import SchedulerConfig
 
     out, _ = ci_run
     auto = pd.read_csv(out / "tables" / "04_auto.csv")
-    scheduler = SchedulerConfig(8192, 256, 256)
+    assert auto["scheduler not default"].isna().all()  # every row on its release's own scheduler
     deployed = 0
     for row in auto.itertuples():
         if row.deploy.startswith("none"):
             continue
+        scheduler = release_scheduler(row.engine, 64)
         mix, free_gib = DEPLOYMENTS[row.deployment]
         schedules = [prefill_batches(w, scheduler) for w in mix]
         free = free_bytes_from_gib(free_gib)

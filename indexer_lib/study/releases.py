@@ -2,7 +2,8 @@
 default setting, every step of the schedule, the worst step's bytes against the memory free.
 
 The deployments are ``data/field/deployments.csv`` (GLM-5-FP8 on 8 x H200 at concurrency
-48-64 x ISL 10240; ``--max-num-batched-tokens 32768 --max-num-seqs 16`` at ISL 16384).
+48-64 x ISL 10240 on ``vllm serve``'s defaults; ``--max-num-batched-tokens 32768 --max-num-seqs 16``
+at ISL 16384); a scheduler setting a deployment leaves blank is each release's own default.
 vLLM releases plan at their default ``VLLM_SPARSE_INDEXER_MAX_LOGITS_MB`` (none before
 0.19.0); SGLang releases at the budget their own rule measures with the deployment's free
 memory as the first reading (``mem_fraction_static`` as SGLang sets it on an H200, about
@@ -10,11 +11,11 @@ memory as the first reading (``mem_fraction_static`` as SGLang sets it on an H20
 """
 from __future__ import annotations
 
-from ..engines import get_engine, process_budget, profile_run_logits_bytes
+from ..engines import get_engine, not_default_text, process_budget, profile_run_logits_bytes, release_scheduler
 from ..plan import PlanSettings
 from ..refdata import number, read_rows
 from ..shapes import GIB, MIB, free_bytes_from_gib, get_gpu, get_model
-from ..workload import ClosedLoopWorkload, SchedulerConfig
+from ..workload import ClosedLoopWorkload
 from .frontier import Schedule, prefill_batches, worst_step
 
 # one release per era: before the budget, its first release, the vendored DeepGEMMs, the
@@ -34,6 +35,13 @@ def deployments() -> dict[str, dict]:
     return out
 
 
+def deployment_scheduler(d: dict) -> dict:
+    """The scheduler settings a deployment (or a reported case) gives; a blank one is the
+    release's default (None here)."""
+    return {k: (None if d.get(k) is None else int(d[k]))
+            for k in ("max_num_batched_tokens", "max_num_seqs", "long_prefill_token_threshold")}
+
+
 def release_rows(deployment: str, releases=ERA_RELEASES, free_gib: float | None = None) -> list[dict]:
     """One row per release x concurrency of a deployment: the worst step's transient peak,
     its chunks and logits, and whether it fits the memory free (modelled).  ``unreserved_gib``:
@@ -44,19 +52,22 @@ def release_rows(deployment: str, releases=ERA_RELEASES, free_gib: float | None 
     free_gib = d["free_gib"] if free_gib is None else free_gib
     free = free_bytes_from_gib(free_gib)
     model = d["model"]
-    config = SchedulerConfig(d["max_num_batched_tokens"], d["max_num_seqs"], d["long_prefill_token_threshold"],
-                             block_size=get_model(model).kv_block)
-    schedules = {c: Schedule(prefill_batches(ClosedLoopWorkload(c, d["isl"], d["osl"]), config))
-                 for c in d["concurrency"]}
+    schedules = {}  # (concurrency, scheduler) -> schedule: releases with the same defaults share one
     rows = []
     for name in releases:
         profile = get_engine(name)
+        # the deployment's settings where it gives them, the release's defaults elsewhere
+        config = release_scheduler(profile, get_model(model).kv_block, **deployment_scheduler(d))
         budget = process_budget(profile, free, get_gpu(d["gpu"]).capacity_bytes)
-        for conc, schedule in schedules.items():
-            w = worst_step(schedule, "engine", budget, PlanSettings(model, profile, temporaries="deepgemm"),
-                           topk_rows=d["max_num_batched_tokens"])
+        for conc in d["concurrency"]:
+            if (conc, config) not in schedules:
+                schedules[conc, config] = Schedule(prefill_batches(ClosedLoopWorkload(conc, d["isl"], d["osl"]), config))
+            w = worst_step(schedules[conc, config], "engine", budget,
+                           PlanSettings(model, profile, temporaries="deepgemm"),
+                           topk_rows=config.max_num_batched_tokens)
             rows.append({
                 "deployment": deployment, "engine": name, "concurrency": conc, "isl": d["isl"],
+                "not_default": not_default_text(profile, config),
                 "budget_mib": None if budget is None else budget / MIB,
                 "worst_step": w.worst_step, "worst_rows": w.worst_rows, "worst_kv_tokens": w.worst_kv_tokens,
                 "worst_chunks": w.worst_chunks, "max_chunks": w.max_chunks,

@@ -12,7 +12,8 @@ of the given rows and columns (docs/design.md#reference-data).
 from __future__ import annotations
 
 from .frontier import Schedule, prefill_batches, worst_step
-from ..engines import EngineBudget, get_engine, process_budget
+from .releases import deployment_scheduler
+from ..engines import EngineBudget, get_engine, process_budget, release_scheduler
 from ..padding import get_rules, unpadded_logits_bytes
 from ..plan import PlanSettings, make_plan
 from ..refdata import number, read_rows
@@ -24,8 +25,15 @@ REPORTED_FILE = ("field", "reported_allocations.csv")
 
 def published_cases() -> list[dict]:
     """The published allocations, one dict per case, numbers parsed."""
-    text = ("case", "kind", "what", "model", "layout", "deepgemm_version", "counts", "source")
+    text = ("case", "kind", "what", "model", "engine", "layout", "deepgemm_version", "counts", "status", "source",
+            "note")
     return [{k: (v if k in text else number(v)) for k, v in row.items()} for row in read_rows(*REPORTED_FILE)]
+
+
+def case_scheduler(case: dict) -> SchedulerConfig:
+    """A workload case's scheduler: the settings its reporter gave, the reporter's release's
+    defaults for the rest."""
+    return release_scheduler(case["engine"], get_model(case["model"]).kv_block, **deployment_scheduler(case))
 
 
 def _largest_logits(case: dict) -> tuple[int, int, int]:
@@ -39,8 +47,7 @@ def _largest_logits(case: dict) -> tuple[int, int, int]:
         raise ValueError(f"case {case['case']!r}: kind {case['kind']!r} must be 'workload' or 'shape'")
     model = case["model"]
     workload = ClosedLoopWorkload(case["concurrency"], case["isl"], case["osl"])
-    config = SchedulerConfig(case["max_num_batched_tokens"], case["max_num_seqs"],
-                             case["long_prefill_token_threshold"], block_size=get_model(model).kv_block)
+    config = case_scheduler(case)
     schedule = Schedule(prefill_batches(workload, config))
     settings = PlanSettings(model, deepgemm_version=version, temporaries="deepgemm")
     w = worst_step(schedule, "n-only", None, settings, topk_rows=config.max_num_batched_tokens)
@@ -61,8 +68,8 @@ def reproduce(case: dict) -> dict:
         "isl": case["isl"], "max_num_batched_tokens": case["max_num_batched_tokens"],
         "rows": rows, "kv_tokens": cols, **gib,
         "reproduced_gib": gib[counted], "published_gib": published, "relative_error": error,
-        "tolerance": tolerance, "matches": error <= tolerance, "source": "modelled",
-        "published_source": case["source"],
+        "tolerance": tolerance, "matches": error <= tolerance, "expected": case["status"],
+        "source": "modelled", "published_source": case["source"], "note": case["note"],
     }
 
 
@@ -87,10 +94,10 @@ def through_releases(releases=FIELD_RELEASES):
     for case in published_cases():
         if case["kind"] != "workload":
             continue
-        model, mnbt = case["model"], case["max_num_batched_tokens"]
+        model = case["model"]
         workload = ClosedLoopWorkload(case["concurrency"], case["isl"], case["osl"])
-        config = SchedulerConfig(mnbt, case["max_num_seqs"], case["long_prefill_token_threshold"],
-                                 block_size=get_model(model).kv_block)
+        config = case_scheduler(case)
+        mnbt = config.max_num_batched_tokens
         schedule = Schedule(prefill_batches(workload, config))
         unbudgeted = None
         for name in releases:
