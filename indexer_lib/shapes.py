@@ -5,6 +5,7 @@ what torch reports as ``total_memory`` for an H200 (139.8 GiB).
 """
 from __future__ import annotations
 
+import difflib
 import math
 from dataclasses import dataclass
 
@@ -49,21 +50,28 @@ class GpuPreset:
 
 
 GPUS: dict[str, GpuPreset] = {
-    # torch.cuda.get_device_properties(0).total_memory on an H200 reads 139.8 GiB
+    # torch.cuda.get_device_properties(0).total_memory on an H200 reads 139.8 GiB ("GPU 1 has a
+    # total capacity of 139.81 GiB", vllm-project/vllm#35488)
     "h200": GpuPreset("h200", round(139.8 * GIB)),
+    # a B200-class GPU as PyTorch's OOM message prints it: "total capacity of 178.35 GiB"
+    # (sgl-project/sglang#35759)
+    "b200": GpuPreset("b200", round(178.35 * GIB)),
 }
 
 
 def get_model(name: str) -> ModelPreset:
-    try:
-        return MODELS[name]
-    except KeyError:
-        raise BadValue("model", f"unknown model {name!r}: must be one of {', '.join(sorted(MODELS))}") from None
+    """A model's preset by name; case and spaces do not matter (``GLM-5`` is ``glm-5``)."""
+    key = str(name).strip().lower()
+    if key in MODELS:
+        return MODELS[key]
+    near = difflib.get_close_matches(key, list(MODELS), n=1)
+    hint = f" (nearest: {near[0]})" if near else ""
+    raise BadValue("model", f"unknown model {name!r}: must be one of {', '.join(sorted(MODELS))}{hint}")
 
 
 def get_gpu(name: str) -> GpuPreset:
     try:
-        return GPUS[name]
+        return GPUS[str(name).strip().lower()]
     except KeyError:
         raise BadValue("gpu", f"unknown GPU {name!r}: must be one of {', '.join(sorted(GPUS))}") from None
 

@@ -1,11 +1,13 @@
 """``indexer-lab`` command line: one module per subcommand (``plan``, ``frontier``,
 ``run``, ``auto``, ``replay``), each adding its parser with ``register(subparsers)``.
 
-Bad input ends with one line naming the value and the rule, exit status 2.
+Bad input ends with one line naming the value and the rule, exit status 2; a reader that
+closes the pipe early ends it quietly.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from . import auto, frontier, plan, replay, run
@@ -35,7 +37,14 @@ def main(argv=None) -> int:
     except SystemExit as e:  # argparse already printed one usage line
         return int(e.code or 0)
     try:
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
+        return code
+    except BrokenPipeError:
+        # the reader stopped reading (``indexer-lab plan ... | head -1``): end quietly, as a
+        # shell tool does, with nothing left to flush into the closed pipe
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except ValueError as e:  # UsageError and the library's ValueErrors: one line, exit 2
         print(f"indexer-lab {args.command}: error: {e}", file=sys.stderr)
         return 2

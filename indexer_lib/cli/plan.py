@@ -5,7 +5,7 @@ import json
 
 from ..memory import memory_report
 from ..study.frontier import format_bytes
-from .common import add_batch_options, plan_from_args
+from .common import add_batch_options, plan_from_args, verdict, verdict_line
 
 
 def register(subparsers) -> None:
@@ -36,13 +36,17 @@ def plan_json(plan, report) -> dict:
 def cmd_plan(args) -> int:
     plan = plan_from_args(args)
     report = memory_report(plan)
+    v = verdict(report, args.free_gib)
     if args.json:
-        print(json.dumps(plan_json(plan, report)))
+        print(json.dumps({**plan_json(plan, report), **v, "largest_logits_bytes": largest_logits(plan)}))
         return 0
-    budget = "none" if plan.budget_bytes is None else format_bytes(plan.budget_bytes)
     on = f" on {plan.engine}" if plan.engine else ""
-    print(f"{plan.strategy}{on}: {plan.num_chunks} chunks, budget {budget} "
-          f"({'padded' if plan.padded else 'unpadded'} DeepGEMM {plan.deepgemm_version}), "
+    if plan.budget_bytes is None:
+        budget = f"budget none (DeepGEMM {plan.deepgemm_version})"
+    else:
+        counted = "padded" if plan.padded else "unpadded, M x N x 4"
+        budget = f"budget {format_bytes(plan.budget_bytes)} ({counted}; DeepGEMM {plan.deepgemm_version})"
+    print(f"{plan.strategy}{on}: {plan.num_chunks} chunks, {budget}, "
           f"peak {format_bytes(report.peak)} ({format_bytes(report.peak_transient)} transient)")
     if not plan.chunks:
         print(f"no logits: {plan.engine} selects every token of this step (its longest sequence fits the top-k)")
@@ -54,4 +58,25 @@ def cmd_plan(args) -> int:
               f"{str(c.logits_cols) + ('c' if c.compressed else ''):>8} "
               f"{format_bytes(c.logits_bytes):>11}  {'yes' if c.gather else 'no ':>6}  "
               f"{'YES' if c.over_budget else '-'}")
+    for line in (padding_note(plan), verdict_line(v)):
+        if line:
+            print(line)
     return 0
+
+
+def largest_logits(plan) -> int:
+    """The step's largest single logits allocation (0: no logits)."""
+    return max((c.logits_bytes for c in plan.chunks), default=0)
+
+
+def padding_note(plan) -> str | None:
+    """Why a chunk can allocate more than an unpadded budget and still not be over it."""
+    if plan.budget_bytes is None or plan.padded:
+        return None
+    above = [c.logits_bytes for c in plan.chunks if c.logits_bytes > plan.budget_bytes and not c.over_budget]
+    if not above:
+        return None
+    who = plan.engine if plan.strategy == "engine" and plan.engine else "this strategy"
+    return (f"{len(above)} chunk(s) allocate more than the budget (up to {format_bytes(max(above))}) and are "
+            f"not over it: {who} counts a chunk as M x N x 4 bytes, without DeepGEMM's padding of its rows "
+            "and columns (docs/design.md#deepgemms-padding)")

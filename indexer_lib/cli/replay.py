@@ -10,13 +10,13 @@ from ..engines import DEFAULT_ENGINE, get_engine, replayed_engines
 from ..study.replay import replay_profile_run, replay_steps
 from ..shapes import MODELS
 from ..study.frontier import format_bytes
-from .common import UsageError, int_list
+from .common import UsageError, engine_arg, int_list
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "replay", help="run a vLLM release's own indexer code on the meta device for one step")
-    p.add_argument("--engine", default=DEFAULT_ENGINE,
+    p.add_argument("--engine", default=DEFAULT_ENGINE, type=engine_arg,
                    help="a vLLM release whose code is installed (vllm==0.33.0 in .venv; "
                         f"{', '.join(n for n in replayed_engines() if n != get_engine(DEFAULT_ENGINE).name)} "
                         f"from scripts/install_engines.sh; default {get_engine(DEFAULT_ENGINE).name})")
@@ -84,6 +84,7 @@ def _replay(args) -> int:
           f"{r.peak_bytes - r.profile_run_peak_bytes} bytes (what the KV-cache sizing did not see, if > 0)")
     for shape, nbytes in zip(r.logits_calls, r.logits_allocated_bytes):
         print(f"  logits {shape[0]} x {shape[1]}: {format_bytes(nbytes)} allocated")
+    print(f"  {plan_difference(r, args.max_num_batched_tokens)}")
     if args.allocations:
         print(f"  {'bytes':>14} {'shape':>18} {'dtype':>8} {'alloc':>6} {'freed':>6}  by")
         for a in r.allocations:
@@ -91,3 +92,25 @@ def _replay(args) -> int:
             print(f"  {a['bytes']:>14} {str(a['shape']):>18} {a['dtype']:>8} {a['allocated']:>6} "
                   f"{freed:>6}  {a['by']}")
     return 0
+
+
+def plan_difference(r, max_num_batched_tokens: int) -> str:
+    """What ``indexer-lab plan`` shows for the same step, and why it differs from the replay:
+    plan adds the project's reference executor's temporaries where the replay runs the engine's
+    own path, and sizes the top-k buffer by the step's rows."""
+    from ..memory import memory_report
+    from ..plan import PlanSettings, make_plan
+    from ..shapes import MIB
+    from ..workload import StepBatch
+
+    batch = StepBatch.from_lengths(list(r.query_lens), list(r.seq_lens))
+    budget = None if r.budget_mb is None else r.budget_mb * MIB
+    plan = make_plan(batch, "engine", budget, PlanSettings(r.model, r.engine))
+    shown = memory_report(plan).peak
+    ours = shown - memory_report(plan, temporaries=None).peak
+    engine = (memory_report(plan, topk_rows=max_num_batched_tokens, temporaries="engine").peak
+              - memory_report(plan, topk_rows=max_num_batched_tokens, temporaries=None).peak)
+    return (f"indexer-lab plan shows {format_bytes(shown)} ({shown} bytes) for this step: it adds the "
+            f"project's reference executor's temporaries ({format_bytes(ours)}) where the engine's own path "
+            f"adds {format_bytes(engine)}, and sizes the top-k buffer by the step's {batch.num_rows} rows, "
+            f"the engine's by max_num_batched_tokens ({max_num_batched_tokens})")

@@ -8,8 +8,9 @@ next to either, for the same workspace size.
 from __future__ import annotations
 
 import json
+import sys
 
-from .common import UsageError, add_batch_options, plan_from_args
+from .common import UsageError, add_batch_options, plan_from_args, verdict, verdict_line
 from ..study.frontier import format_bytes
 
 
@@ -53,6 +54,28 @@ def check_fits_device(plan, args) -> None:
                          "and --topk-rows")
 
 
+class ChunkProgress:
+    """A progress bar on stderr over a plan's chunks, weighted by their logits (a CPU run of a
+    large step takes minutes): the executor reports each chunk's start and end."""
+
+    def __init__(self, plan, device: str):
+        from tqdm import tqdm
+
+        self.weights = [max(1, c.logits_bytes) for c in plan.chunks]
+        self.bar = tqdm(total=sum(self.weights), desc=f"logits of {plan.num_chunks} chunks on {device}", unit="B",
+                        unit_scale=True, unit_divisor=1024, file=sys.stderr, leave=False, mininterval=0.5)
+        self.bar.refresh()  # shown before the first chunk, which may be the only one
+
+    def chunk_start(self, index: int) -> None:
+        self.bar.set_postfix_str(f"chunk {index + 1}/{len(self.weights)}", refresh=True)
+
+    def chunk_end(self, index: int, run) -> None:
+        self.bar.update(self.weights[index])
+
+    def close(self) -> None:
+        self.bar.close()
+
+
 def cmd_run(args) -> int:
     import numpy as np
     import torch
@@ -86,12 +109,19 @@ def cmd_run(args) -> int:
         if args.device == "cuda":
             torch.cuda.reset_peak_memory_stats()
             before = torch.cuda.memory_allocated()
-        result = execute(plan, inputs, backend=args.backend, topk=args.topk, topk_rows=args.topk_rows)
+        progress = ChunkProgress(plan, args.device)
+        try:
+            result = execute(plan, inputs, backend=args.backend, topk=args.topk, topk_rows=args.topk_rows,
+                             observer=progress)
+        finally:
+            progress.close()
         if args.device == "cuda":
             # the call's own peak: what was allocated beyond the inputs
             out["peak_bytes_measured"] = torch.cuda.max_memory_allocated() - before
     report = memory_report(plan, topk_rows=args.topk_rows, topk=result.topk,
                            workspace_tokens=result.workspace_tokens, temporaries=args.backend)
+    # the verdict holds the modelled transient peak against the memory free when the step runs
+    out.update(verdict(report, args.free_gib))
     out.update(peak_bytes_model=report.peak, workspace_tokens=result.workspace_tokens,
                topk=result.topk, seconds=result.seconds, chunks=[c.to_json() for c in result.chunks])
     if args.save_topk:
@@ -116,6 +146,9 @@ def cmd_run(args) -> int:
         if key in out:
             print(f"{key}: {out[key]} ({format_bytes(out[key])})")
     print(f"peak_bytes_model: {report.peak} ({format_bytes(report.peak)})")
+    line = verdict_line(verdict(report, args.free_gib))
+    if line:
+        print(line)
     if args.save_topk:
         print(f"top-k indices -> {args.save_topk}")
     return 0

@@ -38,6 +38,7 @@ class PlanSettings:
 
     def __post_init__(self):
         object.__setattr__(self, "preset", get_model(self.model))
+        object.__setattr__(self, "model", self.preset.name)  # one spelling: GLM-5 is glm-5
         profile = None if self.engine is None else get_engine(self.engine)
         object.__setattr__(self, "profile", profile)
         if profile is not None:

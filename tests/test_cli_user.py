@@ -1,0 +1,137 @@
+"""What a user trips on at the command line: names as people spell them, a closed pipe, a verdict
+against the memory free, the engines' unpadded budget explained, progress on long runs, why
+``replay`` and ``plan`` differ, and ``--max-model-len``."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from indexer_lib.cli.main import main
+from indexer_lib.engines import get_engine
+from indexer_lib.engines.profiles import normalise_engine
+from indexer_lib.shapes import GIB, get_model
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# ----------------------------------------------------------------------------- names
+
+@pytest.mark.parametrize("given, name", [
+    ("vLLM==v0.16.0", "vllm==0.16.0"), (" VLLM ", "vllm==0.33.0"), ("SGLang==0.5.13.post1", "sglang==0.5.13.post1"),
+    ("vllm==0.16.0rc2.dev126", "vllm==0.16.0"), ("vllm==0.16.0.dev3+g1234abc", "vllm==0.16.0"),
+    ("sglang==0.5.23rc1", "sglang==0.5.23"),
+])
+def test_engine_names_as_people_write_them(given, name):
+    assert get_engine(given).name == name
+
+
+def test_a_pre_release_build_is_planned_as_its_release_with_a_note(capsys):
+    assert normalise_engine("vllm==0.16.0")[1] is None
+    assert "pre-release or development build: planned as vllm==0.16.0" in normalise_engine("vllm==0.16.0rc2.dev126")[1]
+    code, out, err = run(capsys, "plan", "--engine", "vllm==0.16.0rc2.dev126", "--model", "GLM-5",
+                         "--query-lens", "1024", "--seq-lens", "4096")
+    assert code == 0 and out.startswith("engine on vllm==0.16.0:")
+    assert err.strip() == ("indexer-lab: note: vllm==0.16.0rc2.dev126 is a pre-release or development build: "
+                           "planned as vllm==0.16.0")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--engine", "vllm==0.16.5"], "(nearest: vllm==0.16.0)"),
+    (["--engine", "vllm==0.99.0"], "(nearest: vllm==0.33.0)"),
+    (["--engine", "sglang==0.5.2"], "(nearest: sglang==0.5.3)"),
+    (["--model", "glm5"], "unknown model 'glm5': must be one of deepseek-v3.2, glm-5 (nearest: glm-5)"),
+])
+def test_an_unknown_name_suggests_the_nearest(argv, message, capsys):
+    code, _, err = run(capsys, "plan", "--query-lens", "1", "--seq-lens", "1", *argv)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_model_names_ignore_case():
+    assert get_model(" GLM-5 ").name == "glm-5"
+
+
+# ----------------------------------------------------------------------------- a closed pipe
+
+def test_a_closed_pipe_ends_quietly():
+    # 16,384 chunks: far more output than a pipe buffers, so the writer meets the closed pipe
+    cmd = (f"set -o pipefail; {sys.executable} -m indexer_lib plan --query-lens 65536 --seq-lens 65536 "
+           "--strategy vllm --budget-mb 1 | head -1")
+    done = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == "" and done.stdout.startswith("vllm on vllm==0.33.0: 16384 chunks")
+
+
+# ----------------------------------------------------------------------------- verdicts
+
+def test_plan_gives_a_verdict_against_the_memory_free(capsys):
+    step = ["--model", "glm-5", "--query-lens", "8192", "--seq-lens", "65536", "--engine", "vllm==0.19.0"]
+    code, out, _ = run(capsys, "plan", *step, "--json")
+    plain = json.loads(out)
+    assert code == 0 and "verdict" not in plain  # no --free-gib, no verdict
+    assert plain["largest_logits_bytes"] == max(c["logits_bytes"] for c in plain["chunks"])
+    for free, word in ((0.5, "oom"), (2.0, "fits")):
+        code, out, _ = run(capsys, "plan", *step, "--free-gib", str(free), "--json")
+        d = json.loads(out)
+        # what must fit: the transient peak (the step's allocations beyond its persistent buffers)
+        assert d["verdict"] == word and d["needed_bytes"] == d["peak_transient_bytes"] < d["peak_bytes"]
+    code, out, _ = run(capsys, "plan", *step, "--free-gib", "0.5")
+    assert out.splitlines()[-1].startswith("OOM: the step allocates 1.02 GiB beyond the buffers it already holds")
+
+
+def test_sglangs_stale_cached_budget_from_the_command_line(capsys):
+    """sgl-project/sglang#35759: a budget measured at a first reading (here 20 GiB free on a
+    178.35 GiB GPU at mem_fraction_static 0.92: 2.85 GiB) lets one ~2.6 GiB chunk through when
+    only 2.20 GiB are free; a fresh reading (0.44 GiB) would have split the step."""
+    step = ["plan", "--engine", "sglang==0.5.23", "--model", "deepseek-v3.2", "--gpu", "b200",
+            "--mem-fraction-static", "0.92", "--free-gib", "2.20", "--query-lens", "21100", "--seq-lens", "32768",
+            "--json"]
+    code, out, _ = run(capsys, *step, "--budget-free-gib", "20")
+    stale = json.loads(out)
+    assert code == 0 and stale["verdict"] == "oom" and stale["num_chunks"] == 1
+    assert round(stale["budget_bytes"] / GIB, 2) == 2.85 and 2.5 * GIB < stale["largest_logits_bytes"] < 2.85 * GIB
+    code, out, _ = run(capsys, *step, "--budget-free-gib", "2.20")
+    fresh = json.loads(out)
+    assert fresh["verdict"] == "fits" and round(fresh["budget_bytes"] / GIB, 2) == 0.44 and fresh["num_chunks"] > 1
+    code, out, _ = run(capsys, *step[:-1])  # --budget-free-gib defaults to --free-gib
+    assert "fits: the step allocates" in out
+
+
+def test_run_gives_the_verdict_and_shows_progress(capsys):
+    code, out, err = run(capsys, "run", "--device", "cpu", "--model", "glm-5", "--query-lens", "256",
+                         "--seq-lens", "2048", "--strategy", "vllm", "--budget-mb", "0.5", "--free-gib", "1",
+                         "--topk", "64")
+    assert code == 0 and "fits: the step allocates" in out.splitlines()[-1]
+    assert "logits of 4 chunks on cpu" in err and "chunk 4/4" in err  # the progress bar, on stderr
+
+
+# ----------------------------------------------------------------------------- explained numbers
+
+def test_plan_explains_the_engines_unpadded_budget(capsys):
+    code, out, _ = run(capsys, "plan", "--engine", "vllm==0.19.0", "--model", "glm-5", "--query-lens", "8192",
+                       "--seq-lens", "65536")
+    lines = out.splitlines()
+    assert code == 0 and "budget 512.0 MiB (unpadded, M x N x 4; DeepGEMM 2.3)" in lines[0]
+    assert all(line.endswith("-") for line in lines[2:-1])  # none over the budget as the engine counts it
+    assert lines[-1].startswith("4 chunk(s) allocate more than the budget (up to 514.0 MiB) and are not over it")
+    code, out, _ = run(capsys, "plan", "--engine", "vllm==0.15.1", "--model", "glm-5", "--query-lens", "1024",
+                       "--seq-lens", "4096")
+    assert "budget none (DeepGEMM 2.1)" in out.splitlines()[0] and "unpadded" not in out
+
+
+def test_plan_takes_the_servers_max_model_len(capsys):
+    base = ["plan", "--model", "glm-5", "--query-lens", "4096", "--seq-lens", "8192", "--json"]
+    code, out, _ = run(capsys, *base)
+    assert json.loads(out)["workspace_tokens"] == 40 * 202_752
+    code, out, _ = run(capsys, *base, "--max-model-len", "16384")
+    assert code == 0 and json.loads(out)["workspace_tokens"] == 40 * 16384
+    code, _, err = run(capsys, *base, "--max-model-len", "4096")
+    assert code == 2 and "--seq-lens 8192 > --max-model-len 4096" in err
+    code, _, err = run(capsys, *base, "--max-model-len", "300000")
+    assert code == 2 and "above glm-5's max_model_len 202752" in err
