@@ -60,9 +60,10 @@ class VllmUnavailable(ImportError, ValueError):
 def _import_vllm():
     # only the scheduler is used: the warnings about vLLM's missing compiled extension
     # (vllm._C) and torch's missing Triton are expected on a CPU machine and would show
-    # as error output in notebooks; a user's own VLLM_LOGGING_LEVEL still wins
-    quiet = "VLLM_LOGGING_LEVEL" not in os.environ
+    # as error output in notebooks; a user's own VLLM_LOGGING_LEVEL still wins (an ERROR level
+    # may be ours, inherited by a child process from an earlier import)
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    quiet = os.environ["VLLM_LOGGING_LEVEL"].upper() == "ERROR"
     logging.getLogger("torch._library.triton").setLevel(logging.ERROR)
     try:
         import torch
