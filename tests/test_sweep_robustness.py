@@ -176,6 +176,30 @@ def test_a_result_file_of_another_schema_is_reported_never_overwritten(tmp_path,
     assert after == before  # nothing rewritten, nothing added
 
 
+def test_a_rerun_after_an_upgrade_sets_the_older_tables_aside(tmp_path):
+    """The main job reruns in the same folder: an older schema's table and journal are moved
+    into older-schema-<N>/ (kept, byte for byte), this schema's and foreign files stay."""
+    from indexer_lib.study.store import set_aside_older, stored_schema
+
+    grid = Grid(**SMALL)
+    old, new = tmp_path / "old.parquet", tmp_path / "new.parquet"
+    sweep.run(grid, old, progress=False)
+    sweep.run(grid, new, progress=False)
+    journal = old.with_name(old.name + ".journal")
+    _set_table_schema(old, SCHEMA_VERSION - 1)
+    _rewrite_header(journal, SCHEMA_VERSION - 1)
+    (tmp_path / "notes.parquet").write_bytes(b"not ours")
+    kept = {p.name: p.read_bytes() for p in (old, journal)}
+    assert stored_schema(old) == stored_schema(journal) == SCHEMA_VERSION - 1
+    assert stored_schema(new) == SCHEMA_VERSION and stored_schema(tmp_path / "notes.parquet") is None
+    moved = set_aside_older(tmp_path)
+    aside = tmp_path / f"older-schema-{SCHEMA_VERSION - 1}"
+    assert moved == [aside / old.name, aside / journal.name]
+    assert {p.name: p.read_bytes() for p in moved} == kept
+    assert new.exists() and (tmp_path / "notes.parquet").exists() and not old.exists()
+    assert len(sweep.run(grid, old, progress=False)) == grid.num_rows  # starts over
+
+
 BIG = textwrap.dedent("""
     import sys, time
     from indexer_lib.study import sweep

@@ -377,3 +377,42 @@ def _plain(rows: list[dict]) -> list[dict]:
             plain[k] = v
         out.append(plain)
     return out
+
+
+def stored_schema(path: str | Path) -> int | None:
+    """The result schema a sweep table (``.parquet``) or its journal was written with; None when
+    the file is not an indexer-lab sweep result (or cannot be read)."""
+    path = Path(path)
+    try:
+        if path.suffix == ".journal":
+            with open(path, "rb") as f:
+                header = _parse(f.readline())
+        else:
+            import pyarrow.parquet as pq
+
+            raw = (pq.read_schema(path).metadata or {}).get(PARQUET_KEY)
+            header = json.loads(raw) if raw else None
+    except Exception:  # a damaged or foreign file: not ours to judge here
+        return None
+    if not isinstance(header, dict) or header.get("kind") != JOURNAL_KIND:
+        return None
+    schema = header.get("schema")
+    return schema if isinstance(schema, int) and not isinstance(schema, bool) else None
+
+
+def set_aside_older(tables: str | Path) -> list[Path]:
+    """Move the sweep tables (and journals) of a folder written by an older indexer-lab into
+    ``older-schema-<N>/`` beside them, so that a rerun of the same job starts over without losing
+    them; returns where each went.  Tables of this schema, and files that are not ours, stay."""
+    tables = Path(tables)
+    moved = []
+    for path in sorted(list(tables.glob("*.parquet")) + list(tables.glob("*.parquet.journal"))):
+        schema = stored_schema(path)
+        if schema is None or schema >= SCHEMA_VERSION:
+            continue
+        aside = tables / f"older-schema-{schema}"
+        aside.mkdir(exist_ok=True)
+        target = aside / path.name
+        os.replace(path, target)
+        moved.append(target)
+    return moved
