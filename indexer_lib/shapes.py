@@ -1,15 +1,19 @@
 """Model and GPU presets: the shapes the indexer works with.
 
-Numbers come from the models' public configs (docs/design.md#the-indexer-and-its-logits); capacity is
-what torch reports as ``total_memory`` for an H200 (139.8 GiB).
+The models are data (``data/models/``, one file per model, every fact with its source and
+whether it was seen there): a model is a list of indexer layer kinds
+(docs/design.md#models).  GPU capacity is what torch reports as ``total_memory``.
 """
 from __future__ import annotations
 
 import difflib
+import json
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 from .checks import BadValue
+from .refdata import data_path
 
 GIB = 2**30
 MIB = 2**20
@@ -18,13 +22,41 @@ K_SCALE_BYTES = 4
 
 
 @dataclass(frozen=True)
+class LayerKind:
+    """A group of a model's layers whose indexer has one geometry (``data/models/``)."""
+
+    name: str
+    index_heads: int  # 0: the layers reuse another layer's selection and compute no indexer
+    head_dim: int | None
+    topk: int  # tokens
+    compress_ratio: int | None  # tokens per K entry the indexer scores (1: uncompressed)
+    layers: tuple[int, ...]
+    indexer_layers: int  # of ``layers``, those that compute an indexer
+    reuse_layers: int  # of ``layers``, those that reuse another layer's selection
+    candidates: int | None = None  # a sparse consumer scores this many candidate positions
+    unverified: tuple[str, ...] = ()  # facts not seen at their source
+
+    @property
+    def computes_indexer(self) -> bool:
+        return self.indexer_layers > 0 and self.index_heads > 0
+
+    @property
+    def plannable(self) -> bool:
+        """Whether the planners model it: uncompressed K, every query row scored densely."""
+        return self.compress_ratio == 1 and self.candidates is None
+
+
+@dataclass(frozen=True)
 class ModelPreset:
     name: str
-    index_heads: int  # H
+    index_heads: int  # H of the kind that computes the indexer
     head_dim: int  # D
     topk: int
     kv_block: int  # tokens per KV cache block (prefix-cache granularity)
     max_model_len: int
+    layer_kinds: tuple[LayerKind, ...] = ()
+    what: str = ""
+    unverified: tuple[str, ...] = ()  # the model's facts (and its kinds', as kind.fact) not seen at their source
 
     @property
     def k_bytes_per_token(self) -> int:
@@ -36,11 +68,71 @@ class ModelPreset:
         """vLLM sizes the gather workspace at 40 x max_model_len tokens."""
         return 40 * self.max_model_len
 
+    @property
+    def indexing_kinds(self) -> tuple[LayerKind, ...]:
+        """The layer kinds that compute an indexer (the others reuse a selection)."""
+        return tuple(k for k in self.layer_kinds if k.computes_indexer)
 
-MODELS: dict[str, ModelPreset] = {
-    "deepseek-v3.2": ModelPreset("deepseek-v3.2", 64, 128, 2048, 64, 163_840),
-    "glm-5": ModelPreset("glm-5", 32, 128, 2048, 64, 202_752),
-}
+    @property
+    def indexer_layers(self) -> int:
+        """Layers that compute an indexer: a step's indexer work is this many layers' worth."""
+        return sum(k.indexer_layers for k in self.indexing_kinds)
+
+    @property
+    def plannable(self) -> bool:
+        return all(k.plannable for k in self.indexing_kinds)
+
+
+def _value(facts: dict, name: str, default=None):
+    fact = facts.get(name)
+    return default if fact is None else fact["value"]
+
+
+def _unverified(facts: dict, prefix: str = "") -> tuple[str, ...]:
+    return tuple(prefix + name for name, fact in facts.items() if not fact.get("verified", False))
+
+
+def _layer_kind(doc: dict) -> LayerKind:
+    f = doc["facts"]
+    layers = tuple(_value(f, "layers", ()))
+    return LayerKind(name=doc["name"], index_heads=int(_value(f, "index_heads", 0) or 0),
+                     head_dim=_value(f, "head_dim"), topk=_topk_tokens(_value(f, "topk")),
+                     compress_ratio=_value(f, "compress_ratio"), layers=layers,
+                     indexer_layers=int(_value(f, "indexer_layers", len(layers))),
+                     reuse_layers=int(_value(f, "reuse_layers", 0)), candidates=_value(f, "candidates"),
+                     unverified=_unverified(f))
+
+
+def _topk_tokens(value) -> int:
+    """A top-k in tokens (pooled indexers give {'tokens': ..., 'pools': ...})."""
+    return int(value["tokens"]) if isinstance(value, dict) else int(value)
+
+
+@lru_cache(maxsize=None)
+def _load_models() -> dict[str, ModelPreset]:
+    """Every model of ``data/models/`` (one JSON file each, every fact with its source)."""
+    files = sorted(data_path("models").glob("*.json"))
+    if not files:
+        raise FileNotFoundError(f"{data_path('models')}: no model files (data/models/*.json)")
+    models = {}
+    for path in files:
+        doc = json.loads(path.read_text())
+        kinds = tuple(_layer_kind(k) for k in doc["layer_kinds"])
+        indexing = [k for k in kinds if k.computes_indexer]
+        if not indexing:
+            raise ValueError(f"{path}: no layer kind computes an indexer")
+        main = max(indexing, key=lambda k: k.indexer_layers)  # the kind most layers compute
+        facts = doc["facts"]
+        unverified = _unverified(facts) + tuple(f"{k.name}.{u}" for k in kinds for u in k.unverified)
+        models[doc["model"]] = ModelPreset(
+            doc["model"], main.index_heads, main.head_dim, main.topk, int(_value(facts, "kv_block")),
+            int(_value(facts, "max_model_len")), kinds, doc.get("what", ""), unverified)
+    return models
+
+
+def known_models() -> dict[str, ModelPreset]:
+    """Every model the project has data for, plannable or not."""
+    return _load_models()
 
 
 @dataclass(frozen=True)
@@ -59,12 +151,25 @@ GPUS: dict[str, GpuPreset] = {
 }
 
 
+# the models the planners model (every layer kind that computes an indexer scores uncompressed K
+# with every query row); the others are known, and refused with the reason
+MODELS: dict[str, ModelPreset] = {name: m for name, m in _load_models().items() if m.plannable}
+
+
 def get_model(name: str) -> ModelPreset:
     """A model's preset by name; case and spaces do not matter (``GLM-5`` is ``glm-5``)."""
     key = str(name).strip().lower()
     if key in MODELS:
         return MODELS[key]
-    near = difflib.get_close_matches(key, list(MODELS), n=1)
+    known = known_models()
+    if key in known:
+        kinds = [k for k in known[key].indexing_kinds if not k.plannable]
+        why = "; ".join(f"its {k.name} layers score " + (f"{k.compress_ratio}x-compressed K" if k.compress_ratio != 1
+                                                          else f"a fixed {k.candidates} candidates")
+                        for k in kinds)
+        raise BadValue("model", f"model {name!r} is known (data/models/{key}.json) but not planned yet: {why}; "
+                                f"planned: {', '.join(sorted(MODELS))}")
+    near = difflib.get_close_matches(key, list(known), n=1)
     hint = f" (nearest: {near[0]})" if near else ""
     raise BadValue("model", f"unknown model {name!r}: must be one of {', '.join(sorted(MODELS))}{hint}")
 

@@ -45,7 +45,9 @@ def test_plan_table_lists_every_chunk(capsys):
                        "--query-lens", "65536", "--seq-lens", "65536")
     assert code == 0
     assert out.startswith("causal on vllm==0.33.0: 18 chunks")  # the default engine: the latest vLLM
-    assert len(out.strip().splitlines()) == 2 + 18
+    lines = out.strip().splitlines()
+    assert lines[1].startswith("deepseek-v3.2: layer kind dsa (64 heads x 128, top-2048) on 61 of 61 layers")
+    assert len(lines) == 3 + 18
 
 
 @pytest.mark.parametrize("args, message", [

@@ -46,7 +46,7 @@ def test_a_pre_release_build_is_planned_as_its_release_with_a_note(capsys):
     (["--engine", "vllm==0.16.5"], "(nearest: vllm==0.16.0)"),
     (["--engine", "vllm==0.99.0"], "(nearest: vllm==0.33.0)"),
     (["--engine", "sglang==0.5.2"], "(nearest: sglang==0.5.3)"),
-    (["--model", "glm5"], "unknown model 'glm5': must be one of deepseek-v3.2, glm-5 (nearest: glm-5)"),
+    (["--model", "glm5"], "unknown model 'glm5': must be one of deepseek-v3.2, glm-5, glm-5.1, glm-5.2 (nearest: glm-5)"),
 ])
 def test_an_unknown_name_suggests_the_nearest(argv, message, capsys):
     code, _, err = run(capsys, "plan", "--query-lens", "1", "--seq-lens", "1", *argv)
@@ -118,7 +118,7 @@ def test_plan_explains_the_engines_unpadded_budget(capsys):
                        "--seq-lens", "65536")
     lines = out.splitlines()
     assert code == 0 and "budget 512.0 MiB (unpadded, M x N x 4; DeepGEMM 2.3)" in lines[0]
-    assert all(line.endswith("-") for line in lines[2:-1])  # none over the budget as the engine counts it
+    assert all(line.endswith("-") for line in lines[3:-1])  # none over the budget as the engine counts it
     assert lines[-1].startswith("4 chunk(s) allocate more than the budget (up to 514.0 MiB) and are not over it")
     code, out, _ = run(capsys, "plan", "--engine", "vllm==0.15.1", "--model", "glm-5", "--query-lens", "1024",
                        "--seq-lens", "4096")

@@ -37,8 +37,11 @@ def cmd_plan(args) -> int:
     plan = plan_from_args(args)
     report = memory_report(plan)
     v = verdict(report, args.free_gib)
+    kinds = layer_kinds_json(plan, report)
     if args.json:
-        print(json.dumps({**plan_json(plan, report), **v, "largest_logits_bytes": largest_logits(plan)}))
+        print(json.dumps({**plan_json(plan, report), **v, "largest_logits_bytes": largest_logits(plan),
+                          "layer_kinds": kinds, "peak_layer_kind": kinds[0]["name"], "gpu": args.gpu,
+                          "unverified": list(plan.settings.preset.unverified)}))
         return 0
     on = f" on {plan.engine}" if plan.engine else ""
     if plan.budget_bytes is None:
@@ -48,6 +51,12 @@ def cmd_plan(args) -> int:
         budget = f"budget {format_bytes(plan.budget_bytes)} ({counted}; DeepGEMM {plan.deepgemm_version})"
     print(f"{plan.strategy}{on}: {plan.num_chunks} chunks, {budget}, "
           f"peak {format_bytes(report.peak)} ({format_bytes(report.peak_transient)} transient)")
+    preset = plan.settings.preset
+    (kind,) = preset.indexing_kinds
+    layers = sum(len(k.layers) for k in preset.layer_kinds)
+    print(f"{preset.name}: layer kind {kind.name} ({kind.index_heads} heads x {kind.head_dim}, top-{kind.topk}) "
+          f"on {kind.indexer_layers} of {layers} layers; each of them allocates this plan in turn"
+          + (f"; unverified: {', '.join(preset.unverified)}" if preset.unverified else ""))
     if not plan.chunks:
         print(f"no logits: {plan.engine} selects every token of this step (its longest sequence fits the top-k)")
     print(f"{'#':>4} {'requests':>11} {'rows':>15} {'tokens':>15} {'kv':>8} {'cols':>8} "
@@ -62,6 +71,18 @@ def cmd_plan(args) -> int:
         if line:
             print(line)
     return 0
+
+
+def layer_kinds_json(plan, report) -> list[dict]:
+    """The model's layer kinds that compute an indexer, each with what its layers allocate; the
+    step's peak is the worst over them (one layer's logits are freed before the next layer runs).
+    The models planned have one such kind (their layers share one geometry)."""
+    preset = plan.settings.preset
+    return [{"name": k.name, "layers": len(k.layers), "indexer_layers": k.indexer_layers,
+             "index_heads": k.index_heads, "topk": k.topk, "compress_ratio": k.compress_ratio,
+             "num_chunks": plan.num_chunks, "largest_logits_bytes": largest_logits(plan),
+             "peak_bytes": report.peak, "peak_transient_bytes": report.peak_transient}
+            for k in preset.indexing_kinds]
 
 
 def largest_logits(plan) -> int:

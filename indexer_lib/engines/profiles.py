@@ -61,6 +61,8 @@ class EngineProfile:
     # (0.33.0): the same, and row_ends + zeros per chunk
     path: str | None = None
     workspace_align: int = 1  # the workspace manager rounds each buffer up to this many bytes
+    # a smaller factor above a max_model_len (vLLM 0.33: 16 instead of 40 above 256K): [above, factor]
+    workspace_factor_long: tuple | None = None
     workspace_extra_bytes: int = 0  # bytes the profile run adds to the shared workspace (kept)
     sources: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 
@@ -84,7 +86,11 @@ class EngineProfile:
 
     def workspace_tokens(self, max_model_len: int) -> int | None:
         """The K workspace the engine reserves, or None where it gathers each step's own K."""
-        return None if self.workspace_factor is None else self.workspace_factor * max_model_len
+        if self.workspace_factor is None:
+            return None
+        if self.workspace_factor_long is not None and max_model_len > self.workspace_factor_long[0]:
+            return self.workspace_factor_long[1] * max_model_len
+        return self.workspace_factor * max_model_len
 
     def deploy_line(self, value) -> str:
         """The setting that selects a budget, as one deploys it (the env var and its value)."""
@@ -110,8 +116,9 @@ def _load() -> dict[str, EngineProfile]:
         for release in era["releases"]:
             facts = {**era["facts"], **era.get("per_release", {}).get(release, {})}
             values = {k: v["value"] for k, v in facts.items()}
-            if "metadata" in values:
-                values["metadata"] = tuple(values["metadata"])
+            for name in ("metadata", "workspace_factor_long"):
+                if values.get(name) is not None:
+                    values[name] = tuple(values[name])
             sources = {k: v["source"] for k, v in facts.items()}
             sources["file"] = f"data/engines/{path.name}"
             profile = EngineProfile(engine=era["engine"], release=release, era=era["era"], sources=sources,

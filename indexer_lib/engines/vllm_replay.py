@@ -28,7 +28,7 @@ a request: {"steps": [{"query_lens": [...], "seq_lens": [...], "max_logits_mb": 
         "max_logits_mb": int or null (every step's, unless it names its own),
         "model": {"index_heads": H, "head_dim": D, "topk": k, "max_model_len": L,
                   "kv_block": B, "hidden_size": S},
-        "max_num_batched_tokens": T, "workspace_factor": 40,
+        "max_num_batched_tokens": T, "workspace_tokens": 40 * 163_840,
         "deepgemm": {"version": the DeepGEMM rules' name (indexer_lib.padding), "heads": H},
         "record": bool}   (no steps: the profile run alone)
 its answer: {"vllm": version, "results": [{...} or {"error": text}]}, or {"vllm": version,
@@ -322,7 +322,7 @@ def call_indexer(eng: Engine, req: dict, num_tokens: int, rec: Recorder, attn_me
         weights=torch.empty((num_tokens, h), dtype=torch.float32, device=meta),
         quant_block_size=128, scale_fmt="ue8m0", topk_tokens=m["topk"], head_dim=d,
         max_model_len=m["max_model_len"],
-        total_seq_lens=req["workspace_factor"] * m["max_model_len"],
+        total_seq_lens=req["workspace_tokens"],
         skip_k_cache_insert=False, use_pcp=False, pcp_shard_decode_requests=False,
         dense_mha_metadata_layer_name="", use_fp4_cache=False,
     )
@@ -368,7 +368,7 @@ def replay_step(eng: Engine, req: dict, step: dict | None) -> dict:
     budget_mb = (step or {}).get("max_logits_mb", req.get("max_logits_mb"))
     if budget_mb is None:
         budget_mb = int(getattr(eng.envs, "VLLM_SPARSE_INDEXER_MAX_LOGITS_MB", 0))
-    workspace = req["workspace_factor"] * m["max_model_len"]
+    workspace = req["workspace_tokens"]
     budget_patch = (_patched((eng.envs, "VLLM_SPARSE_INDEXER_MAX_LOGITS_MB", budget_mb))
                     if hasattr(eng.envs, "VLLM_SPARSE_INDEXER_MAX_LOGITS_MB") else contextlib.nullcontext())
     result = {"budget_mb": budget_mb}

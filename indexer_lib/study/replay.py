@@ -131,7 +131,7 @@ def _request(profile: EngineProfile, model: str, steps, budget_mb, max_num_batch
                   "max_model_len": preset.max_model_len, "kv_block": preset.kv_block,
                   "hidden_size": 1},  # the hidden states' width is never read, only their rows
         "max_num_batched_tokens": max_num_batched_tokens,
-        "workspace_factor": profile.workspace_factor,
+        "workspace_tokens": profile.workspace_tokens(preset.max_model_len),
         "deepgemm": {"version": profile.deepgemm_rules, "heads": preset.index_heads},
         "record": record,
     }

@@ -1,0 +1,94 @@
+"""Models as data (``data/models/``): every fact with its source, a model as a list of indexer
+layer kinds, the models the planners model and why the others are refused."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from indexer_lib.checks import BadValue
+from indexer_lib.cli.main import main
+from indexer_lib.engines import get_engine
+from indexer_lib.plan import PlanSettings, make_plan
+from indexer_lib.refdata import data_path
+from indexer_lib.shapes import MODELS, get_model, known_models
+from indexer_lib.workload import StepBatch
+
+FILES = sorted(data_path("models").glob("*.json"))
+ALL = {"deepseek-v3.2", "glm-5", "glm-5.1", "glm-5.2", "glm-5.3-flash", "qwen3.8-flash-next",
+       "deepseek-v4-flash", "deepseek-v4-pro", "deepseek-v4.1-flash"}
+
+
+def facts_of(doc: dict):
+    yield from doc["facts"].items()
+    for kind in doc["layer_kinds"]:
+        yield from ((f"{kind['name']}.{k}", v) for k, v in kind["facts"].items())
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
+def test_every_fact_has_a_value_a_source_and_says_whether_it_was_seen_there(path):
+    doc = json.loads(path.read_text())
+    assert doc["model"] == path.stem and doc["what"] and doc["layer_kinds"]
+    for name, fact in facts_of(doc):
+        assert set(fact) <= {"value", "source", "verified", "note"} and "value" in fact, name
+        assert isinstance(fact["source"], str) and len(fact["source"]) > 10, name
+        assert isinstance(fact["verified"], bool), name
+        assert "/work/" not in fact["source"] and "/tmp/" not in fact["source"], name
+    model = known_models()[doc["model"]]
+    unverified = {name for name, fact in facts_of(doc) if not fact["verified"]}
+    assert set(model.unverified) == unverified  # every table that uses the model can say so
+
+
+def test_the_models_of_2026_and_which_the_planners_model():
+    assert set(known_models()) == ALL
+    assert set(MODELS) == {"deepseek-v3.2", "glm-5", "glm-5.1", "glm-5.2"}
+    # the two models the project was born with keep their shapes
+    for name, shape in (("deepseek-v3.2", (64, 128, 2048, 64, 163_840)), ("glm-5", (32, 128, 2048, 64, 202_752))):
+        m = get_model(name)
+        assert (m.index_heads, m.head_dim, m.topk, m.kv_block, m.max_model_len) == shape
+        assert m.indexer_layers == {"deepseek-v3.2": 61, "glm-5": 78}[name]
+
+
+def test_layer_kinds_say_which_layers_compute_an_indexer():
+    glm52 = get_model("glm-5.2")
+    full, shared = glm52.layer_kinds
+    assert glm52.max_model_len == 1_048_576 and glm52.indexer_layers == 21
+    assert (full.name, full.indexer_layers, full.layers[:4]) == ("full", 21, (0, 1, 2, 6))
+    assert not shared.computes_indexer and shared.reuse_layers == 57
+    assert len(full.layers) + len(shared.layers) == 78
+    v41 = known_models()["deepseek-v4.1-flash"]
+    kinds = {k.name: k for k in v41.layer_kinds}
+    assert (kinds["c2"].compress_ratio, kinds["c2"].indexer_layers, kinds["c2"].reuse_layers) == (2, 3, 15)
+    assert kinds["c1_candidate_consumer"].candidates == 16_384 and v41.indexer_layers == 8
+    v4 = known_models()["deepseek-v4-flash"]
+    (c4,) = v4.layer_kinds
+    assert (c4.index_heads, c4.topk, c4.compress_ratio, c4.indexer_layers, v4.kv_block) == (64, 512, 4, 21, 256)
+    assert known_models()["deepseek-v4-pro"].topk == 1024
+    assert known_models()["glm-5.3-flash"].unverified == ("kv_block",)
+
+
+@pytest.mark.parametrize("model, reason", [
+    ("deepseek-v4-flash", "its c4 layers score 4x-compressed K"),
+    ("glm-5.3-flash", "its kpool layers score 4x-compressed K"),
+    ("deepseek-v4.1-flash", "its c1_candidate_consumer layers score a fixed 16384 candidates"),
+])
+def test_a_known_model_the_planners_do_not_model_is_refused_with_the_reason(model, reason, capsys):
+    with pytest.raises(BadValue, match="not planned yet"):
+        PlanSettings(model)
+    assert main(["plan", "--model", model, "--query-lens", "4096", "--seq-lens", "93184"]) == 2
+    err = capsys.readouterr().err
+    assert reason in err and f"data/models/{model}.json" in err and len(err.strip().splitlines()) == 1
+
+
+def test_glm_5_2_at_1m_context_on_vllm_0_33_uses_its_long_context_workspace(capsys):
+    """vLLM 0.33 sizes the K workspace at 40 x max_model_len up to 256K and 16 x above."""
+    assert get_engine("vllm==0.33.0").workspace_tokens(202_752) == 40 * 202_752
+    assert get_engine("vllm==0.33.0").workspace_tokens(1_048_576) == 16 * 1_048_576
+    assert get_engine("vllm==0.30.0").workspace_tokens(1_048_576) == 40 * 1_048_576
+    plan = make_plan(StepBatch.from_lengths([8192], [1_048_576]), "engine", 512 * 2**20, PlanSettings("glm-5.2", "vllm"))
+    assert plan.workspace_tokens == 16 * 1_048_576 and plan.num_chunks == 64
+    assert main(["plan", "--model", "glm-5.2", "--query-lens", "8192", "--seq-lens", "1048576", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["peak_layer_kind"] == "full" and d["gpu"] == "h200" and d["unverified"] == []
+    (kind,) = d["layer_kinds"]
+    assert (kind["indexer_layers"], kind["layers"], kind["largest_logits_bytes"]) == (21, 21, d["largest_logits_bytes"])
