@@ -34,6 +34,8 @@ class LayerKind:
     indexer_layers: int  # of ``layers``, those that compute an indexer
     reuse_layers: int  # of ``layers``, those that reuse another layer's selection
     candidates: int | None = None  # a sparse consumer scores this many candidate positions
+    pool: int | None = None  # tokens pooled into one K entry (GLM-5.3-Flash's kpool, QSA's blocks)
+    has_weights: bool = True  # per-head weights (QSA's indexer has none)
     unverified: tuple[str, ...] = ()  # facts not seen at their source
 
     @property
@@ -42,8 +44,11 @@ class LayerKind:
 
     @property
     def plannable(self) -> bool:
-        """Whether the planners model it: uncompressed K, every query row scored densely."""
-        return self.compress_ratio == 1 and self.candidates is None
+        """Whether the planners model it: every query row scored densely against its K, either
+        uncompressed or compressed without pooling (DeepSeek-V4's C4: ``seq_len // ratio``
+        entries, a row at position p scoring ``(p + 1) // ratio``), with per-head weights."""
+        return (isinstance(self.compress_ratio, int) and self.compress_ratio >= 1 and self.candidates is None
+                and self.pool is None and self.has_weights)
 
 
 @dataclass(frozen=True)
@@ -55,6 +60,7 @@ class ModelPreset:
     kv_block: int  # tokens per KV cache block (prefix-cache granularity)
     max_model_len: int
     layer_kinds: tuple[LayerKind, ...] = ()
+    num_layers: int | None = None
     what: str = ""
     unverified: tuple[str, ...] = ()  # the model's facts (and its kinds', as kind.fact) not seen at their source
 
@@ -82,6 +88,16 @@ class ModelPreset:
     def plannable(self) -> bool:
         return all(k.plannable for k in self.indexing_kinds)
 
+    @property
+    def kv_ratio(self) -> int:
+        """Tokens per K entry its indexer scores (1: uncompressed; DeepSeek-V4: 4)."""
+        return self.main_kind.compress_ratio if self.layer_kinds else 1
+
+    @property
+    def main_kind(self) -> LayerKind:
+        """The kind most of its indexer layers are (the one a plan is made for)."""
+        return max(self.indexing_kinds, key=lambda k: k.indexer_layers)
+
 
 def _value(facts: dict, name: str, default=None):
     fact = facts.get(name)
@@ -100,6 +116,7 @@ def _layer_kind(doc: dict) -> LayerKind:
                      compress_ratio=_value(f, "compress_ratio"), layers=layers,
                      indexer_layers=int(_value(f, "indexer_layers", len(layers))),
                      reuse_layers=int(_value(f, "reuse_layers", 0)), candidates=_value(f, "candidates"),
+                     pool=_value(f, "pool"), has_weights=_value(f, "has_weights", True) is not False,
                      unverified=_unverified(f))
 
 
@@ -126,7 +143,8 @@ def _load_models() -> dict[str, ModelPreset]:
         unverified = _unverified(facts) + tuple(f"{k.name}.{u}" for k in kinds for u in k.unverified)
         models[doc["model"]] = ModelPreset(
             doc["model"], main.index_heads, main.head_dim, main.topk, int(_value(facts, "kv_block")),
-            int(_value(facts, "max_model_len")), kinds, doc.get("what", ""), unverified)
+            int(_value(facts, "max_model_len")), kinds, _value(facts, "num_hidden_layers"), doc.get("what", ""),
+            unverified)
     return models
 
 
@@ -164,8 +182,9 @@ def get_model(name: str) -> ModelPreset:
     known = known_models()
     if key in known:
         kinds = [k for k in known[key].indexing_kinds if not k.plannable]
-        why = "; ".join(f"its {k.name} layers score " + (f"{k.compress_ratio}x-compressed K" if k.compress_ratio != 1
-                                                          else f"a fixed {k.candidates} candidates")
+        why = "; ".join(f"its {k.name} layers score " + (f"a fixed {k.candidates} candidates" if k.candidates
+                                                          else f"K pooled {k.pool} tokens to an entry" if k.pool
+                                                          else "without per-head weights")
                         for k in kinds)
         raise BadValue("model", f"model {name!r} is known (data/models/{key}.json) but not planned yet: {why}; "
                                 f"planned: {', '.join(sorted(MODELS))}")

@@ -108,6 +108,8 @@ def test_frontier_writes_a_tidy_table(tmp_path, capsys):
     assert no_budget["oom"].all()  # the reported OOM: ~10 GiB of logits with 2.63 GiB free
     # N ~ 327K (steps of equal padded logits differ only by their metadata and temporaries)
     assert (no_budget["worst_kv_tokens"] >= 327_000).all()
+    # the one allocation a "Tried to allocate" message names: 8,192 x ~327K x 4 bytes
+    assert no_budget["largest_logits_bytes"].between(9.9 * 2**30, 10.1 * 2**30).all()
     budgeted = table[(table.strategy == "vllm") & (table.budget_mb == 512)]
     assert not budgeted["oom"].any()
     assert "largest ISL without OOM" in stdout and str(out) in stdout

@@ -311,6 +311,39 @@ def test_the_engine_strategy_plans_chunk_for_chunk_as_vllm_does(release):
     assert errors > 0 if not engine.has_budget else errors == 0
 
 
+def test_a_compressed_indexer_plans_chunk_for_chunk_as_vllm_0_33_does():
+    """DeepSeek-V4's C4 indexer on vLLM 0.33.0: the same chunker on seq_len // 4 K entries (the
+    query rows unchanged), the workspace in entries; no logits while the longest is <= top-k."""
+    rng = random.Random("c4")
+    steps = []
+    for b in named_batches() + random_batches(rng, 400):
+        seq = [s * 4 + rng.randint(0, 3) for s in b["seq_lens"]]  # tokens, at most 3 past a whole entry
+        steps.append((seq, b["query_lens"], b["workspace"], b["max_logits_bytes"]))
+    steps.append(([1_048_576], [8192], 16 * 1_048_576 // 4, 512 * MIB))  # 1M context: 512-row chunks
+    batches = [{"seq_lens": [s // 4 for s in seq], "query_lens": q, "workspace": w, "max_logits_bytes": budget}
+               for seq, q, w, budget in steps]
+    answer = run_oracle(vllm_python("0.33.0"), "vllm_chunks.py", {"batches": batches})
+    topk = get_model("deepseek-v4-flash").topk
+    compared = skipped = 0
+    for (seq, q, w, budget), b, result in zip(steps, batches, answer["results"], strict=True):
+        plan = make_plan(StepBatch.from_lengths(q, seq), "engine", budget,
+                         PlanSettings("deepseek-v4-flash", "vllm==0.33.0", workspace_tokens=w, temporaries="deepgemm"))
+        if max(b["seq_lens"]) <= topk:  # models/deepseek_v4/attention.py: every entry selected, no logits
+            assert plan.chunks == ()
+            skipped += 1
+            continue
+        assert [[*c.requests, *c.rows] for c in plan.chunks] == result["chunks"], b
+        # a chunk is as wide as its longest compressed request (DeepGEMM 2.8's max_seqlen_k)
+        for c in plan.chunks:
+            assert c.kv_tokens == sum(b["seq_lens"][c.requests[0]:c.requests[1]]) or c.num_requests == 1
+        compared += 1
+    assert compared >= 300 and skipped > 0
+    one_m = make_plan(StepBatch.from_lengths([8192], [1_048_576]), "engine", 512 * MIB,
+                      PlanSettings("deepseek-v4-flash", "vllm", temporaries="deepgemm"))
+    assert one_m.num_chunks == 16 and {c.num_rows for c in one_m.chunks} == {512}
+    assert {c.logits_cols for c in one_m.chunks} == {262_144} and one_m.workspace_tokens == 16 * 1_048_576 // 4
+
+
 # --------------------------------------------------------------- differential: SGLang's budget
 
 def sglang_src() -> str:

@@ -41,7 +41,7 @@ def test_every_fact_has_a_value_a_source_and_says_whether_it_was_seen_there(path
 
 def test_the_models_of_2026_and_which_the_planners_model():
     assert set(known_models()) == ALL
-    assert set(MODELS) == {"deepseek-v3.2", "glm-5", "glm-5.1", "glm-5.2"}
+    assert set(MODELS) == {"deepseek-v3.2", "glm-5", "glm-5.1", "glm-5.2", "deepseek-v4-flash", "deepseek-v4-pro"}
     # the two models the project was born with keep their shapes
     for name, shape in (("deepseek-v3.2", (64, 128, 2048, 64, 163_840)), ("glm-5", (32, 128, 2048, 64, 202_752))):
         m = get_model(name)
@@ -68,8 +68,8 @@ def test_layer_kinds_say_which_layers_compute_an_indexer():
 
 
 @pytest.mark.parametrize("model, reason", [
-    ("deepseek-v4-flash", "its c4 layers score 4x-compressed K"),
-    ("glm-5.3-flash", "its kpool layers score 4x-compressed K"),
+    ("glm-5.3-flash", "its kpool layers score K pooled 4 tokens to an entry"),
+    ("qwen3.8-flash-next", "its qsa layers score K pooled 4 tokens to an entry"),
     ("deepseek-v4.1-flash", "its c1_candidate_consumer layers score a fixed 16384 candidates"),
 ])
 def test_a_known_model_the_planners_do_not_model_is_refused_with_the_reason(model, reason, capsys):
@@ -92,3 +92,37 @@ def test_glm_5_2_at_1m_context_on_vllm_0_33_uses_its_long_context_workspace(caps
     assert d["peak_layer_kind"] == "full" and d["gpu"] == "h200" and d["unverified"] == []
     (kind,) = d["layer_kinds"]
     assert (kind["indexer_layers"], kind["layers"], kind["largest_logits_bytes"]) == (21, 21, d["largest_logits_bytes"])
+
+
+def test_a_compressed_request_scores_its_k_in_entries():
+    from indexer_lib.plan.packing import useful_area, window_sum
+
+    step = StepBatch.from_lengths([4096, 100, 3], [371_968, 4000, 3])
+    c = step.compressed(4)
+    assert c.query_lens == step.query_lens and c.seq_lens == (92_992, 1000, 0) and c.kv_ratio == 4
+    assert step.compressed(1) is step and c is step.compressed(4)  # made once per step
+    for r in c.requests:  # row i at position context + i scores (context + i + 1) // 4 entries
+        for a, b in ((0, r.query_len), (1, min(7, r.query_len)), (r.query_len // 2, r.query_len)):
+            assert window_sum(r, a, b) == sum((r.context_len + i + 1) // 4 for i in range(a, b))
+        assert r.window(r.query_len) == r.seq_len
+    assert useful_area(c, 0, 3) == sum(window_sum(r, 0, r.query_len) for r in c.requests)
+    with pytest.raises(ValueError, match="already compressed"):
+        c.compressed(2)
+
+
+def test_deepseek_v4_on_vllm_0_33_at_1m_context(capsys):
+    """One 1M-token request, its last 8,192 rows: 262,144 C4 entries, 512 rows per 512 MiB chunk,
+    two chunks' logits alive (about 1 GiB), on vLLM 0.33.0 only (the others' paths are not modelled)."""
+    argv = ["plan", "--model", "deepseek-v4-flash", "--query-lens", "8192", "--seq-lens", "1048576", "--json"]
+    assert main(argv) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["num_chunks"] == 16 and d["largest_logits_bytes"] == 512 * 262_144 * 4
+    assert d["workspace_tokens"] == 16 * 1_048_576 // 4 and d["peak_layer_kind"] == "c4"
+    assert 2 * 512 * 2**20 <= d["peak_transient_bytes"] < 1.01 * 2**30
+    assert main(argv[:-1] + ["--engine", "vllm==0.32.0"]) == 2
+    assert "not modelled; modelled on: vllm==0.33.0" in capsys.readouterr().err
+    assert main(["run", "--device", "meta", *argv[1:-1]]) == 2
+    assert "which the executor does not compute" in capsys.readouterr().err
+    # a short step: the longest compressed K is at most top-k (512), every entry selected, no logits
+    assert main(["plan", "--model", "deepseek-v4-flash", "--query-lens", "2048", "--seq-lens", "2048", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["num_chunks"] == 0

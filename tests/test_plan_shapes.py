@@ -67,6 +67,32 @@ def test_the_shapes_give_the_plans_count_limits_interval_and_peak(batch, strateg
     assert shaped.plan == plan.__class__(**{**plan.__dict__, "chunks": ()})
 
 
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batch=st.one_of(batches, st.lists(st.builds(PrefillRequest, context_len=st.integers(0, 4000),
+                                                   query_len=st.integers(1, 3000)),
+                                         min_size=1, max_size=8).map(lambda rs: StepBatch(tuple(rs)))),
+       strategy=st.sampled_from(strategy_names("field") + ("engine",)),
+       budget_mb=st.sampled_from([1, 16, 64, 300, 2048]), temporaries=st.sampled_from(["deepgemm", None]),
+       model=st.sampled_from(["deepseek-v4-flash", "deepseek-v4-pro"]))
+def test_a_compressed_indexer_plans_the_same_by_shapes(batch, strategy, budget_mb, temporaries, model):
+    """DeepSeek-V4's C4 indexer (K in entries of 4 tokens) on vLLM 0.33.0: the shapes give the
+    plan's count, limits, interval and peak, as for an uncompressed one."""
+    settings_ = PlanSettings(model, "vllm==0.33.0", temporaries=temporaries)
+    budget = None if strategy == "n-only" else int(budget_mb * MIB)
+    plan = make_plan(batch, strategy, budget, settings_)
+    report = memory_report(plan, topk_rows=8192, temporaries=temporaries)
+    shaped = plan_shapes(batch, strategy, budget, settings_)
+    transient, peak = shapes_peak(shaped, topk_rows=8192)
+    assert plan.batch.kv_ratio == 4 and plan.batch.seq_lens == tuple(s // 4 for s in batch.seq_lens)
+    assert shaped.num_chunks == plan.num_chunks and shaped.over_budget == plan.over_budget
+    assert shaped.plan.budget_stable == plan.budget_stable
+    assert (transient, peak) == (report.peak_transient, report.peak)
+    rows = sorted((c.token_start, c.token_end) for c in plan.chunks)
+    if plan.chunks:  # every query row covered once
+        assert rows[0][0] == 0 and rows[-1][1] == batch.num_rows
+        assert all(a[1] == b[0] for a, b in zip(rows, rows[1:]))
+
+
 # an engine's own chunker of each kind: vLLM's workspace packing with a K buffer per chunk and
 # with one workspace, its logits budget (before and on the compressed-only DeepGEMM 2.8),
 # SGLang's one call, its query rows against the batch's K (with and without skipping the logits

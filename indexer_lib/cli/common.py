@@ -8,7 +8,7 @@ import sys
 from ..engines import DEFAULT_ENGINE, SGLANG_MEM_FRACTION_STATIC, get_engine, process_budget
 from ..padding import DEEPGEMM_RULES
 from ..plan import NO_BUDGET, STRATEGIES, PlanSettings, Strategy, get_strategy, make_plan
-from ..shapes import GPUS, MODELS, budget_bytes_from_mb, free_bytes_from_gib, get_gpu
+from ..shapes import GPUS, MODELS, budget_bytes_from_mb, free_bytes_from_gib, get_gpu, get_model
 from ..study.frontier import format_bytes
 from ..workload import StepBatch
 
@@ -163,8 +163,11 @@ def strategy_from_args(args) -> Strategy:
 def settings_from_args(args, strategy: Strategy) -> PlanSettings:
     """The plan settings the options name; the engine's own chunker keeps its release's build and
     arithmetic, so asking it for another is refused."""
+    # the CPU reference executor's temporaries; the H200 path's for a compressed-K indexer,
+    # which the reference executor does not compute
+    temporaries = "deepgemm" if get_model(args.model).kv_ratio != 1 else "reference"
     settings = PlanSettings(args.model, args.engine, args.deepgemm_version, not args.no_padding,
-                            args.workspace_tokens)
+                            args.workspace_tokens, temporaries)
     max_model_len = getattr(args, "max_model_len", None)
     if max_model_len is not None:
         settings = with_max_model_len(settings, max_model_len, args)

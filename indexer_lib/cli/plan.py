@@ -53,10 +53,10 @@ def cmd_plan(args) -> int:
           f"peak {format_bytes(report.peak)} ({format_bytes(report.peak_transient)} transient)")
     preset = plan.settings.preset
     (kind,) = preset.indexing_kinds
-    layers = sum(len(k.layers) for k in preset.layer_kinds)
-    print(f"{preset.name}: layer kind {kind.name} ({kind.index_heads} heads x {kind.head_dim}, top-{kind.topk}) "
-          f"on {kind.indexer_layers} of {layers} layers; each of them allocates this plan in turn"
-          + (f"; unverified: {', '.join(preset.unverified)}" if preset.unverified else ""))
+    entries = f", K in entries of {kind.compress_ratio} tokens" if kind.compress_ratio != 1 else ""
+    print(f"{preset.name}: layer kind {kind.name} ({kind.index_heads} heads x {kind.head_dim}, top-{kind.topk}"
+          f"{entries}) on {kind.indexer_layers} of {preset.num_layers} layers; each of them allocates this plan "
+          "in turn" + (f"; unverified: {', '.join(preset.unverified)}" if preset.unverified else ""))
     if not plan.chunks:
         print(f"no logits: {plan.engine} selects every token of this step (its longest sequence fits the top-k)")
     print(f"{'#':>4} {'requests':>11} {'rows':>15} {'tokens':>15} {'kv':>8} {'cols':>8} "

@@ -63,6 +63,10 @@ class EngineProfile:
     workspace_align: int = 1  # the workspace manager rounds each buffer up to this many bytes
     # a smaller factor above a max_model_len (vLLM 0.33: 16 instead of 40 above 256K): [above, factor]
     workspace_factor_long: tuple | None = None
+    # the release's path for an indexer over compressed K (DeepSeek-V4's C4) is modelled: the same
+    # chunker on seq_len // ratio entries, the workspace in entries, and no logits at all while the
+    # step's longest compressed K is at most top-k
+    compressed_kv: bool = False
     workspace_extra_bytes: int = 0  # bytes the profile run adds to the shared workspace (kept)
     sources: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 

@@ -26,6 +26,7 @@ from ..study.grid import Grid
 from ..workload import SchedulerConfig
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+BY_MODEL = "by-model"  # whose temporaries a model's plans count: see Parameters.settings
 
 
 # a number as given (an int stays an int, so a message shows the value the user wrote)
@@ -49,8 +50,12 @@ class Parameters(BaseModel):
     output_dir: str
     data_dir: str
 
-    def settings(self, temporaries: str | None = "reference") -> PlanSettings:
-        """The plan settings the notebook's parameters name."""
+    def settings(self, temporaries: str | None = BY_MODEL) -> PlanSettings:
+        """The plan settings the notebook's parameters name; temporaries by default the CPU
+        reference executor's, or the H200 path's for a compressed-K indexer (DeepSeek-V4), which
+        the reference executor does not compute."""
+        if temporaries == BY_MODEL:
+            temporaries = "reference" if get_model(self.model).kv_ratio == 1 else "deepgemm"
         return PlanSettings(self.model, self.engine, self.deepgemm_version, temporaries=temporaries)
 
     def checks(self):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..workload import StepBatch
 from .chunks import Chunk, Plan
+from .packing import window_sum
 
 
 def _clipped_window_sum(u: int, v: int, start: int, width: int) -> int:
@@ -21,17 +22,19 @@ def _clipped_window_sum(u: int, v: int, start: int, width: int) -> int:
 def chunk_useful_elements(chunk: Chunk, batch: StepBatch) -> int:
     """Logits the chunk's rows really score: the sum over its rows of ke - ks (for a
     column range of kv-split, only the part of each window inside the range)."""
-    if chunk.num_requests == 1 and not chunk.compressed:
+    if chunk.num_requests == 1 and not chunk.compressed and batch.kv_ratio == 1:
         r = batch.requests[chunk.requests[0]]
         a, b = chunk.rows
         return _clipped_window_sum(r.context_len + a + 1, r.context_len + b, chunk.kv_start,
                                    chunk.logits_cols)
+    if chunk.kv_start:
+        raise ValueError("a column range of a compressed-K step: kv-split is not planned on compressed K")
     total, offset = 0, 0
     for r in batch.requests[chunk.requests[0]:chunk.requests[1]]:
         a = max(chunk.rows[0], offset) - offset
         b = min(chunk.rows[1], offset + r.query_len) - offset
-        if b > a:  # rows a..b-1 of this request: context + i + 1 columns each
-            total += (b - a) * r.context_len + (a + 1 + b) * (b - a) // 2
+        if b > a:  # rows a..b-1 of this request: r.window(i + 1) columns each
+            total += window_sum(r, a, b)
         offset += r.query_len
     return total
 
@@ -44,6 +47,7 @@ def plan_features(plan: Plan) -> dict:
         "gathers": plan.num_gathers,
         "useful_elements": useful,
         "allocated_logits_bytes": sum(c.logits_bytes for c in plan.chunks),
+        "largest_logits_bytes": max((c.logits_bytes for c in plan.chunks), default=0),
         "gathered_kv_tokens": sum(c.kv_tokens for c in plan.chunks if c.gather),
         "heads": plan.settings.preset.index_heads,
         "k_bytes_per_token": plan.settings.preset.k_bytes_per_token,

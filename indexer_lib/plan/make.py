@@ -30,9 +30,11 @@ def make_plan(batch: StepBatch, strategy: str | Strategy, budget_bytes: int | No
     engine release (``settings.engine``) the project's strategies run on its DeepGEMM build,
     workspace and layout (or on ``settings.deepgemm_version``, a what-if); the ``engine``
     strategy is the release's own chunker (default: the latest vLLM), on its own build,
-    counting plain M x N x 4 bytes as the engines do.
+    counting plain M x N x 4 bytes as the engines do.  A model whose indexer scores compressed K
+    (DeepSeek-V4's C4) plans the step as it sees it: ``seq_len // ratio`` K entries per request.
     """
     s = get_strategy(strategy)
+    batch = settings.view(batch)  # a compressed-K indexer plans the step's K in entries
     b = step_budgeting(s, s.runs_under(settings), batch, budget_bytes)
     build = ChunkBuilder(batch, b)
     s.split(batch, b, build)

@@ -118,18 +118,18 @@ def slice_causal(i: int, build, compressed: bool, times: int = 1) -> None:
             # slice is wider than the one before, so it takes at most as many rows (bytes never
             # fall with rows or width): ask for the previous slice's rows first, the usual answer
             lo, hi = 0, min(most, r.query_len - q0)
-            if b.within(hi, r.context_len + q0 + hi, compressed):
+            if b.within(hi, r.window(q0 + hi), compressed):
                 lo = hi
             hi -= 1
             while lo < hi:
                 mid = (lo + hi + 1) // 2
-                if b.within(mid, r.context_len + q0 + mid, compressed):
+                if b.within(mid, r.window(q0 + mid), compressed):
                     lo = mid
                 else:
                     hi = mid - 1
             most = max(lo, 1)
             q1 = q0 + most
-            out.append(Slice(q0, q1, r.context_len + q1, q0 == 0, lo == 0, compressed, r.seq_len))
+            out.append(Slice(q0, q1, r.window(q1), q0 == 0, lo == 0, compressed, r.seq_len))
             q0 = q1
         return out
 
@@ -153,7 +153,7 @@ def split_columns(i: int, build) -> None:
     first = True
     for q0 in range(0, r.query_len, rows):
         q1 = min(q0 + rows, r.query_len)
-        last_ke = r.context_len + q1  # the slice's widest window
+        last_ke = r.window(q1)  # the slice's widest window
         for kv_start in range(0, last_ke, width):
             cols = min(width, last_ke - kv_start)
             # flagged only if this very block of rows and columns breaks the budget
@@ -164,5 +164,19 @@ def split_columns(i: int, build) -> None:
 
 def useful_area(batch: StepBatch, r0: int, r1: int) -> int:
     """Logits each row really reads: sum over rows of ke - ks."""
-    return sum(r.query_len * r.context_len + r.query_len * (r.query_len + 1) // 2
-               for r in batch.requests[r0:r1])
+    return sum(window_sum(r, 0, r.query_len) for r in batch.requests[r0:r1])
+
+
+def window_sum(r, a: int, b: int) -> int:
+    """Sum of the windows (ke - ks) of a request's rows a..b-1: row i scores ``r.window(i + 1)``
+    K entries (context + i + 1 tokens, or that many // ratio compressed entries)."""
+    ratio = getattr(r, "ratio", 1)
+    if ratio == 1:
+        return (b - a) * r.context_len + (a + 1 + b) * (b - a) // 2
+    return _floor_sum(r.context_len + b, ratio) - _floor_sum(r.context_len + a, ratio)
+
+
+def _floor_sum(n: int, ratio: int) -> int:
+    """sum of x // ratio for x in 1..n."""
+    k = n // ratio  # full groups: x // ratio = j for ratio values of x each (j = 0..k-1), then k
+    return ratio * k * (k - 1) // 2 + k * (n - ratio * k + 1)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
-from ..engines import DEFAULT_ENGINE, EngineProfile, get_engine
+from ..engines import DEFAULT_ENGINE, EngineProfile, engine_names, get_engine
 from ..padding import DEFAULT_DEEPGEMM_VERSION, PaddingRules, get_rules
 from ..shapes import ModelPreset, get_model
 from ..checks import BadValue, check_int
@@ -52,10 +52,33 @@ class PlanSettings:
         if self.temporaries not in TEMPORARIES:
             raise BadValue("temporaries", f"temporaries {self.temporaries!r}: must be one of "
                                           f"{', '.join(str(t) for t in TEMPORARIES)}")
+        if self.preset.kv_ratio != 1:
+            self._check_compressed(profile)
         if self.temporaries == "engine" and (profile is None or profile.path is None):
             on = "no engine" if profile is None else profile.name
             raise BadValue("temporaries", f"temporaries 'engine': {on} has no replayed path (give an "
                                           "engine release whose indexer path the project replays)")
+
+    def _check_compressed(self, profile) -> None:
+        """A model whose indexer scores compressed K (DeepSeek-V4's C4) runs on the releases whose
+        path for it is modelled, with the H200 path's temporaries (the CPU reference executor
+        computes uncompressed indexers only)."""
+        ratio, kind = self.preset.kv_ratio, self.preset.main_kind.name
+        if profile is None or not profile.compressed_kv:
+            modelled = ", ".join(engine_names_with_compressed_kv())
+            on = "no engine release" if profile is None else profile.name
+            raise BadValue("engine", f"{on}: its indexer path for {self.model}'s {kind} layers "
+                                     f"({ratio}x-compressed K) is not modelled; modelled on: {modelled}")
+        if self.temporaries in ("reference", "engine"):
+            raise BadValue("temporaries", f"temporaries {self.temporaries!r}: {self.model}'s {kind} indexer scores "
+                                          f"{ratio}x-compressed K, which the reference executor and the replayed "
+                                          "path do not compute; give 'deepgemm' (the H200 path) or None")
+
+    def view(self, batch):
+        """The step as this model's indexer sees it: its K compressed ``kv_ratio`` tokens to an
+        entry (``StepBatch.compressed``), the batch itself where K is uncompressed."""
+        ratio = self.preset.kv_ratio
+        return batch if ratio == 1 or batch.kv_ratio == ratio else batch.compressed(ratio)
 
     # what the settings compute from their fields and keep: never pickled (closures, and a hash
     # of strings, which differs from process to process)
@@ -107,8 +130,11 @@ class PlanSettings:
         if self.workspace_tokens is not None:
             return self.workspace_tokens
         if self.profile is None:
-            return self.preset.default_workspace_tokens
-        return self.profile.workspace_tokens(self.preset.max_model_len)
+            tokens = self.preset.default_workspace_tokens
+        else:
+            tokens = self.profile.workspace_tokens(self.preset.max_model_len)
+        # vLLM sizes a compressed indexer's K workspace in entries: the buffer // compress ratio
+        return None if tokens is None else tokens // self.preset.kv_ratio
 
     @cached_property
     def workspace_lifetime(self) -> str:
@@ -125,3 +151,8 @@ class PlanSettings:
         if "engine" not in changes and self.profile is not None:
             changes["engine"] = self.profile  # keeps a profile object given as the engine
         return replace(self, **changes)
+
+
+def engine_names_with_compressed_kv() -> list[str]:
+    """The releases whose indexer path for compressed K the project models."""
+    return [n for n in engine_names() if get_engine(n).compressed_kv]

@@ -216,7 +216,7 @@ class KvSplit(Strategy):
     def split(self, batch, b, build) -> None:
         def slice_one(i: int, bld) -> None:
             r = batch.requests[i]
-            if b.within(1, r.context_len + 1):
+            if b.within(1, r.window(1)):
                 # the first row fits, so causal slicing meets the budget everywhere it can
                 probe = ChunkBuilder(batch, b)
                 slice_causal(i, probe, compressed=False)
@@ -317,14 +317,14 @@ class Engine(Strategy):
         gate = engine.chunk_skip_elements
         if engine.chunker == "rows" and gate is not None and batch.num_rows * batch.num_kv_tokens < gate:
             return  # under the element gate the engine reads no budget
-        if engine.skip_logits_at_or_below_topk and batch.longest <= settings.preset.topk:
+        if skips_logits(engine, batch, settings.preset.topk):
             return
         raise ValueError(f"{engine.name} chunks this step ({batch.num_rows} x {batch.num_kv_tokens} logits) "
                          "against a budget: budget_bytes must be > 0 (engines.EngineBudget computes it)")
 
     def split(self, batch, b, build) -> None:
         engine = b.settings.profile
-        if engine.skip_logits_at_or_below_topk and batch.longest <= b.model.topk:
+        if skips_logits(engine, batch, b.model.topk):
             return  # no logits at all: the engine selects every token
         if engine.chunker == "workspace":
             NOnly().split(batch, b, build)
@@ -345,6 +345,13 @@ class Engine(Strategy):
         else:
             per = min(max(1, b.max_rows(cols)), rows)
         build.add_rows(0, len(batch.requests), rows, per, cols)
+
+
+def skips_logits(engine, batch, topk: int) -> bool:
+    """Whether the release computes no logits for the step and selects every K entry: SGLang when
+    every sequence is at most top-k; vLLM's compressed indexers when the longest compressed K is."""
+    at_most_topk = batch.longest <= topk
+    return at_most_topk and (engine.skip_logits_at_or_below_topk or (batch.kv_ratio != 1 and engine.compressed_kv))
 
 
 # the field's strategy before budgets: the unsplit reference that chunk overheads are measured against

@@ -163,6 +163,9 @@ def execute(plan: Plan, inputs: IndexerInputs, backend="reference", device=None,
     ``observer``: optional object with ``chunk_start(index)`` and
     ``chunk_end(index, ChunkRun)`` (the tracer).
     """
+    if plan.batch.kv_ratio != 1:
+        raise ValueError(f"{plan.model}: its indexer scores {plan.batch.kv_ratio}x-compressed K, which the "
+                         "executor does not compute (the plan and its memory are modelled: indexer-lab plan)")
     check_inputs_match(plan, inputs)
     model = get_model(plan.model)
     device = inputs.device if device is None else torch.device(device)

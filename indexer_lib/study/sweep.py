@@ -133,6 +133,8 @@ def worst_step_detail(schedule: frontier.Schedule, w: frontier.WorstStep, settin
         "worst_kv_tokens": w.worst_kv_tokens, "worst_requests": len(batch.requests),
         "worst_chunks": w.worst_chunks, "worst_gathers": f["gathers"],
         "worst_allocated_logits_bytes": f["allocated_logits_bytes"],
+        # the worst step's largest single logits allocation: what a "Tried to allocate" names
+        "largest_logits_bytes": f["largest_logits_bytes"],
         "worst_useful_elements": f["useful_elements"],
         "worst_gathered_kv_tokens": f["gathered_kv_tokens"],
         "max_chunks": w.max_chunks, "total_chunks": w.total_chunks, "over_budget": w.over_budget,

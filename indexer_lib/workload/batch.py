@@ -28,6 +28,11 @@ class PrefillRequest:
     def seq_len(self) -> int:
         return self.context_len + self.query_len
 
+    def window(self, rows: int) -> int:
+        """K entries the request's row ``rows - 1`` scores: its window's end ``ke`` (the query's
+        rows [0, rows) score at most this many)."""
+        return self.context_len + rows
+
     @classmethod
     def from_lengths(cls, query_len: int, seq_len: int) -> "PrefillRequest":
         check_int("query_len", query_len, 1)
@@ -38,6 +43,22 @@ class PrefillRequest:
                 "cannot exceed its sequence length"
             )
         return cls(seq_len - query_len, query_len)
+
+
+@dataclass(frozen=True)
+class CompressedRequest(PrefillRequest):
+    """A request as an indexer over K compressed ``ratio`` tokens to one entry sees it (DeepSeek-V4's
+    C4, a 4-token pool): its query rows are the request's own, its K is ``seq_len // ratio``
+    entries, and the row at position p scores the ``(p + 1) // ratio`` entries complete by then."""
+
+    ratio: int = 1
+
+    @property
+    def seq_len(self) -> int:
+        return (self.context_len + self.query_len) // self.ratio
+
+    def window(self, rows: int) -> int:
+        return (self.context_len + rows) // self.ratio
 
 
 class _once:
@@ -60,13 +81,31 @@ class StepBatch:
 
     requests: tuple[PrefillRequest, ...]
     step: int = 0  # engine step index in the schedule that produced it
+    # tokens per K entry the indexer scores (``compressed``): seq_lens count entries, not tokens
+    kv_ratio: int = 1
 
     def __post_init__(self):
         requests = tuple(self.requests)
         object.__setattr__(self, "requests", requests)
         # every batch is grouped by its lengths (tuples of ints, hashed in C), and planners read them
         object.__setattr__(self, "query_lens", tuple([r.query_len for r in requests]))
-        object.__setattr__(self, "seq_lens", tuple([r.context_len + r.query_len for r in requests]))
+        r = self.kv_ratio
+        object.__setattr__(self, "seq_lens", tuple([(q.context_len + q.query_len) // r for q in requests] if r != 1
+                                                   else [q.context_len + q.query_len for q in requests]))
+
+    def compressed(self, ratio: int) -> "StepBatch":
+        """The step as an indexer over K compressed ``ratio`` to one sees it: the same query rows,
+        ``seq_len // ratio`` K entries per request (``CompressedRequest``)."""
+        check_int("compress_ratio", ratio, 1)
+        if ratio == 1:
+            return self
+        if self.kv_ratio != 1:
+            raise ValueError(f"this step is already compressed ({self.kv_ratio}x)")
+        kept = self.__dict__.get("_compressed")  # a grid plans each step many times: made once
+        if kept is None or kept.kv_ratio != ratio:
+            kept = self.__dict__["_compressed"] = StepBatch(
+                tuple(CompressedRequest(r.context_len, r.query_len, ratio) for r in self.requests), self.step, ratio)
+        return kept
 
     # computed once per batch: planners ask for them millions of times in a sweep
     @_once
