@@ -98,6 +98,19 @@ def test_beyond_notebook_shows_the_published_policy_failure_and_flat_fixed_shape
     assert len(auto) == 4 and auto["deploy"].str.len().gt(0).all()
 
 
+def test_the_indexers_of_2026_in_notebook_01(ci_run):
+    out, _ = ci_run
+    models = pd.read_csv(out / "tables" / "01_models_2026.csv")
+    planned = models[models["planned"]]
+    assert set(planned["model"]) == {"deepseek-v3.2", "glm-5", "glm-5.1", "glm-5.2", "deepseek-v4-flash",
+                                     "deepseek-v4-pro"}
+    assert (planned["isl"] == planned["max_model_len"]).all() and set(planned["concurrency"]) == {1, 8}
+    v4 = planned[(planned["model"] == "deepseek-v4-flash") & (planned["concurrency"] == 1)].iloc[0]
+    assert v4["peak_layer_kind"] == "c4" and v4["worst_chunks"] == 16 and v4["engine"] == "vllm==0.33.0"
+    assert set(models[~models["planned"]]["model"]) == {"deepseek-v4.1-flash", "glm-5.3-flash", "qwen3.8-flash-next"}
+    assert models[~models["planned"]]["why_not"].str.startswith("its ").all()
+
+
 def test_beyond_notebook_prints_no_line_the_engines_own_chunker_would_oom_with(ci_run):
     """Every line notebook 04 prints to deploy, replayed with the release's own chunker on the
     same deployments and scheduler (the release's defaults: ci.yaml sets none)."""

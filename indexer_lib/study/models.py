@@ -1,0 +1,57 @@
+"""The indexers of 2026 side by side: every model of ``data/models/`` at its own ``max_model_len``,
+planned on the latest engine release whose path for it is modelled, with the layer kind that sets
+the peak; the models not planned yet, with the reason (docs/design.md#models).  Modelled."""
+from __future__ import annotations
+
+from ..checks import BadValue
+from ..engines import engine_names, get_engine
+from ..plan.settings import engine_names_with_compressed_kv
+from ..shapes import GIB, MIB, get_model, known_models
+from .grid import Grid
+from .sweep import model_rows
+
+
+def release_for(model: str) -> str:
+    """The latest vLLM release whose path for the model's indexer is modelled."""
+    if get_model(model).kv_ratio != 1:
+        return engine_names_with_compressed_kv()[-1]
+    return engine_names("vllm")[-1]
+
+
+def model_rows_2026(concurrency=(1, 8), free_gib: float = 2.63) -> list[dict]:
+    """Per known model: at concurrency C x ISL = its max_model_len (OSL 64), its release's own
+    chunker at the release's default budget and scheduler, the worst step, its largest logits
+    allocation and peak, and the layer kind that sets it; a model not planned yet gets one row
+    that says why."""
+    rows = []
+    for name, preset in sorted(known_models().items()):
+        kinds = ", ".join(f"{k.name} ({k.indexer_layers}/{len(k.layers)} layers, ratio {k.compress_ratio})"
+                          for k in preset.layer_kinds)
+        base = {"model": name, "max_model_len": preset.max_model_len, "layer_kinds": kinds,
+                "unverified": ", ".join(preset.unverified)}
+        try:
+            get_model(name)
+        except BadValue as e:
+            rows.append({**base, "planned": False, "why_not": str(e).split(": ", 1)[1].split("; planned:")[0]})
+            continue
+        engine = release_for(name)
+        grid = Grid(model=name, concurrency=tuple(concurrency), isl=(preset.max_model_len,), osl=64,
+                    budget_mb=(get_engine(engine).budget_default,), strategy=("engine",), free_gib=(free_gib,),
+                    engine=(engine,))
+        kind = preset.main_kind
+        for r in model_rows(grid):
+            rows.append({**base, "planned": True, "engine": engine, "concurrency": r["concurrency"],
+                         "isl": r["isl"], "peak_layer_kind": kind.name,
+                         "indexer_layers": preset.indexer_layers,
+                         "worst_rows": r["worst_rows"], "worst_kv_tokens": r["worst_kv_tokens"],
+                         "worst_chunks": r["worst_chunks"],
+                         "largest_logits_mib": r["largest_logits_bytes"] / MIB,
+                         "peak_transient_gib": r["peak_transient_bytes"] / GIB,
+                         "free_gib": free_gib, "oom": r["oom"], "mode": "model"})
+    return rows
+
+
+def model_table_2026(concurrency=(1, 8), free_gib: float = 2.63):
+    import pandas as pd
+
+    return pd.DataFrame(model_rows_2026(concurrency, free_gib))
