@@ -12,7 +12,9 @@ a notebook that fails is reported in one line, exit 1.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -72,6 +74,23 @@ class _PapermillGuesses(logging.Filter):
         return not message.startswith(("Unable to parse line", "Passed unknown parameter"))
 
 
+@contextlib.contextmanager
+def headless_kernels():
+    """The kernels started inside know they run headless (dashboards show their first state, no
+    progress bars); this process's environment is as it was afterwards."""
+    from indexer_lib.runmode import HEADLESS_ENV
+
+    before = os.environ.get(HEADLESS_ENV)
+    os.environ[HEADLESS_ENV] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[HEADLESS_ENV]
+        else:
+            os.environ[HEADLESS_ENV] = before
+
+
 def run(params_file: Path, run_name: str | None, results: Path, only: list[str]) -> int:
     import papermill as pm
 
@@ -89,7 +108,7 @@ def run(params_file: Path, run_name: str | None, results: Path, only: list[str])
     plan = [(name, notebook_parameters(spec, name, out_dir)) for name in names]
     (out_dir / "notebooks").mkdir(parents=True, exist_ok=True)
     # a rerun after an upgrade: the older sweep tables go aside (kept), the job starts over
-    from indexer_lib.study.store import set_aside_older
+    from indexer_lib.study.store import set_aside_older, tidy_finished
 
     for path in set_aside_older(out_dir / "tables"):
         print(f"an older indexer-lab's sweep table, kept: {path}")
@@ -97,9 +116,10 @@ def run(params_file: Path, run_name: str | None, results: Path, only: list[str])
     for name, params in plan:
         t0 = time.perf_counter()
         try:
-            pm.execute_notebook(NOTEBOOKS / f"{name}.ipynb", out_dir / "notebooks" / f"{name}.ipynb",
-                                parameters=params, cwd=str(NOTEBOOKS), kernel_name="python3",
-                                progress_bar=False, log_output=False)
+            with headless_kernels():
+                pm.execute_notebook(NOTEBOOKS / f"{name}.ipynb", out_dir / "notebooks" / f"{name}.ipynb",
+                                    parameters=params, cwd=str(NOTEBOOKS), kernel_name="python3",
+                                    progress_bar=False, log_output=False)
         except pm.PapermillExecutionError as e:
             print(f"{name}: failed in cell {e.exec_count}: {e.ename}: {e.evalue}",
                   file=sys.stderr)
@@ -107,6 +127,7 @@ def run(params_file: Path, run_name: str | None, results: Path, only: list[str])
                   file=sys.stderr)
             return 1
         print(f"{name}: done in {time.perf_counter() - t0:.1f} s")
+    tidy_finished(out_dir / "tables")  # the finished sweeps' journals and locks: tables only
     summary = [p.read_text().strip() for p in sorted((out_dir / "tables").glob("summary_*.txt"))]
     (out_dir / "summary.txt").write_text("\n".join(summary) + "\n")
     figures = sorted((out_dir / "figures").glob("*.png")) if (out_dir / "figures").exists() else []

@@ -35,6 +35,10 @@ def test_every_notebook_ran_and_wrote_figures_and_tables(ci_run):
                   "03_strategies_workloads.csv", "04_frontier.parquet", "04_chunks.csv",
                   "04_reserved.csv", "04_policies.csv", "04_auto.csv"):
         assert (tables / table).exists(), table
+    # a results folder of tables: the finished sweep's journal and lock are gone
+    assert not list(tables.glob("*.journal")) and not list(tables.glob("*.lock"))
+    for name in ("01_oom_frontier", "04_beyond"):  # no progress bar saved frozen at 0%
+        assert "%|" not in (out / "notebooks" / f"{name}.ipynb").read_text()
     frame = pd.read_parquet(tables / "frontier-model.parquet")
     # n-only reads no budget: one row per workload (budget_mb empty), the other strategies one per budget
     assert len(frame) == 3 * 2 * (2 + 1 + 2 + 2) and set(frame["mode"]) == {"model"}

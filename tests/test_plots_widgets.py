@@ -322,3 +322,25 @@ def test_the_long_context_figure_draws_each_strategys_frontier_over_free_memory_
         rows = frame[(frame["concurrency"] == conc) & (frame["strategy"] == "vllm")].sort_values("budget_mb")
         assert list(lines["vllm"].get_ydata()) == list(rows["peak_transient_bytes"] / 2**30)
         assert len(set(lines["n-only"].get_ydata())) == 1  # no budget: flat
+
+
+def test_a_headless_run_shows_a_dashboards_first_state_not_a_widget(monkeypatch):
+    """An executed notebook is read, not clicked: under the headless runner a dashboard displays
+    a note, its figure and its table (a widget would be saved as a VBox(...) repr)."""
+    import IPython.display
+
+    from indexer_lib.notebook.widgets import FrontierDashboard
+    from indexer_lib.runmode import HEADLESS_ENV
+
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda *objs, **kw: shown.extend(objs))
+    dash = FrontierDashboard(Grid(concurrency=(1, 16), isl=(2048,), strategy="vllm"), budget_mb=512)
+    monkeypatch.setenv(HEADLESS_ENV, "1")
+    dash._ipython_display_()
+    kinds = [type(o).__name__ for o in shown]
+    assert kinds == ["Markdown", "Image", "HTML"] and "open this notebook in JupyterLab" in shown[0].data
+    assert shown[1].data == bytes(dash.image.value) and shown[2].data == dash.html.value
+    shown.clear()
+    monkeypatch.delenv(HEADLESS_ENV)
+    dash._ipython_display_()
+    assert len(shown) == 1 and type(shown[0]).__name__ == "VBox"  # the live widget

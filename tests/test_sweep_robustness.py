@@ -200,6 +200,26 @@ def test_a_rerun_after_an_upgrade_sets_the_older_tables_aside(tmp_path):
     assert len(sweep.run(grid, old, progress=False)) == grid.num_rows  # starts over
 
 
+def test_a_finished_sweeps_journal_and_lock_are_tidied_and_rebuilt(tmp_path):
+    """The headless runner leaves tables only: a finished table's journal and lock go; the next
+    run on it rebuilds the journal from the table and redoes nothing; an unfinished journal stays."""
+    from indexer_lib.study.store import tidy_finished
+
+    grid = Grid(**SMALL)
+    out = tmp_path / "s.parquet"
+    journal, lock = out.with_name(out.name + ".journal"), out.with_name(out.name + ".lock")
+    first = sweep.run(grid, out, progress=False)
+    lock.touch()  # as a sweep leaves it
+    assert set(tidy_finished(tmp_path)) == {journal, lock} and out.exists()
+    assert not journal.exists() and not lock.exists()
+    again = sweep.run(grid, out, progress=False)  # the journal rebuilt from the table
+    assert journal.exists() and len(again) == len(first)
+    pd.testing.assert_frame_equal(again.drop(columns=["date"]), first.drop(columns=["date"]), check_like=True)
+    with open(journal, "ab") as f:  # a task only the journal holds: it is the only copy
+        f.write(_line({"task": "not in the table", "rows": []}))
+    assert tidy_finished(tmp_path) == [] and journal.exists()
+
+
 BIG = textwrap.dedent("""
     import sys, time
     from indexer_lib.study import sweep

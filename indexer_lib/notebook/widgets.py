@@ -14,6 +14,7 @@ import ipywidgets as w
 
 from .live_candidates import LiveCandidates
 from .live_heatmap import LiveHeatmap
+from .headless import show_dashboard
 from .plots import scheduler_note
 from ..engines import engine_names, get_engine
 from ..fast import young_only
@@ -165,9 +166,7 @@ class FrontierDashboard:
         return w.VBox([w.HBox([left, right]), w.HBox([self.image, self.html])])
 
     def _ipython_display_(self):
-        from IPython.display import display
-
-        display(self.widget)
+        show_dashboard(self.widget, self.image.value, self.html.value, "The frontier dashboard")
 
 
 class AutoDashboard:
@@ -240,6 +239,4 @@ class AutoDashboard:
         return w.VBox([w.HBox(list(self.controls.values())), self.html, self.image])
 
     def _ipython_display_(self):
-        from IPython.display import display
-
-        display(self.widget)
+        show_dashboard(self.widget, self.image.value, self.html.value, "The auto dashboard")

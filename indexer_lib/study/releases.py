@@ -73,7 +73,8 @@ def release_rows(deployment: str, releases=ERA_RELEASES, free_gib: float | None 
                 "worst_chunks": w.worst_chunks, "max_chunks": w.max_chunks,
                 "peak_transient_gib": w.peak_transient_bytes / GIB,
                 "profile_run_logits_gib": profile_run_logits_bytes(profile) / GIB,
-                "unreserved_gib": (w.peak_transient_bytes - profile_run_logits_bytes(profile)) / GIB,
+                # none when the profile run reserved more than the worst step needs
+                "unreserved_gib": max(0, w.peak_transient_bytes - profile_run_logits_bytes(profile)) / GIB,
                 "free_gib": free_gib,
                 "oom": w.peak_transient_bytes > free, "mode": "model",
             })

@@ -416,3 +416,33 @@ def set_aside_older(tables: str | Path) -> list[Path]:
         os.replace(path, target)
         moved.append(target)
     return moved
+
+
+def tidy_finished(tables: str | Path) -> list[Path]:
+    """Remove the journals and lock files of a folder's finished sweep tables (every task of the
+    journal is in the table; nobody holds the lock), so a results folder holds tables only.  A
+    later run on the same table rebuilds its journal from the table.  Returns what it removed."""
+    import pyarrow.parquet as pq
+
+    tables = Path(tables)
+    removed = []
+    for journal in sorted(tables.glob("*.parquet.journal")):
+        table = journal.with_name(journal.name.removesuffix(".journal"))
+        if not table.exists() or stored_schema(table) != SCHEMA_VERSION or stored_schema(journal) != SCHEMA_VERSION:
+            continue
+        with open(journal, "rb") as f:
+            journaled = {r["task"] for r in map(_parse, f.readlines()[1:]) if r and "task" in r}
+        if journaled - set(pq.read_table(table, columns=["task"]).column("task").to_pylist()):
+            continue  # a task the table lacks: the journal is the only copy
+        lock = table.with_name(table.name + ".lock")
+        if lock.exists():
+            with open(lock, "a") as f:
+                try:
+                    fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue  # a sweep is writing it now
+                lock.unlink()
+                removed.append(lock)
+        journal.unlink()
+        removed.append(journal)
+    return removed

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from . import frontier
 from ..memory import topk_buffer_bytes, workspace_bytes
+from ..runmode import headless
 from ..engines import get_engine, not_default_text
 from ..fast import step_features, young_only
 from ..plan import MEASURED_BUDGET, get_strategy, make_plan
@@ -404,7 +405,7 @@ def run(grid: Grid, out: str | Path, settings: RunSettings = RunSettings(), exec
         for note in store.notes:
             print(note)
         bar = tqdm(total=total, initial=len(store.done), desc=f"sweep ({settings.mode})",
-                   unit="task", disable=not progress)
+                   unit="task", disable=not progress or headless())
         prov = provenance(device_name)
         todo = (task for task in grid.tasks(settings.mode) if task.id not in store.done)
         if on_ray_gpus:  # one point per Ray task, one GPU each; a crashed worker is a row
