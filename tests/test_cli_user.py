@@ -135,3 +135,24 @@ def test_plan_takes_the_servers_max_model_len(capsys):
     assert code == 2 and "--seq-lens 8192 > --max-model-len 4096" in err
     code, _, err = run(capsys, *base, "--max-model-len", "300000")
     assert code == 2 and "above glm-5's max_model_len 202752" in err
+
+
+# ----------------------------------------------------------------------------- reproduce
+
+def test_reproduce_lists_every_report_from_its_reporters_settings(capsys):
+    from indexer_lib.study.reported import published_cases
+
+    code, out, _ = run(capsys, "reproduce", "--json")
+    reports = json.loads(out)
+    assert code == 0  # every report comes out as data/field/ says it does
+    assert {r["case"] for r in reports} >= {c["case"] for c in published_cases()} | {"sglang-stale-budget"}
+    for r in reports:
+        assert {"source", "reported_bytes", "modelled_bytes", "verdict", "assumptions"} <= r.keys()
+        assert r["verdict"] == r["expected"] and r["source"]
+    by = {r["case"]: r for r in reports}
+    assert by["prompt-64k-one-step"]["modelled_bytes"] == 16 * GIB == by["prompt-64k-one-step"]["reported_bytes"]
+    seed = by["glm5-c64-isl10240"]
+    assert seed["verdict"] == "not reproduced" and "not modelled yet" in seed["assumptions"][0]
+    assert by["sglang-stale-budget"]["modelled_bytes"] > by["sglang-stale-budget"]["reported_bytes"]
+    code, out, _ = run(capsys, "reproduce")
+    assert code == 0 and out.startswith(f"{len(reports)} public reports, each from its reporter's own settings")

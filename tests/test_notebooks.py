@@ -102,6 +102,13 @@ def test_beyond_notebook_shows_the_published_policy_failure_and_flat_fixed_shape
     assert len(auto) == 4 and auto["deploy"].str.len().gt(0).all()
 
 
+def test_notebook_01_opens_with_the_public_reports(ci_run):
+    out, _ = ci_run
+    reports = pd.read_csv(out / "tables" / "01_public_reports.csv")
+    assert (reports["verdict"] == reports["expected"]).all() and len(reports) >= 6
+    assert reports["source"].str.len().gt(0).all()
+
+
 def test_the_indexers_of_2026_in_notebook_01(ci_run):
     out, _ = ci_run
     models = pd.read_csv(out / "tables" / "01_models_2026.csv")

@@ -1,5 +1,5 @@
 """``indexer-lab`` command line: one module per subcommand (``plan``, ``frontier``,
-``run``, ``auto``, ``replay``), each adding its parser with ``register(subparsers)``.
+``run``, ``auto``, ``replay``, ``reproduce``), each adding its parser with ``register(subparsers)``.
 
 Bad input ends with one line naming the value and the rule, exit status 2; a reader that
 closes the pipe early ends it quietly.
@@ -10,9 +10,9 @@ import argparse
 import os
 import sys
 
-from . import auto, frontier, plan, replay, run
+from . import auto, frontier, plan, replay, reproduce, run
 
-SUBCOMMANDS = (plan, frontier, run, auto, replay)
+SUBCOMMANDS = (plan, frontier, run, auto, replay, reproduce)
 
 
 class OneLineParser(argparse.ArgumentParser):

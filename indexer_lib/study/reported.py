@@ -80,6 +80,34 @@ def reproductions():
     return pd.DataFrame([reproduce(case) for case in published_cases()])
 
 
+def public_reports() -> list[dict]:
+    """Every public report the project holds, reproduced from its reporter's own settings: one
+    dict per report with its source, what, reported and modelled bytes, the verdict, the verdict
+    ``data/field/`` expects, and the assumptions it needed (``indexer-lab reproduce``)."""
+    rows = []
+    for case in published_cases():
+        r = reproduce(case)
+        verdict = "reproduced" if r["matches"] else "not reproduced"
+        assumptions = [case["note"]] if case["note"] else []
+        rows.append({"case": r["case"], "source": r["published_source"], "what": r["what"],
+                     "engine": case["engine"] or None, "counts": case["counts"],
+                     "reported_bytes": round(r["published_gib"] * GIB), "modelled_bytes": round(r["reproduced_gib"] * GIB),
+                     "relative_difference": r["relative_error"], "tolerance": r["tolerance"],
+                     "verdict": verdict, "expected": case["status"], "assumptions": assumptions})
+    for s in stale_budgets():
+        # the engine lets the chunk through under the budget it cached, and the chunk does not fit
+        reproduced = s["engine_allows_the_chunk"] and not s["chunk_fits_free_memory"]
+        rows.append({"case": s["case"], "source": s["source"].removeprefix("modelled from "),
+                     "what": f"{s['engine']}'s cached logits budget lets a {s['asked_gib']:.2f} GiB chunk through "
+                             f"with {s['free_gib']:.2f} GiB free",
+                     "engine": s["engine"], "counts": "budget",
+                     "reported_bytes": round(s["asked_gib"] * GIB), "modelled_bytes": round(s["cached_budget_gib"] * GIB),
+                     "relative_difference": None, "tolerance": None,
+                     "verdict": "reproduced" if reproduced else "not reproduced", "expected": "reproduced",
+                     "assumptions": ["the first free-memory reading (20 GiB) is assumed: the report does not give it"]})
+    return rows
+
+
 # before the logits budget (vLLM #36178), its first release, the latest
 FIELD_RELEASES = ("vllm==0.15.1", "vllm==0.19.0", "vllm==0.33.0")
 
