@@ -56,8 +56,10 @@ def chunk_table(steps: dict, strategies, budgets_mb, settings: PlanSettings, tim
 def policy_table(free_start_gib: float = 13.15, free_end_gib: float = 2.20, steps: int = 6,
                  strategy: str = "vllm", model: str = "glm-5", batch: StepBatch = REPORTED_STEP,
                  fixed_mb: float = 512):
-    """The reported step repeated while free memory shrinks linearly (the KV cache
-    filling): per policy and step, the budget it authorises and whether the plan fits.
+    """The reported step repeated while free memory falls linearly from the first reading to
+    the failure's (vLLM and SGLang allocate their KV pool up front, so this is not the KV cache
+    filling: the fall is the report's, its cause not modelled): per policy and step, the budget it
+    authorises and whether the plan fits.
     SGLang's cached reading: 0.2 x the first reading (0.2 x 13.15 = 2.63 GiB) kept for
     the run; ours re-reads and counts every transient."""
     import pandas as pd

@@ -465,7 +465,7 @@ def policy_schedule(frame, title_detail: str = "") -> Figure:
     ax_b.set_title("logits budget the policy authorises", fontsize=9)
     ax_p.set_title("transient peak of the step's plan (padding and temporaries included)", fontsize=9)
     for ax in (ax_b, ax_p):
-        ax.set_xlabel("engine step (the KV cache fills: free memory shrinks)")
+        ax.set_xlabel("engine step (free memory falling as in the report)")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7)
     fig.suptitle(f"Which budget policy authorises a chunk that no longer fits? {title_detail}")

@@ -98,7 +98,8 @@ def run_policy(batches: list[StepBatch], free_bytes: list[int], policy, strategy
 
 
 def shrinking_free_memory(num_steps: int, start_bytes: int, end_bytes: int) -> list[int]:
-    """Free memory falling linearly from start to end over the steps (the KV cache filling)."""
+    """Free memory falling linearly from start to end over the steps (a reported fall between two
+    readings; the engines' KV pool is allocated up front, so not the KV cache filling)."""
     check_int("num_steps", num_steps, 1)
     if num_steps == 1:
         return [start_bytes]

@@ -33,7 +33,8 @@ from ..refdata import data_path, number, read_rows
 from ..shapes import K_SCALE_BYTES, get_model
 from ..workload import StepBatch
 
-PUBLISHED_SOURCE = "modelled: published H200 figures (docs/design.md#time-model), not measured"
+PUBLISHED_SOURCE = ("modelled: published figures (DeepGEMM's rates, H200 prefill times, a GB300 chunk-count "
+                    "measurement of another indexer; docs/design.md#time-model), not measured")
 MEASURED_DIR = data_path("h200")
 LOGITS_TFLOPS = 1000.0  # a round figure inside the published range (checked by the tests)
 HEAD_DIM = 128  # D of both models (shapes.MODELS)
