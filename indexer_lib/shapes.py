@@ -10,7 +10,7 @@ import difflib
 import json
 import math
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 from .checks import BadValue
 from .refdata import data_path
@@ -74,10 +74,10 @@ class ModelPreset:
         """vLLM sizes the gather workspace at 40 x max_model_len tokens."""
         return 40 * self.max_model_len
 
-    @property
+    @cached_property  # every plan asks (``PlanSettings.view``): found once per model
     def indexing_kinds(self) -> tuple[LayerKind, ...]:
         """The layer kinds that compute an indexer (the others reuse a selection)."""
-        return tuple(k for k in self.layer_kinds if k.computes_indexer)
+        return _indexing(self.layer_kinds)
 
     @property
     def indexer_layers(self) -> int:
@@ -88,15 +88,23 @@ class ModelPreset:
     def plannable(self) -> bool:
         return all(k.plannable for k in self.indexing_kinds)
 
-    @property
+    @cached_property
     def kv_ratio(self) -> int:
         """Tokens per K entry its indexer scores (1: uncompressed; DeepSeek-V4: 4)."""
         return self.main_kind.compress_ratio if self.layer_kinds else 1
 
-    @property
+    @cached_property
     def main_kind(self) -> LayerKind:
         """The kind most of its indexer layers are (the one a plan is made for)."""
-        return max(self.indexing_kinds, key=lambda k: k.indexer_layers)
+        return _main_kind(self.indexing_kinds)
+
+
+def _indexing(kinds) -> tuple[LayerKind, ...]:
+    return tuple(k for k in kinds if k.computes_indexer)
+
+
+def _main_kind(indexing) -> LayerKind:
+    return max(indexing, key=lambda k: k.indexer_layers)
 
 
 def _value(facts: dict, name: str, default=None):
@@ -135,10 +143,10 @@ def _load_models() -> dict[str, ModelPreset]:
     for path in files:
         doc = json.loads(path.read_text())
         kinds = tuple(_layer_kind(k) for k in doc["layer_kinds"])
-        indexing = [k for k in kinds if k.computes_indexer]
+        indexing = _indexing(kinds)
         if not indexing:
             raise ValueError(f"{path}: no layer kind computes an indexer")
-        main = max(indexing, key=lambda k: k.indexer_layers)  # the kind most layers compute
+        main = _main_kind(indexing)  # its shapes are the preset's
         facts = doc["facts"]
         unverified = _unverified(facts) + tuple(f"{k.name}.{u}" for k in kinds for u in k.unverified)
         models[doc["model"]] = ModelPreset(

@@ -39,7 +39,7 @@ def cmd_plan(args) -> int:
     v = verdict(report, args.free_gib)
     kinds = layer_kinds_json(plan, report)
     if args.json:
-        print(json.dumps({**plan_json(plan, report), **v, "largest_logits_bytes": largest_logits(plan),
+        print(json.dumps({**plan_json(plan, report), **v, "largest_logits_bytes": plan.largest_logits_bytes,
                           "layer_kinds": kinds, "peak_layer_kind": kinds[0]["name"], "gpu": args.gpu,
                           "unverified": list(plan.settings.preset.unverified)}))
         return 0
@@ -80,14 +80,9 @@ def layer_kinds_json(plan, report) -> list[dict]:
     preset = plan.settings.preset
     return [{"name": k.name, "layers": len(k.layers), "indexer_layers": k.indexer_layers,
              "index_heads": k.index_heads, "topk": k.topk, "compress_ratio": k.compress_ratio,
-             "num_chunks": plan.num_chunks, "largest_logits_bytes": largest_logits(plan),
+             "num_chunks": plan.num_chunks, "largest_logits_bytes": plan.largest_logits_bytes,
              "peak_bytes": report.peak, "peak_transient_bytes": report.peak_transient}
             for k in preset.indexing_kinds]
-
-
-def largest_logits(plan) -> int:
-    """The step's largest single logits allocation (0: no logits)."""
-    return max((c.logits_bytes for c in plan.chunks), default=0)
 
 
 def padding_note(plan) -> str | None:

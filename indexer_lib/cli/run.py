@@ -121,7 +121,8 @@ def cmd_run(args) -> int:
     report = memory_report(plan, topk_rows=args.topk_rows, topk=result.topk,
                            workspace_tokens=result.workspace_tokens, temporaries=args.backend)
     # the verdict holds the modelled transient peak against the memory free when the step runs
-    out.update(verdict(report, args.free_gib))
+    v = verdict(report, args.free_gib)
+    out.update(v)
     out.update(peak_bytes_model=report.peak, workspace_tokens=result.workspace_tokens,
                topk=result.topk, seconds=result.seconds, chunks=[c.to_json() for c in result.chunks])
     if args.save_topk:
@@ -146,7 +147,7 @@ def cmd_run(args) -> int:
         if key in out:
             print(f"{key}: {out[key]} ({format_bytes(out[key])})")
     print(f"peak_bytes_model: {report.peak} ({format_bytes(report.peak)})")
-    line = verdict_line(verdict(report, args.free_gib))
+    line = verdict_line(v)
     if line:
         print(line)
     if args.save_topk:

@@ -10,10 +10,11 @@ The profiles live in ``data/engines/``; the planners (``plan``) read them.
 """
 from .budget import (SGLANG_MEM_FRACTION_STATIC, EngineBudget, process_budget, profile_run_logits_bytes,
                      sglang_static_budget)
-from .profiles import DEFAULT_ENGINE, ENGINES, EngineProfile, engine_names, get_engine, latest, replayed_engines
+from .profiles import (DEFAULT_ENGINE, ENGINES, EngineProfile, compressed_kv_engines, engine_names, get_engine, latest,
+                       replayed_engines)
 from .scheduler import SCHEDULER_SETTINGS, not_default, not_default_text, release_scheduler, scheduler_defaults
 
 __all__ = ["DEFAULT_ENGINE", "ENGINES", "SGLANG_MEM_FRACTION_STATIC", "EngineBudget", "EngineProfile",
-           "SCHEDULER_SETTINGS", "engine_names", "get_engine", "latest", "not_default", "not_default_text",
+           "SCHEDULER_SETTINGS", "compressed_kv_engines", "engine_names", "get_engine", "latest", "not_default", "not_default_text",
            "process_budget", "profile_run_logits_bytes", "release_scheduler", "replayed_engines",
            "scheduler_defaults", "sglang_static_budget"]

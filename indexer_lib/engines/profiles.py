@@ -143,6 +143,11 @@ def replayed_engines() -> list[str]:
     return [n for n, p in _load().items() if p.path is not None]
 
 
+def compressed_kv_engines() -> list[str]:
+    """The releases whose indexer path for compressed K the project models (``compressed_kv``)."""
+    return [n for n, p in _load().items() if p.compressed_kv]
+
+
 def latest(engine: str) -> EngineProfile:
     return _load()[engine_names(engine)[-1]]
 

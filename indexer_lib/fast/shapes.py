@@ -55,7 +55,7 @@ def lone_slices(b, slicing: Slicing, every_chunk_gathers: bool) -> LoneSlices:
     ``Budgeting``); ``b``'s budget interval is narrowed as if the cut had asked it again."""
     kind, request, compressed, cut = slicing
     cuts = _LONE.of((kind, compressed, b.padded, b.rules.version, b.row_multiple, every_chunk_gathers))
-    key = (request.query_len, request.context_len, getattr(request, "ratio", 1), b.budget)
+    key = (request.query_len, request.context_len, request.ratio, b.budget)
     known = cuts.get(key)
     if known is None:
         saved = b.stable_low, b.stable_high

@@ -99,6 +99,11 @@ class Plan:
     def over_budget(self) -> bool:
         return any(c.over_budget for c in self.chunks)
 
+    @property
+    def largest_logits_bytes(self) -> int:
+        """The step's largest single logits allocation, what a "Tried to allocate" names (0: none)."""
+        return max((c.logits_bytes for c in self.chunks), default=0)
+
 
 def merged_chunks(chunks) -> list[bool]:
     """Per chunk: whether it is one of several column ranges of the same query rows

@@ -47,7 +47,7 @@ def plan_features(plan: Plan) -> dict:
         "gathers": plan.num_gathers,
         "useful_elements": useful,
         "allocated_logits_bytes": sum(c.logits_bytes for c in plan.chunks),
-        "largest_logits_bytes": max((c.logits_bytes for c in plan.chunks), default=0),
+        "largest_logits_bytes": plan.largest_logits_bytes,
         "gathered_kv_tokens": sum(c.kv_tokens for c in plan.chunks if c.gather),
         "heads": plan.settings.preset.index_heads,
         "k_bytes_per_token": plan.settings.preset.k_bytes_per_token,

@@ -170,7 +170,7 @@ def useful_area(batch: StepBatch, r0: int, r1: int) -> int:
 def window_sum(r, a: int, b: int) -> int:
     """Sum of the windows (ke - ks) of a request's rows a..b-1: row i scores ``r.window(i + 1)``
     K entries (context + i + 1 tokens, or that many // ratio compressed entries)."""
-    ratio = getattr(r, "ratio", 1)
+    ratio = r.ratio
     if ratio == 1:
         return (b - a) * r.context_len + (a + 1 + b) * (b - a) // 2
     return _floor_sum(r.context_len + b, ratio) - _floor_sum(r.context_len + a, ratio)

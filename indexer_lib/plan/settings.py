@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
-from ..engines import DEFAULT_ENGINE, EngineProfile, engine_names, get_engine
+from ..engines import DEFAULT_ENGINE, EngineProfile, compressed_kv_engines, get_engine
 from ..padding import DEFAULT_DEEPGEMM_VERSION, PaddingRules, get_rules
 from ..shapes import ModelPreset, get_model
 from ..checks import BadValue, check_int
@@ -65,7 +65,7 @@ class PlanSettings:
         computes uncompressed indexers only)."""
         ratio, kind = self.preset.kv_ratio, self.preset.main_kind.name
         if profile is None or not profile.compressed_kv:
-            modelled = ", ".join(engine_names_with_compressed_kv())
+            modelled = ", ".join(compressed_kv_engines())
             on = "no engine release" if profile is None else profile.name
             raise BadValue("engine", f"{on}: its indexer path for {self.model}'s {kind} layers "
                                      f"({ratio}x-compressed K) is not modelled; modelled on: {modelled}")
@@ -151,8 +151,3 @@ class PlanSettings:
         if "engine" not in changes and self.profile is not None:
             changes["engine"] = self.profile  # keeps a profile object given as the engine
         return replace(self, **changes)
-
-
-def engine_names_with_compressed_kv() -> list[str]:
-    """The releases whose indexer path for compressed K the project models."""
-    return [n for n in engine_names() if get_engine(n).compressed_kv]

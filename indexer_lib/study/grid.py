@@ -172,14 +172,6 @@ class Grid:
         engines = self.engine if engine is None else (engine,)
         return "; ".join(dict.fromkeys(d for e in engines for c in self.schedulers(e) for d in not_default(e, c)))
 
-    def workloads(self, engine: str | None = None) -> Iterator[tuple[ClosedLoopWorkload, SchedulerConfig]]:
-        """(workload, scheduler) for every workload of the grid on one of its releases (default:
-        its first), in order."""
-        engine = self.engine[0] if engine is None else engine
-        for workload in self.closed_loops():
-            for scheduler in self.schedulers(engine):
-                yield workload, scheduler
-
     def closed_loops(self) -> Iterator[ClosedLoopWorkload]:
         """Every client workload of the grid (a shared prefix longer than the prompt skipped)."""
         for conc, isl, osl, prefix in itertools.product(self.concurrency, self.isl, self.osl, self.shared_prefix):

@@ -4,8 +4,7 @@ the peak; the models not planned yet, with the reason (docs/design.md#models).  
 from __future__ import annotations
 
 from ..checks import BadValue
-from ..engines import engine_names, get_engine
-from ..plan.settings import engine_names_with_compressed_kv
+from ..engines import compressed_kv_engines, engine_names, get_engine
 from ..shapes import GIB, MIB, get_model, known_models
 from .grid import Grid
 from .sweep import model_rows
@@ -14,7 +13,7 @@ from .sweep import model_rows
 def release_for(model: str) -> str:
     """The latest vLLM release whose path for the model's indexer is modelled."""
     if get_model(model).kv_ratio != 1:
-        return engine_names_with_compressed_kv()[-1]
+        return compressed_kv_engines()[-1]
     return engine_names("vllm")[-1]
 
 

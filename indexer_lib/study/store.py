@@ -178,16 +178,7 @@ class ResultStore:
         except Exception as e:  # pyarrow raises several kinds for a damaged file
             raise StoreError(f"{self.path} is not a readable Parquet file ({e}): "
                              "left as it is (move it away or choose another output)") from None
-        raw = (schema.metadata or {}).get(PARQUET_KEY)
-        try:
-            found = json.loads(raw) if raw else None
-        except ValueError:
-            found = None
-        if found is None and {b"mode", b"strategy", b"budget_mb"} <= set(
-                name.encode() for name in schema.names):
-            # indexer-lab's tables from before the store carried a header
-            found = {"kind": JOURNAL_KIND, "schema": 0}
-        self._check_header(found, str(self.path))
+        self._check_header(_parquet_header(schema), str(self.path))
         if not self.journal.exists():
             # a finished table whose journal was removed: its rows are done work
             self._create_journal()
@@ -379,6 +370,20 @@ def _plain(rows: list[dict]) -> list[dict]:
     return out
 
 
+def _parquet_header(schema) -> dict | None:
+    """The sweep header a Parquet table's schema carries (None: none, or not readable); the
+    tables from before the store carried one read as schema 0."""
+    raw = (schema.metadata or {}).get(PARQUET_KEY)
+    try:
+        found = json.loads(raw) if raw else None
+    except ValueError:
+        found = None
+    if found is None and {b"mode", b"strategy", b"budget_mb"} <= set(name.encode() for name in schema.names):
+        # indexer-lab's tables from before the store carried a header
+        found = {"kind": JOURNAL_KIND, "schema": 0}
+    return found
+
+
 def stored_schema(path: str | Path) -> int | None:
     """The result schema a sweep table (``.parquet``) or its journal was written with; None when
     the file is not an indexer-lab sweep result (or cannot be read)."""
@@ -390,8 +395,7 @@ def stored_schema(path: str | Path) -> int | None:
         else:
             import pyarrow.parquet as pq
 
-            raw = (pq.read_schema(path).metadata or {}).get(PARQUET_KEY)
-            header = json.loads(raw) if raw else None
+            header = _parquet_header(pq.read_schema(path))
     except Exception:  # a damaged or foreign file: not ours to judge here
         return None
     if not isinstance(header, dict) or header.get("kind") != JOURNAL_KIND:

@@ -7,6 +7,7 @@ but go to the decode path, so they are not part of a step batch.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 from itertools import accumulate
 
 from ..checks import check_int
@@ -16,6 +17,7 @@ from ..checks import check_int
 class PrefillRequest:
     context_len: int  # tokens already cached (earlier chunks, prefix-cache hits)
     query_len: int  # new tokens this step: the request's query rows
+    ratio: ClassVar[int] = 1  # tokens per K entry its indexer scores (``CompressedRequest``)
 
     def __post_init__(self):
         c, q = self.context_len, self.query_len
