@@ -165,12 +165,15 @@ def known_models() -> dict[str, ModelPreset]:
 class GpuPreset:
     name: str
     capacity_bytes: int
+    sm_count: int | None = None
+    hbm_tbps: float | None = None
 
 
 GPUS: dict[str, GpuPreset] = {
     # torch.cuda.get_device_properties(0).total_memory on an H200 reads 139.8 GiB ("GPU 1 has a
     # total capacity of 139.81 GiB", vllm-project/vllm#35488)
-    "h200": GpuPreset("h200", round(139.8 * GIB)),
+    "h200": GpuPreset("h200", round(139.8 * GIB), 132, 4.8),
+    "h20": GpuPreset("h20", 102010716160, 78, 4.0),
     # a B200-class GPU as PyTorch's OOM message prints it: "total capacity of 178.35 GiB"
     # (sgl-project/sglang#35759)
     "b200": GpuPreset("b200", round(178.35 * GIB)),

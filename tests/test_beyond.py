@@ -15,7 +15,7 @@ from indexer_lib.study.grid import Grid
 from indexer_lib.notebook.params import ParameterError, check_values
 from indexer_lib.plan import PlanSettings
 from indexer_lib.shapes import GIB, get_gpu
-from indexer_lib.study.timemodel import TimeModel
+from indexer_lib.study.timemodel import PUBLISHED_SOURCE, TimeModel
 from indexer_lib.workload import ClosedLoopWorkload, SchedulerConfig, StepBatch
 
 BEYOND = ("kv-split", "fixed-shape")
@@ -89,8 +89,7 @@ def test_cli_auto_prints_the_deployable_line_margin_and_time_source(capsys):
     assert out[0] in ("VLLM_SPARSE_INDEXER_MAX_LOGITS_MB=128", "VLLM_SPARSE_INDEXER_MAX_LOGITS_MB=512")
     assert out[1].startswith(f"  {get_engine('vllm').name} at {out[0]}: ")
     assert "margin to the OOM frontier" in out[2] and "MiB" in out[2]
-    assert out[3] == ("  time: modelled: published figures (DeepGEMM's rates, H200 prefill times, a GB300 "
-                      "chunk-count measurement of another indexer; docs/design.md#time-model), not measured")
+    assert out[3] == f"  time: {PUBLISHED_SOURCE}"
     rc = main(["auto", "--free-gib", "2.63", "--workload", "16x8192x8", "--budgets-mb", "512",
                "--strategies", "kv-split,fixed-shape", "--json", "--data-dir", "/nonexistent",
                "--engine", "vllm==0.32.0"])

@@ -73,28 +73,6 @@ def test_a_published_case_of_unknown_kind_is_refused():
         reproduce(case)
 
 
-def one_prompt(n):
-    return make_plan(StepBatch((PrefillRequest(0, n),)), "n-only", None, PlanSettings("deepseek-v3.2"))
-
-
-def test_published_time_model_hits_its_anchors():
-    tm = timemodel.TimeModel.published()
-    assert "modelled" in tm.source and "not measured" in tm.source
-    published = timemodel.published_prefill_ms()  # data/field/h200_indexer_prefill.csv
-    assert [r["tokens"] for r in published] == [4096, 8192, 16384, 32768, 65536]
-    anchor = published[-1]  # the longest prefill fixes the top-k cost exactly
-    assert tm.plan_ms(one_prompt(anchor["tokens"])) == pytest.approx(anchor["ms"])
-    # the others are predictions; how close each comes is part of the model's statement
-    tolerance = {32768: 0.05, 16384: 0.15, 8192: 0.10, 4096: 0.35}
-    for r in published[:-1]:
-        assert tm.plan_ms(one_prompt(r["tokens"])) == pytest.approx(r["ms"], rel=tolerance[r["tokens"]])
-    assert tm.per_chunk_us == pytest.approx((402 - 37.7) / 8)
-    assert tm.per_chunk_us == pytest.approx(timemodel.published_chunk_cost_us())
-    assert tm.hbm_tbps == timemodel.published_rate("hbm_bandwidth") == 4.8
-    low, high = timemodel.published_rate("mqa_logits_tflops_low"), timemodel.published_rate("mqa_logits_tflops_high")
-    assert low <= tm.logits_tflops <= high
-
-
 def test_useful_elements_count_the_causal_window():
     batch = StepBatch((PrefillRequest(10, 4), PrefillRequest(0, 3)))
     plan = make_plan(batch, "n-only", None, PlanSettings("glm-5"))
@@ -103,22 +81,3 @@ def test_useful_elements_count_the_causal_window():
     sliced = make_plan(StepBatch((PrefillRequest(0, 4096),)), "vllm", 2**20, PlanSettings("glm-5"))
     assert sliced.num_chunks > 1
     assert timemodel.plan_features(sliced)["useful_elements"] == 4096 * 4097 // 2
-
-
-def test_time_model_fits_measured_rows(tmp_path):
-    truth = timemodel.TimeModel(per_chunk_us=80.0, topk_ps_per_element=50.0, source="truth")
-    rows = []
-    for chunks, useful, kv in [(1, 10**8, 10**4), (20, 10**8, 10**4), (5, 10**9, 10**5),
-                               (40, 3 * 10**8, 10**4)]:
-        f = {"chunks": chunks, "useful_elements": useful, "gathered_kv_tokens": kv,
-             "heads": 32, "k_bytes_per_token": 132}
-        rows.append({"mode": "measure", "model": "glm-5", "oom": False,
-                     "time_ms": truth.features_ms(f), "worst_chunks": chunks,
-                     "worst_useful_elements": useful, "worst_gathered_kv_tokens": kv})
-    (tmp_path / "h200").mkdir()
-    pd.DataFrame(rows + [{**rows[0], "mode": "model"}]).to_parquet(tmp_path / "h200" / "m.parquet")
-    fitted = timemodel.TimeModel.from_data(tmp_path / "h200")
-    assert fitted.per_chunk_us == pytest.approx(80.0)
-    assert fitted.topk_ps_per_element == pytest.approx(50.0)
-    assert "fitted to 4 measured H200 steps" in fitted.source
-    assert timemodel.TimeModel.from_data(tmp_path / "nothing").source == timemodel.PUBLISHED_SOURCE

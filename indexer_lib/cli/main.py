@@ -1,4 +1,4 @@
-"""``indexer-lab`` command line: one module per subcommand (``plan``, ``frontier``,
+"""``indexer-lab`` command line: one module per subcommand (``plan``, ``time``, ``frontier``,
 ``run``, ``auto``, ``replay``, ``reproduce``), each adding its parser with ``register(subparsers)``.
 
 Bad input ends with one line naming the value and the rule, exit status 2; a reader that
@@ -10,9 +10,9 @@ import argparse
 import os
 import sys
 
-from . import auto, frontier, plan, replay, reproduce, run
+from . import auto, frontier, plan, replay, reproduce, run, time
 
-SUBCOMMANDS = (plan, frontier, run, auto, replay, reproduce)
+SUBCOMMANDS = (plan, time, frontier, run, auto, replay, reproduce)
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -23,7 +23,7 @@ from ..plan import PlanSettings, get_strategy
 from ..shapes import budget_bytes_from_mb, free_bytes_from_gib, get_model
 from ..study.cluster import host_port
 from ..study.grid import Grid
-from ..workload import SchedulerConfig
+from ..workload import ClosedLoopWorkload, SchedulerConfig
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 BY_MODEL = "by-model"  # whose temporaries a model's plans count: see Parameters.settings
@@ -173,11 +173,15 @@ class OverheadParameters(Parameters):
     budget_mb: list[Number]
     strategies: list[str]
     max_overhead: Number  # a budget "stops paying" when chunking costs more than this
+    ttft_concurrency: int  # the closed-loop workload whose latency the budget costs
+    ttft_isl: int
+    ttft_osl: int
 
     renamed = {"strategy": "strategies"}
 
     def checks(self):
         yield from super().checks()
+        yield "ttft_concurrency", lambda: ClosedLoopWorkload(self.ttft_concurrency, self.ttft_isl, self.ttft_osl)
         for i, _ in enumerate(self.budget_mb):
             yield "budget_mb", lambda i=i: budget_bytes_from_mb(self.budget_mb[i])
         for i, _ in enumerate(self.strategies):

@@ -51,4 +51,10 @@ def plan_features(plan: Plan) -> dict:
         "gathered_kv_tokens": sum(c.kv_tokens for c in plan.chunks if c.gather),
         "heads": plan.settings.preset.index_heads,
         "k_bytes_per_token": plan.settings.preset.k_bytes_per_token,
+        # what the per-kernel time model reads (study.timemodel; it computes the chunks' work
+        # from the plan only when a time is asked for, and keeps it here)
+        "plan": plan,
+        "topk": plan.settings.preset.topk,
+        "clean_logits": bool(plan.settings.profile is not None and plan.settings.profile.clean_logits),
+        "indexer_layers": plan.settings.preset.indexer_layers,
     }

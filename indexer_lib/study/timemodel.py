@@ -1,130 +1,153 @@
-"""A modelled time for a chunk plan on an H200: explicit, documented, labelled modelled.
+"""A modelled time for a chunk plan, kernel by kernel: explicit, documented, labelled modelled.
 
-Per chunk: a fixed cost + logits FLOPs at a stated rate + bytes at a stated
-bandwidth + a top-k cost per scored logit.  The constants come from published
-figures, read from ``data/field/`` (docs/design.md#time-model); nothing here was
-measured:
+A release's chunk loop launches, per chunk, the K gather (when the chunk gathers), DeepGEMM's
+MQA logits, DeepGEMM's ``clean_logits`` (releases that ask for it) and the top-k kernel; each
+kernel's time comes from its work on the GPU (``kernel_rates``: tiles and waves over the SMs,
+bytes at the HBM bandwidth), with every constant sourced, fitted to published kernel timings
+or labelled "assumed" (``data/field/time_constants.csv``, docs/design.md#time-model).
 
-- fixed cost per chunk: ``chunk_overhead.csv`` ("9 chunks -> 1 cut 402 us to
-  37.7 us" on one small shape), so one extra chunk costs (402 - 37.7) / 8 = 45.5 us;
-- logits: DeepGEMM's MQA-logits kernel at 1000 TFLOP/s, a round figure inside the
-  published 960-1145 (``kernel_rates.csv``), counting 2 * H * D FLOPs per scored
-  logit (sum over rows of ke - ks);
-- bytes at the H200's HBM bandwidth (``kernel_rates.csv``, 4.8 TB/s): each scored
-  logit written once and read once by top-k (8 bytes), each gathered K token read
-  and written (2 x (D + 4) bytes);
-- top-k: what remains of the longest published causal prefill
-  (``h200_indexer_prefill.csv``: 64K tokens, H = 64, one chunk, 114.7 ms) after
-  the three terms above, per scored logit.  The same constants give 28.7 ms at
-  32K (published 28.4) and 7.2 ms at 16K (published 6.5).
+The host issues each kernel (``host_us_per_call``, assumed) while the GPU runs the earlier
+ones: one layer's indexer lasts as long as the slower of the two streams.  A step's indexer
+time is one layer's times the model's layers that compute an indexer.  Nothing here was
+measured: every number is modelled, and the spread of the published checks gives a band.
 
-When measured H200 sweep tables exist under ``data/h200/`` (rows with
-``mode == "measure"`` and a ``time_ms``), ``TimeModel.from_data`` fits the
-per-chunk cost and the top-k cost to them instead, and says so in ``source``.
+When measured H200 sweep rows exist under ``data/h200/`` (``mode == "measure"`` with a
+``time_ms`` and the modelled ``model_time_ms`` beside it), ``TimeModel.from_data`` fits one
+factor on the modelled time to them and says so in ``source``.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..plan import Plan, PlanSettings, plan_at
-from ..plan.features import chunk_useful_elements, plan_features  # noqa: F401  (the time model's inputs)
-from ..refdata import data_path, number, read_rows
-from ..shapes import K_SCALE_BYTES, get_model
-from ..workload import StepBatch
+from ..plan.features import plan_features
+from ..plan.work import chunk_work
+from ..refdata import data_path
+from ..workload import PrefillRequest, StepBatch
+from . import kernel_rates as kr
 
-PUBLISHED_SOURCE = ("modelled: published figures (DeepGEMM's rates, H200 prefill times, a GB300 chunk-count "
-                    "measurement of another indexer; docs/design.md#time-model), not measured")
+PUBLISHED_SOURCE = ("modelled: per kernel from its work on the GPU, constants fitted to published kernel "
+                    "timings (DeepGEMM's test on an H200, vLLM's top-k on an H20) or assumed "
+                    "(docs/design.md#time-model); not measured")
 MEASURED_DIR = data_path("h200")
-LOGITS_TFLOPS = 1000.0  # a round figure inside the published range (checked by the tests)
-HEAD_DIM = 128  # D of both models (shapes.MODELS)
 
 
-def published_prefill_ms() -> list[dict]:
-    """The published single-sequence indexer prefill times on an H200, shortest first."""
-    rows = [{k: number(v) if k in ("tokens", "index_heads", "head_dim", "ms") else v for k, v in r.items()}
-            for r in read_rows("field", "h200_indexer_prefill.csv")]
-    return sorted(rows, key=lambda r: r["tokens"])
+@dataclass(frozen=True)
+class ChunkTime:
+    kernels: dict  # microseconds per kernel launched (``kernel_rates.KERNELS``)
+    host_us: float  # the host's time to issue them
+
+    @property
+    def gpu_us(self) -> float:
+        return sum(self.kernels.values())
+
+    def to_json(self) -> dict:
+        return {"kernels": {k: round(v, 3) for k, v in self.kernels.items()},
+                "total_us": round(self.gpu_us, 3), "host_us": round(self.host_us, 3)}
 
 
-def published_rate(quantity: str) -> float:
-    """One figure of ``data/field/kernel_rates.csv`` by name."""
-    for r in read_rows("field", "kernel_rates.csv"):
-        if r["quantity"] == quantity:
-            return float(r["value"])
-    raise KeyError(f"{quantity!r}: not in data/field/kernel_rates.csv")
+@dataclass(frozen=True)
+class LayerTime:
+    """One layer's indexer over a step, and the step's over the model's indexer layers."""
+
+    chunks: tuple[ChunkTime, ...]
+    indexer_layers: int
+    scale: float = 1.0  # a factor fitted to measured rows (1.0: the published constants)
+    band: dict = field(default_factory=dict)  # per kernel (low, high) multipliers
+
+    @property
+    def gpu_us(self) -> float:
+        return sum(c.gpu_us for c in self.chunks)
+
+    @property
+    def host_us(self) -> float:
+        return sum(c.host_us for c in self.chunks)
+
+    @property
+    def bound(self) -> str:
+        return "host" if self.host_us > self.gpu_us else "gpu"
+
+    @property
+    def total_us(self) -> float:
+        return self.scale * max(self.gpu_us, self.host_us)
+
+    @property
+    def step_us(self) -> float:
+        return self.total_us * self.indexer_layers
+
+    def kernel_us(self, kernel: str) -> float:
+        return sum(c.kernels.get(kernel, 0.0) for c in self.chunks)
+
+    def bounds_us(self) -> tuple[float, float]:
+        """The layer's time at the low and high ends of the published checks' spread."""
+        lo = sum(self.kernel_us(k) * self.band.get(k, (1.0, 1.0))[0] for k in kr.KERNELS)
+        hi = sum(self.kernel_us(k) * self.band.get(k, (1.0, 1.0))[1] for k in kr.KERNELS)
+        return self.scale * max(lo, self.host_us), self.scale * max(hi, self.host_us)
 
 
-def published_chunk_cost_us() -> float:
-    """The cost of one extra chunk: the published chunk-count change and its time change."""
-    (r,) = read_rows("field", "chunk_overhead.csv")
-    return (float(r["us_before"]) - float(r["us_after"])) / (int(r["chunks_before"]) - int(r["chunks_after"]))
-
-
-PER_CHUNK_US = published_chunk_cost_us()
-HBM_TBPS = published_rate("hbm_bandwidth")
+def release_kernels(settings: PlanSettings) -> dict:
+    """What the release's chunk loop launches besides the logits and top-k."""
+    profile = settings.profile
+    return {"clean": bool(profile is not None and profile.clean_logits)}
 
 
 @dataclass(frozen=True)
 class TimeModel:
-    per_chunk_us: float = PER_CHUNK_US
-    logits_tflops: float = LOGITS_TFLOPS
-    hbm_tbps: float = HBM_TBPS
-    topk_ps_per_element: float = 0.0  # set by published() or from_data()
+    gpu: str = "h200"
+    scale: float = 1.0
     source: str = PUBLISHED_SOURCE
 
-    def _fixed_terms_ms(self, f: dict) -> float:
-        """Everything except the fitted terms (per-chunk cost and top-k)."""
-        flops = 2 * f["heads"] * HEAD_DIM * f["useful_elements"]
-        moved = 8 * f["useful_elements"] + 2 * f["gathered_kv_tokens"] * f["k_bytes_per_token"]
-        return flops / (self.logits_tflops * 1e12) * 1e3 + moved / (self.hbm_tbps * 1e12) * 1e3
+    def layer_time(self, work, *, topk: int, k_bytes_per_token: int, clean: bool,
+                   indexer_layers: int = 1) -> LayerTime:
+        gpu, fit = kr.gpu_rates(self.gpu), kr.fitted()
+        host_call = kr.constant("host_us_per_call")
+        chunks = []
+        for w in work:
+            kernels = {}
+            if w.gathered_tokens:
+                kernels["gather"] = kr.gather_us(w.gathered_tokens, k_bytes_per_token, gpu)
+            kernels["logits"] = kr.logits_us(w.block_tiles, gpu, fit)
+            if clean:
+                kernels["clean"] = kr.clean_us(w.outside_cells, gpu, fit)
+            kernels["topk"] = kr.topk_us(w.row_lens, topk, gpu, fit)
+            chunks.append(ChunkTime(kernels, host_call * len(kernels)))
+        return LayerTime(tuple(chunks), indexer_layers, self.scale, kr.error_band())
+
+    def plan_time(self, plan: Plan) -> LayerTime:
+        return self.features_time(plan_features(plan))
+
+    def features_time(self, f: dict) -> LayerTime:
+        if "work" not in f:
+            f["work"] = chunk_work(f["plan"])
+        return self.layer_time(f["work"], topk=f["topk"], k_bytes_per_token=f["k_bytes_per_token"],
+                               clean=f["clean_logits"], indexer_layers=f["indexer_layers"])
 
     def features_ms(self, f: dict) -> float:
-        return (f["chunks"] * self.per_chunk_us * 1e-3 + self._fixed_terms_ms(f)
-                + f["useful_elements"] * self.topk_ps_per_element * 1e-9)
+        """One layer's modelled indexer time, in ms (what the strategy tables compare)."""
+        return self.features_time(f).total_us * 1e-3
 
     def plan_ms(self, plan: Plan) -> float:
         return self.features_ms(plan_features(plan))
 
     @classmethod
-    def published(cls) -> "TimeModel":
-        """Constants from the published figures; top-k from the longest published prefill."""
-        base = cls()
-        anchor = published_prefill_ms()[-1]
-        f = _one_sequence_features(anchor["tokens"], anchor["index_heads"], anchor["head_dim"])
-        rest_ms = anchor["ms"] - base.per_chunk_us * 1e-3 - base._fixed_terms_ms(f)
-        return replace(base, topk_ps_per_element=rest_ms * 1e9 / f["useful_elements"])
+    def published(cls, gpu: str = "h200") -> "TimeModel":
+        return cls(gpu=gpu)
 
     @classmethod
-    def from_data(cls, data_dir: str | Path = MEASURED_DIR) -> "TimeModel":
-        """Fit the per-chunk and top-k costs to measured rows, else the published model."""
+    def from_data(cls, data_dir: str | Path = MEASURED_DIR, gpu: str = "h200") -> "TimeModel":
+        """One factor on the modelled time, fitted to measured rows; else the published model."""
         rows = load_measured(data_dir)
-        needed = {"time_ms", "worst_chunks", "worst_useful_elements", "worst_gathered_kv_tokens",
-                  "model"}
-        if rows is None or not needed <= set(rows.columns) or len(rows) < 2:
-            return cls.published()
-        import numpy as np
-
-        base = cls()
-        xs, ys = [], []
-        for r in rows.itertuples(index=False):
-            model = get_model(r.model)
-            f = {"chunks": r.worst_chunks, "useful_elements": r.worst_useful_elements,
-                 "gathered_kv_tokens": r.worst_gathered_kv_tokens, "heads": model.index_heads,
-                 "k_bytes_per_token": model.k_bytes_per_token}
-            xs.append([r.worst_chunks * 1e-3, r.worst_useful_elements * 1e-9])
-            ys.append(r.time_ms - base._fixed_terms_ms(f))
-        (per_chunk, topk), *_ = np.linalg.lstsq(np.array(xs), np.array(ys), rcond=None)
-        if per_chunk < 0 or topk < 0:  # measurements the model cannot explain: keep published
-            return cls.published()
-        return replace(base, per_chunk_us=float(per_chunk), topk_ps_per_element=float(topk),
-                       source=f"fitted to {len(rows)} measured H200 steps in {data_dir}")
-
-
-def _one_sequence_features(n: int, heads: int, head_dim: int) -> dict:
-    """One causal sequence of n tokens prefilled in one chunk."""
-    return {"chunks": 1, "gathers": 1, "useful_elements": n * (n + 1) // 2,
-            "gathered_kv_tokens": n, "heads": heads, "k_bytes_per_token": head_dim + K_SCALE_BYTES}
+        if rows is None or "model_time_ms" not in rows.columns:
+            return cls.published(gpu)
+        rows = rows[rows["model_time_ms"].notna() & (rows["model_time_ms"] > 0)]
+        if len(rows) < 2:
+            return cls.published(gpu)
+        m, t = rows["model_time_ms"].to_numpy(float), rows["time_ms"].to_numpy(float)
+        factor = float((m * t).sum() / (m * m).sum())  # least squares through the origin
+        return replace(cls.published(gpu), scale=factor,
+                       source=f"fitted: the modelled time x {factor:.3f}, fitted to {len(rows)} "
+                              f"measured H200 steps in {data_dir}")
 
 
 def load_measured(data_dir: str | Path = MEASURED_DIR):
@@ -152,27 +175,55 @@ def load_measured(data_dir: str | Path = MEASURED_DIR):
 
 def overhead_table(batch: StepBatch, strategies, budgets_mb, settings: PlanSettings,
                    time_model: TimeModel | None = None):
-    """Per strategy x budget on one step: chunks, gathers, peak logits and modelled time,
-    with the overhead against the same step in one chunk per workspace (``n-only``)."""
+    """Per strategy x budget on one step: chunks, gathers, peak logits and modelled time per
+    kernel, with the overhead against the same step in one chunk per workspace (``n-only``)."""
     import pandas as pd
 
     from ..memory import memory_report
 
     tm = time_model or TimeModel.published()
-    base_ms = tm.plan_ms(plan_at(batch, "n-only", None, settings))
+    base = tm.plan_time(plan_at(batch, "n-only", None, settings))
     rows = []
     for strategy in strategies:
         for mb in budgets_mb:
             plan = plan_at(batch, strategy, mb, settings)
             f = plan_features(plan)
-            ms = tm.features_ms(f)
+            t = tm.features_time(f)
+            low, high = t.bounds_us()
             rows.append({
                 "strategy": strategy, "budget_mb": mb, "chunks": f["chunks"],
                 "gathers": f["gathers"],
                 "peak_transient_bytes": memory_report(plan).peak_transient,
                 "allocated_logits_bytes": f["allocated_logits_bytes"],
                 "useful_logits_bytes": 4 * f["useful_elements"],
-                "time_ms": ms, "overhead": ms / base_ms - 1.0,
+                "time_ms": t.total_us * 1e-3, "time_low_ms": low * 1e-3, "time_high_ms": high * 1e-3,
+                **{f"{k}_ms": t.kernel_us(k) * 1e-3 for k in kr.KERNELS},
+                "host_ms": t.host_us * 1e-3, "bound": t.bound,
+                "step_ms": t.step_us * 1e-3, "indexer_layers": t.indexer_layers,
+                "overhead": t.total_us / base.total_us - 1.0,
                 "time_source": "modelled", "time_model": tm.source,
             })
     return pd.DataFrame(rows)
+
+
+def chunk_count_check(time_model: TimeModel | None = None) -> dict:
+    """The one published chunk-count measurement (``data/field/chunk_overhead.csv``: a GB300 and
+    another indexer, QSA, so a check and never a constant) beside the model's cost of one extra
+    chunk on the same shape (4 x 4,096 fresh rows, DeepSeek-V3.2's indexer, the latest vLLM)."""
+    from ..refdata import read_rows
+
+    (r,) = read_rows("field", "chunk_overhead.csv")
+    published = (float(r["us_before"]) - float(r["us_after"])) / (int(r["chunks_before"]) - int(r["chunks_after"]))
+    tm = time_model or TimeModel.published()
+    batch = StepBatch(tuple(PrefillRequest(0, 4096) for _ in range(4)))
+    settings = PlanSettings("deepseek-v3.2")
+    one = tm.plan_time(plan_at(batch, "n-only", None, settings))
+    many_plan = plan_at(batch, "vllm", 16, settings)
+    many = tm.plan_time(many_plan)
+    modelled = (many.total_us - one.total_us) / (many_plan.num_chunks - 1)
+    # where the GPU's work per chunk is as small as in that run (37.7 us for the whole step), a
+    # chunk costs what the host needs to issue it: the model's assumed host time per chunk
+    host_per_chunk = many.host_us / many_plan.num_chunks
+    return {"published_us_per_extra_chunk": published, "published_gpu": r["gpu"], "published_what": r["what"],
+            "modelled_us_per_extra_chunk": modelled, "modelled_chunks": many_plan.num_chunks,
+            "modelled_host_us_per_chunk": host_per_chunk, "modelled_gpu": tm.gpu, "source": r["source"]}

@@ -1,0 +1,110 @@
+"""Notebook 02's time figures: the published checks, each step's time per kernel with its band,
+and what each budget adds to time to first token (all modelled, and titled so)."""
+from __future__ import annotations
+
+import textwrap
+
+import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+from matplotlib.ticker import NullLocator
+
+# one colour per kernel, told apart in print and by colour-blind readers (Okabe-Ito)
+KERNEL_COLOURS = {"gather": "#999999", "logits": "#0072B2", "clean": "#E69F00", "topk": "#009E73"}
+STRATEGY_COLOURS = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000"]
+WIDTH_IN = 7.5
+
+
+def published_checks(checks) -> Figure:
+    """Modelled against published time per published kernel timing, error in percent."""
+    rows = list(checks)
+    fig = Figure(figsize=(WIDTH_IN, 0.28 * len(rows) + 1.6), layout="constrained")
+    ax = fig.subplots()
+    y = np.arange(len(rows))[::-1]
+    errors = [100 * r["error"] for r in rows]
+    colours = [KERNEL_COLOURS[r["kernel"]] for r in rows]
+    ax.barh(y, errors, color=colours)
+    held = [(yi, 100 * r["held_out_error"]) for yi, r in zip(y, rows) if r.get("held_out_error") is not None]
+    if held:
+        ax.scatter([h for _, h in held], [yi for yi, _ in held], marker="o", facecolors="none",
+                   edgecolors="black", s=18, zorder=3)
+    ax.axvspan(-10, 10, color="#dddddd", zorder=0)
+    ax.axvline(0, color="black", linewidth=0.8)
+    ax.set_yticks(y, [f"{r['kernel']} ({r['gpu']}) {r['shape']}" for r in rows], fontsize=7)
+    ax.set_xlabel("modelled / published - 1 (%)")
+    lim = max(15.0, max(abs(e) for e in errors + [h for _, h in held]) + 3)
+    ax.set_xlim(-lim, lim)
+    for yi, e, r in zip(y, errors, rows):
+        ax.text(e + (0.5 if e >= 0 else -0.5), yi, f"{r['published_us']:g} us", va="center",
+                ha="left" if e >= 0 else "right", fontsize=6)
+    handles = [Patch(color=c, label=k) for k, c in KERNEL_COLOURS.items() if any(r["kernel"] == k for r in rows)]
+    handles.append(Patch(color="#dddddd", label="within 10%"))
+    if held:
+        handles.append(Line2D([], [], marker="o", linestyle="none", markerfacecolor="none",
+                              markeredgecolor="black", label="fitted without\nthis row"))
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=7)
+    fig.suptitle("The time model against every published kernel timing\n"
+                 "(DeepGEMM's test on an H200, vLLM's top-k on an H20)", fontsize=10)
+    return fig
+
+
+def kernel_breakdown(table, strategy: str, detail: str) -> Figure:
+    """One layer's modelled indexer time per kernel, per budget, one panel per step; whiskers: the
+    band of the published checks; a black tick: the host's time to issue the kernels."""
+    rows = table[table["strategy"] == strategy]
+    steps = list(dict.fromkeys(rows["step"]))
+    fig = Figure(figsize=(WIDTH_IN, 2.0 * len(steps) + 1.2), layout="constrained")
+    axes = fig.subplots(len(steps), 1, squeeze=False)[:, 0]
+    kernels = [k for k in KERNEL_COLOURS if f"{k}_ms" in rows and rows[f"{k}_ms"].sum() > 0]
+    for ax, step in zip(axes, steps):
+        r = rows[rows["step"] == step].sort_values("budget_mb")
+        x = np.arange(len(r))
+        bottom = np.zeros(len(r))
+        for k in kernels:
+            ax.bar(x, r[f"{k}_ms"], bottom=bottom, color=KERNEL_COLOURS[k], label=k, width=0.7)
+            bottom = bottom + r[f"{k}_ms"].to_numpy()
+        ax.errorbar(x, r["time_ms"], yerr=[r["time_ms"] - r["time_low_ms"], r["time_high_ms"] - r["time_ms"]],
+                    fmt="none", ecolor="black", capsize=3, linewidth=0.8, label="band (published checks)")
+        ax.scatter(x, r["host_ms"], marker="_", s=200, color="black", label="host, issuing the kernels")
+        ax.set_xticks(x, [f"{mb:g}" for mb in r["budget_mb"]], fontsize=7)
+        ax.set_ylabel("ms per layer", fontsize=8)
+        chunks = ", ".join(str(int(c)) for c in r["chunks"])
+        ax.set_title(f"{step} (chunks: {chunks})", fontsize=8)
+        ax.grid(True, axis="y", alpha=0.3)
+    axes[-1].set_xlabel("logits budget (MiB)")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=3, fontsize=7)
+    fig.suptitle(f"Where a step's indexer time goes, kernel by kernel: {strategy} (modelled)\n"
+                 f"{textwrap.fill(detail, 100)}",
+                 fontsize=9)
+    return fig
+
+
+def ttft_cost(rows, detail: str) -> Figure:
+    """Added time to first token (p50, p90) and per output token against the budget, per strategy."""
+    import pandas as pd
+
+    data = pd.DataFrame(rows)
+    fig = Figure(figsize=(WIDTH_IN, 6.0), layout="constrained")
+    top, bottom = fig.subplots(2, 1, sharex=True)
+    for i, (strategy, r) in enumerate(data.groupby("strategy", sort=False)):
+        r = r.sort_values("budget_mb")
+        colour = STRATEGY_COLOURS[i % len(STRATEGY_COLOURS)]
+        top.plot(r["budget_mb"], r["added_ttft_p50_ms"], marker="o", color=colour, label=f"{strategy} p50")
+        top.plot(r["budget_mb"], r["added_ttft_p90_ms"], marker="o", linestyle="--", color=colour,
+                 markerfacecolor="none", label=f"{strategy} p90")
+        bottom.plot(r["budget_mb"], r["added_per_output_token_ms"], marker="s", color=colour, label=strategy)
+    budgets = sorted(set(data["budget_mb"]))
+    bottom.set_xscale("log")
+    bottom.set_xticks(budgets, [f"{b:g}" for b in budgets])
+    bottom.xaxis.set_minor_locator(NullLocator())
+    bottom.set_xlabel("logits budget (MiB)")
+    top.set_ylabel("added time to first token (ms)")
+    bottom.set_ylabel("added time per output token (ms)")
+    for ax in (top, bottom):
+        ax.grid(True, alpha=0.3)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=7)
+    fig.suptitle(f"What the budget adds to users' latency: the indexer only, against one chunk (modelled)\n"
+                 f"{textwrap.fill(detail, 100)}", fontsize=9)
+    return fig

@@ -1,0 +1,94 @@
+"""What each chunk's kernels work on, whatever the GPU: the inputs of the per-kernel time model
+(``study.timemodel``, docs/design.md#time-model).
+
+Per chunk: each row's window (``ks``, ``ke`` in workspace columns), from which follow the
+KV tiles each of DeepGEMM's query blocks iterates over, the lengths top-k reads per row, the
+cells the logits allocate outside the windows (what ``clean_logits`` writes) and the K tokens
+the chunk gathers.  The GPU (its SMs, bandwidth and rates) enters only in the time model.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..padding import get_rules
+from ..workload import StepBatch
+from .chunks import Chunk, Plan
+
+BLOCK_QH = 128  # DeepGEMM: query rows x heads per block (data/field/time_constants.csv)
+BLOCK_KV = 256  # DeepGEMM: KV tokens per tile
+SPAN_ALIGN = 4  # DeepGEMM: a block's span starts at a multiple of 4
+
+
+@dataclass(frozen=True, eq=False)
+class ChunkWork:
+    rows: int
+    logits_cols: int  # columns the logits allocate (the workspace width or max_seqlen_k)
+    row_lens: np.ndarray  # ke - ks per row: what top-k reads
+    block_tiles: np.ndarray  # per DeepGEMM query block: the 256-token KV tiles it iterates over
+    outside_cells: int  # cells of the rows' padded width outside every window (clean_logits writes them)
+    gathered_tokens: int  # K tokens gathered into the workspace for this chunk (0: reused)
+
+    @property
+    def scored(self) -> int:
+        return int(self.row_lens.sum())
+
+
+def chunk_rows_windows(batch: StepBatch, chunk: Chunk) -> tuple[np.ndarray, np.ndarray]:
+    """``ks`` and ``ke`` per row of the chunk (int64 workspace columns; compressed K: entries, the
+    row at position p scoring ``(p + 1) // ratio`` of them; a column range: clipped to it)."""
+    r0, r1 = chunk.requests
+    q0, q1 = chunk.rows
+    ks_parts, ke_parts = [], []
+    col = row = 0
+    for req in batch.requests[r0:r1]:
+        if row >= q1:
+            break
+        lo, hi = max(q0, row), min(q1, row + req.query_len)
+        if lo < hi:
+            positions = np.arange(lo - row + 1, hi - row + 1, dtype=np.int64)  # rows seen, 1-based
+            ends = (req.context_len + positions) // req.ratio
+            ks_parts.append(np.full(hi - lo, col, dtype=np.int64))
+            ke_parts.append(col + ends)
+        row += req.query_len
+        col += req.seq_len
+    ks = np.concatenate(ks_parts) if ks_parts else np.zeros(0, dtype=np.int64)
+    ke = np.concatenate(ke_parts) if ke_parts else np.zeros(0, dtype=np.int64)
+    lo, hi = chunk.kv_start, chunk.kv_start + chunk.logits_cols
+    if not chunk.compressed and (lo or ke.max(initial=0) > hi):  # a column range (kv-split)
+        ks, ke = np.clip(ks, lo, hi), np.clip(ke, lo, hi)
+    return ks, ke
+
+
+def block_tiles(ks: np.ndarray, ke: np.ndarray, heads: int) -> np.ndarray:
+    """KV tiles per DeepGEMM query block of ``BLOCK_QH // heads`` rows: the span from the block's
+    smallest ks (rounded down to 4) to its largest ke, in tiles of 256 (the last row repeats to
+    fill the last block, as the kernel reads it)."""
+    block_q = max(1, BLOCK_QH // heads)
+    m = len(ks)
+    if m == 0:
+        return np.zeros(0, dtype=np.int64)
+    pad = -m % block_q
+    if pad:
+        ks = np.concatenate([ks, np.repeat(ks[-1:], pad)])
+        ke = np.concatenate([ke, np.repeat(ke[-1:], pad)])
+    start = ks.reshape(-1, block_q).min(axis=1) // SPAN_ALIGN * SPAN_ALIGN
+    end = ke.reshape(-1, block_q).max(axis=1)
+    return np.maximum(0, -(-(end - start) // BLOCK_KV))
+
+
+def chunk_work(plan: Plan) -> tuple[ChunkWork, ...]:
+    """Each chunk's work, in plan order."""
+    heads = plan.settings.preset.index_heads
+    rules = get_rules(plan.deepgemm_version)
+    out = []
+    for c in plan.chunks:
+        ks, ke = chunk_rows_windows(plan.batch, c)
+        lens = ke - ks
+        out.append(ChunkWork(
+            rows=c.num_rows, logits_cols=c.logits_cols, row_lens=lens,
+            block_tiles=block_tiles(ks - c.kv_start, ke - c.kv_start, heads),
+            outside_cells=max(0, c.num_rows * rules.row_stride(c.logits_cols, c.compressed) - int(lens.sum())),
+            gathered_tokens=c.kv_tokens if c.gather else 0))
+    return tuple(out)

@@ -1,0 +1,295 @@
+"""The kernels of a release's chunk loop, timed from their work on a GPU (docs/design.md#time-model).
+
+Each kernel's time follows from what it works on (``plan.work.ChunkWork``) and the GPU's SMs,
+bandwidth and FP8 rate, with a handful of constants: those read at their source or labelled
+"assumed" (``data/field/time_constants.csv``), and those fitted here, at import, to the
+published kernel timings (``data/field/kernel_timings.csv``):
+
+- ``logits`` (DeepGEMM's MQA logits): a persistent grid of one CTA per SM takes query blocks
+  round-robin; a block costs a fixed part plus one part per 256-token KV tile of its span; the
+  kernel lasts as long as its busiest CTA, plus a launch.  Fitted to DeepGEMM's own test rows
+  (H200); on another GPU the per-SM parts scale with its FP8 rate per SM.
+- ``clean`` (DeepGEMM's ``clean_logits``, where a release asks for it): a launch plus the -inf
+  it writes outside the windows, at a fitted share of the HBM bandwidth.
+- ``topk`` (vLLM's ``top_k_per_row_prefill``): one 512-thread CTA per row, rows in waves of
+  4 per SM, a row's time in proportion to its length, and the whole no faster than its
+  histogram passes over the logits at the HBM bandwidth.  Fitted to the published H20 rows.
+- ``gather`` (the K gather into the workspace): bytes read and written at the HBM bandwidth.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from ..padding import get_rules
+from ..plan.work import BLOCK_QH, block_tiles
+from ..refdata import read_rows
+from ..shapes import get_gpu
+
+KERNELS = ("gather", "clean", "logits", "topk")
+REFERENCE_GPU = "h200"  # the GPU the logits and clean rows were published on
+
+
+def _constants() -> dict[tuple[str, str], dict]:
+    return {(r["name"], r["gpu"]): r for r in read_rows("field", "time_constants.csv")}
+
+
+def constant(name: str, gpu: str = "") -> float:
+    """One constant of ``data/field/time_constants.csv`` (``gpu``: for a per-GPU constant)."""
+    try:
+        return float(_constants()[(name, gpu)]["value"])
+    except KeyError:
+        where = f" for GPU {gpu!r}" if gpu else ""
+        raise KeyError(f"{name!r}{where}: not in data/field/time_constants.csv") from None
+
+
+def assumed_constants() -> list[str]:
+    """The names of the constants labelled "assumed"."""
+    return sorted(name for (name, _), r in _constants().items() if r["status"] == "assumed")
+
+
+@dataclass(frozen=True)
+class GpuRates:
+    """What the kernels' times depend on in a GPU."""
+
+    name: str
+    sm_count: int
+    hbm_tbps: float
+    fp8_tflops: float | None  # dense FP8 peak; None: not known (the logits cannot be timed)
+
+    @property
+    def sm_speed(self) -> float:
+        """FP8 rate per SM against the reference GPU's (1.0 on an H200)."""
+        if self.fp8_tflops is None:
+            raise ValueError(f"GPU {self.name!r}: no dense FP8 rate in data/field/time_constants.csv, "
+                             "so the logits kernel cannot be timed on it")
+        ref = gpu_rates(REFERENCE_GPU)
+        return (self.fp8_tflops / self.sm_count) / (ref.fp8_tflops / ref.sm_count)
+
+
+@lru_cache(maxsize=None)
+def gpu_rates(name: str) -> GpuRates:
+    gpu = get_gpu(name)
+    try:
+        fp8 = constant("fp8_dense_tflops", gpu.name)
+    except KeyError:
+        fp8 = None
+    return GpuRates(gpu.name, int(gpu.sm_count), float(gpu.hbm_tbps), fp8)
+
+
+# ----------------------------------------------------------------------------- the kernels
+
+def logits_us(tiles: np.ndarray, gpu: GpuRates, fit: "KernelFit") -> float:
+    """DeepGEMM's MQA logits over query blocks with ``tiles`` KV tiles each."""
+    if len(tiles) == 0:
+        return 0.0
+    per_block = fit.logits_block_us + tiles * fit.logits_tile_us
+    busiest = _busiest(per_block, gpu.sm_count)
+    return fit.logits_launch_us + busiest / gpu.sm_speed
+
+
+def _busiest(per_block: np.ndarray, ctas: int) -> float:
+    """The largest sum over one CTA when blocks go to CTAs round-robin."""
+    pad = -len(per_block) % ctas
+    grid = np.concatenate([per_block, np.zeros(pad)]).reshape(-1, ctas)
+    return float(grid.sum(axis=0).max())
+
+
+def clean_us(outside_cells: int, gpu: GpuRates, fit: "KernelFit") -> float:
+    """DeepGEMM's clean_logits: -inf written to every cell outside the windows."""
+    return fit.clean_launch_us + 4 * outside_cells / (fit.clean_bandwidth_share * gpu.hbm_tbps * 1e6)
+
+
+def topk_us(row_lens: np.ndarray, topk: int, gpu: GpuRates, fit: "KernelFit") -> float:
+    """vLLM's per-row top-k: waves of resident CTAs, each row's time by its length; a row no
+    longer than top-k only writes its indices."""
+    if len(row_lens) == 0:
+        return 0.0
+    resident = gpu.sm_count * int(constant("topk_ctas_per_sm"))
+    long_rows = np.where(row_lens > topk, row_lens, 0)
+    pad = -len(long_rows) % resident
+    waves = np.concatenate([long_rows, np.zeros(pad, dtype=long_rows.dtype)]).reshape(-1, resident)
+    latency = float(waves.max(axis=1).sum()) * fit.topk_ns_per_element * 1e-3
+    traffic = fit.topk_passes * 4 * float(long_rows.sum()) / (gpu.hbm_tbps * 1e6)
+    return fit.topk_launch_us + max(latency, traffic)
+
+
+def gather_us(tokens: int, bytes_per_token: int, gpu: GpuRates) -> float:
+    """The K gather: each token's bytes read from the cache and written to the workspace."""
+    if tokens == 0:
+        return 0.0
+    moved = constant("gather_passes") * tokens * bytes_per_token
+    return constant("gather_launch_us") + moved / (gpu.hbm_tbps * 1e6)
+
+
+# ----------------------------------------------------------------------------- published rows
+
+def deepgemm_test_windows(layout: str, seq_len: int, seq_len_kv: int) -> tuple[np.ndarray, np.ndarray]:
+    """``ks``, ``ke`` as DeepGEMM's test lays them out: ``cp0`` a causal prefix (ks = 0,
+    ke = i + SKV - S), ``cp1`` its context-parallel pattern (generate_cp_test_data)."""
+    if layout == "deepgemm-test-cp0":
+        return np.zeros(seq_len, dtype=np.int64), np.arange(seq_len, dtype=np.int64) + (seq_len_kv - seq_len)
+    if layout == "deepgemm-test-cp1":
+        half, cp_size = seq_len // 2, seq_len_kv // seq_len
+        cp_id = cp_size // 3
+        i = np.arange(half, dtype=np.int64)
+        ke = np.concatenate([cp_id * half + i, (cp_size * 2 - 1 - cp_id) * half + i])
+        return np.zeros(seq_len, dtype=np.int64), ke
+    raise ValueError(f"layout {layout!r}: not a DeepGEMM test layout")
+
+
+def published_timings(kernel: str | None = None) -> list[dict]:
+    """The published kernel timings (``data/field/kernel_timings.csv``), numbers as numbers."""
+    rows = []
+    for r in read_rows("field", "kernel_timings.csv"):
+        if kernel is None or r["kernel"] == kernel:
+            rows.append({k: (float(v) if v and k in ("seq_len", "seq_len_kv", "heads", "head_dim", "rows",
+                                                     "row_len", "topk", "us") else v) for k, v in r.items()})
+    return rows
+
+
+def _row_work(r: dict):
+    """(tiles per query block, cells outside the windows) of a DeepGEMM test row: the clean
+    kernel writes each row's padded width (v2.1.1: align(SKV + 256, 4)) outside its window."""
+    s, skv = int(r["seq_len"]), int(r["seq_len_kv"])
+    ks, ke = deepgemm_test_windows(r["layout"], s, skv)
+    ke = np.minimum(ke, skv)
+    stride = get_rules("2.1").row_stride(skv)
+    return block_tiles(ks, ke, int(r["heads"])), s * stride - int((ke - ks).sum())
+
+
+@dataclass(frozen=True)
+class KernelFit:
+    logits_launch_us: float
+    logits_block_us: float  # per query block, on the reference GPU's SM
+    logits_tile_us: float  # per 256-token KV tile of a block (BLOCK_QH rows x heads x D), same
+    clean_launch_us: float
+    clean_bandwidth_share: float  # of the HBM bandwidth
+    topk_launch_us: float
+    topk_ns_per_element: float  # one CTA's time per element of its row
+    topk_passes: float  # reads of each logit from HBM (histogram passes not served by L2)
+
+
+def _fit_logits(rows: list[dict], gpu: GpuRates) -> tuple[float, float, float]:
+    """Least squares of launch + busiest CTA's (blocks x block + tiles x tile) on the rows; the
+    busiest CTA is found again after each fit (it depends on the constants only weakly)."""
+    works = [_row_work(r)[0] for r in rows]
+    block, tile = 0.0, 1.0
+    for _ in range(3):
+        xs = []
+        for tiles in works:
+            pad = -len(tiles) % gpu.sm_count
+            t = np.concatenate([tiles, np.zeros(pad, dtype=tiles.dtype)]).reshape(-1, gpu.sm_count)
+            n = np.concatenate([np.ones(len(tiles)), np.zeros(pad)]).reshape(-1, gpu.sm_count)
+            c = int((n.sum(axis=0) * block + t.sum(axis=0) * tile).argmax())
+            xs.append([1.0, n[:, c].sum(), t[:, c].sum()])
+        (launch, block, tile), *_ = np.linalg.lstsq(np.array(xs), np.array([r["us"] for r in rows]), rcond=None)
+    return float(launch), float(block), float(tile)
+
+
+def _fit_smallest_worst_error(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """(a, b) of a + b x with the smallest largest relative error over the rows: the clean
+    kernel's times are a few microseconds, where least squares leaves the short rows worst off.
+    A grid around the least-squares solution, refined twice."""
+    (a0, b0), *_ = np.linalg.lstsq(np.column_stack([np.ones_like(x), x]), y, rcond=None)
+    centre, span = np.array([a0, b0]), np.abs(np.array([a0, b0])) + 1e-9
+    for _ in range(3):
+        a = np.linspace(centre[0] - span[0], centre[0] + span[0], 201)
+        b = np.linspace(centre[1] - span[1], centre[1] + span[1], 201)
+        worst = np.abs((a[:, None, None] + b[None, :, None] * x) / y - 1).max(axis=2)
+        i, j = np.unravel_index(worst.argmin(), worst.shape)
+        centre, span = np.array([a[i], b[j]]), span / 20
+    return float(centre[0]), float(centre[1])
+
+
+def _fit(logits_rows: list[dict], clean_rows: list[dict]) -> KernelFit:
+    ref = gpu_rates(REFERENCE_GPU)
+    launch, block, tile = _fit_logits(logits_rows, ref)
+    c_launch, c_inverse_share = _fit_smallest_worst_error(
+        np.array([4 * _row_work(r)[1] / (ref.hbm_tbps * 1e6) for r in clean_rows]),
+        np.array([r["us"] for r in clean_rows]))
+    # top-k: the one-row time fixes a CTA's time per element (after an assumed launch, the same as
+    # the gather's); the 2048-row time, where the rows far outnumber the resident CTAs, fixes
+    # the passes over HBM; the 32- and 64-row figures are left as checks
+    topk_rows = sorted(published_timings("topk"), key=lambda r: r["rows"])
+    t_launch = constant("gather_launch_us")
+    one, many = topk_rows[0], topk_rows[-1]
+    ns = (one["us"] - t_launch) / one["row_len"] * 1e3
+    gpu = gpu_rates(many["gpu"])
+    passes = (many["us"] - t_launch) * gpu.hbm_tbps * 1e6 / (4 * many["rows"] * many["row_len"])
+    return KernelFit(launch, block, tile, c_launch, float(1 / c_inverse_share), t_launch, ns, float(passes))
+
+
+@lru_cache(maxsize=1)
+def fitted() -> KernelFit:
+    """The fitted constants, from every published row."""
+    return _fit(published_timings("logits"), published_timings("clean"))
+
+
+def _held_out_us(kernel: str, index: int) -> float:
+    """A fitted row's modelled time with the constants fitted to the other rows of its kernel:
+    how well the model predicts a shape it was not fitted to."""
+    logits, clean = published_timings("logits"), published_timings("clean")
+    rows = logits if kernel == "logits" else clean
+    others = rows[:index] + rows[index + 1:]
+    fit = _fit(others, clean) if kernel == "logits" else _fit(logits, others)
+    r = rows[index]
+    tiles, outside = _row_work(r)
+    gpu = gpu_rates(r["gpu"])
+    return logits_us(tiles, gpu, fit) if kernel == "logits" else clean_us(outside, gpu, fit)
+
+
+def published_checks() -> list[dict]:
+    """Every published kernel timing against the model: shape, published, modelled, error, and
+    whether the row was one the constants were fitted to."""
+    fit = fitted()
+    out = []
+    seen: dict[str, int] = {}
+    for r in published_timings():
+        index = seen[r["kernel"]] = seen.get(r["kernel"], -1) + 1
+        held_out = None
+        gpu = gpu_rates(r["gpu"])
+        if r["kernel"] == "logits":
+            tiles, _ = _row_work(r)
+            us = logits_us(tiles, gpu, fit)
+            shape = f"S={int(r['seq_len'])} SKV={int(r['seq_len_kv'])} H={int(r['heads'])} {r['layout'][-3:]}"
+            used = "fitted (3 constants, 9 rows)"
+            held_out = _held_out_us("logits", index)
+        elif r["kernel"] == "clean":
+            _, outside = _row_work(r)
+            us = clean_us(outside, gpu, fit)
+            shape = f"S={int(r['seq_len'])} SKV={int(r['seq_len_kv'])} {r['layout'][-3:]}"
+            used = "fitted (2 constants, 8 rows, smallest worst error)"
+            held_out = _held_out_us("clean", index)
+        else:
+            lens = np.full(int(r["rows"]), int(r["row_len"]))
+            us = topk_us(lens, int(r["topk"]), gpu, fit)
+            shape = f"{int(r['rows'])} rows x {int(r['row_len'])}, k={int(r['topk'])}"
+            used = "fixes a constant" if r["rows"] in (1, 2048) else "check"
+        out.append({"kernel": r["kernel"], "gpu": r["gpu"], "shape": shape, "published_us": r["us"],
+                    "modelled_us": us, "error": us / r["us"] - 1, "use": used,
+                    # the row's error when the constants are fitted without it (None: not fitted to it)
+                    "held_out_error": None if held_out is None else held_out / r["us"] - 1,
+                    "source": r["source"]})
+    return out
+
+
+@lru_cache(maxsize=1)
+def error_band() -> dict[str, tuple[float, float]]:
+    """Per kernel, the spread of published / modelled over its published rows (for a row the
+    constants were fitted to: modelled with them fitted to the other rows): multiply a modelled
+    time by these to get the band the published checks allow (1.0 where none)."""
+    band: dict[str, tuple[float, float]] = {}
+    for c in published_checks():
+        error = c["error"] if c["held_out_error"] is None else c["held_out_error"]
+        ratio = 1 / (1 + error)
+        lo, hi = band.get(c["kernel"], (ratio, ratio))
+        band[c["kernel"]] = (min(lo, ratio), max(hi, ratio))
+    return {k: band.get(k, (1.0, 1.0)) for k in KERNELS}
+
+
+def block_rows(heads: int) -> int:
+    """Query rows per DeepGEMM block."""
+    return max(1, BLOCK_QH // heads)

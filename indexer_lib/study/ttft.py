@@ -1,0 +1,69 @@
+"""What a budget costs users: the indexer's added time to first token and per output token,
+through the simulated schedule (modelled; docs/design.md#time-model).
+
+Per engine step with prefill rows, the step's added indexer time is the modelled time of its
+plan at the budget (over the model's indexer layers) less the same step in one chunk per
+workspace (``n-only``).  A request's added time to first token sums the added times of the
+steps from its first prefill step to the step that completes its prompt (queueing before its
+first step is not counted); every output token of a step pays that step's added time, and
+the added time per output token is the mean over all output tokens.  Only the indexer is
+modelled: the rest of the model's step is the same at every budget and left out.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..plan import PlanSettings, make_plan
+from ..plan.strategies import get_strategy
+from ..workload import ClosedLoopWorkload, SchedulerConfig
+from ..workload.simulator import simulate
+from .timemodel import TimeModel
+
+BASELINE = "n-only"
+
+
+def _step_us(batch, strategy: str, budget_bytes: int | None, settings: PlanSettings, tm: TimeModel) -> float:
+    return tm.plan_time(make_plan(batch, strategy, budget_bytes, settings)).step_us
+
+
+def added_time(workload: ClosedLoopWorkload, config: SchedulerConfig, strategy: str,
+               budgets_mb: list[float], settings: PlanSettings, time_model: TimeModel | None = None) -> list[dict]:
+    """Per budget: p50 and p90 of the added time to first token over the workload's requests, the
+    mean added time per output token, and the indexer's whole time per step at that budget."""
+    tm = time_model or TimeModel.published()
+    steps = list(simulate(workload, config))
+    strategy_obj = get_strategy(strategy)
+    base_cache: dict = {}
+    rows = []
+    for mb in budgets_mb:
+        budget = strategy_obj.budget_bytes(mb, None, settings)
+        cache: dict = {}
+        added = np.zeros(len(steps))
+        for i, s in enumerate(steps):
+            if s.batch is None:
+                continue
+            key = (s.batch.query_lens, s.batch.seq_lens)
+            if key not in base_cache:
+                base_cache[key] = _step_us(s.batch, BASELINE, None, settings, tm)
+            if key not in cache:
+                cache[key] = _step_us(s.batch, strategy, budget, settings, tm)
+            added[i] = cache[key] - base_cache[key]
+        first: dict[int, int] = {}
+        last: dict[int, int] = {}
+        for i, s in enumerate(steps):
+            for rid in s.request_ids:
+                first.setdefault(rid, i)
+                last[rid] = i
+        cumulative = np.concatenate([[0.0], np.cumsum(added)])
+        ttft = np.array([cumulative[last[r] + 1] - cumulative[first[r]] for r in first])
+        decodes = np.array([s.num_decode for s in steps], dtype=float)
+        per_token = float((decodes * added).sum() / decodes.sum()) if decodes.sum() else 0.0
+        rows.append({
+            "strategy": strategy, "budget_mb": mb, "requests": len(ttft),
+            "added_ttft_p50_ms": float(np.percentile(ttft, 50)) * 1e-3,
+            "added_ttft_p90_ms": float(np.percentile(ttft, 90)) * 1e-3,
+            "added_per_output_token_ms": per_token * 1e-3,
+            "indexer_ms_per_prefill_step": float(np.mean([cache[k] for k in cache])) * 1e-3,
+            "time_source": "modelled", "time_model": tm.source,
+        })
+    return rows

@@ -1,0 +1,147 @@
+"""The per-kernel time model: every published kernel timing reproduced, every constant sourced or
+labelled assumed, the kernels' work counted as the kernels iterate, and the CLI's JSON."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from indexer_lib.cli.main import main
+from indexer_lib.plan import PlanSettings, make_plan
+from indexer_lib.plan.features import chunk_useful_elements
+from indexer_lib.plan.work import block_tiles, chunk_work
+from indexer_lib.refdata import read_rows
+from indexer_lib.study import kernel_rates as kr
+from indexer_lib.study import timemodel
+from indexer_lib.study.ttft import added_time
+from indexer_lib.engines.scheduler import release_scheduler
+from indexer_lib.workload import ClosedLoopWorkload, PrefillRequest, StepBatch
+
+
+def test_every_published_kernel_timing_is_reproduced():
+    checks = kr.published_checks()
+    assert {c["kernel"] for c in checks} == {"logits", "clean", "topk"}
+    assert len([c for c in checks if c["kernel"] == "logits"]) == 9
+    for c in checks:
+        assert abs(c["error"]) <= 0.10, c
+    # the check rows (not used to fix a constant) are predictions
+    assert any(c["use"] == "check" for c in checks)
+
+
+def test_every_constant_has_a_source_or_says_assumed():
+    for r in read_rows("field", "time_constants.csv"):
+        assert r["status"] in ("sourced", "assumed"), r
+        assert r["source"], r
+        if r["status"] == "assumed":
+            assert r["source"] == "assumed"
+        else:
+            assert r["source"] != "assumed" and ("http" in r["source"] or ".hpp" in r["source"]
+                                                 or ".cu" in r["source"]), r
+    for r in read_rows("field", "kernel_timings.csv"):
+        assert r["source"].startswith("https://github.com/"), r
+    assert "host_us_per_call" in kr.assumed_constants()
+
+
+def test_deepgemm_example_from_the_issue_of_the_logits_time():
+    """S = 2048 rows at SKV = 4096, causal as DeepGEMM's test lays out the windows: 103 us."""
+    out = _cli_json(["time", "--model", "deepseek-v3.2", "--gpu", "h200", "--query-lens", "2048",
+                     "--seq-lens", "4096", "--budget-mb", "100000", "--json"])
+    (chunk,) = out["chunks"]
+    assert chunk["kernels"]["logits"] == pytest.approx(103, rel=0.10)
+    assert set(chunk["kernels"]) >= {"logits", "topk"}
+    assert chunk["total_us"] == pytest.approx(sum(chunk["kernels"].values()), abs=0.01)
+    assert out["step_us"] == pytest.approx(out["total_us"] * out["indexer_layers"], rel=1e-5)
+    assert out["indexer_layers"] == 61 and out["mode"] == "model"
+    assert out["low_us"] <= out["total_us"] <= out["high_us"]
+
+
+def _cli_json(argv):
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert main(argv) == 0
+    return json.loads(buf.getvalue())
+
+
+def test_block_tiles_follow_the_kernels_schedule():
+    # H = 64: blocks of 2 rows; rows see [0, 300) and [0, 301): one block spanning 301 -> 2 tiles
+    assert block_tiles(np.array([0, 0]), np.array([300, 301]), 64).tolist() == [2]
+    # start rounds down to a multiple of 4: [6, 262) is read from 4 -> 258 wide -> 2 tiles
+    assert block_tiles(np.array([6]), np.array([262]), 64).tolist() == [2]
+    # H = 32: blocks of 4 rows; a short last block repeats its last row
+    assert block_tiles(np.array([0] * 5), np.array([256, 256, 256, 256, 513]), 32).tolist() == [1, 3]
+
+
+def test_chunk_work_counts_what_the_rows_score():
+    rng = np.random.default_rng(0)
+    for strategy, mb in [("n-only", None), ("vllm", 64), ("causal", 64), ("kv-split", 64), ("per-request", 64)]:
+        for _ in range(10):
+            reqs = tuple(PrefillRequest(int(rng.integers(0, 20000)), int(rng.integers(1, 3000)))
+                         for _ in range(int(rng.integers(1, 5))))
+            batch = StepBatch(reqs)
+            plan = make_plan(batch, strategy, None if mb is None else mb << 20, PlanSettings("glm-5"))
+            for c, w in zip(plan.chunks, chunk_work(plan)):
+                assert w.scored == chunk_useful_elements(c, batch)
+                assert w.rows == c.num_rows and len(w.row_lens) == c.num_rows
+                assert w.gathered_tokens == (c.kv_tokens if c.gather else 0)
+
+
+def test_small_chunks_pay_for_idle_sms():
+    """A chunk too small to fill the GPU's SMs costs more per scored logit than a large one."""
+    tm = timemodel.TimeModel()
+    settings = PlanSettings("glm-5")
+    one = make_plan(StepBatch((PrefillRequest(16384, 8192),)), "n-only", None, settings)
+    sliced = make_plan(StepBatch((PrefillRequest(16384, 8192),)), "vllm", 16 << 20, settings)
+    assert sliced.num_chunks > 8
+    big, small = tm.plan_time(one), tm.plan_time(sliced)
+    assert small.kernel_us("logits") > big.kernel_us("logits")
+    assert small.host_us > big.host_us
+    assert small.total_us > big.total_us
+
+
+def test_releases_that_clean_pay_for_it():
+    tm = timemodel.TimeModel()
+    batch = StepBatch(tuple(PrefillRequest(9984, 256) for _ in range(8)))
+    old = tm.plan_time(make_plan(batch, "engine", None, PlanSettings("glm-5", engine="vllm==0.15.1")))
+    new = tm.plan_time(make_plan(batch, "engine", 512 << 20, PlanSettings("glm-5", engine="vllm==0.19.0")))
+    assert old.kernel_us("clean") > 0 and new.kernel_us("clean") == 0
+
+
+def test_the_band_comes_from_the_published_spread():
+    band = kr.error_band()
+    for kernel in ("logits", "clean", "topk"):
+        lo, hi = band[kernel]
+        ratios = [1 / (1 + (c["error"] if c["held_out_error"] is None else c["held_out_error"]))
+                  for c in kr.published_checks() if c["kernel"] == kernel]
+        assert (lo, hi) == (min(ratios), max(ratios))
+
+
+def test_a_gpu_without_an_fp8_rate_cannot_time_the_logits():
+    with pytest.raises(ValueError, match="no dense FP8 rate"):
+        kr.gpu_rates("h20").sm_speed
+
+
+def test_time_model_fits_measured_rows(tmp_path):
+    rows = [{"mode": "measure", "model": "glm-5", "oom": False, "time_ms": 2.0 * m, "model_time_ms": m}
+            for m in (1.0, 3.0, 10.0)]
+    (tmp_path / "h200").mkdir()
+    pd.DataFrame(rows + [{**rows[0], "mode": "model"}]).to_parquet(tmp_path / "h200" / "m.parquet")
+    fitted = timemodel.TimeModel.from_data(tmp_path / "h200")
+    assert fitted.scale == pytest.approx(2.0)
+    assert "fitted" in fitted.source and "3 measured H200 steps" in fitted.source
+    assert timemodel.TimeModel.from_data(tmp_path / "nothing").source == timemodel.PUBLISHED_SOURCE
+
+
+def test_budget_cost_in_time_to_first_token():
+    settings = PlanSettings("glm-5", engine="vllm==0.33.0")
+    config = release_scheduler("vllm==0.33.0", 64)
+    rows = added_time(ClosedLoopWorkload(16, 10240, 64), config, "engine", [16, 2048], settings)
+    small, large = rows
+    assert small["added_ttft_p90_ms"] >= small["added_ttft_p50_ms"] > 0
+    assert small["added_ttft_p50_ms"] > large["added_ttft_p50_ms"] >= 0
+    assert small["added_per_output_token_ms"] > 0
+    assert all(r["time_source"] == "modelled" for r in rows)
