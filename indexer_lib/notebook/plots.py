@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from pathlib import Path
 
 import matplotlib
@@ -20,6 +21,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from ..plan import BASELINE, NO_BUDGET, get_strategy
+from . import style
 
 CMAP = "cividis"
 GIB = 2**30
@@ -341,17 +343,34 @@ def _slug(params: dict) -> str:
     return re.sub(r"[^A-Za-z0-9.,_-]+", "_", "_".join(parts))[:120]
 
 
+class FigureStyleError(ValueError):
+    """A saved figure breaks the figure style (``figure_check``)."""
+
+
 def save(fig: Figure, out_dir: str | Path, name: str, params: dict) -> list[Path]:
     """Write ``fig`` as PNG (150 dpi) and SVG; the parameters go in the file name
-    (shortened) and in full in the files' metadata.  Returns the two paths."""
+    (shortened) and in full in the files' metadata.  Returns the two paths.
+
+    The figure is first held to the figure style (``figure_check``) with these parameters: a
+    broken rule raises ``FigureStyleError`` naming the figure and every rule when
+    ``INDEXER_LAB_STRICT_FIGURES`` is set (the main job, the tests), else warns."""
+    from ..runmode import strict_figures
+    from .figure_check import check_figure
+
+    problems = check_figure(fig, params)
+    if problems:
+        message = f"figure {name} breaks the figure style:\n  " + "\n  ".join(problems)
+        if strict_figures():
+            raise FigureStyleError(message)
+        warnings.warn(message, stacklevel=2)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = f"{name}__{_slug(params)}" if params else name
     title = fig.get_suptitle() if hasattr(fig, "get_suptitle") else name
     description = json.dumps(params, sort_keys=True, default=str)
     png, svg = out_dir / f"{stem}.png", out_dir / f"{stem}.svg"
-    fig.savefig(png, dpi=150, metadata={"Title": title or name, "Description": description,
-                                        "Software": "indexer-lab"})
+    fig.savefig(png, dpi=style.DPI, metadata={"Title": title or name, "Description": description,
+                                              "Software": "indexer-lab"})
     fig.savefig(svg, metadata={"Title": title or name, "Description": description})
     return [png, svg]
 
