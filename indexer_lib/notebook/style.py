@@ -58,12 +58,22 @@ def series_styles(names) -> dict:
             for k, n in enumerate(names)}
 
 
+def wrap(text: str, width: float = WIDTH) -> str:
+    """``text`` with each line wrapped to fit a title ``width`` inches wide (empty lines dropped)."""
+    chars = int(TITLE_CHARS * width / WIDTH)
+    return "\n".join(w for part in text.split("\n") if part.strip() for w in textwrap.wrap(part.strip(), chars))
+
+
 def title(fig: Figure, *lines: str) -> None:
-    """The figure title: each line wrapped to fit the figure's width (empty lines dropped)."""
-    chars = int(TITLE_CHARS * fig.get_size_inches()[0] / WIDTH)
-    wrapped = [w for line in lines for part in line.split("\n") if part.strip()
-               for w in textwrap.wrap(part.strip(), chars)]
-    fig.suptitle("\n".join(wrapped), fontsize=FONT + 1)
+    """The figure title: each line wrapped to fit the figure's width."""
+    fig.suptitle(wrap("\n".join(lines), fig.get_size_inches()[0]), fontsize=FONT + 1)
+
+
+def layout_of(engine: str) -> str:
+    """'full logits layout' or 'compressed logits layout': the logits shape of ``engine``'s path."""
+    from ..engines import get_engine
+
+    return f"{get_engine(engine).layout} logits layout"
 
 
 def context(model: str | None = None, engine: str | None = None, free_gib: float | None = None,
@@ -71,19 +81,19 @@ def context(model: str | None = None, engine: str | None = None, free_gib: float
     """What a figure's numbers depend on, as one line for its title: the model, the engine
     release and its logits layout, the free memory, the scheduler where it is not the
     release's default, and whether the numbers are modelled or measured."""
-    from ..engines import get_engine
-
     parts = []
     if model:
         parts.append(model)
     if engine:
-        parts.append(f"on {engine} ({get_engine(engine).layout} logits layout)")
+        parts.append(f"on {engine} ({layout_of(engine)})")
     if free_gib is not None:
         parts.append(f"{free_gib:g} GiB free")
-    parts.append(f"scheduler: {not_default}" if not_default else "release-default scheduler")
+    if not not_default:
+        parts.append("release-default scheduler")
     if mode:
         parts.append(mode)
-    return ", ".join(parts)
+    line = ", ".join(parts)
+    return line + (f"\nscheduler not the release default: {not_default}" if not_default else "")
 
 
 def _log2(axis) -> None:
@@ -100,11 +110,12 @@ def size_label(gib: float) -> str:
     return f"{gib:.3g} GiB"
 
 
-def gib_axis(axis, log: bool = True) -> None:
-    """An axis of GiB values: powers of two on a log scale, each labelled in MiB or GiB."""
+def gib_axis(axis, log: bool = True, ticks: int = 6) -> None:
+    """An axis of GiB values: at most about ``ticks`` powers of two on a log scale, each
+    labelled in MiB or GiB."""
     if log:
         _log2(axis)
-        axis.set_major_locator(LogLocator(base=2))
+        axis.set_major_locator(LogLocator(base=2, numticks=ticks))
         axis.set_minor_locator(NullLocator())
     axis.set_major_formatter(FuncFormatter(lambda v, _: size_label(v)))
 
