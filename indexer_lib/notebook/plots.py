@@ -267,7 +267,7 @@ def frontier_curves(frame, strategy: str = "vllm", budgets_mb=None,
 
 
 def chunk_overhead(table, measured=None, steps=None) -> Figure:
-    """Chunks and time overhead vs budget, per strategy, one column per step.
+    """Chunks and time overhead vs budget, per strategy, one row of panels per step.
 
     ``table``: rows of ``timemodel.overhead_table`` with a ``step`` column
     (``time_source`` "modelled"); ``measured``: the same columns, "measured".
@@ -277,11 +277,11 @@ def chunk_overhead(table, measured=None, steps=None) -> Figure:
     frames = [table] if measured is None or len(measured) == 0 else [table, measured]
     data = pd.concat(frames, ignore_index=True)
     steps = steps or list(dict.fromkeys(data["step"]))
-    fig = Figure(figsize=(3.6 * len(steps) + 1, 6.4), layout="constrained")
-    axes = fig.subplots(2, len(steps), squeeze=False, sharex=True)
+    fig = style.figure(2.1 * len(steps) + 1.6)
+    axes = fig.subplots(len(steps), 2, squeeze=False, sharex=True)
     strategies = list(dict.fromkeys(data["strategy"]))
-    colour, markers = _strategy_colours(strategies), _strategy_markers(strategies)
-    for col, step in enumerate(steps):
+    looks = style.series_styles(strategies)
+    for row, step in enumerate(steps):
         for source in ("modelled", "measured"):
             mode = "model" if source == "modelled" else "measure"
             rows = data[(data["step"] == step) & (data["time_source"] == source)]
@@ -289,28 +289,25 @@ def chunk_overhead(table, measured=None, steps=None) -> Figure:
                 r = rows[rows["strategy"] == s].sort_values("budget_mb")
                 if r.empty:
                     continue
-                kw = dict(color=colour[s], marker=markers[s], label=f"{s} ({source})",
-                          **_line_style(mode))
-                axes[0, col].plot(r["budget_mb"], r["chunks"], **kw)
-                axes[1, col].plot(r["budget_mb"], 100 * r["overhead"], **kw)
-        axes[0, col].set_title(step, fontsize=9)
-        axes[0, col].set_ylabel("chunks in the step (count)")
-        axes[0, col].set_xlabel("logits budget (MiB)")
-        axes[0, col].set_yscale("log")
-        axes[1, col].set_ylabel("time overhead vs one chunk (%)")
-        axes[1, col].set_xlabel("logits budget (MiB)")
-        axes[1, col].set_xscale("log", base=2)
-        for ax in axes[:, col]:
+                kw = dict(label=f"{s} ({source})", markersize=4, **looks[s], **_line_style(mode))
+                axes[row, 0].plot(r["budget_mb"], r["chunks"], **kw)
+                axes[row, 1].plot(r["budget_mb"], 100 * r["overhead"], **kw)
+        axes[row, 0].set_title(step, fontsize=style.FONT - 1, loc="left")
+        axes[row, 0].set_ylabel("chunks (count)")
+        style.count_axis(axes[row, 0].yaxis, log=True)
+        axes[row, 1].set_ylabel("time overhead (%)")
+        for ax in axes[row]:
             ax.grid(True, alpha=0.3)
-    handles, labels = axes[0, 0].get_legend_handles_labels()
-    seen = dict(zip(labels, handles))
-    for ax in axes.flat:
-        for h, l in zip(*ax.get_legend_handles_labels()):
-            seen.setdefault(l, h)
-    fig.legend(list(seen.values()), list(seen.keys()), loc="outside lower center",
-               ncol=min(4, len(seen)), fontsize=8)
+    budgets = sorted(set(data["budget_mb"].astype(float)))
+    for ax in axes[-1]:
+        style.mib_ticks(ax.xaxis, budgets if len(budgets) <= 5 else budgets[::2])
+        ax.set_xlabel("logits budget")
+    style.legend_below(fig, ncol=4)
     sources = " + ".join(sorted(set(data["time_source"])))
-    fig.suptitle(f"What does each smaller logits budget cost in chunks and time? ({sources} time)")
+    engine = _engine_of(table, None)
+    model = table["model"].iloc[0] if "model" in table else None
+    style.title(fig, f"What does each smaller logits budget cost in chunks and time? ({sources} time)",
+                style.context(model, engine) + "; time overhead: against the step in one chunk")
     return fig
 
 

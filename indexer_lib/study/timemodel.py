@@ -167,6 +167,7 @@ def overhead_table(batch: StepBatch, strategies, budgets_mb, settings: PlanSetti
             f = plan_features(plan)
             ms = tm.features_ms(f)
             rows.append({
+                "model": settings.model, "engine": settings.engine or "",
                 "strategy": strategy, "budget_mb": mb, "chunks": f["chunks"],
                 "gathers": f["gathers"],
                 "peak_transient_bytes": memory_report(plan).peak_transient,
