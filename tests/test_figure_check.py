@@ -59,6 +59,16 @@ def test_fractional_ticks_on_a_count_axis():
     assert any("'concurrency (requests)' counts, yet ticks at" in p for p in check_figure(fig, PARAMS))
 
 
+def test_a_log_count_axis_ticks_whole_numbers_where_every_count_is_one():
+    fig = good()
+    ax = fig.axes[0]
+    ax.plot([1, 2, 4], [1, 1, 1])
+    ax.set_ylabel("chunks (count)")
+    style.count_axis(ax.yaxis, log=True)
+    fig.draw_without_rendering()
+    assert min(ax.get_ylim()) < 1 and check_figure(fig, PARAMS) == []  # the view reaches below 1, no tick does
+
+
 def test_power_of_two_size_ticks():
     fig = good()
     fig.axes[0].set_yscale("log", base=2)  # matplotlib's own labels: 2^-2, 2^-1, 2^0

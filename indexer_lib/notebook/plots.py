@@ -1,11 +1,12 @@
 """Figures from sweep and step tables: one question per figure, its answer in the title.
 
-Each figure's title is the question it answers; axes carry units; colour maps
-are perceptually uniform and readable in grey (cividis); modelled data are
-dashed lines with hollow markers, measured data solid lines with filled
-markers, and the legend says which.  Functions return a matplotlib ``Figure``
-(no pyplot state); ``save`` writes PNG (150 dpi) and SVG with the parameters
-in the file name and the metadata.
+Each figure's title is the question it answers, then what its numbers depend on (model,
+engine release and logits layout, free memory, scheduler); axes carry units; every figure
+follows ``style`` (at most 8 inches wide, one palette, one heatmap colour scale) and ``save``
+holds it to that style (``figure_check``) before writing PNG (150 dpi) and SVG with the
+parameters in the file name and the metadata.  Modelled data are dashed lines with hollow
+markers, measured data solid lines with filled markers, and the legend says which.
+Functions return a matplotlib ``Figure`` (no pyplot state).
 """
 from __future__ import annotations
 
@@ -451,7 +452,7 @@ def _growth(rows) -> str:
     grows = int((np.diff(reserved) > 0).sum())
     last = style.size_label(reserved[-1] / GIB)
     if grows == 0:
-        return f"flat at {last}"
+        return f"stays flat at {last}"
     if grows == 1:
         return f"grows once, then flat at {last}"
     tail = "still growing" if reserved[-1] > reserved[-2] else "then flat"
@@ -488,7 +489,7 @@ def reserved_growth(frame, title_detail: str = "") -> Figure:
     answers = {}  # strategies whose reserved memory moves alike, in one phrase
     for s, rows in frame[frame["mode"] == "model"].groupby("strategy", sort=False):
         answers.setdefault(_growth(rows), []).append(s)
-    answer = "; ".join(f"{' and '.join(names)}: {how}" for how, names in answers.items())
+    answer = "; ".join(f"{' and '.join(names)}: reserved {how}" for how, names in answers.items())
     engine = _engine_of(frame, None)
     where = f"{frame['model'].iloc[0]}" + (f" on {engine} ({style.layout_of(engine)})" if engine else "")
     style.title(fig, "How does the caching allocator's reserved memory move over a long prompt?", answer,
@@ -649,7 +650,7 @@ def release_frontier(table, title_detail: str = "") -> Figure:
     scheduler = (f"the deployment's {', '.join(settings)}, else each release's default" if settings
                  else "each release's default")
     style.title(fig, f"Which releases run out of memory at ISL {isl:,}, and from which concurrency?",
-                f"{model} {title_detail.strip(' ()' + chr(10))}; {_layouts(engines)}".strip(),
+                f"{model}, deployment {title_detail.strip(' ()' + chr(10))}; {_layouts(engines)}",
                 f"every release, SGLang's included, scheduled by the vLLM V1 scheduler simulator ({scheduler})")
     return fig
 

@@ -128,11 +128,18 @@ def mib_ticks(axis, values) -> None:
     axis.set_major_formatter(FuncFormatter(lambda v, _: size_label(v / 1024)))
 
 
+class _WholePowers(LogLocator):
+    """Powers of two from 1 up: a count is never a fraction, even where every value is 1."""
+
+    def tick_values(self, vmin, vmax):
+        return [v for v in super().tick_values(vmin, vmax) if v >= 1]
+
+
 def count_axis(axis, log: bool = False) -> None:
     """An axis of counts: ticks at whole numbers only (a log scale: at powers of two)."""
     if log:
         _log2(axis)
-        axis.set_major_locator(LogLocator(base=2))
+        axis.set_major_locator(_WholePowers(base=2))
         axis.set_minor_locator(NullLocator())
         axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     else:
