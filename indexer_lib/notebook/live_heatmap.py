@@ -24,13 +24,12 @@ from collections import OrderedDict
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 from matplotlib.transforms import Bbox
 
 from .png_bands import BandedPng
 from . import style
-from .plots import (CMAP, GIB, frontier_handle, frontier_line, heatmap_cells, heatmap_panel_title,
+from .plots import (CMAP, frontier_handle, frontier_line, heatmap_cells, heatmap_panel_title,
                     heatmap_question, heatmap_title, label_heatmap_axes, mark_oom, mode_word)
 
 KEPT = 24  # drawn pixels kept per region (the cells region: about 0.5 MB each), oldest dropped first
@@ -122,11 +121,11 @@ class LiveHeatmap:
         self.canvas = FigureCanvasAgg(self.fig)
         self.ax = self.fig.add_subplot()
         empty = np.full((len(self.concs), len(self.isls)), 1.0)
-        self.image = self.ax.imshow(empty, origin="lower", aspect="auto", cmap=CMAP, norm=LogNorm(1e-3, 2e-3))
+        # the colour scale every heatmap shares: a colour means the same GiB as in the saved figures
+        self.image = self.ax.imshow(empty, origin="lower", aspect="auto", cmap=CMAP, norm=style.peak_norm())
         label_heatmap_axes(self.ax, self.concs, self.isls)
         self.ax.set_title(" ")
-        self.bar = self.fig.colorbar(self.image, ax=self.ax, shrink=0.9)
-        self.bar.set_label("worst-step transient peak (GiB, modelled)")
+        self.bar = style.peak_colorbar(self.fig, self.image, self.ax, "worst-step transient peak (modelled)")
         self.legend = self.fig.legend(handles=[frontier_handle(0.0)], loc="outside lower center")
         self.title = self.fig.suptitle(" \n \n ")  # the question and the context, wrapped
         self.marks: list = []  # the OOM texts
@@ -154,11 +153,9 @@ class LiveHeatmap:
         if frame.empty:
             raise ValueError(f"no {mode} rows for {model} at {free_gib} GiB free")
         grid, oom = heatmap_cells(frame, self.concs, self.isls)
-        gib = frame["peak_transient_bytes"].astype(float) / GIB
-        limits = (max(gib.min(), 1e-3), max(gib.max(), 2e-3))
+        limits = style.PEAK_NORM_RANGE
         cells = (grid.tobytes(), limits)  # all the image and its colours show
         if cells != self.cells:
-            self.image.set_norm(LogNorm(*limits))  # the colour bar follows its mappable's new norm
             self.image.set_data(np.clip(grid, limits[0], None))
             self.cells = cells
         for artist in self.marks + ([self.line] if self.line is not None else []):
@@ -166,8 +163,9 @@ class LiveHeatmap:
         self.line = frontier_line(self.ax, oom)
         self.marks = mark_oom(self.ax, grid, oom, self.image.norm)
         self.ax.set_title(heatmap_panel_title(strategy, budget_mb))
-        self.bar.set_label(f"worst-step transient peak (GiB, {mode_word(mode)})")
-        self.legend.get_texts()[0].set_text(frontier_handle(free_gib).get_label())
+        self.bar.set_label(f"worst-step transient peak ({mode_word(mode)})")
+        self.legend.get_texts()[0].set_text(frontier_handle(free_gib).get_label() if self.line is not None
+                                            else f"no cell OOMs at {free_gib:g} GiB free")
         self.title.set_text(style.wrap(heatmap_question(model) + "\n" + heatmap_title(
             model, engine, free_gib, f"budget {budget_mb:g} MiB", mode), self.fig.get_size_inches()[0]))
         contents = {
