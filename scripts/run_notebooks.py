@@ -77,18 +77,21 @@ class _PapermillGuesses(logging.Filter):
 @contextlib.contextmanager
 def headless_kernels():
     """The kernels started inside know they run headless (dashboards show their first state, no
-    progress bars); this process's environment is as it was afterwards."""
-    from indexer_lib.runmode import HEADLESS_ENV
+    progress bars) and that a figure breaking the figure style stops the run (unless the caller
+    set ``INDEXER_LAB_STRICT_FIGURES=0``); this process's environment is as it was afterwards."""
+    from indexer_lib.runmode import HEADLESS_ENV, STRICT_FIGURES_ENV
 
-    before = os.environ.get(HEADLESS_ENV)
-    os.environ[HEADLESS_ENV] = "1"
+    settings = {HEADLESS_ENV: "1", STRICT_FIGURES_ENV: os.environ.get(STRICT_FIGURES_ENV, "1")}
+    before = {name: os.environ.get(name) for name in settings}
+    os.environ.update(settings)
     try:
         yield
     finally:
-        if before is None:
-            del os.environ[HEADLESS_ENV]
-        else:
-            os.environ[HEADLESS_ENV] = before
+        for name, value in before.items():
+            if value is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = value
 
 
 def run(params_file: Path, run_name: str | None, results: Path, only: list[str]) -> int:

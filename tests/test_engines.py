@@ -452,7 +452,11 @@ def test_where_each_release_runs_out_of_memory_on_the_field_deployments():
     assert 0.5 <= busy["unreserved_gib"] and busy["peak_transient_gib"] >= 2 * 0.5
     assert set(table[table["engine"] == "vllm==0.15.1"]["profile_run_logits_gib"]) == {0.0}
     fig = plots.release_frontier(table)
-    assert len(fig.axes[0].get_legend().get_texts()) == 5
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert len([label for label in labels if label.startswith(("vllm==", "sglang=="))]) == 5  # one per release
+    title = fig.get_suptitle().replace("\n", " ")
+    assert "SGLang's included, scheduled by the vLLM V1 scheduler simulator" in title
+    assert "max_num_batched_tokens=32768, max_num_seqs=16" in title
 
 
 def test_auto_prints_the_chosen_engines_own_setting(capsys):

@@ -54,6 +54,23 @@ def test_every_notebook_ran_and_wrote_figures_and_tables(ci_run):
     assert "modelled" in summary[0] and "modelled" in summary[1]
 
 
+def test_every_figure_the_notebooks_saved_kept_the_figure_style(ci_run):
+    """The runner saves each figure in strict mode (a broken rule stops the run naming it): none
+    was let through with a warning, and every PNG is at most 8 inches wide at 150 dpi."""
+    from PIL import Image
+
+    from indexer_lib.notebook import style
+
+    out, _ = ci_run
+    for nb in (out / "notebooks").glob("*.ipynb"):
+        assert "breaks the figure style" not in nb.read_text(), nb.name
+    pngs = list((out / "figures").glob("*.png"))
+    assert len(pngs) >= 20
+    for png in pngs:
+        with Image.open(png) as im:
+            assert im.size[0] <= style.WIDTH * style.DPI and round(im.info["dpi"][0]) == style.DPI, png.name
+
+
 def test_reproduced_allocations_match_published(ci_run):
     out, _ = ci_run
     repro = pd.read_csv(out / "tables" / "reproductions.csv").set_index("case")

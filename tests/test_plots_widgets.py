@@ -13,6 +13,7 @@ from PIL import Image
 from indexer_lib.notebook import plots, tables
 from indexer_lib.study import reported, sweep, timemodel
 from indexer_lib.plan import PlanSettings
+from indexer_lib.runmode import STRICT_FIGURES_ENV
 from indexer_lib.study.grid import Grid
 
 # DeepGEMM 2.6's full [M, N] logits (on the latest vLLM's workspace) with a 256-token
@@ -29,16 +30,19 @@ def frame():
 def axes_labelled(fig):
     axes = [ax for ax in fig.axes if ax.get_visible() and ax.get_label() != "<colorbar>"]
     assert axes
-    for ax in axes:
-        assert ax.get_xlabel() and ax.get_ylabel(), ax
-    units = ("(tokens)", "(requests)", "(GiB", "(MiB)", "(count)", "(%)", "chunks")
-    for ax in axes:
-        assert any(u in ax.get_xlabel() + ax.get_ylabel() for u in units), ax.get_ylabel()
+    for ax in axes:  # a panel sharing an axis with a labelled one needs no label of its own
+        assert any(a.get_xlabel() for a in ax.get_shared_x_axes().get_siblings(ax)), ax
+        assert any(a.get_ylabel() for a in ax.get_shared_y_axes().get_siblings(ax)), ax
+    units = ("(tokens)", "(requests)", "(GiB", "(MiB)", "(count)", "(%)", "chunks", "peak / budget")
+    for ax in axes:  # in the label, or in the tick labels (sizes read as '512 MiB', '2 GiB')
+        ticks = " ".join(t.get_text() for t in ax.get_xticklabels() + ax.get_yticklabels())
+        assert any(u in ax.get_xlabel() + ax.get_ylabel() for u in units) or "iB" in ticks, ax.get_ylabel()
     assert "?" in fig.get_suptitle()  # the title is the question the figure answers
     return axes
 
 
-def test_heatmaps_draw_the_free_memory_line(frame, tmp_path):
+def test_heatmaps_draw_the_oom_frontier_along_cell_edges(frame, tmp_path, monkeypatch):
+    monkeypatch.setenv(STRICT_FIGURES_ENV, "1")  # saved below: the figure keeps the style
     for by in ("budget_mb", "strategy"):
         fig = plots.frontier_heatmap(frame, by=by, strategy="n-only" if by == "budget_mb" else "vllm")
         axes = axes_labelled(fig)
@@ -46,10 +50,14 @@ def test_heatmaps_draw_the_free_memory_line(frame, tmp_path):
         # the setting that differs from the release's default is named with the numbers
         assert "long_prefill_token_threshold=256 (default 0)" in fig.get_suptitle()
         legend_text = [t.get_text() for lg in fig.legends for t in lg.get_texts()]
-        assert legend_text == ["free memory: 2.63 GiB"]
-        if by == "budget_mb":  # n-only OOMs at concurrency 64: OOM cells marked, contour drawn
-            assert any(t.get_text() == "OOM" for t in axes[0].texts)
-            assert axes[0].collections, "no free-memory contour"
+        values = [t.get_text() for t in axes[0].texts]
+        first = frame[frame["strategy"] == "n-only"]  # the first panel either way: one value per cell
+        assert sorted(values) == sorted(f"{v:.2g}" for v in first["peak_transient_gib"])
+        if by == "budget_mb":  # n-only OOMs at concurrency 64 x 10K: the frontier, on the cells' edges only
+            assert legend_text == ["OOM frontier at 2.63 GiB free (beyond it: OOM)"]
+            (edges,) = axes[0].collections
+            points = np.concatenate(edges.get_segments())
+            assert np.allclose(points % 1, 0.5)  # never through a cell: no value interpolated
         paths = plots.save(fig, tmp_path, f"heat_{by}", {"model": "glm-5", "free_gib": 2.63})
         png, svg = paths
         assert png.suffix == ".png" and svg.suffix == ".svg" and "free_gib-2.63" in png.name
@@ -57,6 +65,11 @@ def test_heatmaps_draw_the_free_memory_line(frame, tmp_path):
             assert json.loads(im.info["Description"]) == {"model": "glm-5", "free_gib": 2.63}
             assert abs(im.info["dpi"][0] - 150) < 1
         assert "free_gib" in svg.read_text()
+    # nothing OOMs: no frontier, and no legend entry for one
+    fits = frame[~frame["oom"]]
+    fig = plots.frontier_heatmap(fits[fits["strategy"] == "vllm"], by="budget_mb", strategy="vllm")
+    assert not fig.legends and not any(ax.collections for ax in fig.axes if ax.get_label() != "<colorbar>")
+    assert "no cell needs more than 2.63 GiB" in fig.get_suptitle().replace("\n", " ")
 
 
 def test_curves_tell_modelled_from_measured(frame):
@@ -94,8 +107,8 @@ def test_chunk_overhead_and_strategy_comparison(tmp_path):
     allocated = fig.axes[1].containers[0]
     useful = fig.axes[1].containers[1]
     # n-only's one 64K chunk allocates the full square, top-k reads about half of it
-    assert allocated[0].get_height() > 1.9 * useful[0].get_height()
-    assert "modelled" in fig.axes[1].get_legend().get_texts()[0].get_text()
+    assert allocated[0].get_width() > 1.9 * useful[0].get_width()
+    assert "modelled" in fig.legends[0].get_texts()[0].get_text()
 
 
 def test_markdown_table_pastes():
@@ -210,7 +223,7 @@ def test_the_live_heatmap_shows_the_rows_and_a_free_memory_move_draws_what_a_ful
         shown = live.image.get_array()
         for (i, c), (j, s) in ((a, b) for a in enumerate(live.concs) for b in enumerate(live.isls)):
             assert shown[i, j] == pytest.approx(max(gib[(c, s)], live.image.norm.vmin))
-        assert f"({free:g} GiB free" in live.title.get_text()
+        assert f", {free:g} GiB free" in live.title.get_text()
     fresh = LiveHeatmap((1, 16, 64), (2048, 10240)).render(sweep.at_free_memory(planned, 4.0), "n-only", 512, 4.0,
                                                            "glm-5", "vllm==0.18.1")
     assert moved == fresh and Image.open(__import__("io").BytesIO(moved)).size == (630, 396)
@@ -315,7 +328,12 @@ def test_the_long_context_figure_draws_each_strategys_frontier_over_free_memory_
     frame = sweep.to_frame(list(sweep.model_rows(grid)))
     fig = plots.budget_frontier(frame, 2.63)
     axes = axes_labelled(fig)
-    assert len(axes) == 2 and "long contexts on vllm==0.33.0" in fig.get_suptitle()
+    title = fig.get_suptitle().replace("\n", " ")
+    assert len(axes) == 3 and "long contexts?" in title and "on vllm==0.33.0 (compressed logits layout)" in title
+    ratio = {ln.get_label(): ln for ln in axes[2].get_lines()}  # the widest workload: peak over budget
+    widest = frame[(frame["concurrency"] == 8) & (frame["strategy"] == "engine")].sort_values("budget_mb")
+    assert list(ratio["engine"].get_ydata()) == list(widest["peak_transient_bytes"] / (widest["budget_mb"] * 2**20))
+    assert "n-only" not in ratio  # no budget, no ratio
     for ax, conc in zip(axes, (1, 8)):
         lines = {ln.get_label(): ln for ln in ax.get_lines()}
         assert {"n-only", "vllm", "engine", "2.63 GiB free"} <= set(lines)

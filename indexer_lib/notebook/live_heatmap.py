@@ -3,7 +3,7 @@
 ``plots.frontier_heatmap`` builds a new figure each time: most of a redraw then goes to
 laying it out, and most of the rest to drawing text.  ``LiveHeatmap`` lays out one panel
 (concurrency x ISL) once and splits the figure into regions that do not overlap, one per
-group of artists a change may touch: the cells (with the free-memory line and the OOM
+group of artists a change may touch: the cells (with the OOM frontier and the OOM
 marks), the colour bar, the panel title, the legend and the figure title.  The axes, ticks
 and labels around them never change and are drawn once.  A change redraws only the regions
 whose content changed, each over its saved copy of the unchanging figure, and keeps the
@@ -24,14 +24,13 @@ from collections import OrderedDict
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
 from matplotlib.transforms import Bbox
 
 from .png_bands import BandedPng
-from .plots import (CMAP, GIB, free_memory_line, heatmap_cells, heatmap_panel_title, heatmap_title,
-                    label_heatmap_axes, mark_oom, mode_word)
+from . import style
+from .plots import (CMAP, frontier_handle, frontier_line, heatmap_cells, heatmap_panel_title,
+                    heatmap_question, heatmap_title, label_heatmap_axes, mark_oom, mode_word)
 
 KEPT = 24  # drawn pixels kept per region (the cells region: about 0.5 MB each), oldest dropped first
 
@@ -122,14 +121,13 @@ class LiveHeatmap:
         self.canvas = FigureCanvasAgg(self.fig)
         self.ax = self.fig.add_subplot()
         empty = np.full((len(self.concs), len(self.isls)), 1.0)
-        self.image = self.ax.imshow(empty, origin="lower", aspect="auto", cmap=CMAP, norm=LogNorm(1e-3, 2e-3))
+        # the colour scale every heatmap shares: a colour means the same GiB as in the saved figures
+        self.image = self.ax.imshow(empty, origin="lower", aspect="auto", cmap=CMAP, norm=style.peak_norm())
         label_heatmap_axes(self.ax, self.concs, self.isls)
         self.ax.set_title(" ")
-        self.bar = self.fig.colorbar(self.image, ax=self.ax, shrink=0.9)
-        self.bar.set_label("worst-step transient peak (GiB, modelled)")
-        self.legend = self.fig.legend(handles=[Line2D([], [], color="red", linewidth=2, label="free memory")],
-                                      loc="outside lower center")
-        self.title = self.fig.suptitle(" \n ")
+        self.bar = style.peak_colorbar(self.fig, self.image, self.ax, "worst-step transient peak (modelled)")
+        self.legend = self.fig.legend(handles=[frontier_handle(0.0)], loc="outside lower center")
+        self.title = self.fig.suptitle(" \n \n ")  # the question and the context, wrapped
         self.marks: list = []  # the OOM texts
         self.line = None  # the free-memory contour
         self.cells = None  # (cells, colour limits) the image shows
@@ -155,21 +153,21 @@ class LiveHeatmap:
         if frame.empty:
             raise ValueError(f"no {mode} rows for {model} at {free_gib} GiB free")
         grid, oom = heatmap_cells(frame, self.concs, self.isls)
-        gib = frame["peak_transient_bytes"].astype(float) / GIB
-        limits = (max(gib.min(), 1e-3), max(gib.max(), 2e-3))
+        limits = style.PEAK_NORM_RANGE
         cells = (grid.tobytes(), limits)  # all the image and its colours show
         if cells != self.cells:
-            self.image.set_norm(LogNorm(*limits))  # the colour bar follows its mappable's new norm
             self.image.set_data(np.clip(grid, limits[0], None))
             self.cells = cells
         for artist in self.marks + ([self.line] if self.line is not None else []):
             artist.remove()
-        self.line = free_memory_line(self.ax, grid, free_gib)
+        self.line = frontier_line(self.ax, oom)
         self.marks = mark_oom(self.ax, grid, oom, self.image.norm)
         self.ax.set_title(heatmap_panel_title(strategy, budget_mb))
-        self.bar.set_label(f"worst-step transient peak (GiB, {mode_word(mode)})")
-        self.legend.get_texts()[0].set_text(f"free memory: {free_gib:g} GiB")
-        self.title.set_text(heatmap_title(model, engine, free_gib, f"budget {budget_mb:g} MiB", mode))
+        self.bar.set_label(f"worst-step transient peak ({mode_word(mode)})")
+        self.legend.get_texts()[0].set_text(frontier_handle(free_gib).get_label() if self.line is not None
+                                            else f"no cell OOMs at {free_gib:g} GiB free")
+        self.title.set_text(style.wrap(heatmap_question(model) + "\n" + heatmap_title(
+            model, engine, free_gib, f"budget {budget_mb:g} MiB", mode), self.fig.get_size_inches()[0]))
         contents = {
             "cells": (cells, oom.tobytes(), free_gib),
             "panel title": self.ax.title.get_text(),

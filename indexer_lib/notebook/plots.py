@@ -1,16 +1,18 @@
 """Figures from sweep and step tables: one question per figure, its answer in the title.
 
-Each figure's title is the question it answers; axes carry units; colour maps
-are perceptually uniform and readable in grey (cividis); modelled data are
-dashed lines with hollow markers, measured data solid lines with filled
-markers, and the legend says which.  Functions return a matplotlib ``Figure``
-(no pyplot state); ``save`` writes PNG (150 dpi) and SVG with the parameters
-in the file name and the metadata.
+Each figure's title is the question it answers, then what its numbers depend on (model,
+engine release and logits layout, free memory, scheduler); axes carry units; every figure
+follows ``style`` (at most 8 inches wide, one palette, one heatmap colour scale) and ``save``
+holds it to that style (``figure_check``) before writing PNG (150 dpi) and SVG with the
+parameters in the file name and the metadata.  Modelled data are dashed lines with hollow
+markers, measured data solid lines with filled markers, and the legend says which.
+Functions return a matplotlib ``Figure`` (no pyplot state).
 """
 from __future__ import annotations
 
 import json
 import re
+import warnings
 from pathlib import Path
 
 import matplotlib
@@ -20,8 +22,11 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from ..plan import BASELINE, NO_BUDGET, get_strategy
+from . import style
 
-CMAP = "cividis"
+style.use()
+
+CMAP = style.CMAP
 GIB = 2**30
 # how each mode is drawn: line style, marker fill, legend word
 STYLE = {
@@ -81,22 +86,22 @@ def _on(engine: str | None) -> str:
     return f" on {engine}" if engine else ""
 
 
-def scheduler_note(frame) -> str:
-    """The scheduler settings of a frame's rows that differ from their release's defaults, as a
-    title line ('' when every row runs the release's own scheduler): a number is never shown
-    without the setting that made it."""
+def not_default_of(frame) -> str:
+    """The scheduler settings of a frame's rows that differ from their release's defaults ('' when
+    every row runs the release's own scheduler): a number is never shown without the setting
+    that made it."""
     if "not_default" not in getattr(frame, "columns", ()):
         return ""
-    differs = [d for d in dict.fromkeys(frame["not_default"].fillna("")) if d]
-    return f"\nscheduler not the release default: {'; '.join(differs)}" if differs else ""
+    return "; ".join(d for d in dict.fromkeys(frame["not_default"].fillna("")) if d)
 
 
 def frontier_heatmap(frame, by: str = "budget_mb", strategy: str = "vllm",
                      budget_mb: float = 512, free_gib: float | None = None,
                      model: str | None = None, mode: str = "model", engine: str | None = None) -> Figure:
-    """Worst-step transient GiB over concurrency x ISL, the free-memory line drawn,
-    one panel per budget (``by="budget_mb"``) or per strategy (``by="strategy"``), for one
-    engine release (default: the frame's first)."""
+    """Worst-step transient GiB over concurrency x ISL (each cell's value written in it where
+    it fits, on the colour scale every heatmap shares), the OOM frontier drawn along the cells'
+    edges, one panel per budget (``by="budget_mb"``) or per strategy (``by="strategy"``), for
+    one engine release (default: the frame's first)."""
     model = model or frame["model"].iloc[0]
     free_gib = free_gib if free_gib is not None else float(frame["free_gib"].iloc[0])
     engine = _engine_of(frame, engine)
@@ -113,34 +118,33 @@ def frontier_heatmap(frame, by: str = "budget_mb", strategy: str = "vllm",
         raise ValueError(f"no {mode} rows for {model} at {free_gib} GiB free with these filters")
     concs = sorted(data["concurrency"].unique())
     isls = sorted(data["isl"].unique())
-    gib = data["peak_transient_bytes"].astype(float) / GIB
-    norm = LogNorm(vmin=max(gib.min(), 1e-3), vmax=max(gib.max(), 2e-3))
-
-    ncols = min(3, len(panels))
-    nrows = -(-len(panels) // ncols)
-    fig = Figure(figsize=(max(7.0, 4.2 * ncols + 1.2), 3.4 * nrows + 1.0), layout="constrained")
+    norm = style.peak_norm()
+    nrows, ncols = style.grid_shape(len(panels))
+    fig = style.figure(2.4 * nrows + 1.6)
     axes = fig.subplots(nrows, ncols, squeeze=False)
-    image = None
+    image, drawn = None, []
     for ax, panel in zip(axes.flat, panels):
         grid, oom = heatmap_cells(_at_budget(data, panel) if by == "budget_mb" else data[data[by] == panel],
                                   concs, isls)
-        image = ax.imshow(np.clip(grid, norm.vmin, None), origin="lower", aspect="auto",
-                          cmap=CMAP, norm=norm)
-        free_memory_line(ax, grid, free_gib)
-        mark_oom(ax, grid, oom, norm)
+        image = ax.imshow(grid, origin="lower", aspect="auto", cmap=style.CMAP, norm=norm)
+        drawn.append((ax, grid, oom, frontier_line(ax, oom)))
         label_heatmap_axes(ax, concs, isls)
         title = (_budget_label(strategy, panel) if by == "budget_mb"
                  else heatmap_panel_title(panel, budget_mb))
-        ax.set_title(title)
+        every = " (every cell OOMs)" if oom.all() else ""
+        ax.set_title(title + every, fontsize=style.FONT)
     for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
-    bar = fig.colorbar(image, ax=axes, shrink=0.9)
-    bar.set_label(f"worst-step transient peak (GiB, {mode_word(mode)})")
-    fig.legend(handles=[Line2D([], [], color="red", linewidth=2,
-                               label=f"free memory: {free_gib:g} GiB")],
-               loc="outside lower center")
+    style.peak_colorbar(fig, image, axes, f"worst-step transient peak ({mode_word(mode)})")
+    if any(line is not None for *_, line in drawn):
+        fig.legend(handles=[frontier_handle(free_gib)], loc="outside lower center")
+    for ax, grid, oom, _ in drawn:  # after the layout: a value only where it fits its cell
+        if not style.cell_values(fig, ax, grid, norm):
+            mark_oom(ax, grid, oom, norm)
     what = f"strategy {strategy}" if by == "budget_mb" else f"budget {budget_mb:g} MiB"
-    fig.suptitle(heatmap_title(model, engine, free_gib, what, mode) + scheduler_note(data))
+    ooms = "" if data["oom"].astype(bool).any() else f"; no cell needs more than {free_gib:g} GiB"
+    style.title(fig, heatmap_question(model), heatmap_title(model, engine, free_gib, what + ooms, mode,
+                                                            not_default_of(data)))
     return fig
 
 
@@ -157,12 +161,16 @@ def heatmap_cells(rows, concs, isls):
     return grid, oom
 
 
-def free_memory_line(ax, grid, free_gib: float):
-    """The free-memory contour where it crosses the cells (else None)."""
-    rows, cols = grid.shape
-    if rows > 1 and cols > 1 and np.nanmin(grid) < free_gib < np.nanmax(grid):
-        return ax.contour(np.arange(cols), np.arange(rows), grid, levels=[free_gib], colors="red", linewidths=2)
-    return None
+def frontier_line(ax, oom):
+    """The OOM frontier along the edges between cells that fit and cells that OOM (else None):
+    the grid's cells are the points computed, so the line never crosses a cell."""
+    # over the frame, as the dashboard's redraw draws it (after the cells and their frame)
+    return style.cell_boundary(ax, oom, colors=style.FREE_COLOUR, linewidths=2.5, zorder=3)
+
+
+def frontier_handle(free_gib: float) -> Line2D:
+    return Line2D([], [], color=style.FREE_COLOUR, linewidth=2.5,
+                  label=f"OOM frontier at {free_gib:g} GiB free (beyond it: OOM)")
 
 
 def mark_oom(ax, grid, oom, norm) -> list:
@@ -177,7 +185,7 @@ def mark_oom(ax, grid, oom, norm) -> list:
 
 
 def label_heatmap_axes(ax, concs, isls) -> None:
-    ax.set_xticks(range(len(isls)), [f"{v // 1024}K" if v >= 1024 else str(v) for v in isls])
+    ax.set_xticks(range(len(isls)), [style.token_label(v) for v in isls])
     ax.set_yticks(range(len(concs)), [str(v) for v in concs])
     ax.set_xlabel("input length, ISL (tokens)")
     ax.set_ylabel("concurrency (requests)")
@@ -187,9 +195,14 @@ def heatmap_panel_title(strategy: str, budget_mb: float) -> str:
     return f"{strategy} ({_budget_label(strategy, budget_mb)})"
 
 
-def heatmap_title(model: str, engine: str | None, free_gib: float, what: str, mode: str) -> str:
-    return (f"Where does {model}'s indexer run out of memory{_on(engine)}?\n"
-            f"({free_gib:g} GiB free, {what}, {mode_word(mode)})")
+def heatmap_question(model: str) -> str:
+    return f"Where does {model}'s indexer run out of memory? (worst-step transient peak, GiB)"
+
+
+def heatmap_title(model: str, engine: str | None, free_gib: float, what: str, mode: str,
+                  not_default: str = "") -> str:
+    line, *scheduler = style.context(model, engine, free_gib, not_default, mode_word(mode)).split("\n")
+    return "\n".join([f"{line}; {what}", *scheduler])
 
 
 def frontier_table(frame, strategy: str, free_gib: float | None = None, engine: str | None = None):
@@ -209,19 +222,21 @@ def frontier_table(frame, strategy: str, free_gib: float | None = None, engine: 
 def frontier_curves(frame, strategy: str = "vllm", budgets_mb=None,
                     free_gib: float | None = None, model: str | None = None,
                     engine: str | None = None) -> Figure:
-    """Largest ISL without OOM vs concurrency, one curve per budget (and per mode)."""
+    """Largest ISL without OOM vs concurrency, one curve per budget (and per mode).  Curves that
+    coincide are set a little apart sideways (a fixed step per curve), so that each stays visible."""
     model = model or frame["model"].iloc[0]
     free_gib = free_gib if free_gib is not None else float(frame["free_gib"].iloc[0])
     engine = _engine_of(frame, engine)
     data = _select(frame, model=model, free_gib=free_gib, engine=engine)
-    fig = Figure(figsize=(7.5, 4.8), layout="constrained")
+    fig = style.figure(5.2)
     ax = fig.subplots()
     isls = sorted(data["isl"].unique())
     curves = [(BASELINE, None)] if BASELINE in set(data["strategy"]) else []
     budgets = budgets_mb if budgets_mb is not None else sorted(data["budget_mb"].dropna().unique())
     curves += [(strategy, b) for b in budgets]
-    colours = _strategy_colours(curves)  # one colour per (strategy, budget) curve
-    for (s, b), colour in colours.items():
+    looks = style.series_styles(curves)  # a colour and a marker per (strategy, budget) curve
+    for k, ((s, b), look) in enumerate(looks.items()):
+        dodge = 2 ** (0.035 * (k - (len(looks) - 1) / 2))  # sideways, on the log axis
         for mode in [m for m in ("model", "trace", "measure") if m in set(data["mode"])]:
             rows = data[(data["strategy"] == s) & (data["mode"] == mode)]
             if b is not None:
@@ -234,25 +249,26 @@ def frontier_curves(frame, strategy: str = "vllm", budgets_mb=None,
                 ok = rows[(rows["concurrency"] == c) & ~rows["oom"].astype(bool)]["isl"]
                 best.append(ok.max() if len(ok) else np.nan)
             label = f"{_budget_label(s, b or 0)} ({mode_word(mode)})"
-            ax.plot(concs, best, marker="o", color=colour, label=label, **_line_style(mode))
+            ax.plot(np.array(concs) * dodge, best, label=label, markersize=5, **look, **_line_style(mode))
     ax.set_xscale("log", base=2)
     ax.set_yscale("log", base=2)
-    ax.set_yticks(isls, [f"{v // 1024}K" if v >= 1024 else str(v) for v in isls])
+    ax.set_yticks(isls, [style.token_label(v) for v in isls])
+    ax.set_ylim(isls[0] / 1.3, isls[-1] * 1.3)
     concs_all = sorted(data["concurrency"].unique())
     ax.set_xticks(concs_all, [str(c) for c in concs_all])
     ax.minorticks_off()
     ax.set_xlabel("concurrency (requests)")
     ax.set_ylabel("largest ISL without OOM (tokens)")
     ax.grid(True, alpha=0.3)
-    ax.legend(title=f"{strategy} budget (missing point: every ISL OOMs)", fontsize=8,
-              title_fontsize=8, loc="best")
-    fig.suptitle(f"How long can prompts get before {model}'s indexer OOMs{_on(engine)}, per logits budget?\n"
-                 f"({free_gib:g} GiB free, strategy {strategy}, {_modes_word(data)})" + scheduler_note(data))
+    style.legend_below(fig, ncol=4, title=f"{strategy} budget; no point: every ISL OOMs; "
+                                          f"the top row ({style.token_label(isls[-1])}) is the longest ISL tried")
+    style.title(fig, f"How long can prompts get before {model}'s indexer OOMs, per {strategy} logits budget?",
+                style.context(model, engine, free_gib, not_default_of(data), _modes_word(data)))
     return fig
 
 
 def chunk_overhead(table, measured=None, steps=None) -> Figure:
-    """Chunks and time overhead vs budget, per strategy, one column per step.
+    """Chunks and time overhead vs budget, per strategy, one row of panels per step.
 
     ``table``: rows of ``timemodel.overhead_table`` with a ``step`` column
     (``time_source`` "modelled"); ``measured``: the same columns, "measured".
@@ -262,11 +278,11 @@ def chunk_overhead(table, measured=None, steps=None) -> Figure:
     frames = [table] if measured is None or len(measured) == 0 else [table, measured]
     data = pd.concat(frames, ignore_index=True)
     steps = steps or list(dict.fromkeys(data["step"]))
-    fig = Figure(figsize=(3.6 * len(steps) + 1, 6.4), layout="constrained")
-    axes = fig.subplots(2, len(steps), squeeze=False, sharex=True)
+    fig = style.figure(2.1 * len(steps) + 1.6)
+    axes = fig.subplots(len(steps), 2, squeeze=False, sharex=True)
     strategies = list(dict.fromkeys(data["strategy"]))
-    colour, markers = _strategy_colours(strategies), _strategy_markers(strategies)
-    for col, step in enumerate(steps):
+    looks = style.series_styles(strategies)
+    for row, step in enumerate(steps):
         for source in ("modelled", "measured"):
             mode = "model" if source == "modelled" else "measure"
             rows = data[(data["step"] == step) & (data["time_source"] == source)]
@@ -274,61 +290,70 @@ def chunk_overhead(table, measured=None, steps=None) -> Figure:
                 r = rows[rows["strategy"] == s].sort_values("budget_mb")
                 if r.empty:
                     continue
-                kw = dict(color=colour[s], marker=markers[s], label=f"{s} ({source})",
-                          **_line_style(mode))
-                axes[0, col].plot(r["budget_mb"], r["chunks"], **kw)
-                axes[1, col].plot(r["budget_mb"], 100 * r["overhead"], **kw)
-        axes[0, col].set_title(step, fontsize=9)
-        axes[0, col].set_ylabel("chunks in the step (count)")
-        axes[0, col].set_xlabel("logits budget (MiB)")
-        axes[0, col].set_yscale("log")
-        axes[1, col].set_ylabel("time overhead vs one chunk (%)")
-        axes[1, col].set_xlabel("logits budget (MiB)")
-        axes[1, col].set_xscale("log", base=2)
-        for ax in axes[:, col]:
+                kw = dict(label=f"{s} ({source})", markersize=4, **looks[s], **_line_style(mode))
+                axes[row, 0].plot(r["budget_mb"], r["chunks"], **kw)
+                axes[row, 1].plot(r["budget_mb"], 100 * r["overhead"], **kw)
+        axes[row, 0].set_title(step, fontsize=style.FONT - 1, loc="left")
+        axes[row, 0].set_ylabel("chunks (count)")
+        style.count_axis(axes[row, 0].yaxis, log=True)
+        axes[row, 1].set_ylabel("time overhead (%)")
+        for ax in axes[row]:
             ax.grid(True, alpha=0.3)
-    handles, labels = axes[0, 0].get_legend_handles_labels()
-    seen = dict(zip(labels, handles))
-    for ax in axes.flat:
-        for h, l in zip(*ax.get_legend_handles_labels()):
-            seen.setdefault(l, h)
-    fig.legend(list(seen.values()), list(seen.keys()), loc="outside lower center",
-               ncol=min(4, len(seen)), fontsize=8)
+    budgets = sorted(set(data["budget_mb"].astype(float)))
+    for ax in axes[-1]:
+        style.mib_ticks(ax.xaxis, budgets if len(budgets) <= 5 else budgets[::2])
+        ax.set_xlabel("logits budget")
+    style.legend_below(fig, ncol=4)
     sources = " + ".join(sorted(set(data["time_source"])))
-    fig.suptitle(f"What does each smaller logits budget cost in chunks and time? ({sources} time)")
+    engine = _engine_of(table, None)
+    model = table["model"].iloc[0] if "model" in table else None
+    style.title(fig, f"What does each smaller logits budget cost in chunks and time? ({sources} time)",
+                style.context(model, engine) + "; time overhead: against the step in one chunk")
     return fig
 
 
 def strategy_comparison(table, title_detail: str = "") -> Figure:
-    """Strategies side by side on one step or workload: peak (padding included),
-    allocated vs useful logits, chunks, gathers.  ``table``: one row per strategy
-    with ``strategy, peak_transient_bytes, allocated_logits_bytes,
-    useful_logits_bytes, chunks, gathers, mode``."""
-    fig = Figure(figsize=(12, 3.8), layout="constrained")
-    axes = fig.subplots(1, 4)
+    """Strategies side by side on one step or workload, as horizontal bars with their values:
+    peak (padding included; a log scale, so one large peak does not flatten the others),
+    allocated vs useful logits, chunks, gathers.  ``table``: one row per strategy with
+    ``strategy, peak_transient_bytes, allocated_logits_bytes, useful_logits_bytes, chunks,
+    gathers, mode`` (and ``engine``)."""
     names = list(table["strategy"])
-    x = np.arange(len(names))
-    cmap = matplotlib.colormaps[CMAP]
+    fig = style.figure(0.7 * len(names) + 2.8)
+    axes = fig.subplots(2, 2, sharey=True).flat
+    y = np.arange(len(names))
     word = _modes_word(table)
-    axes[0].bar(x, table["peak_transient_bytes"] / GIB, color=cmap(0.2),
-                label=f"peak incl. padding ({word})")
-    axes[0].set_ylabel("worst-chunk transient peak (GiB)")
-    axes[1].bar(x - 0.2, table["allocated_logits_bytes"] / GIB, 0.4, color=cmap(0.2),
-                label=f"allocated ({word})")
-    axes[1].bar(x + 0.2, table["useful_logits_bytes"] / GIB, 0.4, color=cmap(0.85),
-                hatch="//", edgecolor="black", label=f"read by top-k ({word})")
-    axes[1].set_ylabel("logits over the step (GiB)")
-    axes[2].bar(x, table["chunks"], color=cmap(0.5))
-    axes[2].set_ylabel("chunks (count)")
-    axes[3].bar(x, table["gathers"], color=cmap(0.7))
-    axes[3].set_ylabel("K gathers (count)")
+    small = style.FONT - 2
+    peak = table["peak_transient_bytes"] / GIB
+    bars = axes[0].barh(y, peak, color=style.PALETTE[5])
+    axes[0].bar_label(bars, [style.size_label(v) for v in peak], fontsize=small, padding=2)
+    axes[0].set_xlabel(f"worst-chunk transient peak, padding included ({word})")
+    style.gib_axis(axes[0].xaxis, ticks=4)
+    axes[0].set_xlim(peak.min() / 2, peak.max() * 4)  # room for the values
+    allocated, useful = table["allocated_logits_bytes"] / GIB, table["useful_logits_bytes"] / GIB
+    axes[1].barh(y - 0.2, allocated, 0.4, color=style.PALETTE[0], label=f"logits allocated ({word})")
+    axes[1].barh(y + 0.2, useful, 0.4, color=style.PALETTE[1], hatch="//", edgecolor="black",
+                 label=f"logits read by top-k ({word})")
+    axes[1].set_xlabel("logits over the step (GiB)")
+    axes[1].set_xlim(0, max(allocated.max(), useful.max()) * 1.1)
+    for ax, column, what in ((axes[2], "chunks", "chunks (count)"), (axes[3], "gathers", "K gathers (count)")):
+        counts = table[column].astype(int)
+        bars = ax.barh(y, counts, color=style.PALETTE[2])
+        ax.bar_label(bars, [str(v) for v in counts], fontsize=small, padding=2)
+        ax.set_xlabel(what)
+        style.count_axis(ax.xaxis)
+        ax.set_xlim(0, max(1, counts.max()) * 1.2)
     for ax in axes:
-        ax.set_xticks(x, names, rotation=20)
-        ax.set_xlabel("strategy")
-        ax.grid(True, axis="y", alpha=0.3)
-    axes[0].legend(fontsize=8)
-    axes[1].legend(fontsize=8)
-    fig.suptitle(f"Which splitting strategy allocates least for the same work? {title_detail}")
+        ax.set_yticks(y, names)
+        ax.grid(True, axis="x", alpha=0.3)
+    axes[0].invert_yaxis()  # the first strategy on top (the panels share their y axis)
+    axes[0].set_ylabel("strategy")
+    axes[2].set_ylabel("strategy")
+    style.legend_below(fig, ncol=2)
+    engine = _engine_of(table, None)
+    layout = f"{engine}: {style.layout_of(engine)}" if engine else ""
+    style.title(fig, "Which splitting strategy allocates least for the same work?", title_detail.strip(" \n"),
+                layout)
     return fig
 
 
@@ -341,17 +366,34 @@ def _slug(params: dict) -> str:
     return re.sub(r"[^A-Za-z0-9.,_-]+", "_", "_".join(parts))[:120]
 
 
+class FigureStyleError(ValueError):
+    """A saved figure breaks the figure style (``figure_check``)."""
+
+
 def save(fig: Figure, out_dir: str | Path, name: str, params: dict) -> list[Path]:
     """Write ``fig`` as PNG (150 dpi) and SVG; the parameters go in the file name
-    (shortened) and in full in the files' metadata.  Returns the two paths."""
+    (shortened) and in full in the files' metadata.  Returns the two paths.
+
+    The figure is first held to the figure style (``figure_check``) with these parameters: a
+    broken rule raises ``FigureStyleError`` naming the figure and every rule when
+    ``INDEXER_LAB_STRICT_FIGURES`` is set (the main job, the tests), else warns."""
+    from ..runmode import strict_figures
+    from .figure_check import check_figure
+
+    problems = check_figure(fig, params)
+    if problems:
+        message = f"figure {name} breaks the figure style:\n  " + "\n  ".join(problems)
+        if strict_figures():
+            raise FigureStyleError(message)
+        warnings.warn(message, stacklevel=2)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = f"{name}__{_slug(params)}" if params else name
     title = fig.get_suptitle() if hasattr(fig, "get_suptitle") else name
     description = json.dumps(params, sort_keys=True, default=str)
     png, svg = out_dir / f"{stem}.png", out_dir / f"{stem}.svg"
-    fig.savefig(png, dpi=150, metadata={"Title": title or name, "Description": description,
-                                        "Software": "indexer-lab"})
+    fig.savefig(png, dpi=style.DPI, metadata={"Title": title or name, "Description": description,
+                                              "Software": "indexer-lab"})
     fig.savefig(svg, metadata={"Title": title or name, "Description": description})
     return [png, svg]
 
@@ -396,46 +438,64 @@ show_in_ipython()
 
 
 def _strategy_colours(names) -> dict:
-    cmap = matplotlib.colormaps[CMAP]
-    names = list(dict.fromkeys(names))
-    return {s: cmap(k / max(1, len(names) - 1) * 0.9) for k, s in enumerate(names)}
+    return {n: look["color"] for n, look in style.series_styles(names).items()}
 
 
 def _strategy_markers(names) -> dict:
-    return dict(zip(dict.fromkeys(names), "osD^v<>"))
+    return {n: look["marker"] for n, look in style.series_styles(names).items()}
+
+
+def _growth(rows) -> str:
+    """How reserved memory moves over the steps of one strategy, in words: what the title says
+    must be what the line does."""
+    reserved = rows.sort_values("context_len")["reserved"].to_numpy()
+    grows = int((np.diff(reserved) > 0).sum())
+    last = style.size_label(reserved[-1] / GIB)
+    if grows == 0:
+        return f"stays flat at {last}"
+    if grows == 1:
+        return f"grows once, then flat at {last}"
+    tail = "still growing" if reserved[-1] > reserved[-2] else "then flat"
+    return f"grows at {grows} of {len(reserved)} steps, {tail} at {last}"
 
 
 def reserved_growth(frame, title_detail: str = "") -> Figure:
     """Bytes the caching allocator reserves vs bytes allocated, step after step of a
-    long prompt, per strategy.  ``frame``: rows of ``reserved.reserved_table`` (mode
-    "model") and optionally measured rows (mode "measure") with the same columns
-    (``strategy, context_len, reserved, peak_allocated, mode``)."""
-    fig = Figure(figsize=(11, 4.4), layout="constrained")
-    ax_r, ax_gap = fig.subplots(1, 2)
-    colours = _strategy_colours(frame["strategy"])
-    markers = _strategy_markers(colours)
+    long prompt, per strategy; the title says how each strategy's reserved memory moves.
+    ``frame``: rows of ``reserved.reserved_table`` (mode "model") and optionally measured rows
+    (mode "measure") with the same columns (``strategy, context_len, reserved, peak_allocated, mode``)."""
+    fig = style.figure(7.0)
+    ax_r, ax_gap = fig.subplots(2, 1, sharex=True)
+    looks = style.series_styles(frame["strategy"])
     for (strategy, mode), rows in frame.groupby(["strategy", "mode"], sort=False):
         rows = rows.sort_values("context_len")
         x = (rows["context_len"] + rows["query_len"]) / 1024
         word = mode_word(mode)
-        kw = dict(color=colours[strategy], marker=markers[strategy], **_line_style(mode))
-        ax_r.plot(x, rows["reserved"] / GIB, label=f"{strategy}: reserved ({word})", **kw)
+        ax_r.plot(x, rows["reserved"] / GIB, label=f"{strategy}: reserved ({word})", **looks[strategy],
+                  **_line_style(mode))
         if "peak_allocated" in rows and rows["peak_allocated"].notna().all():
-            ax_r.plot(x, rows["peak_allocated"] / GIB, color=colours[strategy], linewidth=0.8,
+            ax_r.plot(x, rows["peak_allocated"] / GIB, color=looks[strategy]["color"], linewidth=0.8,
                       linestyle=(0, (1, 2)), label=f"{strategy}: peak allocated ({word})")
-            ax_gap.plot(x, (rows["reserved"] - rows["peak_allocated"]) / GIB,
-                        label=f"{strategy} ({word})", **kw)
-    ax_r.set_xlabel("tokens prefilled so far (K tokens)")
-    ax_r.set_ylabel("GiB")
-    ax_r.set_title("reserved (lines with markers) and peak allocated (dotted)", fontsize=9)
+            ax_gap.plot(x, (rows["reserved"] - rows["peak_allocated"]) / GIB, label=f"{strategy} ({word})",
+                        **looks[strategy], **_line_style(mode))
+    ax_r.set_ylabel("reserved, peak allocated (GiB)")
+    ax_r.set_title("reserved (lines with markers) and peak allocated (dotted)", fontsize=style.FONT)
     ax_gap.set_xlabel("tokens prefilled so far (K tokens)")
     ax_gap.set_ylabel("reserved - peak allocated (GiB)")
-    ax_gap.set_title("memory the allocator holds but the step never uses", fontsize=9)
+    ax_gap.set_title("memory the allocator holds but the step never uses", fontsize=style.FONT)
     for ax in (ax_r, ax_gap):
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.suptitle(f"Does the caching allocator's reserved memory keep growing over a long prompt? "
-                 f"({_modes_word(frame)}) {title_detail}")
+    style.legend_right(ax_r)
+    answers = {}  # strategies whose reserved memory moves alike, in one phrase
+    for s, rows in frame[frame["mode"] == "model"].groupby("strategy", sort=False):
+        answers.setdefault(_growth(rows), []).append(s)
+    answer = "; ".join(f"{' and '.join(names)}: reserved {how}" for how, names in answers.items())
+    engine = _engine_of(frame, None)
+    where = f"{frame['model'].iloc[0]}" + (f" on {engine} ({style.layout_of(engine)})" if engine else "")
+    style.title(fig, "How does the caching allocator's reserved memory move over a long prompt?", answer,
+                f"{where}, {title_detail.strip(' ()' + chr(10))}, {_modes_word(frame)}; PyTorch's "
+                "free-the-cache-and-retry before an OOM not modelled: reserved is what the allocator holds "
+                "while nothing forces it to give memory back")
     return fig
 
 
@@ -443,175 +503,228 @@ def policy_schedule(frame, title_detail: str = "") -> Figure:
     """Budget authorised and memory needed vs memory free, step by step, per policy.
     ``frame``: one row per policy x step with ``policy, step, free_bytes, budget_bytes,
     peak_transient_bytes, fits`` (``budget_policy.run_policy``), modelled."""
-    fig = Figure(figsize=(11, 4.4), layout="constrained")
-    ax_b, ax_p = fig.subplots(1, 2, sharey=True)
-    colours = _strategy_colours(frame["policy"])
+    fig = style.figure(7.0)
+    ax_b, ax_p = fig.subplots(2, 1, sharex=True, sharey=True)
+    looks = style.series_styles(frame["policy"])
     first = frame[frame["policy"] == frame["policy"].iloc[0]].sort_values("step")
     for ax in (ax_b, ax_p):
-        ax.plot(first["step"], first["free_bytes"] / GIB, color="red", linewidth=2,
+        ax.plot(first["step"], first["free_bytes"] / GIB, color=style.FREE_COLOUR, linewidth=2,
                 label="memory free at the step")
     for policy, rows in frame.groupby("policy", sort=False):
         rows = rows.sort_values("step")
         budget = rows["budget_bytes"].astype(float) / GIB
-        ax_b.plot(rows["step"], budget, color=colours[policy], marker="o", linestyle="--",
-                  markerfacecolor="none", label=f"{policy} (modelled)")
-        ax_p.plot(rows["step"], rows["peak_transient_bytes"] / GIB, color=colours[policy],
-                  marker="o", linestyle="--", markerfacecolor="none", label=f"{policy} (modelled)")
+        kw = dict(linestyle="--", markerfacecolor="none", label=f"{policy} (modelled)", **looks[policy])
+        ax_b.plot(rows["step"], budget, **kw)
+        ax_p.plot(rows["step"], rows["peak_transient_bytes"] / GIB, **kw)
         bad = rows[~rows["fits"].astype(bool)]
         if len(bad):
             ax_p.scatter(bad["step"], bad["peak_transient_bytes"] / GIB, marker="X", s=90,
                          color="black", zorder=5, label=f"{policy}: OOM, needs more than is free")
-    ax_b.set_ylabel("GiB")
-    ax_b.set_title("logits budget the policy authorises", fontsize=9)
-    ax_p.set_title("transient peak of the step's plan (padding and temporaries included)", fontsize=9)
+    ax_b.set_ylabel("budget authorised (GiB)")
+    ax_p.set_ylabel("transient peak (GiB)")
+    ax_b.set_title("logits budget the policy authorises", fontsize=style.FONT)
+    ax_p.set_title("transient peak of the step's plan (padding and temporaries included)", fontsize=style.FONT)
+    ax_p.set_xlabel("engine step (free memory falling as in the report)")
+    style.count_axis(ax_p.xaxis)
     for ax in (ax_b, ax_p):
-        ax.set_xlabel("engine step (free memory falling as in the report)")
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.suptitle(f"Which budget policy authorises a chunk that no longer fits? {title_detail}")
+    style.legend_below(fig, ncol=3)
+    style.title(fig, "Which budget policy authorises a chunk that no longer fits?", title_detail.strip(" \n"),
+                "planned without an engine release: DeepGEMM 2.6 (full logits layout), vLLM's K workspace; "
+                "free memory from each step's reading, the KV pool allocated up front")
     return fig
 
 
 def auto_candidates(candidates, free_bytes: int, title_detail: str = "") -> Figure:
     """Modelled time over the workload mix vs budget, per strategy; candidates that
-    would OOM at some step are drawn hollow and crossed.  ``candidates``: a DataFrame
-    of ``auto.Candidate`` rows and their ``needs_bytes``.  The release's own chunker
-    (``engine``) is the only one a setting deploys; the others are what a patched engine
-    could do."""
-    fig = Figure(figsize=(11, 4.4), layout="constrained")
-    ax_t, ax_m = fig.subplots(1, 2)
-    colours = _strategy_colours(candidates["strategy"])
-    markers = _strategy_markers(colours)
+    would OOM at some step are drawn hollow and crossed; below, the memory the worst step
+    needs and that peak over the budget.  ``candidates``: a DataFrame of ``auto.Candidate``
+    rows and their ``needs_bytes``.  The release's own chunker (``engine``) is the only one a
+    setting deploys; the others are what a patched engine could do."""
+    fig = style.figure(8.6)
+    ax_t, ax_m, ax_ratio = fig.subplots(3, 1, sharex=True)
+    looks = style.series_styles(candidates["strategy"])
     for strategy, rows in candidates.groupby("strategy", sort=False):
         rows = rows.sort_values("budget_mb")
-        kw = dict(color=colours[strategy], marker=markers[strategy], linestyle="--")
+        kw = dict(linestyle="--", markerfacecolor="none", **looks[strategy])
         label = (f"{rows['engine'].iloc[0]}'s own knob (deployable)" if strategy == "engine"
                  else f"{strategy} (a patched engine)")
-        ax_t.plot(rows["budget_mb"], rows["total_ms"], markerfacecolor="none", label=label, **kw)
-        ax_m.plot(rows["budget_mb"], rows["needs_bytes"] / GIB, markerfacecolor="none", label=label, **kw)
+        ax_t.plot(rows["budget_mb"], rows["total_ms"], label=label, **kw)
+        ax_m.plot(rows["budget_mb"], rows["needs_bytes"] / GIB, **kw)
+        ax_ratio.plot(rows["budget_mb"], rows["needs_bytes"] / (rows["budget_mb"] * 2**20), **kw)
         bad = rows[~rows["fits"].astype(bool)]
         ax_t.scatter(bad["budget_mb"], bad["total_ms"], marker="x", color="black", zorder=5)
     # the peak panel keeps the candidates' scale: free memory moves over it (the dashboard
-    # redraws only the line), and above it the legend says so
+    # redraws only the line), and beside it the legend says so
     ax_m.autoscale_view()
     low, high = ax_m.get_ylim()
-    ax_m.axhline(free_bytes / GIB, color="red", linewidth=2, label=free_label(free_bytes, high))
+    ax_m.axhline(free_bytes / GIB, color=style.FREE_COLOUR, linewidth=2, label=free_label(free_bytes, high))
     ax_m.set_ylim(low, high)
-    ax_t.set_ylabel("indexer time over the mix (ms, modelled)")
-    ax_t.set_title("x: OOM at some step", fontsize=9)
-    ax_m.set_ylabel("memory the worst step needs (GiB, modelled)")
-    ax_m.set_title("own knob below its default: + the profile-run reservation given up", fontsize=8)
-    for ax in (ax_t, ax_m):
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("logits budget (MiB)")
+    ax_t.set_ylabel("time over the mix (ms)")
+    ax_t.set_title("indexer time over the workload mix (modelled)", fontsize=style.FONT)
+    ax_m.set_ylabel("worst step needs (GiB)")
+    ax_m.set_title("memory the worst step needs, modelled\n(own knob below its default: + the profile-run "
+                   "reservation given up)", fontsize=style.FONT - 1)
+    ax_ratio.set_ylabel("peak / budget")
+    ax_ratio.set_xlabel("logits budget")
+    budgets = sorted(set(candidates["budget_mb"].astype(float)))
+    style.mib_ticks(ax_ratio.xaxis, budgets)
+    for ax in (ax_t, ax_m, ax_ratio):
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.suptitle(auto_candidates_title(title_detail))
+    handles, labels = ax_t.get_legend_handles_labels()
+    crossed = Line2D([], [], marker="x", color="black", linestyle="none", label="OOM at some step")
+    style.legend_right(ax_t, handles=[*handles, crossed])
+    style.legend_right(ax_m)
+    style.title(fig, auto_candidates_title(title_detail))
     return fig
 
 
 def free_label(free_bytes: int, top_gib: float) -> str:
     gib = free_bytes / GIB
-    return f"free: {gib:.2f} GiB" + (", above the panel: every candidate fits" if gib > top_gib else "")
+    return f"free: {gib:.2f} GiB" + (",\nabove the panel:\nevery candidate fits" if gib > top_gib else "")
 
 
 def auto_candidates_title(title_detail: str = "") -> str:
-    return f"The fastest budget without an OOM: the release's own knob, or a patched engine {title_detail}"
+    return style.wrap(f"The fastest budget without an OOM: the release's own knob, or a patched engine\n"
+                      f"{title_detail.strip(' ' + chr(10))}")
 
 
-def schedule_comparison(per_step, title_detail: str = "") -> Figure:
+def schedule_comparison(per_step, title_detail: str = "", model: str | None = None, engine: str | None = None,
+                        free_gib: float | None = None, config=None) -> Figure:
     """The logits each step would need unchunked (M x N x 4 bytes, modelled), step by
     step, for the built-in simulator and vLLM's own scheduler.  ``per_step``: the
-    table of ``workload.compare.SourceComparison.per_step``."""
-    fig = Figure(figsize=(10, 4), layout="constrained")
+    table of ``workload.compare.SourceComparison.per_step``; the model, release, free memory
+    and scheduler ``config`` the title names."""
+    from ..engines import not_default_text
+
+    context = style.context(model, engine, free_gib, not_default_text(engine, config) if config else "")
+    fig = style.figure(4.4)
     ax = fig.subplots()
-    styles = {"simulator": dict(color="#1f4e79", linestyle="-", linewidth=2.2),
-              "vllm": dict(color="#d08c00", linestyle="--", linewidth=1.2)}
+    styles = {"simulator": dict(color=style.PALETTE[0], linestyle="-", linewidth=2.2),
+              "vllm": dict(color=style.PALETTE[1], linestyle="--", linewidth=1.2)}
     for source, rows in per_step.groupby("source", sort=False):
         ax.plot(rows["step"], rows["m_times_n"] * 4 / GIB, label=f"{source} schedule",
                 **styles.get(source, {}))
     ax.set_xlabel("engine step")
     ax.set_ylabel("unchunked logits M x N x 4 (GiB, modelled)")
     ax.grid(True, alpha=0.3)
-    ax.legend()
-    fig.suptitle(f"Does the simulator schedule the same prefill steps as vLLM? {title_detail}")
+    style.legend_below(fig)
+    style.title(fig, f"Does the simulator schedule the same prefill steps as vLLM? {title_detail}", context)
     return fig
 
 
 def release_frontier(table, title_detail: str = "") -> Figure:
     """The worst step's transient peak per engine release over concurrency, against the
-    memory free: where each release OOMs on a deployment.  ``table``: rows of
+    memory free: where each release OOMs on a deployment.  Releases whose lines coincide are
+    set a little apart sideways (a fixed step per release).  ``table``: rows of
     ``study.releases.release_table`` (one deployment)."""
-    fig = Figure(figsize=(9.0, 4.8), layout="constrained")
+    fig = style.figure(6.0)
     ax = fig.subplots()
     engines = list(dict.fromkeys(table["engine"]))
-    colours = _strategy_colours(engines)
-    markers = dict(zip(engines, "osD^v<>phX*"))
-    for engine in engines:
+    looks = style.series_styles(engines)
+    concs = sorted(table["concurrency"].unique())
+    step = min(np.diff(concs)) if len(concs) > 1 else 1
+    for k, engine in enumerate(engines):
         rows = table[table["engine"] == engine].sort_values("concurrency")
+        dodge = step * 0.06 * (k - (len(engines) - 1) / 2)
         for mode in [m for m in ("model", "trace", "measure") if m in set(rows["mode"])]:
             r = rows[rows["mode"] == mode]
-            ax.plot(r["concurrency"], r["peak_transient_gib"], marker=markers[engine], color=colours[engine],
-                    label=f"{engine} ({mode_word(mode)})", **_line_style(mode))
+            ax.plot(r["concurrency"] + dodge, r["peak_transient_gib"], markersize=5,
+                    label=f"{engine} ({mode_word(mode)})", **looks[engine], **_line_style(mode))
             oom = r[r["oom"].astype(bool)]
-            ax.scatter(oom["concurrency"], oom["peak_transient_gib"], marker="x", color="black", zorder=3)
+            ax.scatter(oom["concurrency"] + dodge, oom["peak_transient_gib"], marker="x", color="black", zorder=3)
     free = float(table["free_gib"].iloc[0])
-    ax.axhline(free, color="black", linewidth=1)
-    ax.annotate(f"{free:g} GiB free", (table["concurrency"].min(), free), textcoords="offset points",
-                xytext=(2, 4), fontsize=8)
-    ax.set_yscale("log", base=2)
-    concs = sorted(table["concurrency"].unique())
+    ax.axhline(free, color=style.FREE_COLOUR, linewidth=1.5, label=f"{free:g} GiB free")
+    ax.scatter([], [], marker="x", color="black", label="OOM")
+    style.gib_axis(ax.yaxis)
     ax.set_xticks(concs, [str(c) for c in concs])
     ax.set_xlabel("concurrency (requests)")
-    ax.set_ylabel("worst step: indexer transient peak (GiB)")
+    ax.set_ylabel("worst step: indexer transient peak")
     ax.grid(True, alpha=0.3)
-    ax.legend(title="release, default setting\n(x: OOM)", fontsize=7, title_fontsize=8, loc="upper left",
-              bbox_to_anchor=(1.01, 1.0))
+    style.legend_below(fig, ncol=3, title="release at its own default chunker and scheduler")
     isl = int(table["isl"].iloc[0])
-    fig.suptitle((f"Which releases run out of memory at ISL {isl}, and from which concurrency?\n"
-                  f"{title_detail}".rstrip()) + scheduler_note(table))
+    from ..study.releases import deployments
+
+    model = deployments()[table["deployment"].iloc[0]]["model"]
+    settings = list(dict.fromkeys(d.split(" (default")[0] for d in not_default_of(table).split("; ") if d))
+    scheduler = (f"the deployment's {', '.join(settings)}, else each release's default" if settings
+                 else "each release's default")
+    style.title(fig, f"Which releases run out of memory at ISL {isl:,}, and from which concurrency?",
+                f"{model}, deployment {title_detail.strip(' ()' + chr(10))}; {_layouts(engines)}",
+                f"every release, SGLang's included, scheduled by the vLLM V1 scheduler simulator ({scheduler})")
     return fig
+
+
+def _layouts(engines) -> str:
+    """Which releases plan the full logits and which the compressed, as one phrase."""
+    from ..engines import get_engine
+
+    by = {}
+    for e in engines:
+        by.setdefault(get_engine(e).layout, []).append(e)
+    if len(by) == 1:
+        return f"{next(iter(by))} logits layout"
+    (common, _), (rare, names) = sorted(by.items(), key=lambda kv: -len(kv[1]))[:2]
+    return f"{common} logits layout, {rare} on {', '.join(names)}"
 
 
 def budget_frontier(frame, free_gib: float | None = None, title_detail: str = "") -> Figure:
     """Where the OOM frontier lies over free memory x budget for long-context workloads: per
-    workload (one panel per concurrency x ISL), the worst step's transient peak against the
-    logits budget, one line per strategy.  A budget OOMs wherever the free memory is below
-    its line, so each line is that strategy's frontier; a strategy without a budget is flat.
-    ``frame``: model rows over several budgets (one free GiB); ``free_gib``: a level drawn."""
+    workload (one panel per concurrency x ISL, one y scale for all), the worst step's transient
+    peak against the logits budget, one line per strategy, and the peak over the budget.  A
+    budget fits wherever the free memory is above its point, so each line is that strategy's
+    frontier; a strategy without a budget is flat.  ``frame``: model rows over several budgets
+    (one free GiB); ``free_gib``: a level drawn."""
     engine = _engine_of(frame, None)
     data = _select(frame, engine=engine, mode="model")
     workloads = sorted({(int(c), int(i)) for c, i in zip(data["concurrency"], data["isl"])})
     strategies = list(dict.fromkeys(data["strategy"]))
-    colours, markers = _strategy_colours(strategies), _strategy_markers(strategies)
-    ncols = min(3, len(workloads))
-    nrows = -(-len(workloads) // ncols)
-    fig = Figure(figsize=(4.2 * ncols + 1.6, 3.4 * nrows + 1.2), layout="constrained")
+    looks = style.series_styles(strategies)
+    nrows, ncols = style.grid_shape(len(workloads) + 1)  # the last panel: peak / budget
+    fig = style.figure(2.6 * nrows + 1.8)
     axes = fig.subplots(nrows, ncols, squeeze=False)
-    for ax, (conc, isl) in zip(axes.flat, workloads):
+    budgets = sorted(set(data["budget_mb"].dropna().astype(float)))
+    shown = budgets if len(budgets) <= 5 else budgets[::2]  # ticks that fit a half-width panel
+    panels = list(axes.flat)
+    for ax, (conc, isl) in zip(panels, workloads):
         cell = data[(data["concurrency"] == conc) & (data["isl"] == isl)]
         for s in strategies:
             rows = cell[cell["strategy"] == s].sort_values("budget_mb")
-            budgets = rows["budget_mb"].astype(float)
             peak = rows["peak_transient_bytes"].astype(float) / GIB
-            if budgets.isna().all():  # no budget: one row, the same at every budget
-                ax.axhline(peak.iloc[0], color=colours[s], linestyle="--", linewidth=1, label=s)
+            if rows["budget_mb"].isna().all():  # no budget: one row, the same at every budget
+                ax.axhline(peak.iloc[0], color=looks[s]["color"], linestyle=":", linewidth=1.2, label=s)
                 continue
-            ax.plot(budgets, peak, marker=markers[s], color=colours[s], markerfacecolor="none",
-                    linestyle="--", label=s)
+            ax.plot(rows["budget_mb"].astype(float), peak, markerfacecolor="none", linestyle="--",
+                    markersize=5, label=s, **looks[s])
         if free_gib is not None:
-            ax.axhline(free_gib, color="red", linewidth=1.5, label=f"{free_gib:g} GiB free")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log", base=2)
-        ticks = sorted(set(cell["budget_mb"].dropna().astype(float)))
-        ax.set_xticks(ticks, [f"{t:g}" for t in ticks], fontsize=7)
-        ax.set_xlabel("logits budget (MiB)")
-        ax.set_ylabel("free memory needed (GiB, modelled)")
-        ax.set_title(f"{conc} x ISL {isl // 1024}K")
+            ax.axhline(free_gib, color=style.FREE_COLOUR, linewidth=1.5, label=f"{free_gib:g} GiB free")
+        ax.set_ylabel("free memory needed")
+        ax.set_title(f"{conc} x ISL {style.token_label(isl)}", fontsize=style.FONT)
+    peaks = data["peak_transient_bytes"].astype(float) / GIB
+    ys = [*peaks, *([free_gib] if free_gib is not None else [])]
+    ratio = panels[len(workloads)]
+    conc, isl = workloads[-1]
+    widest = data[(data["concurrency"] == conc) & (data["isl"] == isl) & data["budget_mb"].notna()]
+    for s, rows in widest.groupby("strategy", sort=False):
+        rows = rows.sort_values("budget_mb")
+        ratio.plot(rows["budget_mb"].astype(float), rows["peak_transient_bytes"] / (rows["budget_mb"] * 2**20),
+                   markerfacecolor="none", linestyle="--", markersize=5, label=s, **looks[s])
+    ratio.set_ylabel("peak / budget")
+    ratio.set_title(f"peak over budget at {conc} x ISL {style.token_label(isl)}", fontsize=style.FONT)
+    for ax in panels[:len(workloads) + 1]:
+        style.mib_ticks(ax.xaxis, shown)
+        ax.set_xlim(budgets[0] / 1.4, budgets[-1] * 1.4)
+        ax.set_xlabel("logits budget")
         ax.grid(True, alpha=0.3)
-    for ax in list(axes.flat)[len(workloads):]:
+    for ax in panels[:len(workloads)]:  # one y scale: panels compare at a glance
+        style.gib_axis(ax.yaxis)
+        ax.set_ylim(min(ys) / 1.3, max(ys) * 1.3)
+    ratio.set_ylim(bottom=0)
+    for ax in panels[len(workloads) + 1:]:
         ax.set_visible(False)
-    axes.flat[0].legend(fontsize=7, title="strategy (below a line: OOM)", title_fontsize=7)
-    fig.suptitle(f"How much free memory does each budget need at long contexts{_on(engine)}? {title_detail}".rstrip()
-                 + scheduler_note(data))
+    style.legend_below(fig, ncol=4, title="strategy; a budget OOMs where its point lies above the free memory; "
+                                          "dotted: no budget")
+    style.title(fig, "How much free memory does each budget need at long contexts?",
+                style.context(frame["model"].iloc[0], engine, free_gib, not_default_of(data), "modelled"),
+                title_detail)
     return fig

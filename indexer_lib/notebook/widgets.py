@@ -15,7 +15,7 @@ import ipywidgets as w
 from .live_candidates import LiveCandidates
 from .live_heatmap import LiveHeatmap
 from .headless import show_dashboard
-from .plots import scheduler_note
+from .plots import not_default_of
 from ..engines import engine_names, get_engine
 from ..fast import young_only
 from ..plan import STRATEGIES
@@ -121,7 +121,8 @@ class FrontierDashboard:
         self.table = self.summary(self.frame)
         self.html.value = self.table.to_html(index=False)
         self.updates += 1
-        differs = scheduler_note(self.frame).strip()
+        differs = not_default_of(self.frame)
+        differs = f"scheduler not the release default: {differs}" if differs else ""
         self.status.value = (f"<i>modelled; {len(self.frame)} points; "
                              f"{int(self.frame['oom'].sum())} OOM; "
                              f"{differs or 'scheduler: the release defaults'}</i>")

@@ -184,6 +184,6 @@ def reserved_table(prompt_len: int = 65_536, step_tokens: int = 8192, budget_mb:
         for r in reserved_curve(s, steps, budget_mb, settings):
             row = asdict(r)
             row.update(mode="model", prompt_len=prompt_len, step_tokens=step_tokens,
-                       budget_mb=budget_mb, model=settings.model)
+                       budget_mb=budget_mb, model=settings.model, engine=settings.engine or "")
             rows.append(row)
     return pd.DataFrame(rows)

@@ -191,6 +191,7 @@ def overhead_table(batch: StepBatch, strategies, budgets_mb, settings: PlanSetti
             t = tm.features_time(f)
             low, high = t.bounds_us()
             rows.append({
+                "model": settings.model, "engine": settings.engine or "",
                 "strategy": strategy, "budget_mb": mb, "chunks": f["chunks"],
                 "gathers": f["gathers"],
                 "peak_transient_bytes": memory_report(plan).peak_transient,
