@@ -2,24 +2,22 @@
 and what each budget adds to time to first token (all modelled, and titled so)."""
 from __future__ import annotations
 
-import textwrap
-
 import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
-from matplotlib.ticker import NullLocator
 
-# one colour per kernel, told apart in print and by colour-blind readers (Okabe-Ito)
-KERNEL_COLOURS = {"gather": "#999999", "logits": "#0072B2", "clean": "#E69F00", "topk": "#009E73"}
-STRATEGY_COLOURS = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000"]
-WIDTH_IN = 7.5
+from . import style
+
+# one colour per kernel, from the figures' colour-blind-safe palette
+KERNEL_COLOURS = {"gather": style.PALETTE[6], "logits": style.PALETTE[0], "clean": style.PALETTE[1],
+                  "topk": style.PALETTE[2]}
 
 
 def published_checks(checks) -> Figure:
     """Modelled against published time per published kernel timing, error in percent."""
     rows = list(checks)
-    fig = Figure(figsize=(WIDTH_IN, 0.28 * len(rows) + 1.6), layout="constrained")
+    fig = style.figure(0.28 * len(rows) + 1.6)
     ax = fig.subplots()
     y = np.arange(len(rows))[::-1]
     errors = [100 * r["error"] for r in rows]
@@ -44,17 +42,17 @@ def published_checks(checks) -> Figure:
         handles.append(Line2D([], [], marker="o", linestyle="none", markerfacecolor="none",
                               markeredgecolor="black", label="fitted without\nthis row"))
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=7)
-    fig.suptitle("The time model against every published kernel timing\n"
-                 "(DeepGEMM's test on an H200, vLLM's top-k on an H20)", fontsize=10)
+    style.title(fig, "The time model against every published kernel timing",
+                "DeepGEMM's test on an H200, vLLM's top-k on an H20; modelled against published")
     return fig
 
 
-def kernel_breakdown(table, strategy: str, detail: str) -> Figure:
+def kernel_breakdown(table, strategy: str, model: str, engine: str, gpu: str) -> Figure:
     """One layer's modelled indexer time per kernel, per budget, one panel per step; whiskers: the
     band of the published checks; a black tick: the host's time to issue the kernels."""
     rows = table[table["strategy"] == strategy]
     steps = list(dict.fromkeys(rows["step"]))
-    fig = Figure(figsize=(WIDTH_IN, 2.0 * len(steps) + 1.2), layout="constrained")
+    fig = style.figure(2.0 * len(steps) + 1.4)
     axes = fig.subplots(len(steps), 1, squeeze=False)[:, 0]
     kernels = [k for k in KERNEL_COLOURS if f"{k}_ms" in rows and rows[f"{k}_ms"].sum() > 0]
     for ax, step in zip(axes, steps):
@@ -67,44 +65,41 @@ def kernel_breakdown(table, strategy: str, detail: str) -> Figure:
         ax.errorbar(x, r["time_ms"], yerr=[r["time_ms"] - r["time_low_ms"], r["time_high_ms"] - r["time_ms"]],
                     fmt="none", ecolor="black", capsize=3, linewidth=0.8, label="band (published checks)")
         ax.scatter(x, r["host_ms"], marker="_", s=200, color="black", label="host, issuing the kernels")
-        ax.set_xticks(x, [f"{mb:g}" for mb in r["budget_mb"]], fontsize=7)
+        ax.set_xticks(x, [style.size_label(mb / 1024) for mb in r["budget_mb"]])
         ax.set_ylabel("ms per layer", fontsize=8)
         chunks = ", ".join(str(int(c)) for c in r["chunks"])
         ax.set_title(f"{step} (chunks: {chunks})", fontsize=8)
         ax.grid(True, axis="y", alpha=0.3)
-    axes[-1].set_xlabel("logits budget (MiB)")
+    axes[-1].set_xlabel("logits budget")
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncol=3, fontsize=7)
-    fig.suptitle(f"Where a step's indexer time goes, kernel by kernel: {strategy} (modelled)\n"
-                 f"{textwrap.fill(detail, 100)}",
-                 fontsize=9)
+    style.legend_below(fig, handles, labels, ncol=3)
+    style.title(fig, f"Where a step's indexer time goes, kernel by kernel: {strategy}, one layer on {gpu}",
+                style.context(model, engine, mode="modelled"))
     return fig
 
 
-def ttft_cost(rows, detail: str) -> Figure:
+def ttft_cost(rows, model: str, engine: str, gpu: str, workload: str) -> Figure:
     """Added time to first token (p50, p90) and per output token against the budget, per strategy."""
     import pandas as pd
 
     data = pd.DataFrame(rows)
-    fig = Figure(figsize=(WIDTH_IN, 6.0), layout="constrained")
+    fig = style.figure(6.0)
     top, bottom = fig.subplots(2, 1, sharex=True)
-    for i, (strategy, r) in enumerate(data.groupby("strategy", sort=False)):
+    looks = style.series_styles(dict.fromkeys(data["strategy"]))
+    for strategy, r in data.groupby("strategy", sort=False):
         r = r.sort_values("budget_mb")
-        colour = STRATEGY_COLOURS[i % len(STRATEGY_COLOURS)]
-        top.plot(r["budget_mb"], r["added_ttft_p50_ms"], marker="o", color=colour, label=f"{strategy} p50")
-        top.plot(r["budget_mb"], r["added_ttft_p90_ms"], marker="o", linestyle="--", color=colour,
+        colour, marker = looks[strategy]["color"], looks[strategy]["marker"]
+        top.plot(r["budget_mb"], r["added_ttft_p50_ms"], marker=marker, color=colour, label=f"{strategy} p50")
+        top.plot(r["budget_mb"], r["added_ttft_p90_ms"], marker=marker, linestyle="--", color=colour,
                  markerfacecolor="none", label=f"{strategy} p90")
-        bottom.plot(r["budget_mb"], r["added_per_output_token_ms"], marker="s", color=colour, label=strategy)
-    budgets = sorted(set(data["budget_mb"]))
-    bottom.set_xscale("log")
-    bottom.set_xticks(budgets, [f"{b:g}" for b in budgets])
-    bottom.xaxis.set_minor_locator(NullLocator())
-    bottom.set_xlabel("logits budget (MiB)")
+        bottom.plot(r["budget_mb"], r["added_per_output_token_ms"], marker=marker, color=colour, label=strategy)
+    style.mib_ticks(bottom.xaxis, sorted(set(data["budget_mb"])))
+    bottom.set_xlabel("logits budget")
     top.set_ylabel("added time to first token (ms)")
     bottom.set_ylabel("added time per output token (ms)")
     for ax in (top, bottom):
         ax.grid(True, alpha=0.3)
-        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=7)
-    fig.suptitle(f"What the budget adds to users' latency: the indexer only, against one chunk (modelled)\n"
-                 f"{textwrap.fill(detail, 100)}", fontsize=9)
+        style.legend_right(ax)
+    style.title(fig, f"What the budget adds to users' latency on {gpu}: the indexer only, against one chunk",
+                f"{workload}; {style.context(model, engine, mode='modelled')}")
     return fig

@@ -41,6 +41,9 @@ class Candidate:
     # the release's own chunker below its default setting: its profile run reserves this much less,
     # which the KV cache may take from the memory free (``engines.profile_run_logits_bytes``)
     reservation_shortfall_bytes: int = 0
+    # the modelled time's band over the mix (the spread of the published kernel checks)
+    total_low_ms: float | None = None
+    total_high_ms: float | None = None
 
     @property
     def deployable(self) -> bool:
@@ -175,23 +178,29 @@ def evaluate_candidates(schedules: list[Schedule], settings: PlanSettings = DEFA
         strategy = get_strategy(name)
         for mb in budgets_mb:
             budget = budget_bytes_from_mb(mb)
-            totals = _over_schedules(schedules, tm, lambda batch: make_plan(batch, strategy, budget, settings))
-            candidates.append(Candidate(name, mb, settings.padded, *totals, False, settings.engine))
+            *totals, band = _over_schedules(schedules, tm, lambda batch: make_plan(batch, strategy, budget, settings))
+            candidates.append(Candidate(name, mb, settings.padded, *totals, False, settings.engine,
+                                        total_low_ms=band[0], total_high_ms=band[1]))
     return candidates
 
 
 def _over_schedules(schedules: list[Schedule], tm: TimeModel, plan_of,
-                    peak_of=lambda plan: memory_report(plan).peak_transient) -> tuple[float, int, int]:
-    """(modelled ms, chunks, worst-step transient bytes) of ``plan_of(batch)`` over every
-    step of the schedules (a distinct step planned once, counted as often as it occurs)."""
-    total_ms, chunks, worst = 0.0, 0, 0
+                    peak_of=lambda plan: memory_report(plan).peak_transient) -> tuple:
+    """(modelled ms, chunks, worst-step transient bytes, (low, high) ms) of ``plan_of(batch)``
+    over every step of the schedules (a distinct step planned once, counted as often as it
+    occurs); the last, the time's band from the published kernel checks."""
+    total_ms, chunks, worst, low, high = 0.0, 0, 0, 0.0, 0.0
     for schedule in schedules:
         for batch, count in zip(schedule.unique, schedule.count):
             plan = plan_of(batch)
-            total_ms += tm.features_ms(plan_features(plan)) * count
+            t = tm.features_time(plan_features(plan))
+            lo, hi = t.bounds_us()
+            total_ms += t.total_us * 1e-3 * count
+            low += lo * 1e-3 * count
+            high += hi * 1e-3 * count
             chunks += plan.num_chunks * count
             worst = max(worst, peak_of(plan))
-    return total_ms, chunks, worst
+    return total_ms, chunks, worst, (low, high)
 
 
 def _own_peak(plan) -> int:
@@ -222,11 +231,12 @@ def engine_candidates(schedules: list[Schedule], settings: PlanSettings, free_by
     candidates = []
     for setting in knobs:
         budget = process_budget(profile, free_bytes, total, mem_fraction_static, setting)
-        totals = _over_schedules(schedules, tm, lambda batch: make_plan(batch, "engine", budget, settings),
-                                 _own_peak)
+        *totals, band = _over_schedules(schedules, tm, lambda batch: make_plan(batch, "engine", budget, settings),
+                                        _own_peak)
         mb = float("nan") if budget is None else budget / MIB
         shortfall = max(0, default_reservation - profile_run_logits_bytes(profile, setting))
-        candidates.append(Candidate("engine", mb, False, *totals, False, profile.name, setting, shortfall))
+        candidates.append(Candidate("engine", mb, False, *totals, False, profile.name, setting, shortfall,
+                                    total_low_ms=band[0], total_high_ms=band[1]))
     return candidates
 
 
