@@ -46,6 +46,7 @@ class Parameters(BaseModel):
     model: str
     free_gib: Number  # memory free for the indexer at run time (after weights, KV cache, buffers)
     engine: str  # the engine release planned on (a bare vllm or sglang: its latest)
+    gpu: str  # the GPU (data/gpus/): the release's scheduler defaults on it, SGLang's budget cap
     deepgemm_version: str | None  # None: the engine's own DeepGEMM; a version: our strategies on it
     output_dir: str
     data_dir: str
@@ -56,7 +57,7 @@ class Parameters(BaseModel):
         the reference executor does not compute."""
         if temporaries == BY_MODEL:
             temporaries = "reference" if get_model(self.model).kv_ratio == 1 else "deepgemm"
-        return PlanSettings(self.model, self.engine, self.deepgemm_version, temporaries=temporaries)
+        return PlanSettings(self.model, self.engine, self.deepgemm_version, temporaries=temporaries, gpu=self.gpu)
 
     def checks(self):
         """(parameter, check) pairs: each check builds what the notebook builds from the parameter
@@ -90,13 +91,13 @@ class GridParameters(Parameters):
                     budget_mb=self.grid_budgets(), strategy=self.strategies, free_gib=self.free_gib,
                     shared_prefix=self.shared_prefix, max_num_batched_tokens=self.max_num_batched_tokens,
                     long_prefill_token_threshold=self.long_prefill_token_threshold,
-                    deepgemm_version=self.deepgemm_version, engine=self.engine)
+                    deepgemm_version=self.deepgemm_version, engine=self.engine, gpu=self.gpu)
         return Grid(**{**axes, **changes})
 
     def scheduler(self) -> SchedulerConfig:
         """The scheduler of the notebook's engine release: its defaults, with the notebook's
         settings (not None) in their place."""
-        return release_scheduler(self.engine, get_model(self.model).kv_block,
+        return release_scheduler(self.engine, get_model(self.model).kv_block, self.gpu,
                                  max_num_batched_tokens=self.max_num_batched_tokens,
                                  long_prefill_token_threshold=self.long_prefill_token_threshold)
 
