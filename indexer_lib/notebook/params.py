@@ -46,7 +46,9 @@ class Parameters(BaseModel):
     model: str
     free_gib: Number  # memory free for the indexer at run time (after weights, KV cache, buffers)
     engine: str  # the engine release planned on (a bare vllm or sglang: its latest)
-    gpu: str  # the GPU (data/gpus/): the release's scheduler defaults on it, SGLang's budget cap
+    # the GPU (data/gpus/): the release's scheduler defaults on it, SGLang's budget cap; optional,
+    # so a parameters cell written before GPUs were data still runs (on an H200)
+    gpu: str = "h200"
     deepgemm_version: str | None  # None: the engine's own DeepGEMM; a version: our strategies on it
     output_dir: str
     data_dir: str
@@ -259,11 +261,11 @@ def check_values(notebook: str, values: dict, complete: bool = False) -> Paramet
     if unknown:
         raise ParameterError(f"{where} {unknown[0]!r}: unknown name (known: {', '.join(sorted(cls.model_fields))})")
     full = values if complete else {**notebook_defaults(notebook), **values}
-    missing = [k for k in cls.model_fields if k not in full]
+    missing = [k for k, f in cls.model_fields.items() if k not in full and f.is_required()]
     if missing:
         raise ParameterError(f"{notebook}.ipynb: parameters cell lacks {', '.join(missing)}")
     try:
-        params = cls(**{k: full[k] for k in cls.model_fields})
+        params = cls(**{k: full[k] for k in cls.model_fields if k in full})
     except ValidationError as e:
         error = e.errors()[0]
         name = error["loc"][0]
