@@ -291,3 +291,14 @@ def test_notebook_parameters_take_a_gpu():
         check_values("03_strategies", {"gpu": "h300"})
     with pytest.raises(ParameterError, match=r"'gpu': GPU 'mi355x': not planned"):
         check_values("01_oom_frontier", {"gpu": "mi355x"})
+
+
+def test_plan_names_the_gpu_and_its_unverified_facts(capsys):
+    code, out, err = run(capsys, "plan", "--gpu", "h100", "--model", "glm-5", "--query-lens", "4096",
+                         "--seq-lens", "65536")
+    assert code == 0 and "GPU h100 (sm90): 79.19 GiB as torch reports it (data/gpus/h100.json)\n" in out
+    code, out, err = run(capsys, "plan", "--gpu", "h20", "--model", "glm-5", "--query-lens", "4096",
+                         "--seq-lens", "65536", "--json")
+    assert json.loads(out)["gpu_unverified"] == ["hbm_tbps"]
+    code, out, err = run(capsys, "plan", "--model", "glm-5", "--query-lens", "4096", "--seq-lens", "65536")
+    assert "GPU " not in out  # the default H200: as before
