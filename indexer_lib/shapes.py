@@ -2,7 +2,8 @@
 
 The models are data (``data/models/``, one file per model, every fact with its source and
 whether it was seen there): a model is a list of indexer layer kinds
-(docs/design.md#models).  GPU capacity is what torch reports as ``total_memory``.
+(docs/design.md#models).  So are the GPUs (``data/gpus/``): capacity is what torch reports as
+``total_memory`` (docs/design.md#gpus).
 """
 from __future__ import annotations
 
@@ -163,21 +164,51 @@ def known_models() -> dict[str, ModelPreset]:
 
 @dataclass(frozen=True)
 class GpuPreset:
+    """A GPU as the planners see it (``data/gpus/``, every fact with its source)."""
+
     name: str
-    capacity_bytes: int
-    sm_count: int | None = None
-    hbm_tbps: float | None = None
+    capacity_bytes: int  # what torch reports as total_memory (unified memory: the OS's RAM CUDA reports)
+    sm_count: int | None = None  # SMs (CUs on ROCm)
+    hbm_tbps: float | None = None  # memory bandwidth, TB/s
+    arch: str = ""  # sm90, sm100, sm103, sm121, gfx950
+    vendor: str = "nvidia"
+    unified_memory: bool = False  # the GPU shares the host's memory (GB10)
+    what: str = ""
+    unverified: tuple[str, ...] = ()  # facts not seen at their source
+
+    @property
+    def cuda_family(self) -> int | None:
+        """The CUDA capability family (90, 100, 120) as the engines test it
+        (``is_device_capability_family``); None off CUDA."""
+        if self.vendor != "nvidia" or not self.arch.startswith("sm"):
+            return None
+        return int(self.arch[2:]) // 10 * 10
+
+    @property
+    def capacity_gib(self) -> float:
+        return self.capacity_bytes / GIB
 
 
-GPUS: dict[str, GpuPreset] = {
-    # torch.cuda.get_device_properties(0).total_memory on an H200 reads 139.8 GiB ("GPU 1 has a
-    # total capacity of 139.81 GiB", vllm-project/vllm#35488)
-    "h200": GpuPreset("h200", round(139.8 * GIB), 132, 4.8),
-    "h20": GpuPreset("h20", 102010716160, 78, 4.0),
-    # a B200-class GPU as PyTorch's OOM message prints it: "total capacity of 178.35 GiB"
-    # (sgl-project/sglang#35759)
-    "b200": GpuPreset("b200", round(178.35 * GIB)),
-}
+@lru_cache(maxsize=None)
+def _load_gpus() -> dict[str, GpuPreset]:
+    """Every GPU of ``data/gpus/`` (one JSON file each, every fact with its source)."""
+    files = sorted(data_path("gpus").glob("*.json"))
+    if not files:
+        raise FileNotFoundError(f"{data_path('gpus')}: no GPU files (data/gpus/*.json)")
+    gpus = {}
+    for path in files:
+        doc = json.loads(path.read_text())
+        f = doc["facts"]
+        sms = _value(f, "sm_count")
+        tbps = _value(f, "hbm_tbps")
+        gpus[doc["gpu"]] = GpuPreset(doc["gpu"], int(_value(f, "capacity_bytes")),
+                                     None if sms is None else int(sms), None if tbps is None else float(tbps),
+                                     str(_value(f, "arch", "")), str(_value(f, "vendor", "nvidia")),
+                                     bool(_value(f, "unified_memory", False)), doc.get("what", ""), _unverified(f))
+    return gpus
+
+
+GPUS: dict[str, GpuPreset] = _load_gpus()
 
 
 # the models the planners model (every layer kind that computes an indexer scores uncompressed K
@@ -204,7 +235,10 @@ def get_model(name: str) -> ModelPreset:
     raise BadValue("model", f"unknown model {name!r}: must be one of {', '.join(sorted(MODELS))}{hint}")
 
 
-def get_gpu(name: str) -> GpuPreset:
+def get_gpu(name: str | GpuPreset) -> GpuPreset:
+    """A GPU's preset by name; case and spaces do not matter (``H200`` is ``h200``)."""
+    if isinstance(name, GpuPreset):
+        return name
     try:
         return GPUS[str(name).strip().lower()]
     except KeyError:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 
 from ..engines import DEFAULT_ENGINE, SGLANG_MEM_FRACTION_STATIC, get_engine, not_default_text, release_scheduler
-from .common import UsageError, add_scheduler_arguments, engine_arg, finite_float, fraction, number_list, str_list
+from .common import UsageError, add_gpu_option, add_scheduler_arguments, engine_arg, finite_float, fraction, number_list, str_list
 from ..shapes import MIB, MODELS
 from ..workload import ClosedLoopWorkload
 
@@ -55,6 +55,7 @@ def register(subparsers) -> None:
                    help="tune this engine release's own knob (vllm==0.19.0: VLLM_SPARSE_INDEXER_MAX_LOGITS_MB; "
                         "sglang==0.5.23: SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION; default: the latest vLLM, "
                         f"{get_engine(DEFAULT_ENGINE).name}); --strategies adds ours on it")
+    add_gpu_option(p, "the release's scheduler defaults and SGLang's budget cap follow its memory")
     p.add_argument("--mem-fraction-static", type=fraction, default=SGLANG_MEM_FRACTION_STATIC,
                    help="SGLang: the server's --mem-fraction-static, which caps its budget "
                         f"(default {SGLANG_MEM_FRACTION_STATIC}: SGLang's own choice on an H200)")
@@ -70,7 +71,7 @@ def cmd_auto(args) -> int:
     from ..study.auto import recommend
     from ..study.timemodel import MEASURED_DIR, TimeModel
 
-    settings = PlanSettings(args.model, args.engine, args.deepgemm_version, temporaries="deepgemm")
+    settings = PlanSettings(args.model, args.engine, args.deepgemm_version, temporaries="deepgemm", gpu=args.gpu)
     if not args.free_gib > 0:
         raise UsageError(f"--free-gib {args.free_gib}: must be > 0")
     workloads = [parse_workload(w) for w in args.workload]
@@ -81,11 +82,11 @@ def cmd_auto(args) -> int:
             raise UsageError(f"--strategies {','.join(args.strategies)}: auto chooses among budgeted strategies "
                              "(the engine's own chunker: --engine)")
         strategies = tuple(s.name for s in chosen)
-    scheduler = release_scheduler(settings.profile, settings.preset.kv_block,
+    scheduler = release_scheduler(settings.profile, settings.preset.kv_block, settings.gpu,
                                   max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs,
                                   long_prefill_token_threshold=args.long_prefill_token_threshold,
                                   async_scheduling=args.async_scheduling)
-    differs = not_default_text(settings.profile, scheduler)
+    differs = not_default_text(settings.profile, scheduler, settings.gpu)
     rec = recommend(workloads, args.free_gib, settings, scheduler, strategies, tuple(args.budgets_mb),
                     TimeModel.from_data(args.data_dir or MEASURED_DIR), args.mem_fraction_static)
     if args.json:
@@ -94,7 +95,7 @@ def cmd_auto(args) -> int:
             "deployable": _candidate_json(rec.deployable), "patched": _candidate_json(rec.patched),
             "free_bytes": rec.free_bytes, "margin_bytes": rec.margin_bytes if rec.deployable else None,
             "time_source": rec.time_source, "candidates": len(rec.candidates),
-            "fitting": sum(c.fits for c in rec.candidates), "engine": settings.engine,
+            "fitting": sum(c.fits for c in rec.candidates), "engine": settings.engine, "gpu": settings.gpu,
             "scheduler_not_default": differs}))
         return 0 if rec.deployable else 1
     print(rec.deploy_line)

@@ -74,8 +74,8 @@ def add_batch_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--budget-free-gib", type=finite_float,
                    help="SGLang: GPU memory free when the engine measured its logits budget, which it "
                         "caches (GiB; default: --free-gib)")
-    p.add_argument("--gpu", default="h200", help=f"one of {', '.join(GPUS)} (default h200): SGLang's "
-                                                 "budget is capped from its total memory")
+    add_gpu_option(p, "SGLang's budget is capped from its total memory; a release whose indexer path "
+                      "differs on it is refused there")
     p.add_argument("--mem-fraction-static", type=fraction, default=SGLANG_MEM_FRACTION_STATIC,
                    help="SGLang: the server's --mem-fraction-static, which caps its budget "
                         f"(default {SGLANG_MEM_FRACTION_STATIC}: SGLang's own choice on an H200)")
@@ -96,6 +96,11 @@ def add_batch_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compressed", action="store_true",
                    help="causal: DeepGEMM's compressed max_seqlen_k rows")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+
+
+def add_gpu_option(p: argparse.ArgumentParser, what: str) -> None:
+    """--gpu: one of the GPUs of data/gpus/ (default h200)."""
+    p.add_argument("--gpu", default="h200", help=f"one of {', '.join(GPUS)} (default h200; data/gpus/): {what}")
 
 
 def budget_from_args(args, batch: StepBatch) -> int | None:
@@ -167,7 +172,7 @@ def settings_from_args(args, strategy: Strategy) -> PlanSettings:
     # which the reference executor does not compute
     temporaries = "deepgemm" if get_model(args.model).kv_ratio != 1 else "reference"
     settings = PlanSettings(args.model, args.engine, args.deepgemm_version, not args.no_padding,
-                            args.workspace_tokens, temporaries)
+                            args.workspace_tokens, temporaries, args.gpu)
     max_model_len = getattr(args, "max_model_len", None)
     if max_model_len is not None:
         settings = with_max_model_len(settings, max_model_len, args)

@@ -6,7 +6,7 @@ import time
 from ..plan import MEASURED_BUDGET, NO_BUDGET, get_strategy
 from ..study.grid import Grid, same_budget
 from ..workload import WORKLOAD_SOURCES
-from .common import UsageError, add_scheduler_arguments, engine_arg, int_list, number_list, str_list
+from .common import UsageError, add_gpu_option, add_scheduler_arguments, engine_arg, int_list, number_list, str_list
 
 
 def register(subparsers) -> None:
@@ -32,6 +32,7 @@ def register(subparsers) -> None:
     f.add_argument("--engine", default="vllm", type=engine_arg,
                    help="plan on this engine release (vllm==0.19.0, sglang==0.5.23; default: the latest "
                         f"vLLM, {g.engine[0]}); --strategy engine is its own chunker")
+    add_gpu_option(f, "each release's scheduler defaults on it, SGLang's budget cap from its memory")
     f.add_argument("--temporaries", default="deepgemm", choices=("deepgemm", "reference", "none"),
                    help="whose per-chunk temporaries the peaks count: the H200 path (deepgemm, default), "
                         "the CPU reference executor, or none (logits and metadata only)")
@@ -67,7 +68,7 @@ def cmd_frontier(args) -> int:
         long_prefill_token_threshold=args.long_prefill_token_threshold, async_scheduling=args.async_scheduling,
         deepgemm_version=args.deepgemm_version, padded=not args.no_padding,
         workload_source=args.workload_source, engine=args.engine,
-        temporaries=None if args.temporaries == "none" else args.temporaries,
+        temporaries=None if args.temporaries == "none" else args.temporaries, gpu=args.gpu,
     )
     executor = Ray(args.ray or None) if args.ray is not None else Local(args.workers or None)
     start = time.perf_counter()

@@ -41,7 +41,8 @@ def cmd_plan(args) -> int:
     if args.json:
         print(json.dumps({**plan_json(plan, report), **v, "largest_logits_bytes": plan.largest_logits_bytes,
                           "layer_kinds": kinds, "peak_layer_kind": kinds[0]["name"], "gpu": args.gpu,
-                          "unverified": list(plan.settings.preset.unverified)}))
+                          "unverified": list(plan.settings.preset.unverified),
+                          "gpu_unverified": list(plan.settings.gpu_preset.unverified)}))  # facts of data/gpus/
         return 0
     on = f" on {plan.engine}" if plan.engine else ""
     if plan.budget_bytes is None:
@@ -57,6 +58,10 @@ def cmd_plan(args) -> int:
     print(f"{preset.name}: layer kind {kind.name} ({kind.index_heads} heads x {kind.head_dim}, top-{kind.topk}"
           f"{entries}) on {kind.indexer_layers} of {preset.num_layers} layers; each of them allocates this plan "
           "in turn" + (f"; unverified: {', '.join(preset.unverified)}" if preset.unverified else ""))
+    gpu = plan.settings.gpu_preset
+    if gpu.name != "h200":  # a plan reads the GPU's capacity only (its bandwidth is for the time model)
+        print(f"GPU {gpu.name} ({gpu.arch}): {gpu.capacity_gib:.2f} GiB as torch reports it (data/gpus/{gpu.name}.json)"
+              + ("; unverified" if "capacity_bytes" in gpu.unverified else ""))
     if not plan.chunks:
         print(f"no logits: {plan.engine} selects every token of this step (its longest sequence fits the top-k)")
     print(f"{'#':>4} {'requests':>11} {'rows':>15} {'tokens':>15} {'kv':>8} {'cols':>8} "

@@ -6,11 +6,11 @@ import json
 import sys
 from dataclasses import asdict
 
-from ..engines import DEFAULT_ENGINE, get_engine, replayed_engines
+from ..engines import DEFAULT_ENGINE, check_gpu, get_engine, replayed_engines, scheduler_defaults
 from ..study.replay import replay_profile_run, replay_steps
 from ..shapes import MODELS
 from ..study.frontier import format_bytes
-from .common import UsageError, engine_arg, int_list
+from .common import UsageError, add_gpu_option, engine_arg, int_list
 
 
 def register(subparsers) -> None:
@@ -25,8 +25,11 @@ def register(subparsers) -> None:
     p.add_argument("--seq-lens", type=int_list, help="comma-separated, one per request")
     p.add_argument("--budget-mb", type=int,
                    help="VLLM_SPARSE_INDEXER_MAX_LOGITS_MB, whole MiB (default: the release's)")
-    p.add_argument("--max-num-batched-tokens", type=int, default=8192,
-                   help="rows of the engine's top-k output buffer (default 8192)")
+    p.add_argument("--max-num-batched-tokens", type=int, default=None,
+                   help="rows of the engine's top-k output buffer (default: the release's on --gpu, "
+                        "8192 on an H200)")
+    add_gpu_option(p, "the release's max_num_batched_tokens on it; a GPU on which the release's indexer "
+                      "path differs from the replayed one is refused")
     p.add_argument("--profile-run", action="store_true",
                    help="replay only the dummy forward: what vLLM reserves for the indexer at start-up")
     p.add_argument("--allocations", action="store_true",
@@ -44,6 +47,9 @@ def cmd_replay(args) -> int:
 
 
 def _replay(args) -> int:
+    check_gpu(args.engine, args.gpu)  # the replay runs the path the release takes on an sm90 GPU
+    if args.max_num_batched_tokens is None:
+        args.max_num_batched_tokens = scheduler_defaults(args.engine, args.gpu)["max_num_batched_tokens"]
     if args.profile_run:
         if args.query_lens or args.seq_lens:
             raise UsageError("--profile-run replays the dummy forward alone: drop --query-lens/--seq-lens")

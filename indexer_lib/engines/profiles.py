@@ -69,6 +69,14 @@ class EngineProfile:
     # step's longest compressed K is at most top-k
     compressed_kv: bool = False
     workspace_extra_bytes: int = 0  # bytes the profile run adds to the shared workspace (kept)
+    # how the scheduler defaults above change with the GPU's memory and kind (``engines.gpus``)
+    scheduler_gpu_rule: str = "none"
+    # the logits on CUDA family 100 (B200, B300): "float32" as elsewhere, or "bfloat16+float32"
+    # (vLLM 0.33: DeepGEMM returns bf16 logits and the release copies them to fp32 while both live)
+    sm100_logits: str = "float32"
+    # the CUDA capability families (90, 100, 120) on which the release runs DeepGEMM's logits;
+    # None: every CUDA GPU
+    deepgemm_families: tuple | None = None
     sources: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def __post_init__(self):
@@ -121,7 +129,7 @@ def _load() -> dict[str, EngineProfile]:
         for release in era["releases"]:
             facts = {**era["facts"], **era.get("per_release", {}).get(release, {})}
             values = {k: v["value"] for k, v in facts.items()}
-            for name in ("metadata", "workspace_factor_long"):
+            for name in ("metadata", "workspace_factor_long", "deepgemm_families"):
                 if values.get(name) is not None:
                     values[name] = tuple(values[name])
             sources = {k: v["source"] for k, v in facts.items()}

@@ -6,6 +6,7 @@ is given; a given setting that differs is named next to the number (``not_defaul
 from __future__ import annotations
 
 from ..workload import SchedulerConfig
+from .gpus import scheduler_gpu_defaults
 from .profiles import EngineProfile, get_engine
 
 # the scheduler settings a release has a default for, as SchedulerConfig names them
@@ -13,31 +14,35 @@ SCHEDULER_SETTINGS = ("max_num_batched_tokens", "max_num_seqs", "long_prefill_to
                       "async_scheduling")
 
 
-def scheduler_defaults(engine: str | EngineProfile | None) -> dict:
-    """The release's default for each scheduler setting (``data/engines/``, with sources)."""
+def scheduler_defaults(engine: str | EngineProfile | None, gpu=None) -> dict:
+    """The release's default for each scheduler setting (``data/engines/``, with sources) on
+    ``gpu`` (a name or a ``GpuPreset``; None: an H200, the GPU the profiles' figures are for)."""
     profile = get_engine(engine)
-    return {name: getattr(profile, f"scheduler_{name}") for name in SCHEDULER_SETTINGS}
+    values = {name: getattr(profile, f"scheduler_{name}") for name in SCHEDULER_SETTINGS}
+    if gpu is not None:
+        values.update(scheduler_gpu_defaults(profile, gpu))
+    return values
 
 
-def release_scheduler(engine: str | EngineProfile | None, block_size: int, **given) -> SchedulerConfig:
-    """The scheduler as the release runs it: its defaults, with the settings given (not None)
-    in their place."""
+def release_scheduler(engine: str | EngineProfile | None, block_size: int, gpu=None, **given) -> SchedulerConfig:
+    """The scheduler as the release runs it on ``gpu`` (None: an H200): its defaults, with the
+    settings given (not None) in their place."""
     unknown = set(given) - set(SCHEDULER_SETTINGS) - {"num_kv_blocks", "enable_prefix_caching"}
     if unknown:
         raise TypeError(f"release_scheduler: no scheduler setting {sorted(unknown)[0]!r}")
-    values = scheduler_defaults(engine)
+    values = scheduler_defaults(engine, gpu)
     values.update({k: v for k, v in given.items() if v is not None})
     return SchedulerConfig(block_size=block_size, **values)
 
 
-def not_default(engine: str | EngineProfile | None, config: SchedulerConfig) -> list[str]:
-    """The settings of ``config`` that differ from the release's defaults, each as
+def not_default(engine: str | EngineProfile | None, config: SchedulerConfig, gpu=None) -> list[str]:
+    """The settings of ``config`` that differ from the release's defaults on ``gpu``, each as
     ``name=value (default D)``: what a table or a title must name next to its numbers."""
-    defaults = scheduler_defaults(engine)
+    defaults = scheduler_defaults(engine, gpu)
     return [f"{name}={getattr(config, name)} (default {default})" for name, default in defaults.items()
             if getattr(config, name) != default]
 
 
-def not_default_text(engine: str | EngineProfile | None, config: SchedulerConfig) -> str:
+def not_default_text(engine: str | EngineProfile | None, config: SchedulerConfig, gpu=None) -> str:
     """``not_default`` as one phrase; '' when the scheduler is the release's own."""
-    return "; ".join(not_default(engine, config))
+    return "; ".join(not_default(engine, config, gpu))

@@ -46,6 +46,9 @@ class Parameters(BaseModel):
     model: str
     free_gib: Number  # memory free for the indexer at run time (after weights, KV cache, buffers)
     engine: str  # the engine release planned on (a bare vllm or sglang: its latest)
+    # the GPU (data/gpus/): the release's scheduler defaults on it, SGLang's budget cap; optional,
+    # so a parameters cell written before GPUs were data still runs (on an H200)
+    gpu: str = "h200"
     deepgemm_version: str | None  # None: the engine's own DeepGEMM; a version: our strategies on it
     output_dir: str
     data_dir: str
@@ -56,7 +59,7 @@ class Parameters(BaseModel):
         the reference executor does not compute."""
         if temporaries == BY_MODEL:
             temporaries = "reference" if get_model(self.model).kv_ratio == 1 else "deepgemm"
-        return PlanSettings(self.model, self.engine, self.deepgemm_version, temporaries=temporaries)
+        return PlanSettings(self.model, self.engine, self.deepgemm_version, temporaries=temporaries, gpu=self.gpu)
 
     def checks(self):
         """(parameter, check) pairs: each check builds what the notebook builds from the parameter
@@ -90,13 +93,13 @@ class GridParameters(Parameters):
                     budget_mb=self.grid_budgets(), strategy=self.strategies, free_gib=self.free_gib,
                     shared_prefix=self.shared_prefix, max_num_batched_tokens=self.max_num_batched_tokens,
                     long_prefill_token_threshold=self.long_prefill_token_threshold,
-                    deepgemm_version=self.deepgemm_version, engine=self.engine)
+                    deepgemm_version=self.deepgemm_version, engine=self.engine, gpu=self.gpu)
         return Grid(**{**axes, **changes})
 
     def scheduler(self) -> SchedulerConfig:
         """The scheduler of the notebook's engine release: its defaults, with the notebook's
         settings (not None) in their place."""
-        return release_scheduler(self.engine, get_model(self.model).kv_block,
+        return release_scheduler(self.engine, get_model(self.model).kv_block, self.gpu,
                                  max_num_batched_tokens=self.max_num_batched_tokens,
                                  long_prefill_token_threshold=self.long_prefill_token_threshold)
 
@@ -262,11 +265,11 @@ def check_values(notebook: str, values: dict, complete: bool = False) -> Paramet
     if unknown:
         raise ParameterError(f"{where} {unknown[0]!r}: unknown name (known: {', '.join(sorted(cls.model_fields))})")
     full = values if complete else {**notebook_defaults(notebook), **values}
-    missing = [k for k in cls.model_fields if k not in full]
+    missing = [k for k, f in cls.model_fields.items() if k not in full and f.is_required()]
     if missing:
         raise ParameterError(f"{notebook}.ipynb: parameters cell lacks {', '.join(missing)}")
     try:
-        params = cls(**{k: full[k] for k in cls.model_fields})
+        params = cls(**{k: full[k] for k in cls.model_fields if k in full})
     except ValidationError as e:
         error = e.errors()[0]
         name = error["loc"][0]

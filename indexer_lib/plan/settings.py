@@ -1,9 +1,10 @@
 """``PlanSettings``: what a plan runs under, given once and checked once.
 
 A user names a model, an engine release, perhaps a DeepGEMM build to try the project's
-strategies on, whether their budgets count DeepGEMM's padding, a K workspace and whose
-temporaries the memory model adds.  The settings resolve those names (the model's shapes,
-the release's profile, the padding rules) and refuse a bad one with a line naming it.
+strategies on, whether their budgets count DeepGEMM's padding, a K workspace, whose
+temporaries the memory model adds and the GPU.  The settings resolve those names (the model's
+shapes, the release's profile, the padding rules, the GPU's preset) and refuse a bad one with a
+line naming it, as they refuse a GPU on which the release's indexer path is not modelled.
 They are frozen and hashable: every cache of plans is keyed by them.
 """
 from __future__ import annotations
@@ -11,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
-from ..engines import DEFAULT_ENGINE, EngineProfile, compressed_kv_engines, get_engine
+from ..engines import DEFAULT_ENGINE, EngineProfile, check_gpu, compressed_kv_engines, get_engine
 from ..padding import DEFAULT_DEEPGEMM_VERSION, PaddingRules, get_rules
-from ..shapes import ModelPreset, get_model
+from ..shapes import GpuPreset, ModelPreset, get_gpu, get_model
 from ..checks import BadValue, check_int
 
 # whose per-chunk temporaries the memory model adds: the CPU reference executor's, the H200 path's
@@ -33,6 +34,9 @@ class PlanSettings:
     padded: bool = True  # our strategies count DeepGEMM's padding against the budget (False: M x N x 4)
     workspace_tokens: int | None = None  # the K workspace; None: the engine's own
     temporaries: str | None = "reference"  # one of TEMPORARIES
+    # the GPU (``data/gpus/``): its total memory caps SGLang's budget, and a release whose indexer
+    # path differs on it (another logits dtype, no DeepGEMM) is refused there
+    gpu: str = "h200"
     preset: ModelPreset = field(init=False, repr=False, compare=False)
     profile: EngineProfile | None = field(init=False, repr=False)
 
@@ -43,6 +47,7 @@ class PlanSettings:
         object.__setattr__(self, "profile", profile)
         if profile is not None:
             object.__setattr__(self, "engine", profile.name)  # the release in full: vllm -> its latest
+        object.__setattr__(self, "gpu", check_gpu(profile, self.gpu).name)  # one spelling: H200 is h200
         if self.deepgemm_version is not None:
             get_rules(self.deepgemm_version)  # an unknown version says so here
         if not isinstance(self.padded, bool):
@@ -95,8 +100,12 @@ class PlanSettings:
         h = self.__dict__.get("_hash")
         if h is None:
             h = self.__dict__["_hash"] = hash((self.model, self.engine, self.deepgemm_version, self.padded,
-                                               self.workspace_tokens, self.temporaries, self.profile))
+                                               self.workspace_tokens, self.temporaries, self.gpu, self.profile))
         return h
+
+    @property
+    def gpu_preset(self) -> GpuPreset:
+        return get_gpu(self.gpu)
 
     @cached_property
     def own_chunker(self) -> "PlanSettings":

@@ -142,13 +142,13 @@ def recommend(mix: list[ClosedLoopWorkload] | list[Schedule], free_gib: float,
     free = free_bytes_from_gib(free_gib)  # a bad value fails before any work
     tm = time_model or TimeModel.from_data()
     if scheduler is None:  # the release's own defaults
-        scheduler = release_scheduler(settings.profile, settings.preset.kv_block)
+        scheduler = release_scheduler(settings.profile, settings.preset.kv_block, settings.gpu)
     schedules = [m if isinstance(m, Schedule) else Schedule(prefill_batches(m, scheduler)) for m in mix]
     if settings.engine is None:
         candidates = evaluate_candidates(schedules, settings, strategies, budgets_mb, tm)
     else:
         candidates = engine_candidates(schedules, settings, free, budgets_mb,
-                                       DEFAULT_FRACTIONS, tm, mem_fraction_static)
+                                       DEFAULT_FRACTIONS, tm, mem_fraction_static, settings.gpu)
         if strategies:
             candidates += evaluate_candidates(schedules, settings, strategies, budgets_mb, tm)
     return choose(candidates, free_gib, tm.source)

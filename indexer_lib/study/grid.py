@@ -1,7 +1,7 @@
 """``Grid``: the one grid every frontier, sweep, notebook and dashboard runs.
 
 A grid is a set of plan settings (the model, a DeepGEMM what-if, padded budgets, whose
-temporaries are counted) times its axes: concurrency, ISL, OSL, shared prefix, the scheduler's
+temporaries are counted, the GPU) times its axes: concurrency, ISL, OSL, shared prefix, the scheduler's
 settings (each release's own defaults unless given), the engine release, the strategy, the budget
 and the free memory.  Every axis is a
 tuple and the grid is their product (a shared prefix longer than a prompt is skipped: such a
@@ -87,6 +87,9 @@ class Grid:
     # whose temporaries each chunk adds: "deepgemm" (the H200 path), "reference", or None
     temporaries: str | None = "deepgemm"
     workload_source: str = "simulator"  # or "vllm": vLLM's own scheduler
+    # the GPU (``data/gpus/``): each release's scheduler defaults on it, SGLang's budget cap from
+    # its memory; a release whose indexer path differs on it is refused
+    gpu: str = "h200"
 
     def __post_init__(self):
         object.__setattr__(self, "model", get_model(self.model).name)  # one spelling: GLM-5 is glm-5
@@ -126,8 +129,10 @@ class Grid:
         object.__setattr__(self, "budget_mb", tuple(float(b) for b in self.budget_mb))
         object.__setattr__(self, "free_gib", tuple(float(f) for f in self.free_gib))
         check_source(self.workload_source)
-        settings = {e: PlanSettings(self.model, e, self.deepgemm_version, self.padded, None, self.temporaries)
+        settings = {e: PlanSettings(self.model, e, self.deepgemm_version, self.padded, None, self.temporaries,
+                                    self.gpu)
                     for e in self.engine}
+        object.__setattr__(self, "gpu", next(iter(settings.values())).gpu)  # one spelling: H200 is h200
         # the releases' full names: a grid means the same whatever release is newest later
         object.__setattr__(self, "engine", tuple(dict.fromkeys(s.engine for s in settings.values())))
         object.__setattr__(self, "_settings", {s.engine: s for s in settings.values()})  # not a field
@@ -160,7 +165,7 @@ class Grid:
         """The grid's scheduler settings on one of its releases: each axis given, or the release's
         own default where the axis is None."""
         block = get_model(self.model).kv_block
-        return tuple(release_scheduler(engine, block, max_num_batched_tokens=mnbt, max_num_seqs=seqs,
+        return tuple(release_scheduler(engine, block, self.gpu, max_num_batched_tokens=mnbt, max_num_seqs=seqs,
                                        long_prefill_token_threshold=thr, async_scheduling=self.async_scheduling)
                      for mnbt, seqs, thr in itertools.product(self.max_num_batched_tokens or (None,),
                                                               self.max_num_seqs or (None,),
@@ -170,7 +175,8 @@ class Grid:
         """The grid's scheduler settings that differ from its releases' defaults, as one phrase for a
         title or a summary line ('' when every release runs its own defaults)."""
         engines = self.engine if engine is None else (engine,)
-        return "; ".join(dict.fromkeys(d for e in engines for c in self.schedulers(e) for d in not_default(e, c)))
+        return "; ".join(dict.fromkeys(d for e in engines for c in self.schedulers(e)
+                                       for d in not_default(e, c, self.gpu)))
 
     def closed_loops(self) -> Iterator[ClosedLoopWorkload]:
         """Every client workload of the grid (a shared prefix longer than the prompt skipped)."""

@@ -57,17 +57,17 @@ def release_rows(deployment: str, releases=ERA_RELEASES, free_gib: float | None 
     for name in releases:
         profile = get_engine(name)
         # the deployment's settings where it gives them, the release's defaults elsewhere
-        config = release_scheduler(profile, get_model(model).kv_block, **deployment_scheduler(d))
+        config = release_scheduler(profile, get_model(model).kv_block, d["gpu"], **deployment_scheduler(d))
         budget = process_budget(profile, free, get_gpu(d["gpu"]).capacity_bytes)
         for conc in d["concurrency"]:
             if (conc, config) not in schedules:
                 schedules[conc, config] = Schedule(prefill_batches(ClosedLoopWorkload(conc, d["isl"], d["osl"]), config))
             w = worst_step(schedules[conc, config], "engine", budget,
-                           PlanSettings(model, profile, temporaries="deepgemm"),
+                           PlanSettings(model, profile, temporaries="deepgemm", gpu=d["gpu"]),
                            topk_rows=config.max_num_batched_tokens)
             rows.append({
                 "deployment": deployment, "engine": name, "concurrency": conc, "isl": d["isl"],
-                "not_default": not_default_text(profile, config),
+                "not_default": not_default_text(profile, config, d["gpu"]),
                 "budget_mib": None if budget is None else budget / MIB,
                 "worst_step": w.worst_step, "worst_rows": w.worst_rows, "worst_kv_tokens": w.worst_kv_tokens,
                 "worst_chunks": w.worst_chunks, "max_chunks": w.max_chunks,

@@ -58,6 +58,8 @@ class RunSettings:
 def spec_of(grid: Grid, settings: RunSettings) -> dict:
     spec = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(grid).items()}
     spec.update(asdict(settings))
+    if spec.get("gpu") == "h200":  # the default GPU: a store journalled before GPUs were data resumes
+        spec.pop("gpu")
     if settings.mode == "model":  # backend, seed and repeats do not change modelled rows
         for k in ("backend", "seed", "repeats"):
             spec.pop(k)
