@@ -120,9 +120,20 @@ def test_the_band_comes_from_the_published_spread():
         assert (lo, hi) == (min(ratios), max(ratios))
 
 
-def test_a_gpu_without_an_fp8_rate_cannot_time_the_logits():
-    with pytest.raises(ValueError, match="no dense FP8 rate"):
-        kr.gpu_rates("h20").sm_speed
+def test_other_gpus_scale_or_are_refused():
+    # an H20 has 78 SMs at a seventh of an H200 SM's FP8 rate: the logits take far longer
+    assert kr.gpu_rates("h20").sm_speed == pytest.approx((296 / 78) / (1979 / 132))
+    assert kr.gpu_rates("h100").sm_speed == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="SM90 kernel"):
+        kr.gpu_rates("b200").sm_speed
+
+
+def test_time_refuses_a_gpu_it_cannot_time(capsys):
+    from indexer_lib.cli.main import main as cli
+
+    rc = cli(["time", "--gpu", "b200", "--engine", "vllm==0.30.0", "--query-lens", "2048", "--seq-lens", "4096"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "SM90 kernel" in err[0]
 
 
 def test_time_model_fits_measured_rows(tmp_path):

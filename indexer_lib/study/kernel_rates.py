@@ -58,10 +58,15 @@ class GpuRates:
     sm_count: int
     hbm_tbps: float
     fp8_tflops: float | None  # dense FP8 peak; None: not known (the logits cannot be timed)
+    arch: str = "sm90"
 
     @property
     def sm_speed(self) -> float:
         """FP8 rate per SM against the reference GPU's (1.0 on an H200)."""
+        if self.arch != "sm90":
+            raise ValueError(f"GPU {self.name!r} ({self.arch}): the time model's logits kernel is DeepGEMM's "
+                             "SM90 kernel, the one with published timings; no timing of the kernel this GPU "
+                             "runs was found, so its time is not modelled")
         if self.fp8_tflops is None:
             raise ValueError(f"GPU {self.name!r}: no dense FP8 rate in data/field/time_constants.csv, "
                              "so the logits kernel cannot be timed on it")
@@ -76,7 +81,7 @@ def gpu_rates(name: str) -> GpuRates:
         fp8 = constant("fp8_dense_tflops", gpu.name)
     except KeyError:
         fp8 = None
-    return GpuRates(gpu.name, int(gpu.sm_count), float(gpu.hbm_tbps), fp8)
+    return GpuRates(gpu.name, int(gpu.sm_count), float(gpu.hbm_tbps), fp8, gpu.arch or "sm90")
 
 
 # ----------------------------------------------------------------------------- the kernels
