@@ -98,3 +98,38 @@ def test_growing_slices_add_a_segment_each_equal_slices_do_not():
 def test_unknown_event_is_named():
     with pytest.raises(ValueError, match="unknown allocator event 'alloc'"):
         replay([("alloc", 1, 10)])
+
+
+def test_past_the_limit_pytorch_gives_its_cache_back_and_retries():
+    """c10/cuda/CUDACachingAllocator.cpp malloc: a new segment that cudaMalloc cannot give makes
+    the allocator release every wholly free cached segment and retry before the OOM."""
+    from indexer_lib.memory.allocator import AllocatorOutOfMemory, CachingAllocatorModel
+
+    mib = 2**20
+    a = CachingAllocatorModel(limit=300 * mib)
+    for size in (100, 150):  # two large segments cached, 250 MiB reserved
+        a.free(a.malloc(size * mib))
+    assert (a.reserved, a.retries) == (250 * mib, 0)
+    kept = a.malloc(200 * mib)  # 250 + 200 > 300: both cached segments go back, then it fits
+    assert (a.reserved, a.retries) == (200 * mib, 1)
+    with pytest.raises(AllocatorOutOfMemory) as e:  # the live 200 MiB and 200 more cannot fit
+        a.malloc(200 * mib)
+    assert e.value.allocated == 200 * mib and e.value.limit == 300 * mib and a.retries == 2
+    a.free(kept)
+    unlimited = CachingAllocatorModel()
+    for size in (100, 150, 200, 200):
+        unlimited.free(unlimited.malloc(size * mib))
+    assert unlimited.retries == 0 and unlimited.reserved == 450 * mib  # nothing forces the cache back
+
+
+def test_the_reserved_curve_ends_at_the_step_that_cannot_fit():
+    from indexer_lib.plan import PlanSettings
+    from indexer_lib.study import reserved
+
+    settings = PlanSettings("glm-5", engine="vllm==0.32.0", temporaries="deepgemm")
+    roomy = reserved.reserved_table(65536, 8192, 512, settings, strategies=("vllm",), free_gib=2.63)
+    assert not roomy["oom"].any() and len(roomy) == 8
+    tight = reserved.reserved_table(65536, 8192, 2048, settings, strategies=("vllm",), free_gib=2.63)
+    assert tight["oom"].iloc[-1] and not tight["oom"].iloc[:-1].any()
+    assert tight["peak_allocated"].iloc[-1] > 2.63 * 2**30  # the live blocks alone do not fit
+    assert tight["retries"].iloc[-1] >= 1

@@ -312,7 +312,7 @@ def test_the_auto_dashboard_redraws_free_memory_moves_as_a_fresh_figure_draws_th
         fresh = LiveCandidates().render(frame, rec.free_bytes, f"\n({name} on vllm==0.32.0, {free:g} GiB free)")
         assert dash.image.value == fresh, (name, free)
         view = dash.view
-        crosses = {tuple(p) for c in view.ax_time.collections for p in np.asarray(c.get_offsets())}
+        crosses = {tuple(p) for c in view._cross_collections() for p in np.asarray(c.get_offsets())}
         assert crosses == {(b, t) for b, t, ok in zip(frame["budget_mb"], frame["total_ms"], frame["fits"])
                            if not ok}
         label = view.free_line.get_label()

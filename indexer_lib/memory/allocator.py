@@ -10,8 +10,13 @@ What it models, from PyTorch's documented design:
   the lowest address), split when the remainder is worth keeping (small pool:
   >= 512 bytes; large pool: > 1 MiB);
 - freed blocks merge with free neighbours of the same segment;
-- nothing goes back to the driver until ``empty_cache`` (segments wholly free).
-Streams, expandable segments and the retry-after-OOM path are not modelled.
+- nothing goes back to the driver until ``empty_cache`` (segments wholly free), or until a
+  new segment does not fit the memory the driver can still give (``limit``): then, as
+  ``DeviceCachingAllocator::malloc`` does in c10/cuda/CUDACachingAllocator.cpp, it frees
+  enough oversize cached blocks (``release_available_cached_blocks``: only with a
+  ``max_split_size``), then every wholly free cached segment (``release_cached_blocks``), and
+  retries; only when the segment still does not fit does it raise the OOM.
+Streams and expandable segments are not modelled.
 """
 from __future__ import annotations
 
@@ -57,10 +62,23 @@ class _Segment:
     blocks: list[_Block] = field(default_factory=list)  # in address order
 
 
-class CachingAllocatorModel:
-    """Replay allocations and frees; read ``allocated`` and ``reserved`` bytes."""
+class AllocatorOutOfMemory(MemoryError):
+    """A request the allocator cannot serve even after giving its cached segments back."""
 
-    def __init__(self, max_split_size: int | None = None):
+    def __init__(self, nbytes: int, allocated: int, reserved: int, limit: int):
+        self.nbytes, self.allocated, self.reserved, self.limit = nbytes, allocated, reserved, limit
+        super().__init__(f"tried to allocate {nbytes} bytes with {allocated} allocated and {reserved} reserved "
+                         f"of {limit} the driver can give (after freeing every cached segment)")
+
+
+class CachingAllocatorModel:
+    """Replay allocations and frees; read ``allocated`` and ``reserved`` bytes.
+
+    ``limit``: the bytes the driver can give this allocator in all (None: unlimited); a new
+    segment past it first makes the allocator give its cached segments back (``retries``
+    counts how often), then raises ``AllocatorOutOfMemory``."""
+
+    def __init__(self, max_split_size: int | None = None, limit: int | None = None):
         self.segments: list[_Segment | None] = []
         self.live: dict[int, _Block] = {}
         self.next_handle = 0
@@ -69,6 +87,8 @@ class CachingAllocatorModel:
         self.peak_allocated = 0
         self.peak_reserved = 0
         self.max_split_size = max_split_size  # None: PyTorch's default, no limit
+        self.limit = limit
+        self.retries = 0  # times the cached segments were given back to fit a new one
 
     def malloc(self, nbytes: int) -> int:
         """Allocate; returns a handle for ``free``."""
@@ -77,6 +97,7 @@ class CachingAllocatorModel:
         block = self._best_fit(size, small)
         if block is None:
             seg_bytes = segment_size(size)
+            self._make_room(size, seg_bytes, nbytes)
             self.segments.append(_Segment(small, seg_bytes))
             block = _Block(len(self.segments) - 1, 0, seg_bytes)
             self.segments[-1].blocks.append(block)
@@ -109,6 +130,41 @@ class CachingAllocatorModel:
             if seg is not None and len(seg.blocks) == 1 and seg.blocks[0].free:
                 self.reserved -= seg.size
                 self.segments[k] = None
+
+    def _fits(self, seg_bytes: int) -> bool:
+        return self.limit is None or self.reserved + seg_bytes <= self.limit
+
+    def _make_room(self, size: int, seg_bytes: int, nbytes: int) -> None:
+        """What PyTorch does when cudaMalloc fails: give back oversize cached blocks (only with a
+        max_split_size), then every wholly free cached segment, and retry; else the OOM."""
+        if self._fits(seg_bytes):
+            return
+        if self.max_split_size is not None:
+            self._release_oversize(max(size, self.max_split_size))
+        if not self._fits(seg_bytes):
+            self.empty_cache()
+            self.retries += 1
+        if not self._fits(seg_bytes):
+            raise AllocatorOutOfMemory(nbytes, self.allocated, self.reserved, self.limit)
+
+    def _release_oversize(self, key: int) -> None:
+        """release_available_cached_blocks: the smallest wholly free oversize segment of at least
+        ``key`` bytes, else the largest ones until ``key`` bytes are released."""
+        free = sorted((seg.size, k) for k, seg in enumerate(self.segments)
+                      if seg is not None and not seg.small and len(seg.blocks) == 1 and seg.blocks[0].free
+                      and seg.size >= self.max_split_size)
+        large = [k for size, k in free if size >= key]
+        victims = large[:1] if large else []
+        if not victims:
+            released = 0
+            for size, k in reversed(free):
+                if released >= key:
+                    break
+                victims.append(k)
+                released += size
+        for k in victims:
+            self.reserved -= self.segments[k].size
+            self.segments[k] = None
 
     def _best_fit(self, size: int, small: bool) -> _Block | None:
         best = None

@@ -40,7 +40,7 @@ class LiveCandidates:
             self._draw_all(frame, free_bytes, title_detail)
             self.key = key
             crosses = tuple(np.asarray(c.get_offsets(), float).reshape(-1, 2).tobytes()
-                            for c in self.ax_time.collections)
+                            for c in self._cross_collections())
         else:
             crosses = self._move(frame, free_bytes, title_detail)
         shown = (crosses, free_bytes, title_detail)
@@ -69,9 +69,13 @@ class LiveCandidates:
             artist.set_visible(True)
         self.with_crosses, self.pngs = Kept(8), Kept()
 
+    def _cross_collections(self) -> list:
+        """The time panel's OOM crosses, one scatter per strategy (the time bands stay put)."""
+        return [c for c in self.ax_time.collections if c.get_gid() == plots.CROSSES]
+
     def _crosses(self) -> list:
         """The time panel's OOM crosses and its legend (placed where they leave room)."""
-        return [*self.ax_time.collections, self.ax_time.get_legend()]
+        return [*self._cross_collections(), self.ax_time.get_legend()]
 
     def _free(self) -> list:
         """The line, the frame drawn over it, the legend naming it, the title: in the order a
@@ -92,7 +96,7 @@ class LiveCandidates:
         strategy, budget = frame["strategy"].to_numpy(), frame["budget_mb"].to_numpy(float)
         time_ms, fits = frame["total_ms"].to_numpy(float), frame["fits"].to_numpy(bool)
         crosses = []
-        for name, collection in zip(dict.fromkeys(strategy), self.ax_time.collections):
+        for name, collection in zip(dict.fromkeys(strategy), self._cross_collections()):
             rows = np.flatnonzero((strategy == name) & ~fits)
             rows = rows[np.argsort(budget[rows], kind="stable")]
             offsets = np.column_stack([budget[rows], time_ms[rows]])

@@ -459,6 +459,26 @@ def _growth(rows) -> str:
     return f"grows at {grows} of {len(reserved)} steps, {tail} at {last}"
 
 
+def _retry_sentence(frame) -> str:
+    """What PyTorch's free-the-cache-and-retry does on this curve, with the memory free."""
+    model = frame[frame["mode"] == "model"]
+    free = model["free_gib"].iloc[0] if "free_gib" in model and len(model) else None
+    if free is None or free != free:  # no free memory given: nothing forces the cache back
+        return ("no free memory given: reserved is what the allocator holds while nothing forces it to give "
+                "memory back")
+    parts = []
+    for s, rows in model.groupby("strategy", sort=False):
+        retries, oom = int(rows["retries"].max()), bool(rows["oom"].any())
+        if oom:
+            step = int(rows[rows["oom"]]["step"].iloc[0])
+            parts.append(f"{s} OOMs at step {step} after giving its cache back")
+        elif retries:
+            parts.append(f"{s} gives its cache back {retries} time{'s' if retries > 1 else ''}")
+    what = "; ".join(parts) if parts else "no strategy fills it"
+    return (f"{free:g} GiB free: past it PyTorch gives its cached segments back and retries before an OOM "
+            f"({what})")
+
+
 def reserved_growth(frame, title_detail: str = "") -> Figure:
     """Bytes the caching allocator reserves vs bytes allocated, step after step of a
     long prompt, per strategy; the title says how each strategy's reserved memory moves.
@@ -469,6 +489,16 @@ def reserved_growth(frame, title_detail: str = "") -> Figure:
     looks = style.series_styles(frame["strategy"])
     for (strategy, mode), rows in frame.groupby(["strategy", "mode"], sort=False):
         rows = rows.sort_values("context_len")
+        if "oom" in rows and rows["oom"].fillna(False).astype(bool).any():
+            # the step the allocator could not serve even after giving its cache back: what its live
+            # blocks needed, crossed; the curves stop before it
+            bad = rows[rows["oom"].fillna(False).astype(bool)]
+            ax_r.scatter((bad["context_len"] + bad["query_len"]) / 1024, bad["peak_allocated"] / GIB, marker="X",
+                         s=80, color=looks[strategy]["color"], edgecolors="black", zorder=5,
+                         label=f"{strategy}: OOM, its live blocks need more than is free")
+            rows = rows[~rows["oom"].fillna(False).astype(bool)]
+            if rows.empty:
+                continue
         x = (rows["context_len"] + rows["query_len"]) / 1024
         word = mode_word(mode)
         ax_r.plot(x, rows["reserved"] / GIB, label=f"{strategy}: reserved ({word})", **looks[strategy],
@@ -478,6 +508,9 @@ def reserved_growth(frame, title_detail: str = "") -> Figure:
                       linestyle=(0, (1, 2)), label=f"{strategy}: peak allocated ({word})")
             ax_gap.plot(x, (rows["reserved"] - rows["peak_allocated"]) / GIB, label=f"{strategy} ({word})",
                         **looks[strategy], **_line_style(mode))
+    free = frame["free_gib"].dropna() if "free_gib" in frame else None
+    if free is not None and len(free):
+        ax_r.axhline(float(free.iloc[0]), color=style.FREE_COLOUR, linewidth=2, label="memory free (GiB)")
     ax_r.set_ylabel("reserved, peak allocated (GiB)")
     ax_r.set_title("reserved (lines with markers) and peak allocated (dotted)", fontsize=style.FONT)
     ax_gap.set_xlabel("tokens prefilled so far (K tokens)")
@@ -493,9 +526,7 @@ def reserved_growth(frame, title_detail: str = "") -> Figure:
     engine = _engine_of(frame, None)
     where = f"{frame['model'].iloc[0]}" + (f" on {engine} ({style.layout_of(engine)})" if engine else "")
     style.title(fig, "How does the caching allocator's reserved memory move over a long prompt?", answer,
-                f"{where}, {title_detail.strip(' ()' + chr(10))}, {_modes_word(frame)}; PyTorch's "
-                "free-the-cache-and-retry before an OOM not modelled: reserved is what the allocator holds "
-                "while nothing forces it to give memory back")
+                f"{where}, {title_detail.strip(' ()' + chr(10))}, {_modes_word(frame)}", _retry_sentence(frame))
     return fig
 
 
@@ -535,6 +566,9 @@ def policy_schedule(frame, title_detail: str = "") -> Figure:
     return fig
 
 
+CROSSES = "oom-crosses"  # the gid of auto_candidates' OOM crosses (the live dashboard moves them)
+
+
 def auto_candidates(candidates, free_bytes: int, title_detail: str = "") -> Figure:
     """Modelled time over the workload mix vs budget, per strategy; candidates that
     would OOM at some step are drawn hollow and crossed; below, the memory the worst step
@@ -556,7 +590,7 @@ def auto_candidates(candidates, free_bytes: int, title_detail: str = "") -> Figu
         ax_m.plot(rows["budget_mb"], rows["needs_bytes"] / GIB, **kw)
         ax_ratio.plot(rows["budget_mb"], rows["needs_bytes"] / (rows["budget_mb"] * 2**20), **kw)
         bad = rows[~rows["fits"].astype(bool)]
-        ax_t.scatter(bad["budget_mb"], bad["total_ms"], marker="x", color="black", zorder=5)
+        ax_t.scatter(bad["budget_mb"], bad["total_ms"], marker="x", color="black", zorder=5, gid=CROSSES)
     # the peak panel keeps the candidates' scale: free memory moves over it (the dashboard
     # redraws only the line), and beside it the legend says so
     ax_m.autoscale_view()

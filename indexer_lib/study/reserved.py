@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from ..memory.allocator import CachingAllocatorModel, replay
+from ..memory.allocator import AllocatorOutOfMemory, CachingAllocatorModel, replay
 from ..memory import INT32_BYTES, MemoryReport, memory_report
 from ..plan import Plan, PlanSettings, Strategy, get_strategy, merged_chunks, plan_at
 from ..shapes import get_model
@@ -126,6 +126,8 @@ class StepReserved:
     segments: int  # segments it holds after the step
     new_segments: int  # segments the step added
     source: str  # "model" or "trace" (both modelled)
+    retries: int = 0  # times so far the allocator gave its cached segments back to fit a new one
+    oom: bool = False  # the step could not be served even then (the curve ends here)
 
 
 DEFAULT_SETTINGS = PlanSettings("glm-5", temporaries="deepgemm")
@@ -133,19 +135,22 @@ DEFAULT_SETTINGS = PlanSettings("glm-5", temporaries="deepgemm")
 
 def reserved_curve(strategy: str | Strategy, steps: list[StepBatch], budget_mb: float = 512,
                    settings: PlanSettings = DEFAULT_SETTINGS, source: str = "model", topk_rows: int | None = None,
-                   include_inputs: bool = False, planned=None) -> list[StepReserved]:
+                   include_inputs: bool = False, planned=None, limit_bytes: int | None = None) -> list[StepReserved]:
     """Replay every step's allocations through one allocator; one row per step.
 
     ``strategy``: a name or an object (fixed-shape's width, unless given, is the last step's
     sequence length, so one shape serves the whole prefill).  ``settings.temporaries``: whose
     temporaries the model counts (``deepgemm``: the H200 path; ``reference``; None).
     ``planned(batch, strategy)``: a caller's own (plan, memory report) of a step (the device
-    script's, with its backend), instead of the settings'.
+    script's, with its backend), instead of the settings'.  ``limit_bytes``: what the driver can
+    give the allocator (the memory free when the prompt starts); past it the allocator gives its
+    cached segments back and retries, as PyTorch does, and a step it still cannot serve ends the
+    curve with ``oom``.
     """
     if source not in ("model", "trace"):
         raise ValueError(f"source {source!r}: must be 'model' or 'trace'")
     strategy = get_strategy(strategy).for_steps(steps)
-    alloc = CachingAllocatorModel()
+    alloc = CachingAllocatorModel(limit=limit_bytes)
     handles: dict[str, int] = {}
     rows = []
     for i, batch in enumerate(steps):
@@ -159,13 +164,18 @@ def reserved_curve(strategy: str | Strategy, steps: list[StepBatch], budget_mb: 
         else:
             events = traced_events(plan, f"s{i}", topk_rows)
         segments_before = _segments(alloc)
-        # allocated bytes only peak right after a malloc: the curve's maximum is the peak
-        peak = max([alloc.allocated] + [a for a, _ in replay(events, alloc, handles)])
+        try:
+            # allocated bytes only peak right after a malloc: the curve's maximum is the peak
+            peak, oom = max([alloc.allocated] + [a for a, _ in replay(events, alloc, handles)]), False
+        except AllocatorOutOfMemory as e:
+            peak, oom = e.allocated + e.nbytes, True
         sizes = {c.logits_bytes for c in plan.chunks}
         rows.append(StepReserved(strategy.name, batch.step, batch.requests[0].context_len,
                                  batch.num_rows, plan.num_chunks, len(sizes), max(sizes), peak,
                                  alloc.reserved, _segments(alloc), _segments(alloc) - segments_before,
-                                 source))
+                                 source, alloc.retries, oom))
+        if oom:
+            break
     return rows
 
 
@@ -174,16 +184,21 @@ def _segments(alloc: CachingAllocatorModel) -> int:
 
 
 def reserved_table(prompt_len: int = 65_536, step_tokens: int = 8192, budget_mb: float = 512,
-                   settings: PlanSettings = DEFAULT_SETTINGS, strategies=STRATEGIES):
-    """``reserved_curve`` of each strategy over one long prompt, as one tidy DataFrame."""
+                   settings: PlanSettings = DEFAULT_SETTINGS, strategies=STRATEGIES, free_gib: float | None = None):
+    """``reserved_curve`` of each strategy over one long prompt, as one tidy DataFrame
+    (``free_gib``: the memory free when the prompt starts, which the allocator may fill)."""
     import pandas as pd
 
+    from ..shapes import free_bytes_from_gib
+
     steps = long_prompt_steps(prompt_len, step_tokens)
+    limit = None if free_gib is None else free_bytes_from_gib(free_gib)
     rows = []
     for s in strategies:
-        for r in reserved_curve(s, steps, budget_mb, settings):
+        for r in reserved_curve(s, steps, budget_mb, settings, limit_bytes=limit):
             row = asdict(r)
             row.update(mode="model", prompt_len=prompt_len, step_tokens=step_tokens,
-                       budget_mb=budget_mb, model=settings.model, engine=settings.engine or "")
+                       budget_mb=budget_mb, model=settings.model, engine=settings.engine or "",
+                       free_gib=free_gib)
             rows.append(row)
     return pd.DataFrame(rows)
