@@ -362,3 +362,19 @@ def test_a_headless_run_shows_a_dashboards_first_state_not_a_widget(monkeypatch)
     monkeypatch.delenv(HEADLESS_ENV)
     dash._ipython_display_()
     assert len(shown) == 1 and type(shown[0]).__name__ == "VBox"  # the live widget
+
+
+def test_the_frontier_dashboards_gpu_moves_sglangs_budget_cap_and_a_refused_gpu_says_why():
+    from indexer_lib.notebook.widgets import FrontierDashboard
+
+    on_sglang = Grid(concurrency=(1, 16), isl=(2048, 10240), strategy="engine", engine="sglang==0.5.23",
+                     free_gib=(40.0,))
+    dash = FrontierDashboard(on_sglang, budget_mb=512)
+    h200 = set(dash.frame["budget_bytes"])
+    dash.controls["gpu"].value = "h100"  # 0.3 x 79 GiB caps the budget below 0.3 x 139.8 GiB
+    fresh = FrontierDashboard(replace(on_sglang, gpu="h100"), budget_mb=512)
+    pd.testing.assert_frame_equal(dash.frame, fresh.frame, check_exact=True)
+    assert set(dash.frame["budget_bytes"]) != h200
+    shown = dash.image.value
+    dash.controls["gpu"].value = "mi355x"  # no DeepGEMM on ROCm: refused, the last figure kept
+    assert "cannot compute" in dash.status.value and dash.image.value == shown

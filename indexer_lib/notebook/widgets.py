@@ -19,7 +19,7 @@ from .plots import not_default_of
 from ..engines import engine_names, get_engine
 from ..fast import young_only
 from ..plan import STRATEGIES
-from ..shapes import MODELS
+from ..shapes import GPUS, MODELS
 from ..study import frontier, sweep
 from ..study.grid import NO_BUDGET_MB, Grid
 
@@ -50,6 +50,9 @@ class FrontierDashboard:
         self.controls = {
             "model": w.Dropdown(options=sorted(MODELS), value=model, description="model"),
             "engine": w.Dropdown(options=engine_names(), value=grid.engine[0], description="engine"),
+            # the GPU moves each release's scheduler defaults and SGLang's budget cap; a release's
+            # refusal of a GPU shows in the status line
+            "gpu": w.Dropdown(options=sorted(GPUS), value=grid.gpu, description="GPU"),
             "free_gib": w.FloatSlider(value=free_gib, min=0.25, max=40.0, step=0.01,
                                       description="free GiB", style=style),
             "budget_mb": w.SelectionSlider(options=budgets, value=budget_mb,
@@ -89,7 +92,8 @@ class FrontierDashboard:
         free = round(state["free_gib"], 4)
         grid = replace(self.grid, model=state["model"], isl=self.isl, budget_mb=(state["budget_mb"],),
                        strategy=(state["strategy"],), free_gib=(free,), shared_prefix=(state["shared_prefix"],),
-                       max_num_batched_tokens=(state["max_num_batched_tokens"],), engine=(state["engine"],))
+                       max_num_batched_tokens=(state["max_num_batched_tokens"],), engine=(state["engine"],),
+                       gpu=state["gpu"])
         reads_budget = grid.budgets(state["engine"], state["strategy"]) != (NO_BUDGET_MB,)
         # a strategy that reads no budget has the same rows at every budget
         ignored = {"free_gib"} if reads_budget else {"free_gib", "budget_mb"}
@@ -162,7 +166,7 @@ class FrontierDashboard:
     @property
     def widget(self) -> w.Widget:
         c = self.controls
-        left = w.VBox([c["model"], c["engine"], c["strategy"], c["budget_mb"], c["free_gib"]])
+        left = w.VBox([c["model"], c["engine"], c["gpu"], c["strategy"], c["budget_mb"], c["free_gib"]])
         right = w.VBox([c["max_num_batched_tokens"], c["shared_prefix"], self.status])
         return w.VBox([w.HBox([left, right]), w.HBox([self.image, self.html])])
 
