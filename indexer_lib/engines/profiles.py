@@ -202,6 +202,7 @@ ENGINE_ALIASES = {"tensorrt-llm": "trtllm", "tensorrt_llm": "trtllm", "trt-llm":
 
 
 # a pre-release or development build: 0.16.0rc2.dev126, 0.16.0.dev3+g1234, 0.5.23rc1
+_BUILD_SUFFIX = re.compile(r"(?:\.?dev\d+)?(?:\+[\w.]+)?$")
 _PRE_RELEASE = re.compile(r"^(\d+(?:\.\d+)*?)(?:\.post\d+)?(?:(?:rc|a|b)\d+)?(?:\.?dev\d+)?(?:\+[\w.]+)?$")
 
 
@@ -220,6 +221,10 @@ def normalise_engine(spec: str) -> tuple[str, str | None]:
     name = f"{engine}=={version}"
     if name in _load():
         return name, None
+    # a development or local build of a known release (TensorRT-LLM: of a release candidate)
+    built = f"{engine}=={_BUILD_SUFFIX.sub('', version)}"
+    if built != name and built in _load():
+        return built, f"{spec} is a pre-release or development build: planned as {built}"
     match = _PRE_RELEASE.match(version)
     if match and match.group(1) != version and not version.startswith(match.group(1) + ".post"):
         release = f"{engine}=={match.group(1)}"
