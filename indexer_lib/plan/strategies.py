@@ -387,8 +387,7 @@ def split_tokens(batch, b, build) -> None:
         if b.budget is not None and not one_pass:
             fits = b.max_rows(kv)
             per, over = max(1, min(rows, fits)), fits < 1
-        for t0 in range(0, rows, per):
-            build.add(Piece(r0, r1, q0 + t0, q0 + min(t0 + per, rows), kv, t0 == 0, over, kv_tokens=kv))
+        build.add_rows(r0, r1, rows, per, kv, q0=q0, over=over)
 
 
 def skips_logits(engine, batch, topk: int) -> bool:
