@@ -96,9 +96,9 @@ def test_a_compressed_indexer_plans_the_same_by_shapes(batch, strategy, budget_m
 # an engine's own chunker of each kind: vLLM's workspace packing with a K buffer per chunk and
 # with one workspace, its logits budget (before and on the compressed-only DeepGEMM 2.8),
 # SGLang's one call, its query rows against the batch's K (with and without skipping the logits
-# of steps no longer than top-k)
+# of steps no longer than top-k), TensorRT-LLM's row chunks (without and with the element cap)
 ENGINES = ["vllm==0.12.0", "vllm==0.15.1", "vllm==0.19.0", "vllm==0.33.0", "sglang==0.5.3", "sglang==0.5.6",
-           "sglang==0.5.23"]
+           "sglang==0.5.23", "trtllm==1.3.0rc15.post1", "trtllm==1.4.0rc4"]
 short_or_long = st.one_of(batches, st.lists(st.builds(PrefillRequest, context_len=st.integers(0, 1500),
                                                       query_len=st.integers(1, 600)),
                                             min_size=1, max_size=6).map(lambda rs: StepBatch(tuple(rs))))

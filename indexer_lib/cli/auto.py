@@ -53,7 +53,8 @@ def register(subparsers) -> None:
     p.add_argument("--deepgemm-version", help="--strategies on this DeepGEMM build instead of the engine's")
     p.add_argument("--engine", default=DEFAULT_ENGINE, type=engine_arg,
                    help="tune this engine release's own knob (vllm==0.19.0: VLLM_SPARSE_INDEXER_MAX_LOGITS_MB; "
-                        "sglang==0.5.23: SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION; default: the latest vLLM, "
+                        "sglang==0.5.23: SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION; trtllm==1.4.0rc4: "
+                        "TLLM_INDEXER_MQA_LOGITS_ELEM_BUDGET, the --budgets-mb as fp32 elements; default: the latest vLLM, "
                         f"{get_engine(DEFAULT_ENGINE).name}); --strategies adds ours on it")
     add_gpu_option(p, "the release's scheduler defaults and SGLang's budget cap follow its memory")
     p.add_argument("--mem-fraction-static", type=fraction, default=SGLANG_MEM_FRACTION_STATIC,

@@ -5,6 +5,8 @@
   0.2), capped by ``f x (1 - mem_fraction_static) x total`` and ``0.3 x total``, read
   at the first call with at least 8,000,000 logits elements and kept for the process;
 - SGLang 0.5.6-0.5.12: half the free memory, read on every such call;
+- TensorRT-LLM from the element cap: ``TLLM_INDEXER_MQA_LOGITS_ELEM_BUDGET`` (2^31) fp32
+  elements per logits call, the same every step;
 - earlier releases: no budget.
 
 ``EngineBudget.for_call(rows, cols, free_bytes)`` is the budget one indexer call
@@ -61,6 +63,8 @@ class EngineBudget:
         rule = self.engine.budget_rule
         if rule == "fixed-mib":
             budget_bytes_from_mb(self.value)  # a bad MiB value fails here, with its rule
+        if rule == "fixed-elements" and not (float(self.value).is_integer() and self.value >= 1):
+            raise ValueError(f"{self.engine.budget_env} {self.value!r}: must be a whole number of elements >= 1")
         if rule.startswith("sglang") and self.total_bytes is None:
             raise ValueError(f"{self.engine.name}: its budget needs the GPU's total memory (total_bytes)")
         if rule == "sglang-cached" and not 0 < self.value <= 1:
@@ -73,6 +77,8 @@ class EngineBudget:
             return None
         if rule == "fixed-mib":
             return budget_bytes_from_mb(self.value)
+        if rule == "fixed-elements":
+            return int(self.value) * 4  # fp32 logits
         gate = self.engine.chunk_skip_elements
         if gate is not None and rows * cols < gate:
             return None  # the engine does not read free memory for a small call
@@ -104,6 +110,7 @@ def process_budget(engine, free_bytes: int | None = None, total_bytes: int | Non
                    value: float | None = None) -> int | None:
     """The budget a release plans every large step with, in a process that first measured
     ``free_bytes`` free: vLLM's MiB (``value``, default the release's; none before 0.19.0);
+    TensorRT-LLM's elements per call, as fp32 bytes;
     SGLang's own rule (``value``: its free-memory fraction) on a GPU of ``total_bytes``
     (default: an H200)."""
     profile = get_engine(engine)

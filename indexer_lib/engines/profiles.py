@@ -1,4 +1,4 @@
-"""Engine profiles: what each vLLM and SGLang release does in the indexer's prefill.
+"""Engine profiles: what each vLLM, SGLang and TensorRT-LLM release does in the indexer's prefill.
 
 A profile is plain data read from ``data/engines/`` (one JSON file per era, each
 fact with the release, file and function it was read from, and per-release
@@ -16,21 +16,23 @@ from functools import lru_cache
 from ..checks import BadValue
 from ..refdata import data_path
 
-ENGINES = ("vllm", "sglang")
-CHUNKERS = ("workspace", "logits-budget", "rows", "none")
-BUDGET_RULES = ("none", "fixed-mib", "sglang-free-per-call", "sglang-cached")
+ENGINES = ("vllm", "sglang", "trtllm")
+CHUNKERS = ("workspace", "logits-budget", "rows", "tokens", "none")
+BUDGET_RULES = ("none", "fixed-mib", "fixed-elements", "sglang-free-per-call", "sglang-cached")
 LIFETIMES = ("persistent", "chunk", "call")
 PATHS = (None, "vllm-request-spans", "vllm-chunk-rows", "vllm-row-ends")
 
 
 @dataclass(frozen=True)
 class EngineProfile:
-    engine: str  # "vllm" or "sglang"
+    engine: str  # "vllm", "sglang" or "trtllm"
     release: str  # "0.33.0"
     era: str
     # how the engine splits a step: "workspace" (pack requests while the sum of seq_lens
     # fits the workspace, rows unbounded), "logits-budget" (vLLM #36178), "rows" (SGLang:
-    # query rows against the whole batch's K), "none" (one logits call per step)
+    # query rows against the whole batch's K), "tokens" (TensorRT-LLM: requests packed while their
+    # query rows fit ``chunk_rows``, a longer one cut into blocks of that many rows, each chunk's
+    # logits call tiled to the element budget), "none" (one logits call per step)
     chunker: str
     workspace_factor: int | None  # K workspace tokens per max_model_len; None: the batch's own K
     workspace_lifetime: str  # "persistent" (reserved once), "chunk" or "call" (allocated per chunk / call)
@@ -50,7 +52,7 @@ class EngineProfile:
     scheduler_async_scheduling: bool
     metadata: tuple[str, ...] = ()
     budget_env: str | None = None
-    budget_default: float | None = None  # vLLM: MiB; SGLang: the fraction of free memory
+    budget_default: float | None = None  # vLLM: MiB; SGLang: the fraction of free memory; TensorRT-LLM: elements
     chunk_skip_elements: int | None = None  # SGLang: below this many logits elements, one call
     skip_logits_at_or_below_topk: bool = False  # SGLang: no logits when every seq_len <= top-k
     logits_dtype: str = "float32"
@@ -77,6 +79,10 @@ class EngineProfile:
     # the CUDA capability families (90, 100, 120) on which the release runs DeepGEMM's logits;
     # None: every CUDA GPU
     deepgemm_families: tuple | None = None
+    # TensorRT-LLM: query rows per indexer chunk (indexer_max_chunk_size's default), and the smaller
+    # row counts it picks by the step's longest compressed K: [[more than this many entries, rows], ...]
+    chunk_rows: int | None = None
+    chunk_rows_by_kv: tuple | None = None
     sources: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def __post_init__(self):
@@ -105,17 +111,44 @@ class EngineProfile:
             return self.workspace_factor_long[1] * max_model_len
         return self.workspace_factor * max_model_len
 
+    @property
+    def default_budget_mb(self) -> float | None:
+        """The release's default budget in MiB (an element cap as its fp32 bytes); None without one."""
+        if self.budget_rule == "fixed-mib":
+            return self.budget_default
+        if self.budget_rule == "fixed-elements":
+            return self.budget_default * 4 / 2**20
+        return None
+
+    def chunk_rows_for(self, longest_kv: int) -> int:
+        """TensorRT-LLM's query rows per indexer chunk for a step whose longest (compressed) K is
+        ``longest_kv`` entries: the configured rows, lowered (never raised) past each threshold."""
+        for above, rows in self.chunk_rows_by_kv or ():
+            if longest_kv > above:
+                return min(self.chunk_rows, rows)
+        return self.chunk_rows
+
     def deploy_line(self, value) -> str:
         """The setting that selects a budget, as one deploys it (the env var and its value)."""
         if self.budget_env is None:
             raise ValueError(f"{self.name} has no logits-budget setting")
+        if self.budget_rule == "fixed-elements":
+            return f"{self.budget_env}={int(value)}"  # an integer the engine parses with int()
         return f"{self.budget_env}={value:g}"
 
 
+_VERSION = re.compile(r"^(\d+(?:\.\d+)*)(?:rc(\d+))?(?:\.post(\d+))?$")
+_FINAL = 10**9  # a final release sorts after every release candidate of its version
+
+
 def _parse_version(text: str) -> tuple:
-    """'0.5.13.post1' -> (0, 5, 13, 1); '0.33.0' -> (0, 33, 0, 0): sorts releases."""
-    main, _, post = text.partition(".post")
-    return tuple(int(p) for p in main.split(".")) + (int(post or 0),)
+    """'0.5.13.post1' -> (0, 5, 13, F, 1); '1.3.0rc15.post1' -> (1, 3, 0, 15, 1), F after every rc:
+    sorts releases (ValueError for anything else)."""
+    match = _VERSION.match(text)
+    if match is None:
+        raise ValueError(f"not a release version: {text!r}")
+    main, rc, post = match.groups()
+    return tuple(int(p) for p in main.split(".")) + (_FINAL if rc is None else int(rc), int(post or 0))
 
 
 @lru_cache(maxsize=None)
@@ -132,6 +165,8 @@ def _load() -> dict[str, EngineProfile]:
             for name in ("metadata", "workspace_factor_long", "deepgemm_families"):
                 if values.get(name) is not None:
                     values[name] = tuple(values[name])
+            if values.get("chunk_rows_by_kv") is not None:
+                values["chunk_rows_by_kv"] = tuple(tuple(pair) for pair in values["chunk_rows_by_kv"])
             sources = {k: v["source"] for k, v in facts.items()}
             sources["file"] = f"data/engines/{path.name}"
             profile = EngineProfile(engine=era["engine"], release=release, era=era["era"], sources=sources,
@@ -162,25 +197,34 @@ def latest(engine: str) -> EngineProfile:
 
 
 DEFAULT_ENGINE = "vllm"  # the latest vLLM release
+# other spellings of an engine's name: its package name, as ``pip show`` prints it
+ENGINE_ALIASES = {"tensorrt-llm": "trtllm", "tensorrt_llm": "trtllm", "trt-llm": "trtllm"}
 
 
 # a pre-release or development build: 0.16.0rc2.dev126, 0.16.0.dev3+g1234, 0.5.23rc1
+_BUILD_SUFFIX = re.compile(r"(?:\.?dev\d+)?(?:\+[\w.]+)?$")
 _PRE_RELEASE = re.compile(r"^(\d+(?:\.\d+)*?)(?:\.post\d+)?(?:(?:rc|a|b)\d+)?(?:\.?dev\d+)?(?:\+[\w.]+)?$")
 
 
 def normalise_engine(spec: str) -> tuple[str, str | None]:
     """``(name, note)``: an engine spec as the profiles name it, and what was changed to get
     there (None: nothing but case, spaces and a leading v).  ``vLLM==v0.16.0`` is
-    ``vllm==0.16.0``; a pre-release or development build (``0.16.0rc2.dev126``) is planned as
-    the release it leads to, and the note says so."""
+    ``vllm==0.16.0``, ``TensorRT-LLM==1.4.0rc4`` is ``trtllm==1.4.0rc4``; a pre-release or
+    development build (``0.16.0rc2.dev126``) is planned as the release it leads to, and the note
+    says so (TensorRT-LLM's release candidates are releases: each is a profile of its own)."""
     text = str(spec).strip().lower().replace(" ", "")
     engine, sep, version = text.partition("==")
+    engine = ENGINE_ALIASES.get(engine, engine)
     if not sep:
         return engine, None
     version = version.removeprefix("v")
     name = f"{engine}=={version}"
     if name in _load():
         return name, None
+    # a development or local build of a known release (TensorRT-LLM: of a release candidate)
+    built = f"{engine}=={_BUILD_SUFFIX.sub('', version)}"
+    if built != name and built in _load():
+        return built, f"{spec} is a pre-release or development build: planned as {built}"
     match = _PRE_RELEASE.match(version)
     if match and match.group(1) != version and not version.startswith(match.group(1) + ".post"):
         release = f"{engine}=={match.group(1)}"

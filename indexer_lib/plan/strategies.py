@@ -285,8 +285,8 @@ class FixedShape(Strategy):
 @dataclass(frozen=True)
 class Engine(Strategy):
     """The engine release's own chunker (``data/engines/``), on its DeepGEMM and workspace:
-    vLLM's workspace-only packing (before 0.19.0) or logits budget (#36178), SGLang's query
-    rows against the whole batch's K, or one call."""
+    vLLM's workspace-only packing (before 0.19.0) or logits budget, SGLang's query rows against
+    the whole batch's K, TensorRT-LLM's chunks of query rows tiled to an element cap, or one call."""
 
     name: ClassVar[str] = "engine"
     kind: ClassVar[str] = "engine"
@@ -307,7 +307,7 @@ class Engine(Strategy):
     def check_budget(self, batch, budget, settings) -> None:
         """ValueError for a budget the engine has no use for, or a step it cannot plan without one."""
         engine = settings.profile
-        if engine.chunker in ("workspace", "none"):
+        if engine.chunker in ("workspace", "none") or (engine.chunker == "tokens" and engine.budget_rule == "none"):
             if budget is not None:
                 raise ValueError(f"{engine.name} has no logits budget (its chunker: {engine.chunker}): "
                                  "budget_bytes must be None")
@@ -330,6 +330,8 @@ class Engine(Strategy):
             NOnly().split(batch, b, build)
         elif engine.chunker == "logits-budget":
             Vllm().split(batch, b, build)
+        elif engine.chunker == "tokens":
+            split_tokens(batch, b, build)
         else:
             self._split_rows(batch, b, build)
 
@@ -347,11 +349,54 @@ class Engine(Strategy):
         build.add_rows(0, len(batch.requests), rows, per, cols)
 
 
+def token_chunks(query_lens, chunk_rows: int) -> list[tuple[int, int, int, int]]:
+    """TensorRT-LLM's chunks of a step, as ``(r0, r1, q0, q1)``: requests [r0, r1) packed whole
+    while their query rows fit ``chunk_rows`` (q0 = 0, q1 = their rows), a request longer than
+    that alone, cut into blocks of ``chunk_rows`` rows (r1 = r0 + 1, rows [q0, q1) of its own)."""
+    out, i, n = [], 0, len(query_lens)
+    while i < n:
+        if query_lens[i] > chunk_rows:
+            out.extend((i, i + 1, q0, min(q0 + chunk_rows, query_lens[i]))
+                       for q0 in range(0, query_lens[i], chunk_rows))
+            i += 1
+            continue
+        j, rows = i + 1, query_lens[i]
+        while j < n and query_lens[j] <= chunk_rows and rows + query_lens[j] <= chunk_rows:
+            rows += query_lens[j]
+            j += 1
+        out.append((i, j, 0, rows))
+        i = j
+    return out
+
+
+def split_tokens(batch, b, build) -> None:
+    """TensorRT-LLM: chunks of query rows (``token_chunks``, at the rows the step's longest K picks),
+    each against the K it needs (a packed chunk: all of its requests' K; a block of one request: its
+    K up to the block's last row), each chunk's logits in tiles of at most ``budget // 4 // K`` rows
+    (the element cap; a tile of one row where even one is wider).  A step that is one chunk with
+    nothing cached runs one call without tiles; chunks without K compute no logits."""
+    engine, requests = b.settings.profile, batch.requests
+    chunks = token_chunks(batch.query_lens, engine.chunk_rows_for(batch.longest))
+    one_pass = len(chunks) == 1 and all(r.context_len == 0 for r in requests)
+    for r0, r1, q0, q1 in chunks:
+        kv = requests[r0].window(q1) if r1 == r0 + 1 else sum(batch.seq_lens[r0:r1])
+        if kv == 0:
+            continue  # nothing to score yet: the engine fills the rows' top-k with -1
+        rows = q1 - q0
+        per, over = rows, False
+        if b.budget is not None and not one_pass:
+            fits = b.max_rows(kv)
+            per, over = max(1, min(rows, fits)), fits < 1
+        build.add_rows(r0, r1, rows, per, kv, q0=q0, over=over)
+
+
 def skips_logits(engine, batch, topk: int) -> bool:
     """Whether the release computes no logits for the step and selects every K entry: SGLang when
-    every sequence is at most top-k; vLLM's compressed indexers when the longest compressed K is."""
+    every sequence is at most top-k; vLLM's compressed indexers when the longest compressed K is
+    (TensorRT-LLM's compressed path computes them: its V4 config leaves skip_indexer_for_short_seqs off)."""
     at_most_topk = batch.longest <= topk
-    return at_most_topk and (engine.skip_logits_at_or_below_topk or (batch.kv_ratio != 1 and engine.compressed_kv))
+    vllm_compressed = batch.kv_ratio != 1 and engine.compressed_kv and engine.engine == "vllm"
+    return at_most_topk and (engine.skip_logits_at_or_below_topk or vllm_compressed)
 
 
 # the field's strategy before budgets: the unsplit reference that chunk overheads are measured against

@@ -58,7 +58,7 @@ class Candidate:
     @property
     def label(self) -> str:
         if self.deployable:
-            knob = "its default" if self.setting is None else f"{get_engine(self.engine).budget_env}={self.setting:g}"
+            knob = "its default" if self.setting is None else get_engine(self.engine).deploy_line(self.setting)
             return f"{self.engine} at {knob}"
         return f"{self.strategy} at {self.budget_mb:g} MiB" + (f" on {self.engine}" if self.engine else "")
 
@@ -219,13 +219,17 @@ def engine_candidates(schedules: list[Schedule], settings: PlanSettings, free_by
                       mem_fraction_static: float | None = SGLANG_MEM_FRACTION_STATIC,
                       gpu: str = "h200") -> list[Candidate]:
     """The engine release's (``settings.engine``) own chunker at each value of its own knob: vLLM's
-    ``VLLM_SPARSE_INDEXER_MAX_LOGITS_MB`` (``budgets_mb``), SGLang's
+    ``VLLM_SPARSE_INDEXER_MAX_LOGITS_MB`` (``budgets_mb``), TensorRT-LLM's
+    ``TLLM_INDEXER_MQA_LOGITS_ELEM_BUDGET`` (the same budgets as fp32 elements per call), SGLang's
     ``SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION`` (``fractions``; the budget it measures
     with ``free_bytes`` free, kept for every step), or nothing to set (no budget, or
     SGLang's fixed half of the memory free before 0.5.13)."""
     profile = get_engine(settings.profile)
     tm = time_model or TimeModel.from_data()
-    knobs = {"fixed-mib": budgets_mb, "sglang-cached": fractions}.get(profile.budget_rule, (None,))
+    # TensorRT-LLM's knob counts fp32 elements per call: the same budgets, as whole elements
+    elements = tuple(int(mb * MIB) // 4 for mb in budgets_mb)
+    knobs = {"fixed-mib": budgets_mb, "fixed-elements": elements, "sglang-cached": fractions}.get(
+        profile.budget_rule, (None,))
     total = get_gpu(gpu).capacity_bytes
     default_reservation = profile_run_logits_bytes(profile)
     candidates = []

@@ -35,7 +35,7 @@ def model_rows_2026(concurrency=(1, 8), free_gib: float = 2.63) -> list[dict]:
             continue
         engine = release_for(name)
         grid = Grid(model=name, concurrency=tuple(concurrency), isl=(preset.max_model_len,), osl=64,
-                    budget_mb=(get_engine(engine).budget_default,), strategy=("engine",), free_gib=(free_gib,),
+                    budget_mb=(get_engine(engine).default_budget_mb,), strategy=("engine",), free_gib=(free_gib,),
                     engine=(engine,))
         kind = preset.main_kind
         for r in model_rows(grid):

@@ -4,8 +4,9 @@ The published allocations, with the shapes and settings that produced them and
 their sources, are ``data/field/reported_allocations.csv``: GLM-5 at concurrency
 48-64 x ISL 10240 without a logits budget (~9.89 GiB), one 64K prompt in one step
 (16 GiB), a 64K prompt with ``--max-num-batched-tokens 32768`` under DeepGEMM
-2.1's padding (8.03 GiB), and SGLang's DeepSeek-V4 allocation of 4,096 rows x
-93,184 compressed columns (1.42 GiB).  A ``workload`` case is simulated and its
+2.1's padding (8.03 GiB), SGLang's DeepSeek-V4 allocation of 4,096 rows x
+93,184 compressed columns (1.42 GiB), and TensorRT-LLM's ~16 GB for a ~500K-token
+DeepSeek-V4 prompt at its 32K-row indexer chunk.  A ``workload`` case is simulated and its
 worst step planned without a budget; a ``shape`` case is one logits allocation
 of the given rows and columns (docs/design.md#reference-data).
 """
@@ -49,9 +50,14 @@ def _largest_logits(case: dict) -> tuple[int, int, int]:
     workload = ClosedLoopWorkload(case["concurrency"], case["isl"], case["osl"])
     config = case_scheduler(case)
     schedule = Schedule(prefill_batches(workload, config))
-    settings = PlanSettings(model, deepgemm_version=version, temporaries="deepgemm")
-    w = worst_step(schedule, "n-only", None, settings, topk_rows=config.max_num_batched_tokens)
-    plan = make_plan(schedule.step(w.worst_step), "n-only", None, settings)
+    if get_engine(case["engine"]).chunker == "tokens":
+        # TensorRT-LLM chunks a step's rows even without a budget: its own chunker, on its own build
+        strategy, settings = "engine", PlanSettings(model, case["engine"], temporaries="deepgemm")
+    else:
+        # the vLLM releases reported had no budget: every request's K in one chunk
+        strategy, settings = "n-only", PlanSettings(model, deepgemm_version=version, temporaries="deepgemm")
+    w = worst_step(schedule, strategy, None, settings, topk_rows=config.max_num_batched_tokens)
+    plan = make_plan(schedule.step(w.worst_step), strategy, None, settings)
     chunk = max(plan.chunks, key=lambda c: c.logits_bytes)
     return chunk.num_rows, chunk.logits_cols, chunk.logits_bytes
 
@@ -109,20 +115,23 @@ def public_reports(reproduced: list[dict] | None = None) -> list[dict]:
     return rows
 
 
-# before the logits budget (vLLM #36178), its first release, the latest
-FIELD_RELEASES = ("vllm==0.15.1", "vllm==0.19.0", "vllm==0.33.0")
+# before the logits budget, its first release, the latest; TensorRT-LLM before its adaptive
+# chunk and element cap, and its latest
+FIELD_RELEASES = ("vllm==0.15.1", "vllm==0.19.0", "vllm==0.33.0", "trtllm==1.3.0rc15.post1", "trtllm==1.4.0rc4")
 
 
 def through_releases(releases=FIELD_RELEASES):
-    """The reported workloads, planned by each release's own chunker at its default budget:
-    the largest logits allocation over the schedule and the worst step's transient peak.
-    Releases without a budget reproduce the published allocation; later ones bound it."""
+    """The reported workloads, planned by each release of the reporter's engine (among
+    ``releases``) with its own chunker at its default budget: the largest logits allocation over
+    the schedule and the worst step's transient peak.  Releases without a budget reproduce the
+    published allocation; later ones bound it."""
     import pandas as pd
 
     rows = []
     for case in published_cases():
         if case["kind"] != "workload":
             continue
+        family = get_engine(case["engine"]).engine
         model = case["model"]
         workload = ClosedLoopWorkload(case["concurrency"], case["isl"], case["osl"])
         config = case_scheduler(case)
@@ -131,6 +140,8 @@ def through_releases(releases=FIELD_RELEASES):
         unbudgeted = None
         for name in releases:
             engine = get_engine(name)
+            if engine.engine != family:
+                continue
             budget = process_budget(engine)
             settings = PlanSettings(model, engine, temporaries="deepgemm")
             worst = worst_step(schedule, "engine", budget, settings, topk_rows=mnbt)
