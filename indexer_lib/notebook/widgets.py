@@ -130,9 +130,12 @@ class FrontierDashboard:
         self.updates += 1
         differs = not_default_of(self.frame)
         differs = f"scheduler not the release default: {differs}" if differs else ""
+        left_out = len(self.concurrency) * len(self.isl) - self.frame[["concurrency", "isl"]].drop_duplicates().shape[0]
+        left_out = (f"; {left_out} points left out (a prompt past max_model_len, or shorter than the shared prefix)"
+                    if left_out > 0 else "")
         self.status.value = (f"<i>modelled; {len(self.frame)} points; "
                              f"{int(self.frame['oom'].sum())} OOM; "
-                             f"{differs or 'scheduler: the release defaults'}</i>")
+                             f"{differs or 'scheduler: the release defaults'}{left_out}</i>")
 
     def _set_quietly(self, control, name: str, value) -> None:
         """Set a control's trait (a slider's bound may move its value) without a nested update."""
