@@ -28,7 +28,7 @@ def test_a_homogeneous_grid_keeps_its_task_ids_and_workloads():
 
 def test_the_grids_length_axes_are_points_and_rows_name_them():
     grid = Grid(concurrency=(8,), isl=(10_240, 131_072, 202_752), strategy=("vllm",), budget_mb=(512,),
-                random_range_ratio=(0, 0.5), mix=("", "0.1x65536"), seed=4)
+                random_range_ratio=(0, 0.5), mix=("", "0.1x65536"), length_seed=4)
     loops = list(grid.closed_loops())
     # 202,752 x 1.5 passes GLM-5's max_model_len: those points are left out, the others kept
     assert {(w.isl, w.random_range_ratio, w.mix) for w in loops} == {
@@ -52,7 +52,7 @@ def test_the_grids_length_axes_are_points_and_rows_name_them():
     (dict(random_range_ratio=(1.2,)), "random_range_ratio 1.2: must be a number in [0, 1)"),
     (dict(mix=("0.5x300000",)), "mix length 300000 > max_model_len 202752"),
     (dict(isl=(202_752,), random_range_ratio=(0.5,)), "no point is left"),
-    (dict(seed=-2), "seed -2"),
+    (dict(length_seed=-2), "length_seed -2"),
 ])
 def test_bad_length_axes_are_refused_by_name(changes, message):
     with pytest.raises(ValueError) as e:
@@ -69,7 +69,7 @@ def test_frontier_with_a_range_ratio_and_a_mix_end_to_end(capsys, tmp_path):
     assert "prompt lengths: drawn from ISL x [1 - 0.5, 1 + 0.5] (vLLM bench's random range ratio); " \
            "mix 0.05x131072 (share x length; the rest at ISL), seed 7" in stdout
     table = pd.read_parquet(out)
-    assert set(table.random_range_ratio) == {0.5} and set(table.mix) == {"0.05x131072"} and set(table.seed) == {7}
+    assert set(table.random_range_ratio) == {0.5} and set(table.mix) == {"0.05x131072"} and set(table.length_seed) == {7}
     assert len(table) == 2 * 2 * 2
     # the long prompts widen every short point's worst step: vLLM 0.33.0's compressed layout without a budget
     assert (table[table.strategy == "n-only"].worst_kv_tokens > 100_000).all()
@@ -139,3 +139,24 @@ def test_the_dashboards_range_ratio_control_redraws_the_frontier():
     assert set(dash.frame.random_range_ratio) == {0.5}
     assert sorted(set(dash.frame.isl)) == [2048, 131_072]  # 202,752 x 1.5 passes max_model_len
     assert "max_model_len" in dash.status.value
+
+
+def test_a_mixed_sweep_resumes_and_another_seed_is_another_grid(tmp_path):
+    from indexer_lib.study.store import StoreError
+
+    grid = Grid(concurrency=(4, 16), isl=(2048,), osl=(8,), strategy=("engine",), budget_mb=(512,),
+                random_range_ratio=(0.5,), mix=("", "0.1x65536"), length_seed=2)
+    done = []
+    first = sweep.run(grid, tmp_path / "mixed.parquet", progress=False, after_task=done.append)
+    assert len(done) == 4 and len(first) == 4 and set(first.length_seed) == {2}
+    done.clear()
+    again = sweep.run(grid, tmp_path / "mixed.parquet", progress=False, after_task=done.append)
+    assert done == [] and again.equals(first)  # every task was in the journal
+    with pytest.raises(StoreError):  # other draws: not the table's grid
+        sweep.run(Grid(**{**grid_fields(grid), "length_seed": 3}), tmp_path / "mixed.parquet", progress=False)
+
+
+def grid_fields(grid: Grid) -> dict:
+    from dataclasses import fields
+
+    return {f.name: getattr(grid, f.name) for f in fields(grid)}

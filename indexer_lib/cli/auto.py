@@ -41,8 +41,7 @@ def parse_workload(text: str) -> ClosedLoopWorkload:
     try:
         values = [int(p) for p in parts]
     except ValueError:
-        raise UsageError(f"--workload {text!r}: concurrency, ISL, OSL and shared prefix must be whole numbers "
-                         f"({WORKLOAD_SYNTAX})") from None
+        raise UsageError(f"--workload {text!r}: every field must be a whole number ({WORKLOAD_SYNTAX})") from None
     lengths = {}
     for option in options:
         key, eq, value = option.partition("=")

@@ -29,7 +29,7 @@ def register(subparsers) -> None:
     f.add_argument("--mix", default=g.mix[0], metavar="SHARExLENGTH[+...]",
                    help="a share of the prompts at another length, in the same schedule: 0.1x131072 puts "
                         "ceil(0.1 x prompts) prompts at 131,072 tokens, the rest at the ISL axis' value")
-    f.add_argument("--seed", type=int, default=g.seed,
+    f.add_argument("--seed", type=int, default=g.length_seed,
                    help="seed of the length draws and of where a mix's prompts fall (default 0, vLLM bench's)")
     add_scheduler_arguments(f)
     f.add_argument("--deepgemm-version", default=g.deepgemm_version,
@@ -72,7 +72,7 @@ def cmd_frontier(args) -> int:
     grid = Grid(
         model=args.model, concurrency=args.concurrency, isl=args.isl, osl=args.osl, budget_mb=args.budget_mb,
         strategy=args.strategy, free_gib=args.free_gib, shared_prefix=args.shared_prefix,
-        random_range_ratio=args.random_range_ratio, mix=args.mix, seed=args.seed,
+        random_range_ratio=args.random_range_ratio, mix=args.mix, length_seed=args.seed,
         max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs,
         long_prefill_token_threshold=args.long_prefill_token_threshold, async_scheduling=args.async_scheduling,
         deepgemm_version=args.deepgemm_version, padded=not args.no_padding,
@@ -117,7 +117,7 @@ def lengths_phrase(grid: Grid) -> str:
     parts = [f"drawn from ISL x [1 - {r:g}, 1 + {r:g}] (vLLM bench's random range ratio)"
              for r in grid.random_range_ratio if r]
     parts += [f"mix {m} (share x length; the rest at ISL)" for m in grid.mix if m]
-    return "; ".join(parts) + (f", seed {grid.seed}" if parts else "")
+    return "; ".join(parts) + (f", seed {grid.length_seed}" if parts else "")
 
 
 def budget_label(strategy: str, engine: str) -> str | None:

@@ -118,16 +118,16 @@ class FrontierParameters(GridParameters):
     long_budget_mb: list[Number]
     # mixed lengths in the frontier and its dashboard (the long-context grid stays at its ISLs):
     # vLLM bench's --random-range-ratio, a mix ("0.1x131072": a tenth of the prompts at 131,072
-    # tokens; "": none) and the seed of their draws
+    # tokens; "": none) and the seed of their draws (length_seed)
     random_range_ratio: Number = 0.0
     mix: str = ""
-    seed: int = 0
+    length_seed: int = 0
     executor: Literal["local", "ray"]  # where the frontier grid runs
     ray_address: str | None  # None: a new local instance; "auto"; "ray://HOST:PORT"
     dashboard: bool
 
     def grid(self, **changes) -> Grid:
-        lengths = dict(random_range_ratio=self.random_range_ratio, mix=self.mix, seed=self.seed)
+        lengths = dict(random_range_ratio=self.random_range_ratio, mix=self.mix, length_seed=self.length_seed)
         return super().grid(workload_source=self.workload_source, **{**lengths, **changes})
 
     def long_grid(self) -> Grid:

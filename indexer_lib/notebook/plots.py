@@ -102,7 +102,7 @@ def lengths_of(frame) -> str:
         return ""
     labels = {}
     for ratio, mix, seed in zip(frame["random_range_ratio"].tolist(), frame["mix"].fillna("").tolist(),
-                                frame["seed"].tolist()):
+                                frame["length_seed"].tolist()):
         parts = ([f"R={ratio:g}"] if ratio else []) + ([f"mix {mix}"] if mix else [])
         if parts:
             labels[", ".join(parts) + f", seed {int(seed)}"] = None

@@ -82,11 +82,11 @@ class Grid:
     shared_prefix: tuple[int, ...] = (0,)
     # mixed lengths (docs/design.md#mixed-lengths): vLLM bench's --random-range-ratio R (each prompt
     # drawn from ISL x [1 - R, 1 + R]) and mixes ("0.1x131072": a tenth of the prompts at 131,072
-    # tokens, the rest at the ISL axis' value; "": none), drawn from ``seed``; each value is one
-    # schedule per point.  A point whose longest prompt passes max_model_len is skipped.
+    # tokens, the rest at the ISL axis' value; "": none), drawn from ``length_seed``; each value is
+    # one schedule per point.  A point whose longest prompt passes max_model_len is skipped.
     random_range_ratio: tuple[float, ...] = (0.0,)
     mix: tuple[str, ...] = ("",)
-    seed: int = 0
+    length_seed: int = 0  # the workloads' ``seed`` (not a measure sweep's inputs', RunSettings.seed)
     # the scheduler: None, each engine release's own default (``engines.scheduler_defaults``);
     # a value given is named in every row that differs from its release's default
     max_num_batched_tokens: tuple[int, ...] | None = None
@@ -131,7 +131,7 @@ class Grid:
             raise BadValue("isl", f"isl {too_long[0]} > max_model_len {longest} of {self.model}")
         object.__setattr__(self, "random_range_ratio", tuple(check_range_ratio(r) for r in self.random_range_ratio))
         object.__setattr__(self, "mix", tuple(mix_text(parse_mix(m)) for m in self.mix))  # one spelling each
-        check_int("seed", self.seed, 0)
+        check_int("length_seed", self.length_seed, 0)
         too_long = [n for m in self.mix for _, n in parse_mix(m) if n > longest]
         if too_long:
             raise BadValue("mix", f"mix length {too_long[0]} > max_model_len {longest} of {self.model}")
@@ -207,7 +207,7 @@ class Grid:
             low, high = length_bounds(isl, ratio)
             lengths = [n for _, n in parse_mix(mix)]
             if 1 <= low and prefix <= min([low] + lengths) and max([high] + lengths) <= longest:
-                yield ClosedLoopWorkload(conc, isl, osl, prefix, None, ratio, mix, self.seed)
+                yield ClosedLoopWorkload(conc, isl, osl, prefix, None, ratio, mix, self.length_seed)
 
     def tasks(self, mode: str = "model") -> Iterator[Task]:
         """The grid's tasks in order.  A model task covers every budget and free GiB of a workload
