@@ -31,8 +31,9 @@ class FrontierDashboard:
     ``grid``: the axes (concurrency x ISL) and the settings that stay fixed (OSL, the
     long-prefill threshold, the DeepGEMM what-if, the workload source, the temporaries); its
     first model, engine, strategy, free memory, max_num_batched_tokens, shared prefix and prompt
-    length range ratio start the controls (its mix and seed stay fixed), and ``budget_mb`` the budget's.  Where its ISL axis is the model's default
-    (2,048 up to its max_model_len), the axis follows the model picked."""
+    length range ratio start the controls (its mix and length seed stay fixed), and ``budget_mb``
+    the budget's.  Where its ISL axis is the model's default (2,048 up to its max_model_len), the
+    axis follows the model picked."""
 
     BUDGETS = (32, 64, 128, 256, 512, 1024, 2048, 4096)
     TOKENS = (2048, 4096, 8192, 16384, 32768)
