@@ -46,6 +46,11 @@ def test_every_notebook_ran_and_wrote_figures_and_tables(ci_run):
     assert frame[frame["strategy"] != "n-only"]["budget_mb"].notna().all()
     # notebooks plan on the latest vLLM by default; its own chunker is among the strategies
     assert set(frame["engine"]) == {"vllm==0.33.0"} and "engine" in set(frame["strategy"])
+    # ci.yaml gives the frontier mixed lengths: every row names them, and so does the summary
+    assert set(frame["random_range_ratio"]) == {0.25} and set(frame["mix"]) == {"0.05x65536"}
+    assert (frame[frame["strategy"] == "n-only"]["worst_kv_tokens"] > 60_000).all()  # the 64K prompts meet short ones
+    mixes = pd.read_csv(tables / "01_long_among_short.csv")
+    assert set(mixes["mix"].fillna("")) == {"", "0.01x131072"} and mixes["prompt_tokens"].nunique() == 1
     beyond = pd.read_parquet(tables / "04_frontier.parquet")
     assert set(beyond["engine"]) == {"vllm==0.32.0"} and set(beyond["deepgemm_version"]) == {"2.6"}
     summary = (out / "summary.txt").read_text().splitlines()
@@ -116,7 +121,9 @@ def test_beyond_notebook_shows_the_published_policy_failure_and_flat_fixed_shape
     fixed = res[res["strategy"] == "fixed-shape"]
     assert fixed["reserved"].nunique() == 1 and set(res["mode"]) == {"model"}
     auto = pd.read_csv(out / "tables" / "04_auto.csv")
-    assert len(auto) == 4 and auto["deploy"].str.len().gt(0).all()
+    assert len(auto) == 5 and auto["deploy"].str.len().gt(0).all()
+    # a mixed-length deployment is one schedule: its long prompts share steps with the short ones
+    assert "chat, long tail: 64 x 2K, 1% at 128K" in set(auto["deployment"])
 
 
 def test_notebook_01_opens_with_the_public_reports(ci_run):

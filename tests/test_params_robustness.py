@@ -38,6 +38,9 @@ CASES = [
     ("01_oom_frontier", "ray_address", "http://head", "must be null (a new local instance), 'auto'"),
     ("01_oom_frontier", "ray_address", "ray://head:70000", "'ray://HOST:PORT' or 'HOST:PORT'"),
     ("01_oom_frontier", "long_isl", [300_000], "isl 300000 > max_model_len 202752 of glm-5"),
+    ("01_oom_frontier", "random_range_ratio", 1.5, "'random_range_ratio': random_range_ratio 1.5: must be a number in [0, 1)"),
+    ("01_oom_frontier", "mix", "0.1x", "'mix': mix '0.1x': expected SHARExLENGTH"),
+    ("01_oom_frontier", "mix", "0.1x300000", "mix length 300000 > max_model_len 202752 of glm-5"),
     ("01_oom_frontier", "engines", ["vllm", "vllm==9"], "unknown engine release 'vllm==9'"),
 ]
 

@@ -39,6 +39,17 @@ SCENARIOS = [
      dict(max_num_batched_tokens=8192, enable_prefix_caching=True)),
     ("large steps",
      ClosedLoopWorkload(16, 16_384, 512), dict(max_num_batched_tokens=32_768)),
+    # mixed lengths: vLLM bench's random range ratio, and a share of long prompts among short ones
+    ("random lengths R=0.5",
+     ClosedLoopWorkload(32, 10_240, 64, random_range_ratio=0.5, seed=3), dict(max_num_batched_tokens=8192)),
+    ("random lengths R=0.9, partial prefills",
+     ClosedLoopWorkload(48, 4_096, 128, random_range_ratio=0.9, seed=11),
+     dict(max_num_batched_tokens=8192, long_prefill_token_threshold=512)),
+    ("one long prompt in twenty",
+     ClosedLoopWorkload(32, 2_048, 64, mix="0.05x65536", seed=5), dict(max_num_batched_tokens=8192)),
+    ("random lengths and a mix, shared prefix",
+     ClosedLoopWorkload(16, 16_384, 64, shared_prefix=4_096, random_range_ratio=0.5, mix="0.1x40000", seed=2),
+     dict(max_num_batched_tokens=8192, enable_prefix_caching=True)),
 ]
 CASES = [pytest.param(w, SchedulerConfig(**kw, async_scheduling=a), id=f"{name} ({'async' if a else 'sync'})")
          for name, w, kw in SCENARIOS for a in (False, True)]

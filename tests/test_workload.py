@@ -137,3 +137,84 @@ def test_a_batchs_runs_and_totals_are_counted_request_by_request(lengths):
         assert batch.repeats[k] == same
         rest = pairs[k:]
         assert batch.totals_from(k) == (sum(q for q, _ in rest), sum(s for _, s in rest), max(s for _, s in rest))
+
+
+# -- mixed lengths: vLLM bench's random range ratio and explicit mixes ------------------------
+
+def test_random_lengths_stay_in_vllm_benchs_range_and_follow_the_seed():
+    import numpy as np
+
+    w = ClosedLoopWorkload(64, 10_000, 8, random_range_ratio=0.5, seed=7)
+    lens = w.prompt_lens
+    assert len(lens) == w.total_prompts == 128
+    assert min(lens) >= 5_000 and max(lens) <= 15_000 and len(set(lens)) > 100
+    # the benchmark's own draw: default_rng(seed).integers(floor(ISL(1-R)), ceil(ISL(1+R)) + 1, n)
+    assert lens == tuple(np.random.default_rng(7).integers(5_000, 15_001, size=128))
+    assert ClosedLoopWorkload(64, 10_000, 8, random_range_ratio=0.5, seed=7).prompt_lens == lens
+    assert ClosedLoopWorkload(64, 10_000, 8, random_range_ratio=0.5, seed=8).prompt_lens != lens
+    assert w.max_prompt_len == 15_000 and w.label == "R=0.5"
+
+
+def test_a_homogeneous_workload_is_the_one_of_before():
+    w = ClosedLoopWorkload(8, 3000, 16)
+    assert w == ClosedLoopWorkload(8, 3000, 16, random_range_ratio=0, mix="", seed=0)
+    assert hash(w) == hash(ClosedLoopWorkload(8, 3000, 16, random_range_ratio=0.0, mix=()))
+    assert w.homogeneous and w.prompt_lens == (3000,) * 16 and w.label == ""
+    # R = 0 is the same schedule whatever the seed
+    config = SchedulerConfig(max_num_batched_tokens=2048)
+    assert list(simulate(ClosedLoopWorkload(8, 3000, 16, seed=5), config)) == list(simulate(w, config))
+
+
+def test_the_simulator_gives_each_prompt_its_drawn_length():
+    w = ClosedLoopWorkload(6, 1000, 3, random_range_ratio=0.8, seed=1)
+    done = {}
+    for step in simulate(w, SchedulerConfig(max_num_batched_tokens=512)):
+        for rid, r in zip(step.request_ids, step.batch.requests if step.batch else ()):
+            done[rid] = max(done.get(rid, 0), r.seq_len)
+    assert [done[rid] for rid in range(w.total_prompts)] == list(w.prompt_lens)
+
+
+def test_a_mix_is_one_schedule_with_both_lengths():
+    w = ClosedLoopWorkload(32, 2048, 8, mix="0.1x65536", seed=3)
+    assert w.mix == ((0.1, 65_536),) and w.label == "mix 0.1x65536"
+    # ceil(0.1 x 64) = 7 long prompts among 57 short ones, in one run
+    assert sorted(set(w.prompt_lens)) == [2048, 65_536] and w.prompt_lens.count(65_536) == 7
+    steps = [s for s in simulate(w, SchedulerConfig()) if s.batch]
+    finals = {r.seq_len for s in steps for r in s.batch.requests if r.seq_len in (2048, 65_536)}
+    assert finals == {2048, 65_536}
+    # some step prefills a long request's chunk next to short requests
+    assert any(any(r.seq_len > 8192 for r in s.batch.requests) and len(s.batch.requests) > 1 for s in steps)
+    assert ClosedLoopWorkload(32, 2048, 8, mix=((0.1, 65_536),), seed=3) == w
+    both = ClosedLoopWorkload(10, 1000, 1, random_range_ratio=0.2, mix="0.1x9000+0.2x50", seed=2)
+    assert both.prompt_lens.count(9000) == 2 and both.prompt_lens.count(50) == 4
+    assert all(800 <= n <= 1200 for n in both.prompt_lens if n not in (9000, 50))
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(random_range_ratio=1.0), "random_range_ratio 1.0: must be a number in \\[0, 1\\)"),
+    (dict(random_range_ratio=-0.1), "random_range_ratio -0.1"),
+    (dict(random_range_ratio=float("nan")), "random_range_ratio nan"),
+    (dict(isl=1, random_range_ratio=0.5), "shortest prompt would have 0 tokens"),
+    (dict(mix="0.1"), "expected SHARExLENGTH"),
+    (dict(mix="1.5x100"), "mix share 1.5"),
+    (dict(mix="0.7x100+0.5x10"), "add up to more than 1"),
+    (dict(mix="0.5x0"), "mix length 0"),
+    (dict(shared_prefix=500, mix="0.5x100"), "shared_prefix 500 > isl 100 \\(the shortest prompt\\)"),
+    (dict(seed=-1), "seed -1"),
+])
+def test_bad_mixed_workloads_name_the_value(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        ClosedLoopWorkload(**{"concurrency": 4, "isl": 1000, **kwargs})
+
+
+@settings(max_examples=300, deadline=None)
+@given(concurrency=st.integers(1, 40), isl=st.integers(50, 3000), osl=st.integers(1, 40),
+       ratio=st.sampled_from([0.0, 0.3, 0.9]), share=st.sampled_from([0.0, 0.05, 0.5]),
+       mnbt=st.integers(16, 4096), threshold=st.integers(0, 600), seed=st.integers(0, 5),
+       asynchronous=st.booleans())
+def test_mixed_steps_alike_taken_at_once_are_the_steps_one_by_one(concurrency, isl, osl, ratio, share, mnbt,
+                                                               threshold, seed, asynchronous):
+    mix = ((share, 4 * isl),) if share else ()
+    workload = ClosedLoopWorkload(concurrency, isl, osl, random_range_ratio=ratio, mix=mix, seed=seed)
+    config = SchedulerConfig(mnbt, 16, threshold, True, 16, asynchronous)
+    assert list(simulate(workload, config)) == list(simulate_each_step(workload, config))

@@ -3,7 +3,10 @@ indexer time over a workload mix and no OOM at any step, printed as a line one c
 
     indexer-lab auto --model glm-5 --free-gib 2.63 --workload 64x10240x512 --workload 8x65536x64
 
-A workload is ``CONCURRENCYxISLxOSL`` (optionally ``xSHARED_PREFIX``).  Prints the
+A workload is ``CONCURRENCYxISLxOSL`` (optionally ``xSHARED_PREFIX``), then optionally its prompt
+lengths: ``:r=0.5`` (vLLM bench's --random-range-ratio: each prompt's length drawn from
+ISL x [0.5, 1.5]), ``:mix=0.01x131072`` (1% of the prompts, rounded up, at 131,072 tokens in the
+same schedule, the rest at ISL) and ``:seed=S`` (of those draws, default 0).  Prints the
 deployable line, the margin to the OOM frontier at the worst step and where the
 time model's constants come from.  The engine is the latest vLLM unless ``--engine``
 names another release.  The line comes from the release's own chunker and its own peak
@@ -20,18 +23,40 @@ from ..engines import DEFAULT_ENGINE, SGLANG_MEM_FRACTION_STATIC, get_engine, no
 from .common import UsageError, add_gpu_option, add_scheduler_arguments, engine_arg, finite_float, fraction, number_list, str_list
 from ..shapes import MIB, MODELS
 from ..workload import ClosedLoopWorkload
+from ..workload.lengths import mix_text
+
+
+WORKLOAD_SYNTAX = ("CONCURRENCYxISLxOSL[xSHARED_PREFIX][:r=R][:mix=SHARExLENGTH[+...]][:seed=S], "
+                   "e.g. 64x10240x512 or 64x10240x512:r=0.5 or 64x2048x512:mix=0.01x131072")
 
 
 def parse_workload(text: str) -> ClosedLoopWorkload:
-    parts = text.lower().split("x")
+    """A workload as the command line writes it: the closed loop, then its prompt lengths: ``r=R``
+    (vLLM bench's --random-range-ratio: each prompt drawn from ISL x [1 - R, 1 + R]), ``mix=`` (a
+    share of the prompts at another length, in the same schedule) and ``seed=`` (of both draws)."""
+    head, *options = text.strip().lower().split(":")
+    parts = head.split("x")
     if len(parts) not in (3, 4):
-        raise UsageError(f"--workload {text!r}: expected CONCURRENCYxISLxOSL[xSHARED_PREFIX], "
-                         "e.g. 64x10240x512")
+        raise UsageError(f"--workload {text!r}: expected {WORKLOAD_SYNTAX}")
     try:
         values = [int(p) for p in parts]
     except ValueError:
-        raise UsageError(f"--workload {text!r}: every field must be a whole number") from None
-    return ClosedLoopWorkload(*values)
+        raise UsageError(f"--workload {text!r}: every field must be a whole number ({WORKLOAD_SYNTAX})") from None
+    lengths = {}
+    for option in options:
+        key, eq, value = option.partition("=")
+        name = {"r": "random_range_ratio", "mix": "mix", "seed": "seed"}.get(key)
+        if not eq or name is None or name in lengths:
+            raise UsageError(f"--workload {text!r}: {option!r} is not r=R, mix=SHARExLENGTH or seed=S "
+                             "(each at most once)")
+        try:
+            lengths[name] = value if name == "mix" else (float(value) if name == "random_range_ratio" else int(value))
+        except ValueError:
+            raise UsageError(f"--workload {text!r}: {option!r}: not a number") from None
+    try:
+        return ClosedLoopWorkload(*values, **lengths)
+    except ValueError as e:
+        raise UsageError(f"--workload {text!r}: {e}") from None
 
 
 def register(subparsers) -> None:
@@ -44,7 +69,11 @@ def register(subparsers) -> None:
                    help="memory free for the indexer's transients at run time, on the release's "
                         "default setting (GiB)")
     p.add_argument("--workload", action="append", required=True,
-                   help="CONCURRENCYxISLxOSL[xSHARED_PREFIX]; repeat for a mix")
+                   help="CONCURRENCYxISLxOSL[xSHARED_PREFIX], then optionally its prompt lengths: :r=R (vLLM "
+                        "bench's --random-range-ratio, lengths drawn from ISL x [1 - R, 1 + R]), "
+                        ":mix=SHARExLENGTH[+...] (that share of the prompts at that length in the same "
+                        "schedule, the rest at ISL), :seed=S; e.g. 64x10240x512:r=0.5, 64x2048x512:mix=0.01x131072. "
+                        "Repeat for several workloads, each its own schedule")
     p.add_argument("--strategies", type=str_list,
                    help="our budgeted strategies to weigh on the engine too, shown as what a patched "
                         "engine could do (the deploy line is always the engine's own knob)")
@@ -76,6 +105,11 @@ def cmd_auto(args) -> int:
     if not args.free_gib > 0:
         raise UsageError(f"--free-gib {args.free_gib}: must be > 0")
     workloads = [parse_workload(w) for w in args.workload]
+    longest = settings.preset.max_model_len
+    for text, w in zip(args.workload, workloads):
+        if w.max_prompt_len > longest:  # vLLM refuses a prompt longer than max_model_len
+            raise UsageError(f"--workload {text!r}: prompts of up to {w.max_prompt_len} tokens, more than "
+                             f"{settings.model}'s max_model_len {longest}")
     strategies = None
     if args.strategies:
         chosen = [get_strategy(s) for s in args.strategies]
@@ -97,7 +131,10 @@ def cmd_auto(args) -> int:
             "free_bytes": rec.free_bytes, "margin_bytes": rec.margin_bytes if rec.deployable else None,
             "time_source": rec.time_source, "candidates": len(rec.candidates),
             "fitting": sum(c.fits for c in rec.candidates), "engine": settings.engine, "gpu": settings.gpu,
-            "scheduler_not_default": differs}))
+            "scheduler_not_default": differs,
+            "workloads": [{"concurrency": w.concurrency, "isl": w.isl, "osl": w.osl, "shared_prefix": w.shared_prefix,
+                           "random_range_ratio": w.random_range_ratio, "mix": mix_text(w.mix), "seed": w.seed}
+                          for w in workloads]}))
         return 0 if rec.deployable else 1
     print(rec.deploy_line)
     d = rec.deployable
@@ -110,6 +147,10 @@ def cmd_auto(args) -> int:
     print(f"  time: {rec.time_source}")
     print(f"  scheduler: {'not the release default: ' + differs if differs else 'the ' + settings.engine + ' defaults'}")
     print(f"  {sum(c.fits for c in rec.candidates)} of {len(rec.candidates)} candidates fit")
+    mixed = [f"{text} ({w.label}, seed {w.seed}: one schedule)" for text, w in zip(args.workload, workloads)
+             if not w.homogeneous]
+    if mixed:
+        print(f"  prompt lengths: {'; '.join(mixed)}")
     return 0 if d is not None else 1
 
 

@@ -6,7 +6,7 @@ import time
 from ..plan import MEASURED_BUDGET, NO_BUDGET, get_strategy
 from ..study.grid import Grid, same_budget
 from ..workload import WORKLOAD_SOURCES
-from .common import UsageError, add_gpu_option, add_scheduler_arguments, engine_arg, int_list, number_list, str_list
+from .common import UsageError, add_gpu_option, add_scheduler_arguments, engine_arg, finite_float, int_list, number_list, str_list
 
 
 def register(subparsers) -> None:
@@ -22,6 +22,15 @@ def register(subparsers) -> None:
     f.add_argument("--strategy", type=str_list, default=list(g.strategy))
     f.add_argument("--free-gib", type=number_list, default=list(g.free_gib))
     f.add_argument("--shared-prefix", type=int, default=g.shared_prefix[0])
+    f.add_argument("--random-range-ratio", type=finite_float, default=g.random_range_ratio[0], metavar="R",
+                   help="vLLM bench's random dataset: each prompt's length drawn uniformly from "
+                        "[ISL x (1 - R), ISL x (1 + R)], R in [0, 1) (default 0: every prompt at ISL); "
+                        "a point whose longest prompt passes max_model_len is skipped")
+    f.add_argument("--mix", default=g.mix[0], metavar="SHARExLENGTH[+...]",
+                   help="a share of the prompts at another length, in the same schedule: 0.1x131072 puts "
+                        "ceil(0.1 x prompts) prompts at 131,072 tokens, the rest at the ISL axis' value")
+    f.add_argument("--seed", type=int, default=g.length_seed,
+                   help="seed of the length draws and of where a mix's prompts fall (default 0, vLLM bench's)")
     add_scheduler_arguments(f)
     f.add_argument("--deepgemm-version", default=g.deepgemm_version,
                    help="default: the --engine release's; another version: our strategies on that build")
@@ -64,6 +73,7 @@ def cmd_frontier(args) -> int:
     grid = Grid(
         model=args.model, concurrency=args.concurrency, isl=args.isl, osl=args.osl, budget_mb=args.budget_mb,
         strategy=args.strategy, free_gib=args.free_gib, shared_prefix=args.shared_prefix,
+        random_range_ratio=args.random_range_ratio, mix=args.mix, length_seed=args.seed,
         max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs,
         long_prefill_token_threshold=args.long_prefill_token_threshold, async_scheduling=args.async_scheduling,
         deepgemm_version=args.deepgemm_version, padded=not args.no_padding,
@@ -84,8 +94,11 @@ def print_frontier_summary(rows: list[dict], grid: Grid) -> None:
     """Per strategy and budget: the largest ISL without OOM at each concurrency."""
     (engine,) = grid.engine
     differs = grid.not_default()
+    lengths = lengths_phrase(grid)
     for free in grid.free_gib:
         print(f"{grid.model} on {engine}, {free} GiB free (modelled): largest ISL without OOM, per concurrency")
+        if lengths:
+            print(f"prompt lengths: {lengths}")
         print(f"scheduler: {'not the release default: ' + differs if differs else 'the release defaults'}")
         print(f"{'strategy':>12} {'budget':>8} " + " ".join(f"{c:>7}" for c in grid.concurrency))
         for strategy in grid.strategy:
@@ -98,6 +111,14 @@ def print_frontier_summary(rows: list[dict], grid: Grid) -> None:
                           and same_budget(r["budget_mb"], budget) and r["concurrency"] == conc and not r["oom"]]
                     cells.append(f"{max(ok):>7}" if ok else f"{'OOM':>7}")
                 print(f"{strategy:>12} {label or f'{budget:g}M':>8} " + " ".join(cells))
+
+
+def lengths_phrase(grid: Grid) -> str:
+    """How the grid's prompt lengths vary, for a summary line ('' when every prompt is at ISL)."""
+    parts = [f"drawn from ISL x [1 - {r:g}, 1 + {r:g}] (vLLM bench's random range ratio)"
+             for r in grid.random_range_ratio if r]
+    parts += [f"mix {m} (share x length; the rest at ISL)" for m in grid.mix if m]
+    return "; ".join(parts) + (f", seed {grid.length_seed}" if parts else "")
 
 
 def budget_label(strategy: str, engine: str) -> str | None:

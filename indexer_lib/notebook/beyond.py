@@ -24,6 +24,8 @@ DEPLOYMENTS = {
     "chat: 64 x 10K prompts": ([ClosedLoopWorkload(64, 10_240, 512)], 2.63),
     "long context: 8 x 64K + 64 x 10K": ([ClosedLoopWorkload(8, 65_536, 64),
                                           ClosedLoopWorkload(64, 10_240, 512)], 2.63),
+    # one schedule: the long prompts share steps with the short ones (ceil(1% x 128) = 2 of them)
+    "chat, long tail: 64 x 2K, 1% at 128K": ([ClosedLoopWorkload(64, 2_048, 512, mix="0.01x131072")], 2.63),
     "RAG: 16 x 32K, 24K shared prefix": ([ClosedLoopWorkload(16, 32_768, 256, 24_576)], 4.0),
     "tight: 4 x 128K on 1 GiB free": ([ClosedLoopWorkload(4, 131_072, 64)], 1.0),
 }

@@ -29,7 +29,7 @@ from matplotlib.transforms import Bbox
 
 from .png_bands import BandedPng
 from . import style
-from .plots import (CMAP, frontier_handle, frontier_line, heatmap_cells, heatmap_panel_title,
+from .plots import (CMAP, with_lengths, frontier_handle, frontier_line, heatmap_cells, heatmap_panel_title,
                     heatmap_question, heatmap_title, label_heatmap_axes, mark_oom, mode_word)
 
 KEPT = 24  # drawn pixels kept per region (the cells region: about 0.5 MB each), oldest dropped first
@@ -167,7 +167,8 @@ class LiveHeatmap:
         self.legend.get_texts()[0].set_text(frontier_handle(free_gib).get_label() if self.line is not None
                                             else f"no cell OOMs at {free_gib:g} GiB free")
         self.title.set_text(style.wrap(heatmap_question(model) + "\n" + heatmap_title(
-            model, engine, free_gib, f"budget {budget_mb:g} MiB", mode), self.fig.get_size_inches()[0]))
+            model, engine, free_gib, with_lengths(f"budget {budget_mb:g} MiB", frame), mode),
+            self.fig.get_size_inches()[0]))
         contents = {
             "cells": (cells, oom.tobytes(), free_gib),
             "panel title": self.ax.title.get_text(),

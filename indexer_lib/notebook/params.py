@@ -119,18 +119,25 @@ class FrontierParameters(GridParameters):
     long_concurrency: list[int]
     long_isl: list[int] | None  # None: 131,072 and the model's max_model_len
     long_budget_mb: list[Number]
+    # mixed lengths in the frontier and its dashboard (the long-context grid stays at its ISLs):
+    # vLLM bench's --random-range-ratio, a mix ("0.1x131072": a tenth of the prompts at 131,072
+    # tokens; "": none) and the seed of their draws (length_seed)
+    random_range_ratio: Number = 0.0
+    mix: str = ""
+    length_seed: int = 0
     executor: Literal["local", "ray"]  # where the frontier grid runs
     ray_address: str | None  # None: a new local instance; "auto"; "ray://HOST:PORT"
     dashboard: bool
 
     def grid(self, **changes) -> Grid:
-        return super().grid(workload_source=self.workload_source, **changes)
+        lengths = dict(random_range_ratio=self.random_range_ratio, mix=self.mix, length_seed=self.length_seed)
+        return super().grid(workload_source=self.workload_source, **{**lengths, **changes})
 
     def long_grid(self) -> Grid:
-        """Long contexts (to the model's max_model_len): free memory x budget."""
+        """Long contexts (to the model's max_model_len): free memory x budget, every prompt at its ISL."""
         isl = self.long_isl or Grid(model=self.model).isl[-2:]
         return self.grid(concurrency=self.long_concurrency, isl=isl, budget_mb=self.long_budget_mb,
-                         shared_prefix=0)
+                         shared_prefix=0, random_range_ratio=0.0, mix="")
 
     def dashboard_grid(self, strategy: str) -> Grid:
         """The dashboard's axes; its ISL axis follows the model picked where ``isl`` is None."""

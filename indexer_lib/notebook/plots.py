@@ -95,6 +95,25 @@ def not_default_of(frame) -> str:
     return "; ".join(d for d in dict.fromkeys(frame["not_default"].fillna("")) if d)
 
 
+def lengths_of(frame) -> str:
+    """How the rows' prompt lengths vary, for a title ('' when every prompt is at its ISL):
+    vLLM bench's range ratio R, a mix (share x length, the rest at ISL) and the seed."""
+    if "random_range_ratio" not in getattr(frame, "columns", ()):
+        return ""
+    labels = {}
+    for ratio, mix, seed in zip(frame["random_range_ratio"].tolist(), frame["mix"].fillna("").tolist(),
+                                frame["length_seed"].tolist()):
+        parts = ([f"R={ratio:g}"] if ratio else []) + ([f"mix {mix}"] if mix else [])
+        if parts:
+            labels[", ".join(parts) + f", seed {int(seed)}"] = None
+    return "prompt lengths " + "; ".join(labels) if labels else ""
+
+
+def with_lengths(what: str, frame) -> str:
+    lengths = lengths_of(frame)
+    return f"{what}; {lengths}" if lengths else what
+
+
 def frontier_heatmap(frame, by: str = "budget_mb", strategy: str = "vllm",
                      budget_mb: float = 512, free_gib: float | None = None,
                      model: str | None = None, mode: str = "model", engine: str | None = None) -> Figure:
@@ -143,7 +162,7 @@ def frontier_heatmap(frame, by: str = "budget_mb", strategy: str = "vllm",
             mark_oom(ax, grid, oom, norm)
     what = f"strategy {strategy}" if by == "budget_mb" else f"budget {budget_mb:g} MiB"
     ooms = "" if data["oom"].astype(bool).any() else f"; no cell needs more than {free_gib:g} GiB"
-    style.title(fig, heatmap_question(model), heatmap_title(model, engine, free_gib, what + ooms, mode,
+    style.title(fig, heatmap_question(model), heatmap_title(model, engine, free_gib, with_lengths(what + ooms, data), mode,
                                                             not_default_of(data)))
     return fig
 
@@ -263,7 +282,7 @@ def frontier_curves(frame, strategy: str = "vllm", budgets_mb=None,
     style.legend_below(fig, ncol=4, title=f"{strategy} budget; no point: every ISL OOMs; "
                                           f"the top row ({style.token_label(isls[-1])}) is the longest ISL tried")
     style.title(fig, f"How long can prompts get before {model}'s indexer OOMs, per {strategy} logits budget?",
-                style.context(model, engine, free_gib, not_default_of(data), _modes_word(data)))
+                with_lengths(style.context(model, engine, free_gib, not_default_of(data), _modes_word(data)), data))
     return fig
 
 

@@ -45,7 +45,11 @@ def frontier_sentence(frame, budget_mb: float = 512, strategy: str = "vllm") -> 
     if engine:
         data = data[data["engine"] == engine]
     cmax, imax = data["concurrency"].max(), data["isl"].max()
-    parts = [f"{model}{' on ' + engine if engine else ''}, {free:g} GiB free (modelled):"]
+    from .plots import lengths_of
+
+    lengths = lengths_of(data)
+    parts = [f"{model}{' on ' + engine if engine else ''}, {free:g} GiB free"
+             f"{', ' + lengths if lengths else ''} (modelled):"]
     budgeted = data[(data["strategy"] == strategy) & (data["budget_mb"] == budget_mb)]
     if len(budgeted):
         if not budgeted["oom"].any():

@@ -30,12 +30,14 @@ class FrontierDashboard:
 
     ``grid``: the axes (concurrency x ISL) and the settings that stay fixed (OSL, the
     long-prefill threshold, the DeepGEMM what-if, the workload source, the temporaries); its
-    first model, engine, strategy, free memory, max_num_batched_tokens and shared prefix start
-    the controls, and ``budget_mb`` the budget's.  Where its ISL axis is the model's default
-    (2,048 up to its max_model_len), the axis follows the model picked."""
+    first model, engine, strategy, free memory, max_num_batched_tokens, shared prefix and prompt
+    length range ratio start the controls (its mix and length seed stay fixed), and ``budget_mb``
+    the budget's.  Where its ISL axis is the model's default (2,048 up to its max_model_len), the
+    axis follows the model picked."""
 
     BUDGETS = (32, 64, 128, 256, 512, 1024, 2048, 4096)
     TOKENS = (2048, 4096, 8192, 16384, 32768)
+    RATIOS = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9)
 
     def __init__(self, grid: Grid = Grid(strategy=("vllm",)), budget_mb: float = 512):
         self.grid = grid
@@ -44,6 +46,7 @@ class FrontierDashboard:
         model, strategy, free_gib = grid.model, grid.strategy[0], grid.free_gib[0]
         max_num_batched_tokens = grid.schedulers(grid.engine[0])[0].max_num_batched_tokens
         shared_prefix = grid.shared_prefix[0]
+        ratio = grid.random_range_ratio[0]
         budgets = sorted(set(self.BUDGETS) | {budget_mb})
         tokens = sorted(set(self.TOKENS) | {max_num_batched_tokens})
         style = {"description_width": "initial"}
@@ -65,6 +68,10 @@ class FrontierDashboard:
             "shared_prefix": w.IntSlider(value=shared_prefix, min=0, max=max(self.isl),
                                          step=1024, description="shared prefix (tokens)",
                                          style=style),
+            # vLLM bench's --random-range-ratio: prompt lengths drawn from ISL x [1 - R, 1 + R]
+            "random_range_ratio": w.SelectionSlider(
+                options=sorted(set(self.RATIOS) | {ratio}), value=ratio,
+                description="ISL range ratio R", style=style),
         }
         self.image = w.Image(format="png")
         self.html = w.HTML()
@@ -93,7 +100,7 @@ class FrontierDashboard:
         grid = replace(self.grid, model=state["model"], isl=self.isl, budget_mb=(state["budget_mb"],),
                        strategy=(state["strategy"],), free_gib=(free,), shared_prefix=(state["shared_prefix"],),
                        max_num_batched_tokens=(state["max_num_batched_tokens"],), engine=(state["engine"],),
-                       gpu=state["gpu"])
+                       gpu=state["gpu"], random_range_ratio=(state["random_range_ratio"],))
         reads_budget = grid.budgets(state["engine"], state["strategy"]) != (NO_BUDGET_MB,)
         # a strategy that reads no budget has the same rows at every budget
         ignored = {"free_gib"} if reads_budget else {"free_gib", "budget_mb"}
@@ -127,9 +134,12 @@ class FrontierDashboard:
         self.updates += 1
         differs = not_default_of(self.frame)
         differs = f"scheduler not the release default: {differs}" if differs else ""
+        left_out = len(self.concurrency) * len(self.isl) - self.frame[["concurrency", "isl"]].drop_duplicates().shape[0]
+        left_out = (f"; {left_out} points left out (a prompt past max_model_len, or shorter than the shared prefix)"
+                    if left_out > 0 else "")
         self.status.value = (f"<i>modelled; {len(self.frame)} points; "
                              f"{int(self.frame['oom'].sum())} OOM; "
-                             f"{differs or 'scheduler: the release defaults'}</i>")
+                             f"{differs or 'scheduler: the release defaults'}{left_out}</i>")
 
     def _set_quietly(self, control, name: str, value) -> None:
         """Set a control's trait (a slider's bound may move its value) without a nested update."""
@@ -167,7 +177,7 @@ class FrontierDashboard:
     def widget(self) -> w.Widget:
         c = self.controls
         left = w.VBox([c["model"], c["engine"], c["gpu"], c["strategy"], c["budget_mb"], c["free_gib"]])
-        right = w.VBox([c["max_num_batched_tokens"], c["shared_prefix"], self.status])
+        right = w.VBox([c["max_num_batched_tokens"], c["shared_prefix"], c["random_range_ratio"], self.status])
         return w.VBox([w.HBox([left, right]), w.HBox([self.image, self.html])])
 
     def _ipython_display_(self):

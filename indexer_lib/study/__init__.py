@@ -9,5 +9,6 @@
 - ``releases``: where each engine release runs out of memory on the field's deployments;
 - ``budget_policy``: budgets from free memory (fixed, SGLang's cached, fresh);
 - ``reserved``: reserved vs allocated bytes over a long prompt (caching-allocator model);
-- ``auto``: the fastest strategy and budget that never OOMs over a workload mix.
+- ``auto``: the fastest strategy and budget that never OOMs over a workload mix;
+- ``mixes``: one long prompt among short ones against one length (the compressed layout's worst case).
 """

@@ -19,6 +19,7 @@ from ..engines import DEFAULT_ENGINE, get_engine, not_default, release_scheduler
 from ..plan import GIVEN_BUDGET, MEASURED_BUDGET, PlanSettings, get_strategy
 from ..shapes import budget_bytes_from_mb, free_bytes_from_gib, get_model
 from ..workload import MAX_BATCHED_TOKENS, MAX_CONCURRENCY, MAX_OSL, ClosedLoopWorkload, SchedulerConfig, check_int, check_source
+from ..workload.lengths import check_range_ratio, length_bounds, mix_text, parse_mix
 from .frontier import default_isl
 
 # budget_mb of a row whose strategy reads no budget of the grid (NaN once in a DataFrame)
@@ -55,6 +56,13 @@ class Task:
         parts = [self.model, f"c{w.concurrency}", f"isl{w.isl}", f"osl{w.osl}", f"prefix{w.shared_prefix}",
                  f"mnbt{c.max_num_batched_tokens}", f"seqs{c.max_num_seqs}",
                  f"thr{c.long_prefill_token_threshold}", self.engine, self.strategy]
+        # mixed lengths only: a homogeneous task keeps the id it always had (journals resume)
+        if w.random_range_ratio:
+            parts.append(f"r{w.random_range_ratio:g}")
+        if w.mix:
+            parts.append(f"mix{mix_text(w.mix)}")
+        if not w.homogeneous:
+            parts.append(f"seed{w.seed}")
         if self.one_budget and self.budgets_mb[0] is not None:
             parts.append(f"budget{self.budgets_mb[0]:g}")
         if self.one_free:
@@ -72,6 +80,13 @@ class Grid:
     strategy: tuple[str, ...] = ("n-only", "vllm", "per-request", "causal")
     free_gib: tuple[float, ...] = (2.63,)
     shared_prefix: tuple[int, ...] = (0,)
+    # mixed lengths (docs/design.md#mixed-lengths): vLLM bench's --random-range-ratio R (each prompt
+    # drawn from ISL x [1 - R, 1 + R]) and mixes ("0.1x131072": a tenth of the prompts at 131,072
+    # tokens, the rest at the ISL axis' value; "": none), drawn from ``length_seed``; each value is
+    # one schedule per point.  A point whose longest prompt passes max_model_len is skipped.
+    random_range_ratio: tuple[float, ...] = (0.0,)
+    mix: tuple[str, ...] = ("",)
+    length_seed: int = 0  # the workloads' ``seed`` (not a measure sweep's inputs', RunSettings.seed)
     # the scheduler: None, each engine release's own default (``engines.scheduler_defaults``);
     # a value given is named in every row that differs from its release's default
     max_num_batched_tokens: tuple[int, ...] | None = None
@@ -117,10 +132,20 @@ class Grid:
         too_long = [i for i in self.isl if i > longest]
         if too_long:
             raise BadValue("isl", f"isl {too_long[0]} > max_model_len {longest} of {self.model}")
+        object.__setattr__(self, "random_range_ratio", tuple(check_range_ratio(r) for r in self.random_range_ratio))
+        object.__setattr__(self, "mix", tuple(mix_text(parse_mix(m)) for m in self.mix))  # one spelling each
+        check_int("length_seed", self.length_seed, 0)
+        too_long = [n for m in self.mix for _, n in parse_mix(m) if n > longest]
+        if too_long:
+            raise BadValue("mix", f"mix length {too_long[0]} > max_model_len {longest} of {self.model}")
         if min(self.shared_prefix) > max(self.isl):
             raise BadValue("shared_prefix", f"shared_prefix {min(self.shared_prefix)} > every isl (at most "
                                             f"{max(self.isl)}): the shared prefix is part of the prompt, "
                                             "so no point is left")
+        if not any(True for _ in self.closed_loops()):
+            raise BadValue("isl", "no point is left: every prompt length drawn around the isl axis "
+                                  f"(random_range_ratio {', '.join(f'{r:g}' for r in self.random_range_ratio)}) is "
+                                  f"shorter than the shared prefix or longer than max_model_len {longest}")
         for b in self.budget_mb:
             budget_bytes_from_mb(b)
         for f in self.free_gib:
@@ -179,10 +204,16 @@ class Grid:
                                        for d in not_default(e, c, self.gpu)))
 
     def closed_loops(self) -> Iterator[ClosedLoopWorkload]:
-        """Every client workload of the grid (a shared prefix longer than the prompt skipped)."""
-        for conc, isl, osl, prefix in itertools.product(self.concurrency, self.isl, self.osl, self.shared_prefix):
-            if prefix <= isl:
-                yield ClosedLoopWorkload(conc, isl, osl, prefix)
+        """Every client workload of the grid, skipping the points that cannot exist: a shared prefix
+        longer than the shortest prompt, a prompt longer than the model's max_model_len (vLLM refuses
+        it) or of no token."""
+        longest = get_model(self.model).max_model_len
+        for conc, isl, osl, prefix, ratio, mix in itertools.product(
+                self.concurrency, self.isl, self.osl, self.shared_prefix, self.random_range_ratio, self.mix):
+            low, high = length_bounds(isl, ratio)
+            lengths = [n for _, n in parse_mix(mix)]
+            if 1 <= low and prefix <= min([low] + lengths) and max([high] + lengths) <= longest:
+                yield ClosedLoopWorkload(conc, isl, osl, prefix, None, ratio, mix, self.length_seed)
 
     def tasks(self, mode: str = "model") -> Iterator[Task]:
         """The grid's tasks in order.  A model task covers every budget and free GiB of a workload

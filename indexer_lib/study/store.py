@@ -32,7 +32,9 @@ import zlib
 from pathlib import Path
 
 JOURNAL_KIND = "indexer-lab sweep journal"
-SCHEMA_VERSION = 3  # 3: each row names the scheduler settings that differ from its release's defaults
+# 3: each row names the scheduler settings that differ from its release's defaults;
+# 4: each row names its prompt lengths' range ratio, mix and seed
+SCHEMA_VERSION = 4
 PARQUET_KEY = b"indexer_lab_sweep"  # schema-metadata key holding the header
 
 

@@ -33,6 +33,7 @@ from .results import git_state
 from .store import ResultStore
 from .timemodel import TimeModel
 from ..workload import check_int
+from ..workload.lengths import mix_text
 
 
 @dataclass(frozen=True)
@@ -112,6 +113,8 @@ def base_row(grid: Grid, task: Task, budget_mb: float | None, free_gib: float, m
     return {
         "mode": mode, "model": grid.model, "engine": task.engine, "concurrency": workload.concurrency,
         "isl": workload.isl, "osl": workload.osl, "shared_prefix": workload.shared_prefix,
+        # mixed lengths: 0 and '' for the homogeneous workload (isl is then every prompt's length)
+        "random_range_ratio": workload.random_range_ratio, "mix": mix_text(workload.mix), "length_seed": workload.seed,
         "max_num_batched_tokens": config.max_num_batched_tokens,
         "max_num_seqs": config.max_num_seqs,
         "long_prefill_token_threshold": config.long_prefill_token_threshold,

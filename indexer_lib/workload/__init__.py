@@ -2,6 +2,7 @@
 
 - ``batch``: ``PrefillRequest`` and ``StepBatch``, what the indexer sees per engine step;
 - ``simulator``: a closed-loop simulator of vLLM V1's chunked-prefill scheduler;
+- ``lengths``: prompt lengths of mixed workloads (vLLM bench's random range ratio, mixes);
 - ``vllm_scheduler``: vLLM's own scheduler driven on the CPU (optional, needs vLLM);
 - ``sources``: the two sources by name (``scheduled_steps(..., source=...)``);
 - ``compare``: the simulator next to vLLM's scheduler, step by step.

@@ -7,11 +7,14 @@ The rules it follows are in docs/design.md#the-scheduler-that-produces-the-batch
 """
 from __future__ import annotations
 
+import functools
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Iterator
 
+from ..checks import BadValue
 from .batch import PrefillRequest, StepBatch, check_int
+from .lengths import check_range_ratio, draw_lengths, length_bounds, mix_prompts, mix_text, parse_mix
 
 
 MAX_CONCURRENCY = 65_536  # requests in flight; engines schedule at most a few thousand at once
@@ -44,14 +47,24 @@ class SchedulerConfig:
 
 @dataclass(frozen=True)
 class ClosedLoopWorkload:
-    """C clients, each sending a prompt of ``isl`` tokens and waiting for ``osl``
-    output tokens before sending the next, until ``num_prompts`` were sent."""
+    """C clients, each sending a prompt and waiting for ``osl`` output tokens before sending the
+    next, until ``num_prompts`` were sent.
+
+    Prompt lengths (``prompt_lens``, docs/design.md#mixed-lengths): every prompt has ``isl``
+    tokens unless ``random_range_ratio`` R > 0, which draws each from [ISL x (1 - R),
+    ISL x (1 + R)] as vLLM's benchmark does, or ``mix`` puts a share of the prompts at other
+    lengths ("0.1x131072": a tenth at 131,072 tokens).  Drawn once for the whole run from
+    ``seed``: the k-th prompt sent takes the k-th length, so a mix is one schedule.  The
+    defaults (R = 0, no mix) are the homogeneous workload."""
 
     concurrency: int
     isl: int
     osl: int = 1
     shared_prefix: int = 0  # leading tokens every prompt shares (prefix cache)
     num_prompts: int | None = None  # default: two waves, 2 x concurrency
+    random_range_ratio: float = 0.0  # vLLM bench's --random-range-ratio, on input lengths only
+    mix: tuple[tuple[float, int], ...] = ()  # (share, length) of prompts not at isl; or "0.1x131072"
+    seed: int = 0  # of the length draws (vLLM bench's default seed is 0 too)
 
     def __post_init__(self):
         # the simulator runs every request and every decode step: bounds that no deployment
@@ -60,17 +73,51 @@ class ClosedLoopWorkload:
         check_int("isl", self.isl, 1)
         check_int("osl", self.osl, 1, MAX_OSL)
         check_int("shared_prefix", self.shared_prefix, 0)
-        if self.shared_prefix > self.isl:
-            raise ValueError(
-                f"shared_prefix {self.shared_prefix} > isl {self.isl}: "
-                "the shared prefix is part of the prompt"
-            )
         if self.num_prompts is not None:
             check_int("num_prompts", self.num_prompts, 1)
+        object.__setattr__(self, "random_range_ratio", check_range_ratio(self.random_range_ratio))
+        object.__setattr__(self, "mix", parse_mix(self.mix))
+        check_int("seed", self.seed, 0)
+        low, _ = length_bounds(self.isl, self.random_range_ratio)
+        if low < 1:
+            raise BadValue("random_range_ratio", f"random_range_ratio {self.random_range_ratio:g} on isl "
+                           f"{self.isl}: the shortest prompt would have {low} tokens (needs >= 1)")
+        mix_prompts(self.mix, self.total_prompts)  # refuses a mix that takes more prompts than are sent
+        shortest = min([low] + [length for _, length in self.mix])
+        if self.shared_prefix > shortest:
+            raise ValueError(
+                f"shared_prefix {self.shared_prefix} > isl {shortest}"
+                + (" (the shortest prompt)" if shortest != self.isl else "")
+                + ": the shared prefix is part of the prompt"
+            )
 
     @property
     def total_prompts(self) -> int:
         return self.num_prompts if self.num_prompts is not None else 2 * self.concurrency
+
+    @property
+    def homogeneous(self) -> bool:
+        return self.random_range_ratio == 0 and not self.mix
+
+    @functools.cached_property  # frozen: cached in the instance's __dict__, not a field
+    def prompt_lens(self) -> tuple[int, ...]:
+        """The length of every prompt, in the order they are sent."""
+        if self.homogeneous:
+            return (self.isl,) * self.total_prompts
+        return draw_lengths(self.isl, self.total_prompts, self.random_range_ratio, self.mix, self.seed)
+
+    @property
+    def max_prompt_len(self) -> int:
+        """The longest prompt the workload can send, whatever the seed (what must fit in
+        ``max_model_len``)."""
+        return max([length_bounds(self.isl, self.random_range_ratio)[1]] + [n for _, n in self.mix])
+
+    @property
+    def label(self) -> str:
+        """The lengths in a few characters: '' when homogeneous, else 'R=0.5', 'mix 0.1x131072'."""
+        parts = [f"R={self.random_range_ratio:g}"] if self.random_range_ratio else []
+        parts += [f"mix {mix_text(self.mix)}"] if self.mix else []
+        return ", ".join(parts)
 
 
 @dataclass
@@ -95,7 +142,7 @@ def kv_blocks_needed(workload: ClosedLoopWorkload, config: SchedulerConfig) -> i
     """KV blocks that hold every request the schedule can run at once, each to
     its last token, counting no prefix block as shared (requests admitted while
     the prefix is still being computed compute their own copy)."""
-    per_request = -(-(workload.isl + workload.osl) // config.block_size)
+    per_request = -(-(workload.max_prompt_len + workload.osl) // config.block_size)
     return min(workload.concurrency, config.max_num_seqs, workload.total_prompts) * per_request
 
 
@@ -106,7 +153,7 @@ def check_kv_capacity(workload: ClosedLoopWorkload, config: SchedulerConfig) -> 
     if config.num_kv_blocks and config.num_kv_blocks < need:
         raise ValueError(
             f"num_kv_blocks {config.num_kv_blocks}: below the {need} blocks the running "
-            f"requests of {workload.isl} + {workload.osl} tokens can hold; the simulator "
+            f"requests of {workload.max_prompt_len} + {workload.osl} tokens can hold; the simulator "
             "does not model preemption (use source='vllm' for a smaller KV cache)"
         )
 
@@ -128,8 +175,9 @@ class _Engine:
         self.send(workload.concurrency)
 
     def send(self, n: int) -> None:
+        lens = self.workload.prompt_lens
         for _ in range(min(n, self.workload.total_prompts - self.sent)):
-            self.waiting.append(_Request(self.sent, self.workload.isl))
+            self.waiting.append(_Request(self.sent, lens[self.sent]))
             self.sent += 1
 
     def busy(self) -> bool:

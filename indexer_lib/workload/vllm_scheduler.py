@@ -138,7 +138,7 @@ def build_scheduler(workload: ClosedLoopWorkload, config: SchedulerConfig):
     """
     v = vllm_modules()
     # any length >= prompt + output schedules the same; vLLM wants it >= the threshold
-    max_model_len = max(workload.isl + workload.osl, config.long_prefill_token_threshold)
+    max_model_len = max(workload.max_prompt_len + workload.osl, config.long_prefill_token_threshold)
     blocks = config.num_kv_blocks or kv_blocks_needed(workload, config) + 1  # + vLLM's null block
     try:
         model_config = v["ModelConfig"](
@@ -194,7 +194,8 @@ def build_scheduler(workload: ClosedLoopWorkload, config: SchedulerConfig):
 
 
 def _prompt(workload: ClosedLoopWorkload, rid: int) -> list[int]:
-    tail = workload.isl - workload.shared_prefix
+    # the rid-th prompt sent has the rid-th length, as in the simulator
+    tail = workload.prompt_lens[rid] - workload.shared_prefix
     tokens = [_PREFIX_TOKEN] * workload.shared_prefix
     if tail:
         tokens.append(_TAIL_FIRST + rid % (_VOCAB - _TAIL_FIRST))
