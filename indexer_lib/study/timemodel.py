@@ -118,9 +118,10 @@ class TimeModel:
         return self.features_time(plan_features(plan))
 
     def features_time(self, f: dict) -> LayerTime:
-        if "work" not in f:
-            f["work"] = chunk_work(f["plan"])
-        return self.layer_time(f["work"], topk=f["topk"], k_bytes_per_token=f["k_bytes_per_token"],
+        # the chunks' work is computed from the plan each time and not kept: the features of a
+        # sweep's steps are cached by the thousand, and the work holds per-row arrays
+        work = f["work"] if "work" in f else chunk_work(f["plan"])
+        return self.layer_time(work, topk=f["topk"], k_bytes_per_token=f["k_bytes_per_token"],
                                clean=f["clean_logits"], indexer_layers=f["indexer_layers"])
 
     def features_ms(self, f: dict) -> float:
