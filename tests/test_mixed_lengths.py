@@ -160,3 +160,26 @@ def grid_fields(grid: Grid) -> dict:
     from dataclasses import fields
 
     return {f.name: getattr(grid, f.name) for f in fields(grid)}
+
+
+def test_the_worst_step_search_finds_at_least_the_sample_and_the_ceiling_bounds_it():
+    from indexer_lib.engines import release_scheduler
+    from indexer_lib.plan import PlanSettings
+    from indexer_lib.study import bounds
+    from indexer_lib.workload import ClosedLoopWorkload
+
+    config = release_scheduler("vllm==0.33.0", 64)
+    for engine, layout in (("vllm==0.33.0", "compressed"), ("vllm==0.32.0", "full")):
+        settings = PlanSettings("glm-5", engine, temporaries="deepgemm")
+        drawn = ClosedLoopWorkload(16, 4096, 16, random_range_ratio=0.5)
+        assert len(bounds.variants(drawn)) == 1 + len(bounds.DEFAULT_WAVES) * len(bounds.DEFAULT_SEEDS)
+        r = bounds.search(drawn, config, "n-only", None, settings)
+        assert r["found_peak_gib"] >= r["sample_peak_gib"] and r["found_over_sample"] >= 1
+        # no step's one logits call can pass the analytic ceiling
+        assert r["found_logits_gib"] <= r["ceiling_logits_gib"] + 1e-9
+        assert "2 waves of 16" in r["sample"] and "seed 0" in r["sample"]
+    one = ClosedLoopWorkload(16, 4096, 16)
+    assert len(bounds.variants(one)) == 1 + len(bounds.DEFAULT_WAVES)  # no seeds: nothing is drawn
+    # the compressed ceiling: max_num_batched_tokens rows, as wide as the longest prompt
+    settings = PlanSettings("glm-5", "vllm==0.33.0")
+    assert bounds.ceiling_logits_bytes(one, config, settings, "compressed") == 8192 * 4096 * 4

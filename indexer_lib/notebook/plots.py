@@ -109,9 +109,13 @@ def lengths_of(frame) -> str:
     return "prompt lengths " + "; ".join(labels) if labels else ""
 
 
+SAMPLE = "each point the worst step of one simulated closed loop (2 waves of prompts; notebook 01 section 3d)"
+
+
 def with_lengths(what: str, frame) -> str:
+    """``what`` with the prompt lengths where they vary, and what a point's worst step is over."""
     lengths = lengths_of(frame)
-    return f"{what}; {lengths}" if lengths else what
+    return f"{what}; {lengths}; {SAMPLE}" if lengths else f"{what}; {SAMPLE}"
 
 
 def frontier_heatmap(frame, by: str = "budget_mb", strategy: str = "vllm",

@@ -240,10 +240,18 @@ def _held_out_us(kernel: str, index: int) -> float:
     rows = logits if kernel == "logits" else clean
     others = rows[:index] + rows[index + 1:]
     fit = _fit(others, clean) if kernel == "logits" else _fit(logits, others)
-    r = rows[index]
+    return _deepgemm_row_us(rows[index], fit)
+
+
+def _deepgemm_row_us(r: dict, fit: KernelFit) -> float:
+    """The modelled time of one of DeepGEMM's test rows (its logits or its clean kernel)."""
     tiles, outside = _row_work(r)
     gpu = gpu_rates(r["gpu"])
-    return logits_us(tiles, gpu, fit) if kernel == "logits" else clean_us(outside, gpu, fit)
+    return logits_us(tiles, gpu, fit) if r["kernel"] == "logits" else clean_us(outside, gpu, fit)
+
+
+# how the DeepGEMM rows were used, per kernel
+FITTED = {"logits": "fitted (3 constants, 9 rows)", "clean": "fitted (2 constants, 8 rows, smallest worst error)"}
 
 
 def published_checks() -> list[dict]:
@@ -256,18 +264,10 @@ def published_checks() -> list[dict]:
         index = seen[r["kernel"]] = seen.get(r["kernel"], -1) + 1
         held_out = None
         gpu = gpu_rates(r["gpu"])
-        if r["kernel"] == "logits":
-            tiles, _ = _row_work(r)
-            us = logits_us(tiles, gpu, fit)
-            shape = f"S={int(r['seq_len'])} SKV={int(r['seq_len_kv'])} H={int(r['heads'])} {r['layout'][-3:]}"
-            used = "fitted (3 constants, 9 rows)"
-            held_out = _held_out_us("logits", index)
-        elif r["kernel"] == "clean":
-            _, outside = _row_work(r)
-            us = clean_us(outside, gpu, fit)
-            shape = f"S={int(r['seq_len'])} SKV={int(r['seq_len_kv'])} {r['layout'][-3:]}"
-            used = "fitted (2 constants, 8 rows, smallest worst error)"
-            held_out = _held_out_us("clean", index)
+        if r["kernel"] in FITTED:
+            us, used, held_out = _deepgemm_row_us(r, fit), FITTED[r["kernel"]], _held_out_us(r["kernel"], index)
+            heads = f" H={int(r['heads'])}" if r["kernel"] == "logits" else ""
+            shape = f"S={int(r['seq_len'])} SKV={int(r['seq_len_kv'])}{heads} {r['layout'][-3:]}"
         else:
             lens = np.full(int(r["rows"]), int(r["row_len"]))
             us = topk_us(lens, int(r["topk"]), gpu, fit)

@@ -1,0 +1,106 @@
+"""How far a frontier's worst step is from the worst the scheduler can build (modelled).
+
+A frontier point's "worst step" is the worst of one simulated closed loop: its clients' prompts
+sent in waves (two by default: 2 x concurrency prompts), lengths drawn from one seed, the
+release's scheduler.  ``search`` runs the same workload with more waves and, where lengths are
+drawn (a range ratio or a mix), other seeds, and reports the worst step found against the
+sample's; ``ceiling`` gives the analytic bound without a budget: no step has more query rows
+than ``max_num_batched_tokens``, nor more requests than rows, clients or ``max_num_seqs``, nor
+a request longer than the longest prompt (docs/design.md#bounds).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..padding import get_rules
+from ..plan import PlanSettings, make_plan
+from ..workload import ClosedLoopWorkload, SchedulerConfig
+from .frontier import Schedule, prefill_batches, worst_step
+
+DEFAULT_WAVES = (2, 3, 4, 6)
+DEFAULT_SEEDS = tuple(range(6))
+
+
+def sample_text(workload: ClosedLoopWorkload) -> str:
+    """What a frontier's worst step is the worst of, in words."""
+    waves = workload.total_prompts / workload.concurrency
+    lengths = "one length" if not (workload.random_range_ratio or workload.mix) else f"lengths from seed {workload.seed}"
+    return (f"the worst step of one simulated closed loop: {workload.total_prompts} prompts "
+            f"({waves:g} waves of {workload.concurrency}), {lengths}")
+
+
+def variants(workload: ClosedLoopWorkload, waves=DEFAULT_WAVES, seeds=DEFAULT_SEEDS) -> list[ClosedLoopWorkload]:
+    """The workload with more waves and, where its lengths are drawn, other seeds (itself first)."""
+    drawn = bool(workload.random_range_ratio or workload.mix)
+    out = [workload]
+    for w in waves:
+        for seed in (seeds if drawn else (workload.seed,)):
+            v = replace(workload, num_prompts=w * workload.concurrency, seed=seed)
+            if v not in out:
+                out.append(v)
+    return out
+
+
+def search(workload: ClosedLoopWorkload, config: SchedulerConfig, strategy: str, budget_bytes: int | None,
+           settings: PlanSettings, waves=DEFAULT_WAVES, seeds=DEFAULT_SEEDS) -> dict:
+    """The sample's worst step against the worst found over the variants (transient bytes)."""
+    results = []
+    for v in variants(workload, waves, seeds):
+        schedule = Schedule(prefill_batches(v, config))
+        w = worst_step(schedule, strategy, budget_bytes, settings, topk_rows=config.max_num_batched_tokens)
+        largest = make_plan(schedule.step(w.worst_step), strategy, budget_bytes, settings).largest_logits_bytes
+        results.append((v, w, largest))
+    (_, sample, sample_logits) = results[0]
+    found_in, found, found_logits = max(results, key=lambda r: r[1].peak_transient_bytes)
+    layout = "compressed" if any(c.compressed for c in make_plan(
+        Schedule(prefill_batches(workload, config)).unique[0], "n-only", None, settings).chunks) else "full"
+    return {
+        "concurrency": workload.concurrency, "isl": workload.isl, "strategy": strategy,
+        "budget_mb": None if budget_bytes is None else budget_bytes / 2**20,
+        "sample": sample_text(workload), "sample_peak_gib": sample.peak_transient_bytes / 2**30,
+        "sample_logits_gib": sample_logits / 2**30, "searched": len(results),
+        "found_peak_gib": found.peak_transient_bytes / 2**30, "found_logits_gib": found_logits / 2**30,
+        "found_in": f"{found_in.total_prompts} prompts, seed {found_in.seed}",
+        "found_over_sample": found.peak_transient_bytes / max(1, sample.peak_transient_bytes),
+        "ceiling_logits_gib": ceiling_logits_bytes(workload, config, settings, layout) / 2**30,
+        "mode": "model",
+    }
+
+
+def ceiling_logits_bytes(workload: ClosedLoopWorkload, config: SchedulerConfig, settings: PlanSettings,
+                         layout: str = "full") -> int:
+    """The largest logits one step can ask for in one call without a budget (DeepGEMM's padding
+    of the settings' build included): rows up to the token budget, each request at least one
+    row, every request as long as the longest prompt; the compressed layout is as wide as one
+    request."""
+    rows = config.max_num_batched_tokens
+    requests = min(rows, workload.concurrency, config.max_num_seqs, workload.total_prompts)
+    longest = max(workload.prompt_lens) // settings.preset.kv_ratio
+    compressed = layout == "compressed"
+    width = longest if compressed else requests * longest
+    return get_rules(settings.deepgemm).logits_bytes(rows, width, settings.preset.index_heads, compressed)
+
+
+def bounds_table(model: str, engine: str, gpu: str = "h200", concurrency: int = 64, osl: int = 64,
+                 strategies=("n-only", "engine"), budget_mb: float = 512):
+    """``search`` on three workloads of one concurrency (prompts of one length at 10,240 tokens;
+    the same with vLLM bench's range ratio 0.5; 2% of the prompts at 128K among 2K ones), per
+    strategy (a budgeted one at ``budget_mb``), on the release's scheduler defaults."""
+    import pandas as pd
+
+    from ..engines import release_scheduler
+    from ..plan import get_strategy
+    from ..shapes import get_model
+
+    settings = PlanSettings(model, engine, temporaries="deepgemm", gpu=gpu)
+    config = release_scheduler(engine, get_model(model).kv_block, gpu)
+    workloads = {"one length": ClosedLoopWorkload(concurrency, 10240, osl),
+                 "range ratio 0.5": ClosedLoopWorkload(concurrency, 10240, osl, random_range_ratio=0.5),
+                 "2% at 128K among 2K": ClosedLoopWorkload(concurrency, 2048, osl, mix="0.02x131072")}
+    rows = []
+    for name, workload in workloads.items():
+        for strategy in strategies:
+            budget = get_strategy(strategy).budget_bytes(budget_mb, None, settings)
+            rows.append({"workload": name, **search(workload, config, strategy, budget, settings),
+                         "engine": engine})
+    return pd.DataFrame(rows)
