@@ -167,7 +167,7 @@ class LiveHeatmap:
         self.legend.get_texts()[0].set_text(frontier_handle(free_gib).get_label() if self.line is not None
                                             else f"no cell OOMs at {free_gib:g} GiB free")
         self.title.set_text(style.wrap(heatmap_question(model) + "\n" + heatmap_title(
-            model, engine, free_gib, with_lengths(f"budget {budget_mb:g} MiB", frame), mode),
+            model, engine, free_gib, with_lengths(f"budget {budget_mb:g} MiB", frame, sample=False), mode),
             self.fig.get_size_inches()[0]))
         contents = {
             "cells": (cells, oom.tobytes(), free_gib),

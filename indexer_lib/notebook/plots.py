@@ -112,10 +112,11 @@ def lengths_of(frame) -> str:
 SAMPLE = "each point the worst step of one simulated closed loop (2 waves of prompts; notebook 01 section 3d)"
 
 
-def with_lengths(what: str, frame) -> str:
-    """``what`` with the prompt lengths where they vary, and what a point's worst step is over."""
-    lengths = lengths_of(frame)
-    return f"{what}; {lengths}; {SAMPLE}" if lengths else f"{what}; {SAMPLE}"
+def with_lengths(what: str, frame, sample: bool = True) -> str:
+    """``what`` with the prompt lengths where they vary, and (``sample``) what a point's worst step
+    is over (the dashboard says it in its status line: its small figure keeps a short title)."""
+    parts = [what] + [p for p in (lengths_of(frame), SAMPLE if sample else "") if p]
+    return "; ".join(parts)
 
 
 def frontier_heatmap(frame, by: str = "budget_mb", strategy: str = "vllm",
