@@ -137,7 +137,7 @@ class FrontierDashboard:
         left_out = len(self.concurrency) * len(self.isl) - self.frame[["concurrency", "isl"]].drop_duplicates().shape[0]
         left_out = (f"; {left_out} points left out (a prompt past max_model_len, or shorter than the shared prefix)"
                     if left_out > 0 else "")
-        self.status.value = (f"<i>modelled, each point the worst step of one two-wave closed loop; {len(self.frame)} points; "
+        self.status.value = (f"<i>modelled; each point the worst step of one two-wave closed loop; {len(self.frame)} points; "
                              f"{int(self.frame['oom'].sum())} OOM; "
                              f"{differs or 'scheduler: the release defaults'}{left_out}</i>")
 
