@@ -52,8 +52,7 @@ def search(workload: ClosedLoopWorkload, config: SchedulerConfig, strategy: str,
         results.append((v, w, largest))
     (_, sample, sample_logits) = results[0]
     found_in, found, found_logits = max(results, key=lambda r: r[1].peak_transient_bytes)
-    layout = "compressed" if any(c.compressed for c in make_plan(
-        Schedule(prefill_batches(workload, config)).unique[0], "n-only", None, settings).chunks) else "full"
+    layout = settings.profile.layout if settings.profile is not None else "full"  # the release's logits layout
     return {
         "concurrency": workload.concurrency, "isl": workload.isl, "strategy": strategy,
         "budget_mb": None if budget_bytes is None else budget_bytes / 2**20,

@@ -24,7 +24,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..padding import get_rules
-from ..plan.work import BLOCK_QH, block_tiles
+from ..plan.work import block_tiles
 from ..refdata import read_rows
 from ..shapes import get_gpu
 
@@ -293,8 +293,3 @@ def error_band() -> dict[str, tuple[float, float]]:
         lo, hi = band.get(c["kernel"], (ratio, ratio))
         band[c["kernel"]] = (min(lo, ratio), max(hi, ratio))
     return {k: band.get(k, (1.0, 1.0)) for k in KERNELS}
-
-
-def block_rows(heads: int) -> int:
-    """Query rows per DeepGEMM block."""
-    return max(1, BLOCK_QH // heads)

@@ -86,12 +86,6 @@ class LayerTime:
         return self.scale * max(lo, self.host_us), self.scale * max(hi, self.host_us)
 
 
-def release_kernels(settings: PlanSettings) -> dict:
-    """What the release's chunk loop launches besides the logits and top-k."""
-    profile = settings.profile
-    return {"clean": bool(profile is not None and profile.clean_logits)}
-
-
 @dataclass(frozen=True)
 class TimeModel:
     gpu: str = "h200"
