@@ -22,6 +22,9 @@ ROOT=.venv-engines
 BASE="$(pwd)/.venv/bin/python"
 DEPS_TF4="$(pwd)/$ROOT/deps-tf4"
 TF4_PACKAGES=("transformers>=4.56.0,<5" gguf openai-harmony)
+# what 0.15.1's scheduler imports beyond those (its structured-output manager), without their own
+# dependencies (all present already): the seed release's own scheduler runs in the tests
+SCHEDULER_PACKAGES=("mistral_common==1.8.8" pydantic-extra-types pycountry tiktoken diskcache)
 TARGETS=("$@"); [ ${#TARGETS[@]} -gt 0 ] || TARGETS=(vllm-0.15.1 vllm-0.19.0 vllm-0.20.0 vllm-0.30.0 sglang-0.5.23)
 # the releases whose overlay also takes deps-tf4 (found by importing their indexer module)
 declare -A WANTS_TF4=([0.15.1]=1 [0.19.0]=1 [0.20.0]=1)
@@ -29,7 +32,7 @@ quiet() {  # pip's resolver complains that vllm wants another torch: expected wi
     local rc
     set +e
     "$@" 2>&1 | grep -v -e "is ignored: it is neither" -e "dependency resolver does not currently" \
-        -e "^vllm [0-9.]* requires " -e "^xgrammar [0-9.]* requires "
+        -e "^vllm [0-9.]* requires " -e "^xgrammar [0-9.]* requires " -e "already exists. Specify --upgrade"
     rc=${PIPESTATUS[0]}
     set -e
     return "$rc"
@@ -40,6 +43,7 @@ import importlib.metadata as m, sys, warnings
 warnings.simplefilter("ignore")
 assert m.version("vllm") == sys.argv[1]
 import vllm.v1.attention.backends.mla.indexer  # noqa: F401
+import vllm.v1.core.sched.scheduler  # noqa: F401
 PY
 }
 [ -x "$BASE" ] || { echo "install_engines: needs the project's .venv first (scripts/setup_env.sh)" >&2; exit 1; }
@@ -57,6 +61,11 @@ for target in "${TARGETS[@]}"; do
                     quiet "$BASE" -m pip install -q --disable-pip-version-check --no-cache-dir \
                         --target "$DEPS_TF4" "${TF4_PACKAGES[@]}"
                     touch "$DEPS_TF4/.complete"
+                fi
+                if [ ! -f "$DEPS_TF4/.scheduler" ]; then
+                    quiet "$BASE" -m pip install -q --disable-pip-version-check --no-cache-dir --no-deps \
+                        --target "$DEPS_TF4" "${SCHEDULER_PACKAGES[@]}"
+                    touch "$DEPS_TF4/.scheduler"
                 fi
                 path="$path:$DEPS_TF4"
             fi

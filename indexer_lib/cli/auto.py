@@ -120,7 +120,8 @@ def cmd_auto(args) -> int:
     scheduler = release_scheduler(settings.profile, settings.preset.kv_block, settings.gpu,
                                   max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs,
                                   long_prefill_token_threshold=args.long_prefill_token_threshold,
-                                  async_scheduling=args.async_scheduling)
+                                  async_scheduling=args.async_scheduling, speculative_tokens=args.speculative_tokens,
+                                  num_kv_blocks=-(-args.kv_cache_tokens // settings.preset.kv_block))
     differs = not_default_text(settings.profile, scheduler, settings.gpu)
     rec = recommend(workloads, args.free_gib, settings, scheduler, strategies, tuple(args.budgets_mb),
                     TimeModel.from_data(args.data_dir or MEASURED_DIR), args.mem_fraction_static)

@@ -228,6 +228,15 @@ def add_scheduler_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=None,
                    help="the scheduler plans one step ahead (default: the release's; "
                         f"{'on' if d['async_scheduling'] else 'off'} for {release})")
+    p.add_argument("--speculative-tokens", type=int, default=0,
+                   help="draft tokens per decode step (speculative decoding, e.g. MTP's "
+                        "num_speculative_tokens), every draft taken as accepted; a decode with more drafts "
+                        "than the release's indexer takes in its decode path is computed in its prefill path "
+                        "(default: 0, none, as engines serve unless asked)")
+    p.add_argument("--kv-cache-tokens", type=int, default=0,
+                   help="the KV cache per GPU in tokens, as the engine logs it ('GPU KV cache size'); a cache "
+                        "smaller than the running requests need preempts, which only --workload-source vllm "
+                        "models (default: 0, room for every running request)")
 
 
 def engine_arg(text: str) -> str:

@@ -83,6 +83,10 @@ class EngineProfile:
     # row counts it picks by the step's longest compressed K: [[more than this many entries, rows], ...]
     chunk_rows: int | None = None
     chunk_rows_by_kv: tuple | None = None
+    # speculative decoding: the most draft tokens a decode may carry and still take the indexer's
+    # decode path (vLLM 0.13-0.18: one, as DeepGEMM's paged logits took at most two tokens per
+    # request); None: any number.  A decode with more goes through the prefill path.
+    indexer_decode_max_drafts: int | None = None
     sources: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def __post_init__(self):
@@ -98,6 +102,12 @@ class EngineProfile:
     @property
     def name(self) -> str:
         return f"{self.engine}=={self.release}"
+
+    def indexer_decode_threshold(self, speculative_tokens: int) -> int:
+        """New tokens up to which a request takes the indexer's decode path, with this many
+        draft tokens per decode."""
+        cap = self.indexer_decode_max_drafts
+        return 1 + (speculative_tokens if cap is None else min(speculative_tokens, cap))
 
     @property
     def has_budget(self) -> bool:

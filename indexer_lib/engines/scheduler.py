@@ -27,20 +27,28 @@ def scheduler_defaults(engine: str | EngineProfile | None, gpu=None) -> dict:
 def release_scheduler(engine: str | EngineProfile | None, block_size: int, gpu=None, **given) -> SchedulerConfig:
     """The scheduler as the release runs it on ``gpu`` (None: an H200): its defaults, with the
     settings given (not None) in their place."""
-    unknown = set(given) - set(SCHEDULER_SETTINGS) - {"num_kv_blocks", "enable_prefix_caching"}
+    unknown = set(given) - set(SCHEDULER_SETTINGS) - {"num_kv_blocks", "enable_prefix_caching", "speculative_tokens"}
     if unknown:
         raise TypeError(f"release_scheduler: no scheduler setting {sorted(unknown)[0]!r}")
     values = scheduler_defaults(engine, gpu)
     values.update({k: v for k, v in given.items() if v is not None})
-    return SchedulerConfig(block_size=block_size, **values)
+    drafts = values.get("speculative_tokens") or 0
+    # which decodes the release's indexer takes in its prefill path (data/engines/, with sources)
+    threshold = get_engine(engine).indexer_decode_threshold(drafts)
+    return SchedulerConfig(block_size=block_size, indexer_decode_threshold=threshold, **values)
 
 
 def not_default(engine: str | EngineProfile | None, config: SchedulerConfig, gpu=None) -> list[str]:
     """The settings of ``config`` that differ from the release's defaults on ``gpu``, each as
     ``name=value (default D)``: what a table or a title must name next to its numbers."""
     defaults = scheduler_defaults(engine, gpu)
-    return [f"{name}={getattr(config, name)} (default {default})" for name, default in defaults.items()
-            if getattr(config, name) != default]
+    differ = [f"{name}={getattr(config, name)} (default {default})" for name, default in defaults.items()
+              if getattr(config, name) != default]
+    if config.speculative_tokens:  # no release serves with speculative decoding unless asked
+        differ.append(f"speculative_tokens={config.speculative_tokens} (default 0)")
+    if config.num_kv_blocks:  # the default is a cache with room for every running request
+        differ.append(f"kv_cache_tokens={config.num_kv_blocks * config.block_size}")
+    return differ
 
 
 def not_default_text(engine: str | EngineProfile | None, config: SchedulerConfig, gpu=None) -> str:

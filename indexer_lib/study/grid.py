@@ -19,6 +19,7 @@ from ..engines import DEFAULT_ENGINE, get_engine, not_default, release_scheduler
 from ..plan import GIVEN_BUDGET, MEASURED_BUDGET, PlanSettings, get_strategy
 from ..shapes import budget_bytes_from_mb, free_bytes_from_gib, get_model
 from ..workload import MAX_BATCHED_TOKENS, MAX_CONCURRENCY, MAX_OSL, ClosedLoopWorkload, SchedulerConfig, check_int, check_source
+from ..workload.simulator import MAX_SPECULATIVE_TOKENS
 from ..workload.lengths import check_range_ratio, length_bounds, mix_text, parse_mix
 from .frontier import default_isl
 
@@ -63,6 +64,10 @@ class Task:
             parts.append(f"mix{mix_text(w.mix)}")
         if not w.homogeneous:
             parts.append(f"seed{w.seed}")
+        if c.speculative_tokens:
+            parts.append(f"spec{c.speculative_tokens}")
+        if c.num_kv_blocks:
+            parts.append(f"kvblocks{c.num_kv_blocks}")
         if self.one_budget and self.budgets_mb[0] is not None:
             parts.append(f"budget{self.budgets_mb[0]:g}")
         if self.one_free:
@@ -93,6 +98,11 @@ class Grid:
     max_num_seqs: tuple[int, ...] | None = None
     long_prefill_token_threshold: tuple[int, ...] | None = None
     async_scheduling: bool | None = None
+    # the deployment: draft tokens per decode (speculative decoding, MTP; 0: none, as vLLM serves by
+    # default) and the KV cache in tokens per GPU (0: room for every running request; a smaller
+    # cache preempts, which only vLLM's own scheduler, workload_source "vllm", models)
+    speculative_tokens: int = 0
+    kv_cache_tokens: int = 0
     # engine releases (ENGINE==RELEASE; a bare vllm or sglang: its latest): each plans on its own
     # DeepGEMM, workspace and layout; the ``engine`` strategy is its own chunker
     engine: tuple[str, ...] = (DEFAULT_ENGINE,)
@@ -135,6 +145,8 @@ class Grid:
         object.__setattr__(self, "random_range_ratio", tuple(check_range_ratio(r) for r in self.random_range_ratio))
         object.__setattr__(self, "mix", tuple(mix_text(parse_mix(m)) for m in self.mix))  # one spelling each
         check_int("length_seed", self.length_seed, 0)
+        check_int("speculative_tokens", self.speculative_tokens, 0, MAX_SPECULATIVE_TOKENS)
+        check_int("kv_cache_tokens", self.kv_cache_tokens, 0)
         too_long = [n for m in self.mix for _, n in parse_mix(m) if n > longest]
         if too_long:
             raise BadValue("mix", f"mix length {too_long[0]} > max_model_len {longest} of {self.model}")
@@ -191,7 +203,9 @@ class Grid:
         own default where the axis is None."""
         block = get_model(self.model).kv_block
         return tuple(release_scheduler(engine, block, self.gpu, max_num_batched_tokens=mnbt, max_num_seqs=seqs,
-                                       long_prefill_token_threshold=thr, async_scheduling=self.async_scheduling)
+                                       long_prefill_token_threshold=thr, async_scheduling=self.async_scheduling,
+                                       speculative_tokens=self.speculative_tokens,
+                                       num_kv_blocks=-(-self.kv_cache_tokens // block))
                      for mnbt, seqs, thr in itertools.product(self.max_num_batched_tokens or (None,),
                                                               self.max_num_seqs or (None,),
                                                               self.long_prefill_token_threshold or (None,)))

@@ -52,10 +52,12 @@ def added_time(workload: ClosedLoopWorkload, config: SchedulerConfig, strategy: 
             at_budget.append(cache[key])
         first: dict[int, int] = {}
         last: dict[int, int] = {}
+        lens = workload.prompt_lens
         for i, s in enumerate(steps):
-            for rid in s.request_ids:
-                first.setdefault(rid, i)
-                last[rid] = i
+            for rid, row in zip(s.request_ids, s.batch.requests if s.batch else ()):
+                if row.context_len < lens[rid]:  # a prompt chunk (not a decode with drafts)
+                    first.setdefault(rid, i)
+                    last[rid] = i
         cumulative = np.concatenate([[0.0], np.cumsum(added)])
         ttft = np.array([cumulative[last[r] + 1] - cumulative[first[r]] for r in first])
         decodes = np.array([s.num_decode for s in steps], dtype=float)

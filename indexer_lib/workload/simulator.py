@@ -20,6 +20,7 @@ from .lengths import check_range_ratio, draw_lengths, length_bounds, mix_prompts
 MAX_CONCURRENCY = 65_536  # requests in flight; engines schedule at most a few thousand at once
 MAX_BATCHED_TOKENS = 1 << 31  # tokens per step; above every model's max_model_len, and the top-k buffer's rows
 MAX_OSL = 1 << 20  # output tokens per request; above every model's max_model_len
+MAX_SPECULATIVE_TOKENS = 64  # draft tokens per step; engines run a handful
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,14 @@ class SchedulerConfig:
     async_scheduling: bool = False  # the async scheduler learns of finishes one step later
     # KV cache capacity in blocks; 0: enough for every running request (no preemption)
     num_kv_blocks: int = 0
+    # speculative decoding (MTP, EAGLE): each decoding request schedules its sampled token and
+    # this many draft tokens per step, and every draft is taken as accepted (an assumption: the
+    # most output per step); 0: none, vLLM's default
+    speculative_tokens: int = 0
+    # the most new tokens a request may have and still take the indexer's decode path; more, and
+    # the indexer computes its logits in the prefill path with its whole context (decodes with
+    # drafts included).  0: 1 + speculative_tokens; each release's own rule in data/engines/
+    indexer_decode_threshold: int = 0
 
     def __post_init__(self):
         check_int("max_num_batched_tokens", self.max_num_batched_tokens, 1, MAX_BATCHED_TOKENS)
@@ -41,6 +50,13 @@ class SchedulerConfig:
         check_int("long_prefill_token_threshold", self.long_prefill_token_threshold, 0)
         check_int("block_size", self.block_size, 1)
         check_int("num_kv_blocks", self.num_kv_blocks, 0)
+        check_int("speculative_tokens", self.speculative_tokens, 0, MAX_SPECULATIVE_TOKENS)
+        check_int("indexer_decode_threshold", self.indexer_decode_threshold, 0)
+
+    @property
+    def decode_threshold(self) -> int:
+        """New tokens up to which a request takes the indexer's decode path."""
+        return self.indexer_decode_threshold or 1 + self.speculative_tokens
 
 
 
@@ -135,7 +151,7 @@ class ScheduledStep:
     step: int
     batch: StepBatch | None  # None when the step had no prefill rows
     num_decode: int
-    request_ids: tuple[int, ...] = field(default=())  # ids of the prefill requests, in order
+    request_ids: tuple[int, ...] = field(default=())  # ids of the requests of the prefill rows, in order
 
 
 def kv_blocks_needed(workload: ClosedLoopWorkload, config: SchedulerConfig) -> int:
@@ -154,7 +170,8 @@ def check_kv_capacity(workload: ClosedLoopWorkload, config: SchedulerConfig) -> 
         raise ValueError(
             f"num_kv_blocks {config.num_kv_blocks}: below the {need} blocks the running "
             f"requests of {workload.max_prompt_len} + {workload.osl} tokens can hold; the simulator "
-            "does not model preemption (use source='vllm' for a smaller KV cache)"
+            "does not model preemption: vLLM's own scheduler does (--workload-source vllm, "
+            "source='vllm')"
         )
 
 
@@ -202,19 +219,20 @@ class _Engine:
             return 0
         return min(req.computed + n, self.workload.shared_prefix) // self.config.block_size * self.config.block_size
 
-    def schedule(self) -> tuple[list, list, int]:
-        """One scheduling pass: (prefill (request, tokens), decoding requests, how many ran when
-        it was scheduled)."""
+    def schedule(self) -> tuple[list, int]:
+        """One scheduling pass: ((request, tokens, decoding) in the order scheduled, how many ran
+        when it was scheduled)."""
         budget = self.config.max_num_batched_tokens
+        drafts = self.config.speculative_tokens
         threshold = self.config.long_prefill_token_threshold
         cap_chunks = threshold > 0 and len(self.running) + len(self.waiting) > 1
-        prefill, decoding = [], []
+        scheduled = []
 
         def take(req: _Request) -> None:
             nonlocal budget
             n = req.prompt_len - req.computed
             n = min(min(n, threshold) if cap_chunks else n, budget)
-            prefill.append((req, n))
+            scheduled.append((req, n, False))
             budget -= n
             self.cached_prefix = max(self.cached_prefix, self.cacheable_prefix(req, n))
 
@@ -224,8 +242,9 @@ class _Engine:
             if req.outputs >= self.workload.osl:
                 continue  # async: finished in the step in flight, not yet removed
             if req.computed >= req.prompt_len:
-                decoding.append(req)
-                budget -= 1
+                n = min(1 + drafts, budget)  # its sampled token and its drafts
+                scheduled.append((req, n, True))
+                budget -= n
             else:
                 take(req)
         while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
@@ -238,7 +257,13 @@ class _Engine:
         scheduled_with = len(self.running)
         # async: the requests that finished in the previous step leave now
         self.running = [r for r in self.running if r.outputs < self.workload.osl]
-        return prefill, decoding, scheduled_with
+        return scheduled, scheduled_with
+
+    def rows(self, scheduled: list) -> list:
+        """The (request, tokens) the indexer's prefill path computes: every prompt chunk, and every
+        decode with more new tokens than the release's indexer takes in its decode path."""
+        threshold = self.config.decode_threshold
+        return [(r, n) for r, n, decoding in scheduled if not decoding or n > threshold]
 
     def executed(self, batch: StepBatch | None, num_decode: int, rids: tuple[int, ...]) -> ScheduledStep:
         """The step as the engine executes it (numbered), with its prefill batch."""
@@ -246,19 +271,19 @@ class _Engine:
         self.step += 1
         return step
 
-    def advance(self, prefill: list, decoding: list) -> int:
+    def advance(self, scheduled: list) -> int:
         """Prefill chunks compute KV and sample a token when the prompt completes; each decoding
-        request that got budget computes one token and samples the next.  How many finished."""
+        request that got budget computes its tokens and keeps them all (its sampled token and
+        every draft accepted).  How many finished."""
         finished = 0
-        for req, n in prefill:
+        for req, n, decoding in scheduled:
             req.computed += n
-            if req.computed == req.prompt_len:
+            if decoding:
+                req.outputs += n
+                finished += req.outputs >= self.workload.osl
+            elif req.computed == req.prompt_len:
                 req.outputs = 1
                 finished += req.outputs >= self.workload.osl
-        for req in decoding:
-            req.computed += 1
-            req.outputs += 1
-            finished += req.outputs >= self.workload.osl
         if not self.config.async_scheduling:
             self.running = [r for r in self.running if r.outputs < self.workload.osl]
         if finished and self.sent < self.workload.total_prompts:
@@ -266,57 +291,59 @@ class _Engine:
             self.arrivals.append((self.tick + delay, finished))
         return finished
 
-    def alike(self, prefill: list, decoding: list, finished: int, scheduled_with: int) -> int:
+    def alike(self, scheduled: list, finished: int, scheduled_with: int) -> int:
         """How many coming steps repeat the step just advanced: each of its prefill requests takes
         the same tokens again without completing its prompt, each decoding request one token without
         finishing, nobody left after it was scheduled (async; its slot freed), nobody finished and
         nobody arrives meanwhile (then the budget left and the admission come out the same too)."""
-        if finished or len(self.running) != scheduled_with or not (prefill or decoding):
+        if finished or len(self.running) != scheduled_with or not scheduled:
             return 0
-        alike = min([(req.prompt_len - req.computed - 1) // n for req, n in prefill]
-                    + [self.workload.osl - 1 - req.outputs for req in decoding])
+        # (advanced already) a prompt chunk must leave a token for later, a decode its last output
+        alike = min((self.workload.osl - 1 - req.outputs) // n if decoding
+                    else (req.prompt_len - req.computed - 1) // n for req, n, decoding in scheduled)
         if self.arrivals:
             alike = min(alike, self.arrivals[0][0] - self.tick - 1)
         return max(alike, 0)
 
-    def repeat(self, prefill: list, decoding: list, alike: int) -> Iterator[ScheduledStep]:
-        """The ``alike`` steps after this one, yielded step by step but advanced at once."""
+    def repeat(self, scheduled: list, rows: list, alike: int) -> Iterator[ScheduledStep]:
+        """The ``alike`` steps after this one, yielded step by step but advanced at once (``rows``:
+        the indexer's prefill rows of the step just advanced, their contexts already advanced)."""
         # requests in lock step take the same chunk: one request shape per run of them
         same: list[list] = []  # [context, tokens, how many in a row]
-        for req, n in prefill:
+        for req, n in rows:
             if same and same[-1][0] == req.computed and same[-1][1] == n:
                 same[-1][2] += 1
             else:
                 same.append([req.computed, n, 1])
-        rids, num_decode = tuple(r.rid for r, _ in prefill), len(decoding)
+        rids, num_decode = tuple(r.rid for r, _ in rows), len(scheduled) - len(rows)
         for k in range(alike):
             batch = None
-            if prefill:
+            if rows:
                 requests = []
                 for context, n, count in same:
                     requests += [self.request(context + k * n, n)] * count
                 batch = StepBatch(tuple(requests), self.step)
             yield self.executed(batch, num_decode, rids)
-        for req, n in prefill:
+        for req, n, decoding in scheduled:
+            if decoding:
+                req.outputs += alike * n
             req.computed += alike * n
             self.cached_prefix = max(self.cached_prefix, self.cacheable_prefix(req, 0))
-        for req in decoding:
-            req.computed += alike
-            req.outputs += alike
         self.tick += alike
 
 
 def _steps(engine: _Engine, repeat_alike: bool) -> Iterator[ScheduledStep]:
     while engine.busy():
-        prefill, decoding, scheduled_with = engine.schedule()
-        if prefill or decoding:
-            batch = StepBatch(tuple(engine.request(r.computed, n) for r, n in prefill), engine.step) \
-                if prefill else None
-            yield engine.executed(batch, len(decoding), tuple(r.rid for r, _ in prefill))
-        finished = engine.advance(prefill, decoding)
-        alike = engine.alike(prefill, decoding, finished, scheduled_with) if repeat_alike else 0
+        scheduled, scheduled_with = engine.schedule()
+        rows = engine.rows(scheduled)
+        if scheduled:
+            batch = StepBatch(tuple(engine.request(r.computed, n) for r, n in rows), engine.step) \
+                if rows else None
+            yield engine.executed(batch, len(scheduled) - len(rows), tuple(r.rid for r, _ in rows))
+        finished = engine.advance(scheduled)
+        alike = engine.alike(scheduled, finished, scheduled_with) if repeat_alike else 0
         if alike:
-            yield from engine.repeat(prefill, decoding, alike)
+            yield from engine.repeat(scheduled, rows, alike)
         engine.tick += 1
 
 

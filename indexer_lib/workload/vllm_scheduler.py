@@ -70,13 +70,13 @@ def _import_vllm():
         import vllm
         from vllm import SamplingParams
         from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig as VSchedulerConfig
-        from vllm.config import VllmConfig
+        from vllm.config import ParallelConfig, SpeculativeConfig, VllmConfig
         from vllm.utils.hashing import get_hash_fn_by_name
         from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
         from vllm.v1.core.sched.async_scheduler import AsyncScheduler
         from vllm.v1.core.sched.scheduler import Scheduler
         from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
-        from vllm.v1.outputs import ModelRunnerOutput
+        from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
         from vllm.v1.request import Request
         from vllm.v1.structured_output import StructuredOutputManager
         if quiet:  # vLLM configures its loggers on import; its CPU warnings come later
@@ -138,7 +138,9 @@ def build_scheduler(workload: ClosedLoopWorkload, config: SchedulerConfig):
     """
     v = vllm_modules()
     # any length >= prompt + output schedules the same; vLLM wants it >= the threshold
-    max_model_len = max(workload.max_prompt_len + workload.osl, config.long_prefill_token_threshold)
+    # (with drafts: room for a last decode's drafts, which the scheduler would otherwise cut)
+    max_model_len = max(workload.max_prompt_len + workload.osl + config.speculative_tokens,
+                        config.long_prefill_token_threshold)
     blocks = config.num_kv_blocks or kv_blocks_needed(workload, config) + 1  # + vLLM's null block
     try:
         model_config = v["ModelConfig"](
@@ -158,9 +160,21 @@ def build_scheduler(workload: ClosedLoopWorkload, config: SchedulerConfig):
             block_size=config.block_size, enable_prefix_caching=config.enable_prefix_caching,
         )
         cache_config.num_gpu_blocks = blocks
+        speculative_config = None
+        if config.speculative_tokens:
+            if config.async_scheduling:
+                raise ValueError("speculative decoding is driven through vLLM's synchronous scheduler "
+                                 "only: set async_scheduling off")
+            # the n-gram method: a drafter with no model, so the scheduler runs alone; the drafts
+            # themselves are played below, like the sampled tokens
+            speculative_config = v["SpeculativeConfig"](
+                method="ngram", num_speculative_tokens=config.speculative_tokens,
+                prompt_lookup_max=config.speculative_tokens, prompt_lookup_min=1,
+                target_model_config=model_config, target_parallel_config=v["ParallelConfig"](),
+            )
         vllm_config = v["VllmConfig"](
             model_config=model_config, scheduler_config=scheduler_config,
-            cache_config=cache_config,
+            cache_config=cache_config, speculative_config=speculative_config,
             # explicit: on a machine without a GPU vLLM cannot detect a device
             device_config=v["DeviceConfig"](device="cuda"),
         )
@@ -223,6 +237,11 @@ def _drive(scheduler, workload: ClosedLoopWorkload, config: SchedulerConfig
     block_hasher = v["get_request_block_hasher"](config.block_size, hash_fn)
     SamplingParams, Request = v["SamplingParams"], v["Request"]
     ModelRunnerOutput = v["ModelRunnerOutput"]
+    # releases before 0.17 take the eos token id as a required argument, and their runner
+    # output has no prompt_token_id_logprobs_dict
+    release_args = {"eos_token_id": None} if "eos_token_id" in _parameters(Request) else {}
+    output_args = ({"prompt_token_id_logprobs_dict": {}}
+                   if "prompt_token_id_logprobs_dict" in _parameters(ModelRunnerOutput) else {})
     sent = 0
 
     def send(n: int) -> None:
@@ -230,7 +249,7 @@ def _drive(scheduler, workload: ClosedLoopWorkload, config: SchedulerConfig
         for _ in range(min(n, workload.total_prompts - sent)):
             params = SamplingParams(max_tokens=workload.osl, ignore_eos=True)
             scheduler.add_request(Request(str(sent), _prompt(workload, sent), params, None,
-                                          block_hasher=block_hasher))
+                                          block_hasher=block_hasher, **release_args))
             sent += 1
 
     def process(out, sampled: set[str]) -> None:
@@ -239,14 +258,21 @@ def _drive(scheduler, workload: ClosedLoopWorkload, config: SchedulerConfig
         runner_output = ModelRunnerOutput(
             req_ids=ids,
             req_id_to_index={r: i for i, r in enumerate(ids)},
-            sampled_token_ids=[[_SAMPLED_TOKEN] if r in sampled else [] for r in ids],
+            # every draft accepted: the sampled token and one per draft
+            sampled_token_ids=[[_SAMPLED_TOKEN] * (1 + len(out.scheduled_spec_decode_tokens.get(r, ())))
+                               if r in sampled else [] for r in ids],
             logprobs=None,
             prompt_logprobs_dict={},
-            prompt_token_id_logprobs_dict={},
+            **output_args,
         )
         finished = 0
         for outputs in scheduler.update_from_output(out, runner_output).values():
             finished += sum(o.finish_reason is not None for o in outputs.outputs)
+        if config.speculative_tokens:  # the drafter proposes for every request that sampled
+            live = [r for r in ids if r in sampled and r in scheduler.requests
+                    and not scheduler.requests[r].is_finished()]
+            scheduler.update_draft_token_ids(v["DraftTokenIds"](
+                live, [[_SAMPLED_TOKEN] * config.speculative_tokens for _ in live]))
         send(finished)  # each client whose request finished sends its next prompt
 
     send(workload.concurrency)
@@ -255,10 +281,9 @@ def _drive(scheduler, workload: ClosedLoopWorkload, config: SchedulerConfig
     while True:
         if scheduler.has_requests():
             out = scheduler.schedule()
-            record = _record(scheduler, out, step)
+            record = _record(scheduler, out, step, config.decode_threshold)
             # the runner samples a token for every request whose prompt is done
-            sampled = {r for r in out.num_scheduled_tokens
-                       if not scheduler.requests[r].is_prefill_chunk}
+            sampled = {r for r in out.num_scheduled_tokens if not _prefill_chunk(scheduler.requests[r])}
             if record is not None:
                 yield record
                 step += 1
@@ -283,8 +308,21 @@ def _drive(scheduler, workload: ClosedLoopWorkload, config: SchedulerConfig
         process(*in_flight.pop())
 
 
-def _record(scheduler, out, step: int) -> ScheduledStep | None:
-    """The step's prefill rows, in the order vLLM scheduled them."""
+def _prefill_chunk(request) -> bool:
+    """Whether the step just scheduled leaves the request's prompt unfinished (no token sampled).
+    The scheduler has already advanced its computed tokens; releases before 0.17 have no flag."""
+    flag = getattr(request, "is_prefill_chunk", None)
+    return request.num_computed_tokens < request.num_tokens if flag is None else flag
+
+
+def _parameters(cls) -> set[str]:
+    import inspect
+
+    return set(inspect.signature(cls).parameters)
+
+
+def _record(scheduler, out, step: int, decode_threshold: int = 1) -> ScheduledStep | None:
+    """The step's prefill rows, in the order vLLM scheduled them (docs/design.md#preemption)."""
     if out.total_num_scheduled_tokens == 0:
         return None
     context: dict[str, int] = {}
@@ -296,7 +334,10 @@ def _record(scheduler, out, step: int) -> ScheduledStep | None:
     rows, ids, num_decode = [], [], 0
     for rid, n in out.num_scheduled_tokens.items():
         ctx = context[rid]
-        if ctx < scheduler.requests[rid].num_prompt_tokens:
+        # the indexer's prefill path takes every prompt chunk, and every request with more new
+        # tokens than its decode path takes: a decode with too many drafts, a preempted request
+        # resuming past its prompt (it recomputes its outputs)
+        if ctx < scheduler.requests[rid].num_prompt_tokens or n > decode_threshold:
             rows.append(PrefillRequest(ctx, n))
             ids.append(int(rid))
         else:
