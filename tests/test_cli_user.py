@@ -152,7 +152,7 @@ def test_reproduce_lists_every_report_from_its_reporters_settings(capsys):
     by = {r["case"]: r for r in reports}
     assert by["prompt-64k-one-step"]["modelled_bytes"] == 16 * GIB == by["prompt-64k-one-step"]["reported_bytes"]
     seed = by["glm5-c64-isl10240"]
-    assert seed["verdict"] == "not reproduced" and "not modelled yet" in seed["assumptions"][0]
+    assert seed["verdict"] == "not reproduced" and "the report names one" in seed["assumptions"][0]
     assert by["sglang-stale-budget"]["modelled_bytes"] > by["sglang-stale-budget"]["reported_bytes"]
     code, out, _ = run(capsys, "reproduce")
     assert code == 0 and out.startswith(f"{len(reports)} public reports, each from its reporter's own settings")
