@@ -172,14 +172,26 @@ def test_the_worst_step_search_finds_at_least_the_sample_and_the_ceiling_bounds_
     for engine, layout in (("vllm==0.33.0", "compressed"), ("vllm==0.32.0", "full")):
         settings = PlanSettings("glm-5", engine, temporaries="deepgemm")
         drawn = ClosedLoopWorkload(16, 4096, 16, random_range_ratio=0.5)
-        assert len(bounds.variants(drawn)) == 1 + len(bounds.DEFAULT_WAVES) * len(bounds.DEFAULT_SEEDS)
+        searched = len(bounds.DEFAULT_WAVES) * len(bounds.DEFAULT_SEEDS) * len(bounds.DEFAULT_ORDERS)
+        assert len(bounds.variants(drawn)) == 1 + searched
         r = bounds.search(drawn, config, "n-only", None, settings)
-        assert r["found_peak_gib"] >= r["sample_peak_gib"] and r["found_over_sample"] >= 1
+        assert r["found_peak_gib"] >= r["sample_peak_gib"] and r["found_over_sample"] >= r["order_over_sample"] >= 1
         # no step's one logits call can pass the analytic ceiling
         assert r["found_logits_gib"] <= r["ceiling_logits_gib"] + 1e-9
-        assert "2 waves of 16" in r["sample"] and "seed 0" in r["sample"]
+        if layout == "compressed":  # one request wide: the longest prompt's last chunk in a full step reaches it
+            assert r["found_logits_gib"] == pytest.approx(r["ceiling_logits_gib"])
+        assert "2 waves of 16" in r["sample"] and "seed 0, sent in order drawn" in r["sample"]
+        assert r["searched_over"] == "waves 2/3/4/6 x seeds 0-5 x 4 orders"
+        waves, seed, order = r["found_in"].split(", ")
+        assert waves.endswith(" waves") and seed.startswith("seed ") and order in bounds.DEFAULT_ORDERS
+    # the full layout: two long prompts sent together at the second wave meet in a wider step than drawn
+    mix = ClosedLoopWorkload(16, 2048, 16, mix="0.05x32768")
+    r = bounds.search(mix, config, "n-only", None, PlanSettings("glm-5", "vllm==0.32.0", temporaries="deepgemm"))
+    assert r["order_over_sample"] > 1.05 and r["found_in"] == "2 waves, seed 0, long-together"
     one = ClosedLoopWorkload(16, 4096, 16)
-    assert len(bounds.variants(one)) == 1 + len(bounds.DEFAULT_WAVES)  # no seeds: nothing is drawn
+    # no seeds nor orders: nothing is drawn
+    assert len(bounds.variants(one)) == 1 + len(bounds.DEFAULT_WAVES)
+    assert bounds.searched_text(one) == "waves 2/3/4/6" and "one length" in bounds.sample_text(one)
     # the compressed ceiling: max_num_batched_tokens rows, as wide as the longest prompt
     settings = PlanSettings("glm-5", "vllm==0.33.0")
     assert bounds.ceiling_logits_bytes(one, config, settings, "compressed") == 8192 * 4096 * 4
