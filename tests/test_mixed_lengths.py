@@ -141,6 +141,27 @@ def test_the_dashboards_range_ratio_control_redraws_the_frontier():
     assert "max_model_len" in dash.status.value
 
 
+def test_the_long_context_grid_takes_the_notebooks_lengths_below_max_model_len():
+    from indexer_lib.notebook import plots
+    from indexer_lib.notebook.params import check_values
+
+    one = check_values("01_oom_frontier", {}).long_grid()
+    assert one.isl == (131_072, 202_752) and one.random_range_ratio == (0.0,) and one.mix == ("",)
+    mixed = check_values("01_oom_frontier", {"random_range_ratio": 0.25, "mix": "0.01x65536"}).long_grid()
+    assert mixed.isl == (131_072, 162_201) and mixed.random_range_ratio == (0.25,) and mixed.mix == ("0.01x65536",)
+    # the top ISL is the largest whose longest prompt vLLM still takes: ceil(162,201 x 1.25) = max_model_len
+    assert [w.max_prompt_len for w in mixed.closed_loops()][:2] == [163_840, 202_752]
+    # ISLs given are kept; one whose longest prompt passes max_model_len is left out, as in the frontier
+    given = check_values("01_oom_frontier", {"random_range_ratio": 0.25, "long_isl": [65_536, 202_752],
+                                             "long_concurrency": [1], "long_budget_mb": [512],
+                                             "strategies": ["engine"]}).long_grid()
+    assert {w.isl for w in given.closed_loops()} == {65_536}
+    # the long-context figure says which lengths it was drawn from
+    fig = plots.budget_frontier(sweep.to_frame(list(sweep.model_rows(given))), 2.63)
+    assert "prompt lengths R=0.25, seed 0; each point the worst step of one simulated closed loop (2 waves of " \
+           "prompts, sent in the order drawn" in fig.get_suptitle().replace("\n", " ")
+
+
 def test_a_mixed_sweep_resumes_and_another_seed_is_another_grid(tmp_path):
     from indexer_lib.study.store import StoreError
 

@@ -37,6 +37,17 @@ def length_bounds(isl: int, ratio: float) -> tuple[int, int]:
     return math.floor(isl * (1 - ratio)), math.ceil(isl * (1 + ratio))
 
 
+def longest_isl(max_len: int, ratio: float) -> int:
+    """The largest ISL whose every drawn length fits ``max_len`` (ceil(ISL x (1 + R)) <= max_len)."""
+    isl = math.floor(max_len / (1 + ratio))
+    # the division's float rounding, either way
+    while length_bounds(isl, ratio)[1] > max_len:
+        isl -= 1
+    while length_bounds(isl + 1, ratio)[1] <= max_len:
+        isl += 1
+    return isl
+
+
 def parse_mix(mix) -> tuple[tuple[float, int], ...]:
     """A mix as ((share, length), ...), from that or from its text ("0.1x131072+0.05x65536"; ""
     or None: no mix).  Shares in (0, 1] adding up to at most 1, lengths whole numbers >= 1."""
