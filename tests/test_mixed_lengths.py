@@ -130,15 +130,31 @@ def test_the_compressed_layouts_worst_case_costs_more_than_one_length():
     assert not table.loc[(mixed, "engine"), "oom"]
 
 
-def test_the_dashboards_range_ratio_control_redraws_the_frontier():
+def test_the_dashboards_range_ratio_and_mix_controls_redraw_the_frontier():
     from indexer_lib.notebook.widgets import FrontierDashboard
 
     dash = FrontierDashboard(Grid(concurrency=(1, 16), isl=(2048, 131_072, 202_752), strategy=("engine",)))
     assert set(dash.frame.random_range_ratio) == {0.0} and len(dash.frame) == 6
+    assert dash.controls["mix"].value == "" and "prompt lengths" not in dash.status.value
     dash.controls["random_range_ratio"].value = 0.5
     assert set(dash.frame.random_range_ratio) == {0.5}
     assert sorted(set(dash.frame.isl)) == [2048, 131_072]  # 202,752 x 1.5 passes max_model_len
     assert "max_model_len" in dash.status.value
+    short = dash.frame[dash.frame.isl == 2048].worst_kv_tokens.max()
+    dash.controls["mix"].value = "0.05x65536"
+    # the 64K prompts meet the short ones' steps
+    assert set(dash.frame.mix) == {"0.05x65536"} and (dash.frame[dash.frame.isl == 2048].worst_kv_tokens > short).all()
+    assert dash.status.value.startswith("<i>modelled; ") and "prompt lengths R=0.5, mix 0.05x65536, seed 0" in \
+        dash.status.value
+    # bad text: one line in the status, no traceback, the last figure and rows kept
+    shown, frame = dash.image.value, dash.frame
+    for bad, said in (("0.1x", "mix &#x27;0.1x&#x27;: expected SHARExLENGTH"),
+                      ("0.5x300000", "mix length 300000 &gt; max_model_len 202752")):
+        dash.controls["mix"].value = bad
+        assert said in dash.status.value and "\n" not in dash.status.value
+        assert dash.image.value == shown and dash.frame is frame
+    dash.controls["mix"].value = ""
+    assert set(dash.frame.mix) == {""} and dash.status.value.startswith("<i>modelled; ")
 
 
 def test_the_long_context_grid_takes_the_notebooks_lengths_below_max_model_len():
