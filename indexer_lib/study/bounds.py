@@ -120,18 +120,19 @@ def ceiling_logits_bytes(workload: ClosedLoopWorkload, config: SchedulerConfig, 
 
 
 def bounds_table(model: str, engine: str, gpu: str = "h200", concurrency: int = 64, osl: int = 64,
-                 strategies=("n-only", "engine"), budget_mb: float = 512):
+                 strategies=("n-only", "engine"), budget_mb: float = 512, config: SchedulerConfig | None = None):
     """``search`` on three workloads of one concurrency (prompts of one length at 10,240 tokens;
     the same with vLLM bench's range ratio 0.5; 2% of the prompts at 128K among 2K ones), per
-    strategy (a budgeted one at ``budget_mb``), on the release's scheduler defaults."""
+    strategy (a budgeted one at ``budget_mb``), on ``config`` (None: the release's scheduler
+    defaults; a setting that differs is named in each row's ``not_default``)."""
     import pandas as pd
 
-    from ..engines import release_scheduler
+    from ..engines import not_default_text, release_scheduler
     from ..plan import get_strategy
     from ..shapes import get_model
 
     settings = PlanSettings(model, engine, temporaries="deepgemm", gpu=gpu)
-    config = release_scheduler(engine, get_model(model).kv_block, gpu)
+    config = config or release_scheduler(engine, get_model(model).kv_block, gpu)
     workloads = {"one length": ClosedLoopWorkload(concurrency, 10240, osl),
                  "range ratio 0.5": ClosedLoopWorkload(concurrency, 10240, osl, random_range_ratio=0.5),
                  "2% at 128K among 2K": ClosedLoopWorkload(concurrency, 2048, osl, mix="0.02x131072")}
@@ -141,5 +142,6 @@ def bounds_table(model: str, engine: str, gpu: str = "h200", concurrency: int = 
         for strategy in strategies:
             budget = get_strategy(strategy).budget_bytes(budget_mb, None, settings)
             rows.append({"workload": name, **search(workload, config, strategy, budget, settings,
-                                                    schedules=schedules), "engine": engine})
+                                                    schedules=schedules), "engine": engine,
+                         "not_default": not_default_text(engine, config, gpu)})
     return pd.DataFrame(rows)
