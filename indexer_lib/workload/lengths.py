@@ -110,7 +110,7 @@ def draw_lengths(isl: int, num_prompts: int, ratio: float, mix, seed: int) -> tu
 
 
 # "drawn": the draw's own order; the others are orders a search tries against it
-# (docs/design.md#arrival-orders)
+# (docs/design.md#mixed-lengths)
 ORDERS = ("drawn", "longest-first", "shortest-first", "long-together")
 
 
