@@ -130,15 +130,52 @@ def test_the_compressed_layouts_worst_case_costs_more_than_one_length():
     assert not table.loc[(mixed, "engine"), "oom"]
 
 
-def test_the_dashboards_range_ratio_control_redraws_the_frontier():
+def test_the_dashboards_range_ratio_and_mix_controls_redraw_the_frontier():
     from indexer_lib.notebook.widgets import FrontierDashboard
 
     dash = FrontierDashboard(Grid(concurrency=(1, 16), isl=(2048, 131_072, 202_752), strategy=("engine",)))
     assert set(dash.frame.random_range_ratio) == {0.0} and len(dash.frame) == 6
+    assert dash.controls["mix"].value == "" and "prompt lengths" not in dash.status.value
     dash.controls["random_range_ratio"].value = 0.5
     assert set(dash.frame.random_range_ratio) == {0.5}
     assert sorted(set(dash.frame.isl)) == [2048, 131_072]  # 202,752 x 1.5 passes max_model_len
     assert "max_model_len" in dash.status.value
+    short = dash.frame[dash.frame.isl == 2048].worst_kv_tokens.max()
+    dash.controls["mix"].value = "0.05x65536"
+    # the 64K prompts meet the short ones' steps
+    assert set(dash.frame.mix) == {"0.05x65536"} and (dash.frame[dash.frame.isl == 2048].worst_kv_tokens > short).all()
+    assert dash.status.value.startswith("<i>modelled; ") and "prompt lengths R=0.5, mix 0.05x65536, seed 0" in \
+        dash.status.value
+    # bad text: one line in the status, no traceback, the last figure and rows kept
+    shown, frame = dash.image.value, dash.frame
+    for bad, said in (("0.1x", "mix &#x27;0.1x&#x27;: expected SHARExLENGTH"),
+                      ("0.5x300000", "mix length 300000 &gt; max_model_len 202752")):
+        dash.controls["mix"].value = bad
+        assert said in dash.status.value and "\n" not in dash.status.value
+        assert dash.image.value == shown and dash.frame is frame
+    dash.controls["mix"].value = ""
+    assert set(dash.frame.mix) == {""} and dash.status.value.startswith("<i>modelled; ")
+
+
+def test_the_long_context_grid_takes_the_notebooks_lengths_below_max_model_len():
+    from indexer_lib.notebook import plots
+    from indexer_lib.notebook.params import check_values
+
+    one = check_values("01_oom_frontier", {}).long_grid()
+    assert one.isl == (131_072, 202_752) and one.random_range_ratio == (0.0,) and one.mix == ("",)
+    mixed = check_values("01_oom_frontier", {"random_range_ratio": 0.25, "mix": "0.01x65536"}).long_grid()
+    assert mixed.isl == (131_072, 162_201) and mixed.random_range_ratio == (0.25,) and mixed.mix == ("0.01x65536",)
+    # the top ISL is the largest whose longest prompt vLLM still takes: ceil(162,201 x 1.25) = max_model_len
+    assert [w.max_prompt_len for w in mixed.closed_loops()][:2] == [163_840, 202_752]
+    # ISLs given are kept; one whose longest prompt passes max_model_len is left out, as in the frontier
+    given = check_values("01_oom_frontier", {"random_range_ratio": 0.25, "long_isl": [65_536, 202_752],
+                                             "long_concurrency": [1], "long_budget_mb": [512],
+                                             "strategies": ["engine"]}).long_grid()
+    assert {w.isl for w in given.closed_loops()} == {65_536}
+    # the long-context figure says which lengths it was drawn from
+    fig = plots.budget_frontier(sweep.to_frame(list(sweep.model_rows(given))), 2.63)
+    assert "prompt lengths R=0.25, seed 0; each point the worst step of one simulated closed loop (2 waves of " \
+           "prompts, sent in the order drawn" in fig.get_suptitle().replace("\n", " ")
 
 
 def test_a_mixed_sweep_resumes_and_another_seed_is_another_grid(tmp_path):
@@ -172,14 +209,26 @@ def test_the_worst_step_search_finds_at_least_the_sample_and_the_ceiling_bounds_
     for engine, layout in (("vllm==0.33.0", "compressed"), ("vllm==0.32.0", "full")):
         settings = PlanSettings("glm-5", engine, temporaries="deepgemm")
         drawn = ClosedLoopWorkload(16, 4096, 16, random_range_ratio=0.5)
-        assert len(bounds.variants(drawn)) == 1 + len(bounds.DEFAULT_WAVES) * len(bounds.DEFAULT_SEEDS)
+        searched = len(bounds.DEFAULT_WAVES) * len(bounds.DEFAULT_SEEDS) * len(bounds.DEFAULT_ORDERS)
+        assert len(bounds.variants(drawn)) == 1 + searched
         r = bounds.search(drawn, config, "n-only", None, settings)
-        assert r["found_peak_gib"] >= r["sample_peak_gib"] and r["found_over_sample"] >= 1
+        assert r["found_peak_gib"] >= r["sample_peak_gib"] and r["found_over_sample"] >= r["order_over_sample"] >= 1
         # no step's one logits call can pass the analytic ceiling
         assert r["found_logits_gib"] <= r["ceiling_logits_gib"] + 1e-9
-        assert "2 waves of 16" in r["sample"] and "seed 0" in r["sample"]
+        if layout == "compressed":  # one request wide: the longest prompt's last chunk in a full step reaches it
+            assert r["found_logits_gib"] == pytest.approx(r["ceiling_logits_gib"])
+        assert "2 waves of 16" in r["sample"] and "seed 0, sent in order drawn" in r["sample"]
+        assert r["searched_over"] == "waves 2/3/4/6 x seeds 0-5 x 4 orders"
+        waves, seed, order = r["found_in"].split(", ")
+        assert waves.endswith(" waves") and seed.startswith("seed ") and order in bounds.DEFAULT_ORDERS
+    # the full layout: two long prompts sent together at the second wave meet in a wider step than drawn
+    mix = ClosedLoopWorkload(16, 2048, 16, mix="0.05x32768")
+    r = bounds.search(mix, config, "n-only", None, PlanSettings("glm-5", "vllm==0.32.0", temporaries="deepgemm"))
+    assert r["order_over_sample"] > 1.05 and r["found_in"] == "2 waves, seed 0, long-together"
     one = ClosedLoopWorkload(16, 4096, 16)
-    assert len(bounds.variants(one)) == 1 + len(bounds.DEFAULT_WAVES)  # no seeds: nothing is drawn
+    # no seeds nor orders: nothing is drawn
+    assert len(bounds.variants(one)) == 1 + len(bounds.DEFAULT_WAVES)
+    assert bounds.searched_text(one) == "waves 2/3/4/6" and "one length" in bounds.sample_text(one)
     # the compressed ceiling: max_num_batched_tokens rows, as wide as the longest prompt
     settings = PlanSettings("glm-5", "vllm==0.33.0")
     assert bounds.ceiling_logits_bytes(one, config, settings, "compressed") == 8192 * 4096 * 4

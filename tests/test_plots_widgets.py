@@ -330,6 +330,7 @@ def test_the_long_context_figure_draws_each_strategys_frontier_over_free_memory_
     axes = axes_labelled(fig)
     title = fig.get_suptitle().replace("\n", " ")
     assert len(axes) == 3 and "long contexts?" in title and "on vllm==0.33.0 (compressed logits layout)" in title
+    assert "every prompt at its ISL; each point the worst step of one simulated closed loop (2 waves" in title
     ratio = {ln.get_label(): ln for ln in axes[2].get_lines()}  # the widest workload: peak over budget
     widest = frame[(frame["concurrency"] == 8) & (frame["strategy"] == "engine")].sort_values("budget_mb")
     assert list(ratio["engine"].get_ydata()) == list(widest["peak_transient_bytes"] / (widest["budget_mb"] * 2**20))

@@ -47,6 +47,13 @@ SCENARIOS = [
      dict(max_num_batched_tokens=8192, long_prefill_token_threshold=512)),
     ("one long prompt in twenty",
      ClosedLoopWorkload(32, 2_048, 64, mix="0.05x65536", seed=5), dict(max_num_batched_tokens=8192)),
+    # arrival orders: the same lengths sent in another order reach vLLM in that order too
+    ("one long prompt in twenty, the long ones together",
+     ClosedLoopWorkload(32, 2_048, 64, mix="0.05x65536", seed=5, order="long-together"),
+     dict(max_num_batched_tokens=8192)),
+    ("random lengths R=0.9 longest first, partial prefills",
+     ClosedLoopWorkload(48, 4_096, 128, random_range_ratio=0.9, seed=11, order="longest-first"),
+     dict(max_num_batched_tokens=8192, long_prefill_token_threshold=512)),
     ("random lengths and a mix, shared prefix",
      ClosedLoopWorkload(16, 16_384, 64, shared_prefix=4_096, random_range_ratio=0.5, mix="0.1x40000", seed=2),
      dict(max_num_batched_tokens=8192, enable_prefix_caching=True)),

@@ -1,9 +1,12 @@
 """The scheduler simulator on small schedules traced by hand."""
+from dataclasses import replace
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from indexer_lib.workload import ClosedLoopWorkload, SchedulerConfig, simulate, simulate_each_step
+from indexer_lib.workload.lengths import ORDERS
 
 
 def trace(workload, config, steps=None):
@@ -190,6 +193,28 @@ def test_a_mix_is_one_schedule_with_both_lengths():
     assert all(800 <= n <= 1200 for n in both.prompt_lens if n not in (9000, 50))
 
 
+def test_an_arrival_order_sends_the_same_lengths_in_its_order():
+    drawn = ClosedLoopWorkload(32, 2048, 8, mix="0.1x65536", seed=3)
+    assert ClosedLoopWorkload(32, 2048, 8, mix="0.1x65536", seed=3, order="drawn") == drawn
+    ordered = {o: replace(drawn, order=o).prompt_lens for o in ORDERS}
+    assert all(sorted(lens) == sorted(drawn.prompt_lens) for lens in ordered.values())
+    assert ordered["longest-first"][:7] == (65_536,) * 7 and ordered["shortest-first"][-7:] == (65_536,) * 7
+    # long-together: the 7 long prompts back to back from the second wave's first; the rest as drawn
+    together = ordered["long-together"]
+    assert together[32:39] == (65_536,) * 7 and together.count(65_536) == 7
+    assert [n for n in together if n != 65_536] == [n for n in drawn.prompt_lens if n != 65_536]
+    assert replace(drawn, order="long-together").label == "mix 0.1x65536, order long-together"
+    # the simulator sends them in that order
+    w = ClosedLoopWorkload(6, 1000, 3, random_range_ratio=0.8, seed=1, order="longest-first")
+    done = {}
+    for step in simulate(w, SchedulerConfig(max_num_batched_tokens=512)):
+        for rid, r in zip(step.request_ids, step.batch.requests if step.batch else ()):
+            done[rid] = max(done.get(rid, 0), r.seq_len)
+    assert [done[rid] for rid in range(w.total_prompts)] == sorted(w.prompt_lens, reverse=True)
+    # one length: every order is the same schedule
+    assert ClosedLoopWorkload(8, 3000, 16, order="long-together").prompt_lens == (3000,) * 16
+
+
 @pytest.mark.parametrize("kwargs, message", [
     (dict(random_range_ratio=1.0), "random_range_ratio 1.0: must be a number in \\[0, 1\\)"),
     (dict(random_range_ratio=-0.1), "random_range_ratio -0.1"),
@@ -201,6 +226,7 @@ def test_a_mix_is_one_schedule_with_both_lengths():
     (dict(mix="0.5x0"), "mix length 0"),
     (dict(shared_prefix=500, mix="0.5x100"), "shared_prefix 500 > isl 100 \\(the shortest prompt\\)"),
     (dict(seed=-1), "seed -1"),
+    (dict(order="random"), "order 'random': must be one of drawn, longest-first, shortest-first, long-together"),
 ])
 def test_bad_mixed_workloads_name_the_value(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -211,10 +237,10 @@ def test_bad_mixed_workloads_name_the_value(kwargs, message):
 @given(concurrency=st.integers(1, 40), isl=st.integers(50, 3000), osl=st.integers(1, 40),
        ratio=st.sampled_from([0.0, 0.3, 0.9]), share=st.sampled_from([0.0, 0.05, 0.5]),
        mnbt=st.integers(16, 4096), threshold=st.integers(0, 600), seed=st.integers(0, 5),
-       asynchronous=st.booleans())
+       asynchronous=st.booleans(), order=st.sampled_from(ORDERS))
 def test_mixed_steps_alike_taken_at_once_are_the_steps_one_by_one(concurrency, isl, osl, ratio, share, mnbt,
-                                                               threshold, seed, asynchronous):
+                                                               threshold, seed, asynchronous, order):
     mix = ((share, 4 * isl),) if share else ()
-    workload = ClosedLoopWorkload(concurrency, isl, osl, random_range_ratio=ratio, mix=mix, seed=seed)
+    workload = ClosedLoopWorkload(concurrency, isl, osl, random_range_ratio=ratio, mix=mix, seed=seed, order=order)
     config = SchedulerConfig(mnbt, 16, threshold, True, 16, asynchronous)
     assert list(simulate(workload, config)) == list(simulate_each_step(workload, config))

@@ -24,6 +24,7 @@ from ..shapes import budget_bytes_from_mb, free_bytes_from_gib, get_model
 from ..study.cluster import host_port
 from ..study.grid import Grid
 from ..workload import ClosedLoopWorkload, SchedulerConfig
+from ..workload.lengths import check_range_ratio, longest_isl
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 BY_MODEL = "by-model"  # whose temporaries a model's plans count: see Parameters.settings
@@ -117,11 +118,11 @@ class FrontierParameters(GridParameters):
     workload_source: Literal["simulator", "vllm"]
     engines: list[str]  # engine releases compared on the field's deployments
     long_concurrency: list[int]
-    long_isl: list[int] | None  # None: 131,072 and the model's max_model_len
+    long_isl: list[int] | None  # None: 131,072 and the largest ISL whose longest prompt fits max_model_len
     long_budget_mb: list[Number]
-    # mixed lengths in the frontier and its dashboard (the long-context grid stays at its ISLs):
-    # vLLM bench's --random-range-ratio, a mix ("0.1x131072": a tenth of the prompts at 131,072
-    # tokens; "": none) and the seed of their draws (length_seed)
+    # mixed lengths in the frontier, its dashboard and the long-context grid: vLLM bench's
+    # --random-range-ratio, a mix ("0.1x131072": a tenth of the prompts at 131,072 tokens; "": none)
+    # and the seed of their draws (length_seed)
     random_range_ratio: Number = 0.0
     mix: str = ""
     length_seed: int = 0
@@ -134,10 +135,17 @@ class FrontierParameters(GridParameters):
         return super().grid(workload_source=self.workload_source, **{**lengths, **changes})
 
     def long_grid(self) -> Grid:
-        """Long contexts (to the model's max_model_len): free memory x budget, every prompt at its ISL."""
-        isl = self.long_isl or Grid(model=self.model).isl[-2:]
-        return self.grid(concurrency=self.long_concurrency, isl=isl, budget_mb=self.long_budget_mb,
-                         shared_prefix=0, random_range_ratio=0.0, mix="")
+        """Long contexts (to the model's max_model_len): free memory x budget, with the notebook's
+        prompt lengths.  By default at 131,072 and the largest ISL whose longest prompt fits
+        max_model_len (max_model_len itself for prompts of one length; below it by 1 + R with a
+        range ratio R), since vLLM refuses a longer prompt; ISLs given whose longest prompt passes
+        it are left out, as in the frontier."""
+        if self.long_isl:
+            isl = self.long_isl
+        else:
+            top = longest_isl(get_model(self.model).max_model_len, check_range_ratio(self.random_range_ratio))
+            isl = sorted({min(131_072, top), top})
+        return self.grid(concurrency=self.long_concurrency, isl=isl, budget_mb=self.long_budget_mb, shared_prefix=0)
 
     def dashboard_grid(self, strategy: str) -> Grid:
         """The dashboard's axes; its ISL axis follows the model picked where ``isl`` is None."""

@@ -109,13 +109,19 @@ def lengths_of(frame) -> str:
     return "prompt lengths " + "; ".join(labels) if labels else ""
 
 
-SAMPLE = "each point the worst step of one simulated closed loop (2 waves of prompts; notebook 01 section 3d)"
+SAMPLE = "each point the worst step of one simulated closed loop (2 waves of prompts{}; notebook 01 section 3d)"
+
+
+def sample_of(frame) -> str:
+    """What a point's worst step is over: one closed loop of two waves, lengths (where they vary)
+    sent in the order drawn (the rows' workloads keep the draw's order)."""
+    return SAMPLE.format(", sent in the order drawn" if lengths_of(frame) else "")
 
 
 def with_lengths(what: str, frame, sample: bool = True) -> str:
     """``what`` with the prompt lengths where they vary, and (``sample``) what a point's worst step
     is over (the dashboard says it in its status line: its small figure keeps a short title)."""
-    parts = [what] + [p for p in (lengths_of(frame), SAMPLE if sample else "") if p]
+    parts = [what] + [p for p in (lengths_of(frame), sample_of(frame) if sample else "") if p]
     return "; ".join(parts)
 
 
@@ -786,7 +792,9 @@ def budget_frontier(frame, free_gib: float | None = None, title_detail: str = ""
         ax.set_visible(False)
     style.legend_below(fig, ncol=4, title="strategy; a budget OOMs where its point lies above the free memory; "
                                           "dotted: no budget")
+    # the lengths are said even when every prompt is at its ISL: the frontier's may differ
+    lengths = lengths_of(data) or "every prompt at its ISL"
     style.title(fig, "How much free memory does each budget need at long contexts?",
                 style.context(frame["model"].iloc[0], engine, free_gib, not_default_of(data), "modelled"),
-                title_detail)
+                f"{lengths}; {sample_of(data)}", title_detail)
     return fig

@@ -15,7 +15,7 @@ import ipywidgets as w
 from .live_candidates import LiveCandidates
 from .live_heatmap import LiveHeatmap
 from .headless import show_dashboard
-from .plots import not_default_of
+from .plots import lengths_of, not_default_of
 from ..engines import engine_names, get_engine
 from ..fast import young_only
 from ..plan import STRATEGIES
@@ -30,14 +30,15 @@ class FrontierDashboard:
 
     ``grid``: the axes (concurrency x ISL) and the settings that stay fixed (OSL, the
     long-prefill threshold, the DeepGEMM what-if, the workload source, the temporaries); its
-    first model, engine, strategy, free memory, max_num_batched_tokens, shared prefix and prompt
-    length range ratio start the controls (its mix and length seed stay fixed), and ``budget_mb``
+    first model, engine, strategy, free memory, max_num_batched_tokens, shared prefix, prompt
+    length range ratio and mix start the controls (its length seed stays fixed), and ``budget_mb``
     the budget's.  Where its ISL axis is the model's default (2,048 up to its max_model_len), the
     axis follows the model picked."""
 
     BUDGETS = (32, 64, 128, 256, 512, 1024, 2048, 4096)
     TOKENS = (2048, 4096, 8192, 16384, 32768)
     RATIOS = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9)
+    MIXES = ("0.01x131072", "0.05x65536", "0.1x32768")  # offered; any SHARExLENGTH text is taken
 
     def __init__(self, grid: Grid = Grid(strategy=("vllm",)), budget_mb: float = 512):
         self.grid = grid
@@ -46,7 +47,7 @@ class FrontierDashboard:
         model, strategy, free_gib = grid.model, grid.strategy[0], grid.free_gib[0]
         max_num_batched_tokens = grid.schedulers(grid.engine[0])[0].max_num_batched_tokens
         shared_prefix = grid.shared_prefix[0]
-        ratio = grid.random_range_ratio[0]
+        ratio, mix = grid.random_range_ratio[0], grid.mix[0]
         budgets = sorted(set(self.BUDGETS) | {budget_mb})
         tokens = sorted(set(self.TOKENS) | {max_num_batched_tokens})
         style = {"description_width": "initial"}
@@ -72,6 +73,11 @@ class FrontierDashboard:
             "random_range_ratio": w.SelectionSlider(
                 options=sorted(set(self.RATIOS) | {ratio}), value=ratio,
                 description="ISL range ratio R", style=style),
+            # a share of the prompts at another length ("0.01x131072"; empty: none), checked as the
+            # grid checks it: bad text is said in the status line, the last figure kept
+            "mix": w.Combobox(value=mix, options=list(dict.fromkeys([*self.MIXES, mix] if mix else self.MIXES)),
+                              placeholder="none, or SHARExLENGTH", ensure_option=False,
+                              continuous_update=False, description="mix", style=style),
         }
         self.image = w.Image(format="png")
         self.html = w.HTML()
@@ -100,7 +106,7 @@ class FrontierDashboard:
         grid = replace(self.grid, model=state["model"], isl=self.isl, budget_mb=(state["budget_mb"],),
                        strategy=(state["strategy"],), free_gib=(free,), shared_prefix=(state["shared_prefix"],),
                        max_num_batched_tokens=(state["max_num_batched_tokens"],), engine=(state["engine"],),
-                       gpu=state["gpu"], random_range_ratio=(state["random_range_ratio"],))
+                       gpu=state["gpu"], random_range_ratio=(state["random_range_ratio"],), mix=(state["mix"],))
         reads_budget = grid.budgets(state["engine"], state["strategy"]) != (NO_BUDGET_MB,)
         # a strategy that reads no budget has the same rows at every budget
         ignored = {"free_gib"} if reads_budget else {"free_gib", "budget_mb"}
@@ -137,7 +143,10 @@ class FrontierDashboard:
         left_out = len(self.concurrency) * len(self.isl) - self.frame[["concurrency", "isl"]].drop_duplicates().shape[0]
         left_out = (f"; {left_out} points left out (a prompt past max_model_len, or shorter than the shared prefix)"
                     if left_out > 0 else "")
-        self.status.value = (f"<i>modelled; each point the worst step of one two-wave closed loop; {len(self.frame)} points; "
+        lengths = lengths_of(self.frame)  # names R and the mix where the prompts' lengths vary
+        lengths = f"{html.escape(lengths)}, sent in the order drawn; " if lengths else ""
+        self.status.value = (f"<i>modelled; each point the worst step of one two-wave closed loop; {lengths}"
+                             f"{len(self.frame)} points; "
                              f"{int(self.frame['oom'].sum())} OOM; "
                              f"{differs or 'scheduler: the release defaults'}{left_out}</i>")
 
@@ -170,14 +179,15 @@ class FrontierDashboard:
     def on_change(self, change=None) -> None:
         try:
             self.update()
-        except ValueError as e:  # an impossible combination: say so, keep the last figure
-            self.status.value = f"<b>cannot compute:</b> {e}"
+        except ValueError as e:  # an impossible combination or a bad mix: say so, keep the last figure
+            self.status.value = f"<b>cannot compute:</b> {html.escape(str(e))}"
 
     @property
     def widget(self) -> w.Widget:
         c = self.controls
         left = w.VBox([c["model"], c["engine"], c["gpu"], c["strategy"], c["budget_mb"], c["free_gib"]])
-        right = w.VBox([c["max_num_batched_tokens"], c["shared_prefix"], c["random_range_ratio"], self.status])
+        right = w.VBox([c["max_num_batched_tokens"], c["shared_prefix"], c["random_range_ratio"], c["mix"],
+                        self.status])
         return w.VBox([w.HBox([left, right]), w.HBox([self.image, self.html])])
 
     def _ipython_display_(self):

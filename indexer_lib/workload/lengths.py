@@ -13,6 +13,9 @@ spreads the output lengths too (here OSL stays fixed, as the benchmark's
 A mix is ours: ``((share, length), ...)``, written "0.1x131072" (several joined by "+"): for each
 entry, ceil(share x prompts) prompts have that length exactly, at places drawn from the same seed
 after the lengths (a permutation of the prompts); the rest keep their ISL draw.
+
+An arrival order is ours too: the same drawn lengths sent in another order (the k-th prompt sent
+takes the k-th length), to look for a worse step than the draw's order gives (``ORDERS``).
 """
 from __future__ import annotations
 
@@ -32,6 +35,17 @@ def check_range_ratio(value) -> float:
 def length_bounds(isl: int, ratio: float) -> tuple[int, int]:
     """The closed range a prompt's length is drawn from (vLLM's ``get_sampling_params``)."""
     return math.floor(isl * (1 - ratio)), math.ceil(isl * (1 + ratio))
+
+
+def longest_isl(max_len: int, ratio: float) -> int:
+    """The largest ISL whose every drawn length fits ``max_len`` (ceil(ISL x (1 + R)) <= max_len)."""
+    isl = math.floor(max_len / (1 + ratio))
+    # the division's float rounding, either way
+    while length_bounds(isl, ratio)[1] > max_len:
+        isl -= 1
+    while length_bounds(isl + 1, ratio)[1] <= max_len:
+        isl += 1
+    return isl
 
 
 def parse_mix(mix) -> tuple[tuple[float, int], ...]:
@@ -93,3 +107,34 @@ def draw_lengths(isl: int, num_prompts: int, ratio: float, mix, seed: int) -> tu
             for _ in range(count):
                 lens[next(places)] = length
     return tuple(lens)
+
+
+# "drawn": the draw's own order; the others are orders a search tries against it
+# (docs/design.md#mixed-lengths)
+ORDERS = ("drawn", "longest-first", "shortest-first", "long-together")
+
+
+def check_order(value) -> str:
+    """An arrival order's name, or BadValue naming the ones there are."""
+    if not isinstance(value, str) or value not in ORDERS:
+        raise BadValue("order", f"order {value!r}: must be one of {', '.join(ORDERS)}")
+    return value
+
+
+def arrange(lens, order: str, isl: int, concurrency: int) -> tuple[int, ...]:
+    """The same lengths in the order ``order`` sends them.
+
+    longest-first / shortest-first: sorted.  long-together: the prompts longer than ISL (a mix's
+    long prompts, the upper half of a range), the longest, at most one per client, sent back to
+    back from the second wave's first prompt (or as late as fits), longest first; the others
+    keep their drawn order around them."""
+    lens = tuple(lens)
+    if order == "drawn":
+        return lens
+    if order != "long-together":
+        return tuple(sorted(lens, reverse=order == "longest-first"))
+    by_length = sorted((i for i, n in enumerate(lens) if n > isl), key=lambda i: -lens[i])
+    burst = set(by_length[:concurrency])
+    rest = [n for i, n in enumerate(lens) if i not in burst]
+    start = min(concurrency, len(rest))
+    return tuple(rest[:start] + [lens[i] for i in by_length[:concurrency]] + rest[start:])

@@ -14,7 +14,8 @@ from typing import Iterator
 
 from ..checks import BadValue
 from .batch import PrefillRequest, StepBatch, check_int
-from .lengths import check_range_ratio, draw_lengths, length_bounds, mix_prompts, mix_text, parse_mix
+from .lengths import (arrange, check_order, check_range_ratio, draw_lengths, length_bounds, mix_prompts, mix_text,
+                      parse_mix)
 
 
 MAX_CONCURRENCY = 65_536  # requests in flight; engines schedule at most a few thousand at once
@@ -70,8 +71,9 @@ class ClosedLoopWorkload:
     tokens unless ``random_range_ratio`` R > 0, which draws each from [ISL x (1 - R),
     ISL x (1 + R)] as vLLM's benchmark does, or ``mix`` puts a share of the prompts at other
     lengths ("0.1x131072": a tenth at 131,072 tokens).  Drawn once for the whole run from
-    ``seed``: the k-th prompt sent takes the k-th length, so a mix is one schedule.  The
-    defaults (R = 0, no mix) are the homogeneous workload."""
+    ``seed``: the k-th prompt sent takes the k-th length, so a mix is one schedule.  ``order``
+    sends the same lengths in another order ("longest-first", ...; lengths.ORDERS), "drawn" in
+    the draw's.  The defaults (R = 0, no mix) are the homogeneous workload."""
 
     concurrency: int
     isl: int
@@ -81,6 +83,7 @@ class ClosedLoopWorkload:
     random_range_ratio: float = 0.0  # vLLM bench's --random-range-ratio, on input lengths only
     mix: tuple[tuple[float, int], ...] = ()  # (share, length) of prompts not at isl; or "0.1x131072"
     seed: int = 0  # of the length draws (vLLM bench's default seed is 0 too)
+    order: str = "drawn"  # the arrival order of the drawn lengths (lengths.ORDERS)
 
     def __post_init__(self):
         # the simulator runs every request and every decode step: bounds that no deployment
@@ -94,6 +97,7 @@ class ClosedLoopWorkload:
         object.__setattr__(self, "random_range_ratio", check_range_ratio(self.random_range_ratio))
         object.__setattr__(self, "mix", parse_mix(self.mix))
         check_int("seed", self.seed, 0)
+        check_order(self.order)
         low, _ = length_bounds(self.isl, self.random_range_ratio)
         if low < 1:
             raise BadValue("random_range_ratio", f"random_range_ratio {self.random_range_ratio:g} on isl "
@@ -120,7 +124,8 @@ class ClosedLoopWorkload:
         """The length of every prompt, in the order they are sent."""
         if self.homogeneous:
             return (self.isl,) * self.total_prompts
-        return draw_lengths(self.isl, self.total_prompts, self.random_range_ratio, self.mix, self.seed)
+        lens = draw_lengths(self.isl, self.total_prompts, self.random_range_ratio, self.mix, self.seed)
+        return arrange(lens, self.order, self.isl, self.concurrency)
 
     @property
     def max_prompt_len(self) -> int:
@@ -130,9 +135,11 @@ class ClosedLoopWorkload:
 
     @property
     def label(self) -> str:
-        """The lengths in a few characters: '' when homogeneous, else 'R=0.5', 'mix 0.1x131072'."""
+        """The lengths in a few characters: '' when homogeneous, else 'R=0.5', 'mix 0.1x131072' (and
+        'order longest-first' where the order is not the draw's)."""
         parts = [f"R={self.random_range_ratio:g}"] if self.random_range_ratio else []
         parts += [f"mix {mix_text(self.mix)}"] if self.mix else []
+        parts += [f"order {self.order}"] if parts and self.order != "drawn" else []
         return ", ".join(parts)
 
 

@@ -164,14 +164,29 @@ def test_frontier_dashboard_follows_its_controls(lab_page, notebook_parameters, 
     here.controls["free_gib"].value = 20.0
     cells4, digest4 = expected()
     assert here.table["OOM points"].sum() == 0
-    wait_for_outputs(lab_page, dash, cells4, digest4 if same_png else None, shown3)
+    shown4 = wait_for_outputs(lab_page, dash, cells4, digest4 if same_png else None, shown3)
     status = page.locator(".widget-html-content", has_text="modelled;").inner_text()
     assert "0 OOM" in status and "long_prefill_token_threshold=256 (default 0)" in status
+
+    # 5. the mix typed in: bad text is said in the status line and the figure kept; then a mix
+    box = dash.control("widget-text", "mix").locator("input")
+    box.fill("0.1x")
+    box.press("Enter")
+    page.locator(".widget-html-content", has_text="cannot compute").wait_for(timeout=20_000)
+    assert "expected SHARExLENGTH" in page.locator(".widget-html-content", has_text="cannot compute").inner_text()
+    assert lab_page.image_digest(dash.image) == shown4  # the last figure kept
+    box.fill("0.01x131072")
+    box.press("Enter")
+    here.controls["mix"].value = "0.01x131072"
+    cells5, digest5 = expected()
+    wait_for_outputs(lab_page, dash, cells5, digest5 if same_png else None, shown4)
+    status = page.locator(".widget-html-content", has_text="modelled;").inner_text()
+    assert "mix 0.01x131072" in status
 
     assert lab_page.stderr_outputs() == [] and lab_page.console_errors == [], (
         lab_page.stderr_outputs(), lab_page.console_errors)
     dash.image.scroll_into_view_if_needed()
     lab_page.screenshot(screenshot_dir / "01_oom_frontier.png")
-    print(f"01_oom_frontier: run in the browser in {run_seconds:.1f} s, then 4 control moves "
+    print(f"01_oom_frontier: run in the browser in {run_seconds:.1f} s, then 5 control moves "
           f"(figures byte-equal to the library's: {same_png}); "
           f"{time.perf_counter() - start:.1f} s in all")
