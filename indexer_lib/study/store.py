@@ -33,8 +33,9 @@ from pathlib import Path
 
 JOURNAL_KIND = "indexer-lab sweep journal"
 # 3: each row names the scheduler settings that differ from its release's defaults;
-# 4: each row names its prompt lengths' range ratio, mix and seed
-SCHEMA_VERSION = 4
+# 4: each row names its prompt lengths' range ratio, mix and seed;
+# 5: and its speculative tokens and KV cache
+SCHEMA_VERSION = 5
 PARQUET_KEY = b"indexer_lab_sweep"  # schema-metadata key holding the header
 
 
