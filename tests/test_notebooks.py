@@ -133,6 +133,13 @@ def test_notebook_01_opens_with_the_public_reports(ci_run):
     assert reports["source"].str.len().gt(0).all()
 
 
+def test_notebook_01_shows_which_releases_send_decodes_with_drafts_through_the_prefill_path(ci_run):
+    out, _ = ci_run
+    drafts = pd.read_csv(out / "tables" / "01_speculative.csv").set_index(["engine", "speculative_tokens"])
+    assert not drafts.loc[("vllm==0.16.0", 1), "oom"] and drafts.loc[("vllm==0.16.0", 2), "oom"]
+    assert not drafts.xs("vllm==0.33.0")["oom"].any()
+
+
 def test_the_indexers_of_2026_in_notebook_01(ci_run):
     out, _ = ci_run
     models = pd.read_csv(out / "tables" / "01_models_2026.csv")

@@ -148,3 +148,15 @@ def test_the_seed_releases_own_scheduler_agrees_and_builds_the_reported_shape_wi
     assert most1 == 2 and m1 * n1 * 4 < 0.6 * 2**30
     m2, n2, _, most2 = out["seed2"]
     assert m2 == 8192 and 250_000 < n2 <= 4372 * 64 + 8192 and most2 > 20
+
+
+def test_the_drafts_table_shows_which_releases_send_decodes_through_the_prefill_path():
+    from indexer_lib.study.speculative import drafts_table
+
+    rows = {(r["engine"], r["speculative_tokens"]): r
+            for r in drafts_table("glm-5", ["vllm==0.16.0", "vllm==0.19.0"], [1, 2], 48, 10240, 64, 5.56)}
+    assert not rows[("vllm==0.16.0", 1)]["oom"] and rows[("vllm==0.16.0", 1)]["worst_requests"] == 2
+    assert rows[("vllm==0.16.0", 2)]["oom"] and rows[("vllm==0.16.0", 2)]["worst_rows"] == 8192
+    assert rows[("vllm==0.16.0", 2)]["decode_path_takes"] == 2 and rows[("vllm==0.19.0", 2)]["decode_path_takes"] == 3
+    assert rows[("vllm==0.19.0", 2)]["worst_requests"] == 2 and not rows[("vllm==0.19.0", 2)]["oom"]
+    assert all(r["mode"] == "model" and "speculative_tokens" in r["not_default"] for r in rows.values())
