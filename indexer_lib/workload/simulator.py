@@ -300,8 +300,8 @@ class _Engine:
 
     def alike(self, scheduled: list, finished: int, scheduled_with: int) -> int:
         """How many coming steps repeat the step just advanced: each of its prefill requests takes
-        the same tokens again without completing its prompt, each decoding request one token without
-        finishing, nobody left after it was scheduled (async; its slot freed), nobody finished and
+        the same tokens again without completing its prompt, each decoding request its tokens again
+        without finishing, nobody left after it was scheduled (async; its slot freed), nobody finished and
         nobody arrives meanwhile (then the budget left and the admission come out the same too)."""
         if finished or len(self.running) != scheduled_with or not scheduled:
             return 0
@@ -358,7 +358,10 @@ def simulate(workload: ClosedLoopWorkload, config: SchedulerConfig = SchedulerCo
     """Simulate vLLM V1's scheduler, step by step, until every prompt is done.
 
     Per step (docs/design.md#the-scheduler-that-produces-the-batches): running requests first, in order, each takes
-    min(remaining, budget left, threshold); a decoding request takes 1 token.
+    min(remaining, budget left, threshold); a decoding request takes 1 token, or
+    min(1 + drafts, budget left) with speculative decoding (every draft accepted).  A step's
+    prefill batch holds its prompt chunks and the decodes with more new tokens than the
+    release's indexer takes in its decode path (``SchedulerConfig.decode_threshold``).
     Then waiting requests are admitted while fewer than max_num_seqs run and
     budget is left; a prefix-cache hit becomes context, rounded down to whole
     blocks and never the whole prompt (the last token is always recomputed);

@@ -7,6 +7,14 @@ per request per step once its prompt is done; requests stop on length) and the
 engine loop, and yields the same ``ScheduledStep`` records as
 ``indexer_lib.workload.simulate``.  No model, weights, tokenizer or GPU are used.
 
+With ``config.speculative_tokens`` K (synchronous scheduling only) it also plays a drafter:
+every request that sampled gets K drafts, all accepted in the next step; the scheduler takes
+them through the n-gram method's path, which needs no draft model.  With a finite KV cache
+(``config.num_kv_blocks``) vLLM preempts and resumes requests itself; a resumed request's
+recomputed tokens are prefill rows.  The drive runs whichever vLLM is importable: the
+project's 0.33.0, or a release's own under ``.venv-engines/`` (0.15.1 agrees on the tests'
+scenarios).
+
 vLLM is optional: install it with ``bash scripts/install_vllm.sh`` (vLLM
 ``VLLM_VERSION``, with ``--no-deps`` next to the CPU build of torch, then the
 few packages the scheduler's imports need).  Without it, ``schedule`` raises
