@@ -147,10 +147,16 @@ def test_the_indexers_of_2026_in_notebook_01(ci_run):
     assert set(planned["model"]) == {"deepseek-v3.2", "glm-5", "glm-5.1", "glm-5.2", "deepseek-v4-flash",
                                      "deepseek-v4-pro"}
     assert (planned["isl"] == planned["max_model_len"]).all() and set(planned["concurrency"]) == {1, 8}
-    v4 = planned[(planned["model"] == "deepseek-v4-flash") & (planned["concurrency"] == 1)].iloc[0]
-    assert v4["peak_layer_kind"] == "c4" and v4["worst_chunks"] == 16 and v4["engine"] == "vllm==0.33.0"
-    assert set(models[~models["planned"]]["model"]) == {"deepseek-v4.1-flash", "glm-5.3-flash", "qwen3.8-flash-next"}
-    assert models[~models["planned"]]["why_not"].str.startswith("its ").all()
+    assert {e.split("==")[0] for e in planned["engine"]} == {"vllm", "sglang", "trtllm"}
+    v4 = planned[(planned["model"] == "deepseek-v4-flash") & (planned["concurrency"] == 1)].set_index("engine")
+    assert v4.loc["vllm==0.33.0", "peak_layer_kind"] == "c4" and v4.loc["vllm==0.33.0", "worst_chunks"] == 16
+    # TensorRT-LLM's cap is 2^31 elements per call, not a memory budget: 8 GiB of logits at 1M
+    assert v4.filter(like="trtllm", axis=0)["largest_logits_mib"].iloc[0] > 8000
+    unknown = models[~models["planned"] & models["engine"].isna()]
+    assert set(unknown["model"]) == {"deepseek-v4.1-flash", "glm-5.3-flash", "qwen3.8-flash-next"}
+    assert unknown["why_not"].str.startswith("its ").all()
+    refused = models[~models["planned"] & models["engine"].notna()]
+    assert refused["why_not"].str.contains("not modelled").all()
 
 
 def test_beyond_notebook_prints_no_line_the_engines_own_chunker_would_oom_with(ci_run):
