@@ -72,6 +72,8 @@ def test_reproduced_allocations_match_the_published_numbers():
     ("sglang-dsv4-c4-4096x800k", "https://github.com/sgl-project/sglang/pull/39095", 4096, 200000, 3.05, True),
     ("sglang-dsv4-c4-8192x1m", "https://github.com/sgl-project/sglang/pull/39095", 8192, 262144, 8.0, True),
     ("sglang-dsv4-c4-32k-300k", "https://github.com/sgl-project/sglang/issues/33246", 32768, 73728, 9.0, True),
+    # TensorRT-LLM at max_num_tokens 8192: one request at V4's full context reaches 8 GiB, not ~18-22 GB
+    ("trtllm-dsv4-8192-long-context", "https://github.com/NVIDIA/TensorRT-LLM/pull/15569", 8192, 262144, 8.0, False),
 ])
 def test_each_added_report_reproduces_or_says_why_not(case, source, rows, kv_tokens, gib, verdict):
     published = {c["case"]: c for c in published_cases()}[case]
