@@ -67,6 +67,27 @@ def test_reproduced_allocations_match_the_published_numbers():
     assert (repro.loc["sglang-dsv4-c4-4096x93184", ["rows", "kv_tokens"]] == [4096, 93184]).all()
 
 
+@pytest.mark.parametrize("case, source, rows, kv_tokens, gib, verdict", [
+    # SGLang's DeepSeek-V4 C4 shapes, from the reporters' chunk sizes and contexts
+    ("sglang-dsv4-c4-4096x800k", "https://github.com/sgl-project/sglang/pull/39095", 4096, 200000, 3.05, True),
+    ("sglang-dsv4-c4-8192x1m", "https://github.com/sgl-project/sglang/pull/39095", 8192, 262144, 8.0, True),
+    ("sglang-dsv4-c4-32k-300k", "https://github.com/sgl-project/sglang/issues/33246", 32768, 73728, 9.0, True),
+    # TensorRT-LLM at max_num_tokens 8192: one request at V4's full context reaches 8 GiB, not ~18-22 GB
+    ("trtllm-dsv4-8192-long-context", "https://github.com/NVIDIA/TensorRT-LLM/pull/15569", 8192, 262144, 8.0, False),
+])
+def test_each_added_report_reproduces_or_says_why_not(case, source, rows, kv_tokens, gib, verdict):
+    published = {c["case"]: c for c in published_cases()}[case]
+    row = reproduce(published)
+    assert row["published_source"] == source
+    assert (row["rows"], row["kv_tokens"]) == (rows, kv_tokens)
+    assert round(row["reproduced_gib"], 2) == gib
+    assert row["matches"] is verdict and (published["status"] == "reproduced") is verdict
+    # every assumption the row needs is named in its note
+    assert published["note"] and ("taken" in published["note"])
+    if not verdict:
+        assert "the report does not give them" in published["note"]
+
+
 def test_a_published_case_of_unknown_kind_is_refused():
     case = {**published_cases()[0], "kind": "guess"}
     with pytest.raises(ValueError, match="kind 'guess' must be 'workload' or 'shape'"):

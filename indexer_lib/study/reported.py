@@ -5,8 +5,10 @@ their sources, are ``data/field/reported_allocations.csv``: GLM-5 at concurrency
 48-64 x ISL 10240 without a logits budget (~9.89 GiB), one 64K prompt in one step
 (16 GiB), a 64K prompt with ``--max-num-batched-tokens 32768`` under DeepGEMM
 2.1's padding (8.03 GiB), SGLang's DeepSeek-V4 allocation of 4,096 rows x
-93,184 compressed columns (1.42 GiB), and TensorRT-LLM's ~16 GB for a ~500K-token
-DeepSeek-V4 prompt at its 32K-row indexer chunk.  A ``workload`` case is simulated and its
+93,184 compressed columns (1.42 GiB) and its 3.05 GiB, ~8 GiB and 9 GiB shapes at longer
+contexts and larger chunks, TensorRT-LLM's ~16 GB for a ~500K-token DeepSeek-V4 prompt at its
+32K-row indexer chunk, and its ~18-22 GB at ``max_num_tokens=8192`` (not reproduced: the report
+gives no requests).  A ``workload`` case is simulated and its
 worst step planned without a budget; a ``shape`` case is one logits allocation
 of the given rows and columns (docs/design.md#reference-data).
 """
