@@ -42,6 +42,7 @@ CASES = [
     ("01_oom_frontier", "mix", "0.1x", "'mix': mix '0.1x': expected SHARExLENGTH"),
     ("01_oom_frontier", "mix", "0.1x300000", "mix length 300000 > max_model_len 202752 of glm-5"),
     ("01_oom_frontier", "engines", ["vllm", "vllm==9"], "unknown engine release 'vllm==9'"),
+    ("03_strategies", "speculative_tokens", -1, "speculative_tokens -1: must be a whole number >= 0"),
 ]
 
 

@@ -82,6 +82,9 @@ class GridParameters(Parameters):
     max_num_batched_tokens: int | None  # None: the engine release's default (8192 on an H200)
     long_prefill_token_threshold: int | None  # None: the engine release's default (0: no cap)
     shared_prefix: int
+    # draft tokens per decode (speculative decoding, e.g. MTP); optional, so a parameters cell
+    # written before it still runs (0: none, as the engines serve by default)
+    speculative_tokens: int = 0
 
     renamed = {"strategy": "strategies"}
 
@@ -94,6 +97,7 @@ class GridParameters(Parameters):
                     budget_mb=self.grid_budgets(), strategy=self.strategies, free_gib=self.free_gib,
                     shared_prefix=self.shared_prefix, max_num_batched_tokens=self.max_num_batched_tokens,
                     long_prefill_token_threshold=self.long_prefill_token_threshold,
+                    speculative_tokens=self.speculative_tokens,
                     deepgemm_version=self.deepgemm_version, engine=self.engine, gpu=self.gpu)
         return Grid(**{**axes, **changes})
 
@@ -102,7 +106,8 @@ class GridParameters(Parameters):
         settings (not None) in their place."""
         return release_scheduler(self.engine, get_model(self.model).kv_block, self.gpu,
                                  max_num_batched_tokens=self.max_num_batched_tokens,
-                                 long_prefill_token_threshold=self.long_prefill_token_threshold)
+                                 long_prefill_token_threshold=self.long_prefill_token_threshold,
+                                 speculative_tokens=self.speculative_tokens)
 
     def checks(self):
         yield from super().checks()
