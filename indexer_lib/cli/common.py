@@ -235,8 +235,9 @@ def add_scheduler_arguments(p: argparse.ArgumentParser) -> None:
                         "(default: 0, none, as engines serve unless asked)")
     p.add_argument("--kv-cache-tokens", type=int, default=0,
                    help="the KV cache per GPU in tokens, as the engine logs it ('GPU KV cache size'); a cache "
-                        "smaller than the running requests need preempts, which only --workload-source vllm "
-                        "models (default: 0, room for every running request)")
+                        "smaller than the running requests need holds back admissions and preempts, modelled "
+                        "on the synchronous scheduler (--no-async-scheduling) or by --workload-source vllm "
+                        "(default: 0, room for every running request)")
 
 
 def engine_arg(text: str) -> str:

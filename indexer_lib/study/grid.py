@@ -100,7 +100,7 @@ class Grid:
     async_scheduling: bool | None = None
     # the deployment: draft tokens per decode (speculative decoding, MTP; 0: none, as vLLM serves by
     # default) and the KV cache in tokens per GPU (0: room for every running request; a smaller
-    # cache preempts, which only vLLM's own scheduler, workload_source "vllm", models)
+    # cache holds back admissions and preempts: docs/design.md#preemption)
     speculative_tokens: int = 0
     kv_cache_tokens: int = 0
     # engine releases (ENGINE==RELEASE; a bare vllm or sglang: its latest): each plans on its own

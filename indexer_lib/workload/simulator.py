@@ -14,6 +14,7 @@ from typing import Iterator
 
 from ..checks import BadValue
 from .batch import PrefillRequest, StepBatch, check_int
+from .kv_blocks import BlockPool
 from .lengths import (arrange, check_order, check_range_ratio, draw_lengths, length_bounds, mix_prompts, mix_text,
                       parse_mix)
 
@@ -149,6 +150,19 @@ class _Request:
     prompt_len: int
     computed: int = 0  # tokens whose KV is computed (or cached)
     outputs: int = 0  # output tokens sampled
+    blocks: list = field(default_factory=list)  # its KV blocks (a finite KV cache only)
+    cached: int = 0  # of its tokens, those in full blocks the prefix cache holds (idem)
+
+    @property
+    def num_tokens(self) -> int:
+        """Its prompt and the tokens it sampled: what it computes before it samples again after
+        a preemption."""
+        return self.prompt_len + self.outputs
+
+    @property
+    def decoding(self) -> bool:
+        """Past its prompt and its recomputation: it computes its last sampled token (and drafts)."""
+        return self.outputs > 0 and self.computed >= self.num_tokens - 1
 
 
 @dataclass
@@ -169,25 +183,40 @@ def kv_blocks_needed(workload: ClosedLoopWorkload, config: SchedulerConfig) -> i
     return min(workload.concurrency, config.max_num_seqs, workload.total_prompts) * per_request
 
 
-def check_kv_capacity(workload: ClosedLoopWorkload, config: SchedulerConfig) -> None:
-    """The simulator does not model KV-cache pressure (vLLM's admission gate and
-    preemption): refuse a capacity that could bring them into play."""
+def kv_pressure(workload: ClosedLoopWorkload, config: SchedulerConfig) -> bool:
+    """Whether the KV cache is small enough for admission and preemption to shape the schedule
+    (docs/design.md#preemption); refuses what the simulator does not model there."""
     need = kv_blocks_needed(workload, config)
-    if config.num_kv_blocks and config.num_kv_blocks < need:
+    if not config.num_kv_blocks or config.num_kv_blocks >= need:
+        return False
+    one = -(-(workload.max_prompt_len + workload.osl) // config.block_size)
+    if config.num_kv_blocks - 1 < one:  # block 0 is vLLM's null block
+        raise ValueError(f"num_kv_blocks {config.num_kv_blocks}: below the {one} blocks one request of "
+                         f"{workload.max_prompt_len} + {workload.osl} tokens needs (vLLM would never admit it)")
+    unmodelled = ("the asynchronous scheduler" if config.async_scheduling
+                  else "a shared prefix" if workload.shared_prefix else None)
+    if unmodelled:
         raise ValueError(
-            f"num_kv_blocks {config.num_kv_blocks}: below the {need} blocks the running "
-            f"requests of {workload.max_prompt_len} + {workload.osl} tokens can hold; the simulator "
-            "does not model preemption: vLLM's own scheduler does (--workload-source vllm, "
-            "source='vllm')"
-        )
+            f"num_kv_blocks {config.num_kv_blocks}: below the {need} blocks the running requests of "
+            f"{workload.max_prompt_len} + {workload.osl} tokens can hold; the simulator models preemption "
+            f"on the synchronous scheduler without a shared prefix, not with {unmodelled}: vLLM's own "
+            "scheduler does (--workload-source vllm, source='vllm')")
+    return True
+
+
+def check_kv_capacity(workload: ClosedLoopWorkload, config: SchedulerConfig) -> None:
+    """Refuse a KV cache the simulator cannot schedule (see ``kv_pressure``)."""
+    kv_pressure(workload, config)
 
 
 class _Engine:
     """The simulated engine between steps: who waits, who runs, what is cached, who arrives when."""
 
     def __init__(self, workload: ClosedLoopWorkload, config: SchedulerConfig):
-        check_kv_capacity(workload, config)
         self.workload, self.config = workload, config
+        # a KV cache too small for every running request: blocks are counted, admissions gated and
+        # requests preempted as vLLM does; otherwise nothing waits on blocks and none are counted
+        self.pool = BlockPool(config.num_kv_blocks) if kv_pressure(workload, config) else None
         self.waiting: deque[_Request] = deque()
         self.running: list[_Request] = []
         self.sent = 0
@@ -196,6 +225,7 @@ class _Engine:
         self.made: dict[tuple[int, int], PrefillRequest] = {}
         self.tick = 0  # scheduling passes, empty ones included (they pace async arrivals)
         self.step = 0  # executed engine steps
+        self.preempted_now = False  # the pass being scheduled preempted a request
         self.send(workload.concurrency)
 
     def send(self, n: int) -> None:
@@ -235,42 +265,100 @@ class _Engine:
         cap_chunks = threshold > 0 and len(self.running) + len(self.waiting) > 1
         scheduled = []
 
-        def take(req: _Request) -> None:
-            nonlocal budget
-            n = req.prompt_len - req.computed
-            n = min(min(n, threshold) if cap_chunks else n, budget)
-            scheduled.append((req, n, False))
-            budget -= n
-            self.cached_prefix = max(self.cached_prefix, self.cacheable_prefix(req, n))
+        def chunk(req: _Request) -> int:
+            n = req.num_tokens - req.computed  # its prompt, or all it had before a preemption
+            return min(min(n, threshold) if cap_chunks else n, budget)
 
-        for req in self.running:
-            if budget <= 0:
-                break
+        i = 0
+        while i < len(self.running) and budget > 0:
+            req = self.running[i]
+            i += 1
             if req.outputs >= self.workload.osl:
                 continue  # async: finished in the step in flight, not yet removed
-            if req.computed >= req.prompt_len:
-                n = min(1 + drafts, budget)  # its sampled token and its drafts
-                scheduled.append((req, n, True))
-                budget -= n
-            else:
-                take(req)
-        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
-            req = self.waiting.popleft()
+            decoding = req.decoding
+            n = min(1 + drafts, budget) if decoding else chunk(req)  # a decode: its token and drafts
+            if self.pool is not None and not self.allocate_running(req, n):
+                break  # it preempted itself: nobody after it runs this step
+            scheduled.append((req, n, decoding))
+            budget -= n
+            if not decoding:
+                self.cached_prefix = max(self.cached_prefix, self.cacheable_prefix(req, n))
+        # a step that preempted admits nobody
+        while (self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs
+               and not self.preempted_now):
+            req = self.waiting[0]
+            if self.pool is not None and not self.admit(req):
+                break
+            self.waiting.popleft()
             if self.config.enable_prefix_caching and self.workload.shared_prefix:
                 hit = min(self.cached_prefix, self.workload.shared_prefix, req.prompt_len - 1)
                 req.computed = hit // self.config.block_size * self.config.block_size
             self.running.append(req)
-            take(req)
+            n = chunk(req)
+            if self.pool is not None:
+                self.allocate(req, n)
+            scheduled.append((req, n, False))
+            budget -= n
+            self.cached_prefix = max(self.cached_prefix, self.cacheable_prefix(req, n))
+        self.preempted_now = False
         scheduled_with = len(self.running)
         # async: the requests that finished in the previous step leave now
         self.running = [r for r in self.running if r.outputs < self.workload.osl]
         return scheduled, scheduled_with
 
+    # a finite KV cache (self.pool), as vLLM's scheduler and KV cache manager keep it
+    def blocks_to_hold(self, req: _Request, n: int) -> int:
+        """New blocks the request needs to hold its computed tokens and ``n`` more."""
+        return max(-(-(req.computed + n) // self.config.block_size) - len(req.blocks), 0)
+
+    def allocate(self, req: _Request, n: int) -> None:
+        req.blocks += self.pool.take(self.blocks_to_hold(req, n))
+        # vLLM caches the full blocks of the tokens scheduled, drafts aside (not yet tokens)
+        req.cached = max(req.cached, min(req.computed + n, req.num_tokens))
+
+    def allocate_running(self, req: _Request, n: int) -> bool:
+        """Blocks for a running request's tokens, preempting the last running request while too
+        few are free; False when it had to preempt itself."""
+        while self.pool.num_free < self.blocks_to_hold(req, n):
+            victim = self.running.pop()
+            self.preempt(victim)
+            if victim is req:
+                return False
+        self.allocate(req, n)
+        return True
+
+    def preempt(self, req: _Request) -> None:
+        """Its blocks go back (its full ones still cached), it computes again from its first
+        token, and it waits first in line."""
+        self.pool.release(req.rid, req.blocks, req.cached // self.config.block_size)
+        req.blocks, req.computed, req.cached = [], 0, 0
+        self.waiting.appendleft(req)
+        self.preempted_now = True
+
+    def admit(self, req: _Request) -> bool:
+        """vLLM (0.19 on) admits a waiting request only when its whole sequence fits in the free
+        blocks now; a preempted one takes back its full blocks still cached, short of its last
+        token."""
+        if self.pool.num_free < -(-req.num_tokens // self.config.block_size):
+            return False
+        # (a request never preempted has none of its own blocks cached)
+        hits = self.pool.hits(req.rid, (req.num_tokens - 1) // self.config.block_size)
+        self.pool.touch(hits)
+        req.blocks, req.computed = hits, len(hits) * self.config.block_size
+        req.cached = req.computed
+        return True
+
+    def release(self, req: _Request) -> None:
+        """A finished request's blocks go back, its full ones cached."""
+        self.pool.release(req.rid, req.blocks, req.cached // self.config.block_size)
+        req.blocks = []
+
     def rows(self, scheduled: list) -> list:
         """The (request, tokens) the indexer's prefill path computes: every prompt chunk, and every
         decode with more new tokens than the release's indexer takes in its decode path."""
         threshold = self.config.decode_threshold
-        return [(r, n) for r, n, decoding in scheduled if not decoding or n > threshold]
+        return [(r, n) for r, n, decoding in scheduled
+                if (not decoding and r.computed < r.prompt_len) or n > threshold]
 
     def executed(self, batch: StepBatch | None, num_decode: int, rids: tuple[int, ...]) -> ScheduledStep:
         """The step as the engine executes it (numbered), with its prefill batch."""
@@ -288,9 +376,11 @@ class _Engine:
             if decoding:
                 req.outputs += n
                 finished += req.outputs >= self.workload.osl
-            elif req.computed == req.prompt_len:
-                req.outputs = 1
+            elif req.computed == req.num_tokens:  # its prompt (or its recomputation) is done
+                req.outputs += 1
                 finished += req.outputs >= self.workload.osl
+            if self.pool is not None and req.outputs >= self.workload.osl:
+                self.release(req)
         if not self.config.async_scheduling:
             self.running = [r for r in self.running if r.outputs < self.workload.osl]
         if finished and self.sent < self.workload.total_prompts:
@@ -340,6 +430,7 @@ class _Engine:
 
 
 def _steps(engine: _Engine, repeat_alike: bool) -> Iterator[ScheduledStep]:
+    repeat_alike = repeat_alike and engine.pool is None  # a finite KV cache: every step on its own
     while engine.busy():
         scheduled, scheduled_with = engine.schedule()
         rows = engine.rows(scheduled)
