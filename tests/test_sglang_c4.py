@@ -125,6 +125,23 @@ def test_the_c4_path_is_not_the_dsa_one():
     assert (at, past) == (93_184, 93_248)
 
 
+def test_sglang_v4_reports_go_through_its_c4_path():
+    from indexer_lib.study.reported import published_cases, reproduce
+
+    cases = {c["case"]: c for c in published_cases()}
+    want = {"sglang-dsv4-c4-4096x93184": (4096, 93_184, 4096 * 93_184 * 4),
+            "sglang-dsv4-c4-4096x800k": (4096, 200_000, 4096 * 200_192 * 4),
+            "sglang-dsv4-c4-8192x1m": (8192, 262_144, 8 * GIB),
+            "sglang-dsv4-c4-32768x300k": (32_768, 75_008, 32_768 * 75_008 * 4)}
+    for name, (rows, cols, nbytes) in want.items():
+        case = cases[name]
+        assert case["engine"] == SGLANG and case["source"].startswith("https://github.com/sgl-project/sglang/")
+        r = reproduce(case)
+        assert (r["rows"], r["kv_tokens"], round(r["allocated_gib"] * GIB)) == (rows, cols, nbytes)
+        assert r["matches"] and case["status"] == "reproduced"
+    assert cases["sglang-dsv4-c4-4096x93184"]["tolerance"] == 0.002
+
+
 @pytest.mark.parametrize("free_gib", [2.0, 30.0])
 def test_the_c4_budget_from_the_strategy_is_sglangs_per_forward_rule(free_gib):
     from indexer_lib.plan import get_strategy
