@@ -112,7 +112,7 @@ def test_a_compressed_request_scores_its_k_in_entries():
 
 def test_deepseek_v4_on_vllm_0_33_at_1m_context(capsys):
     """One 1M-token request, its last 8,192 rows: 262,144 C4 entries, 512 rows per 512 MiB chunk,
-    two chunks' logits alive (about 1 GiB), on vLLM 0.33.0 only (the others' paths are not modelled)."""
+    two chunks' logits alive (about 1 GiB), on vLLM 0.33.0 (earlier vLLM releases' paths are not modelled)."""
     argv = ["plan", "--model", "deepseek-v4-flash", "--query-lens", "8192", "--seq-lens", "1048576", "--json"]
     assert main(argv) == 0
     d = json.loads(capsys.readouterr().out)
@@ -120,7 +120,7 @@ def test_deepseek_v4_on_vllm_0_33_at_1m_context(capsys):
     assert d["workspace_tokens"] == 16 * 1_048_576 // 4 and d["peak_layer_kind"] == "c4"
     assert 2 * 512 * 2**20 <= d["peak_transient_bytes"] < 1.01 * 2**30
     assert main(argv[:-1] + ["--engine", "vllm==0.32.0"]) == 2
-    assert ("not modelled; modelled on: trtllm==1.3.0rc15.post1, trtllm==1.3.0rc27, trtllm==1.4.0rc1, "
+    assert ("not modelled; modelled on: sglang==0.5.23, trtllm==1.3.0rc15.post1, trtllm==1.3.0rc27, trtllm==1.4.0rc1, "
             "trtllm==1.4.0rc4, vllm==0.33.0") in capsys.readouterr().err
     assert main(["run", "--device", "meta", *argv[1:-1]]) == 2
     assert "which the executor does not compute" in capsys.readouterr().err

@@ -6,6 +6,7 @@ import math
 import sys
 
 from ..engines import DEFAULT_ENGINE, SGLANG_MEM_FRACTION_STATIC, get_engine, process_budget
+from ..engines.budget import sglang_static_budget
 from ..padding import DEEPGEMM_RULES
 from ..plan import NO_BUDGET, STRATEGIES, PlanSettings, Strategy, get_strategy, make_plan
 from ..shapes import GPUS, MODELS, budget_bytes_from_mb, free_bytes_from_gib, get_gpu, get_model
@@ -123,9 +124,28 @@ def budget_from_args(args, batch: StepBatch) -> int | None:
     return budget_bytes_from_mb(512)  # vLLM's default VLLM_SPARSE_INDEXER_MAX_LOGITS_MB
 
 
+def static_budget_note(args) -> str | None:
+    """Where SGLang's C4 indexer is planned without a free-memory reading: the budget taken."""
+    engine = get_engine(args.engine)
+    if (get_model(args.model).kv_ratio == 1 or engine.compressed_budget_rule is None
+            or args.free_gib is not None or args.budget_free_gib is not None
+            or args.budget_mb is not None or args.budget_bytes is not None or not get_strategy(args.strategy).own_build):
+        return None
+    return (f"{engine.name}'s budget from its configuration alone (mqa_logits_static_budget_bytes: "
+            "min(total x (1 - mem_fraction_static) x f, 0.3 x total)): free memory not given, taken as not "
+            "binding (free x f at least that); give --free-gib or --budget-free-gib for the release's min with it")
+
+
 def engine_budget_from_args(args, batch: StepBatch) -> int | None:
     engine = get_engine(args.engine)
     reading = args.free_gib if args.budget_free_gib is None else args.budget_free_gib
+    if get_model(args.model).kv_ratio != 1 and engine.compressed_budget_rule is not None:
+        # SGLang's C4 indexer: its own budget, read on every forward (the gate is the planner's)
+        total = get_gpu(args.gpu).capacity_bytes
+        if reading is None:
+            return sglang_static_budget(total, args.mem_fraction_static, engine.budget_default)
+        return process_budget(engine, free_bytes_from_gib(reading), total,
+                              mem_fraction_static=args.mem_fraction_static, compressed=True)
     if engine.budget_rule.startswith("sglang") and reading is None:
         if batch.num_rows * batch.num_kv_tokens < (engine.chunk_skip_elements or 0):
             return None  # the engine reads no budget for this step

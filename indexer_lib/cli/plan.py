@@ -5,7 +5,7 @@ import json
 
 from ..memory import memory_report
 from ..study.frontier import format_bytes
-from .common import add_batch_options, plan_from_args, verdict, verdict_line
+from .common import add_batch_options, plan_from_args, static_budget_note, verdict, verdict_line
 
 
 def register(subparsers) -> None:
@@ -38,11 +38,13 @@ def cmd_plan(args) -> int:
     report = memory_report(plan)
     v = verdict(report, args.free_gib)
     kinds = layer_kinds_json(plan, report)
+    note = static_budget_note(args)
     if args.json:
         print(json.dumps({**plan_json(plan, report), **v, "largest_logits_bytes": plan.largest_logits_bytes,
                           "layer_kinds": kinds, "peak_layer_kind": kinds[0]["name"], "gpu": args.gpu,
                           "unverified": list(plan.settings.preset.unverified),
-                          "gpu_unverified": list(plan.settings.gpu_preset.unverified)}))  # facts of data/gpus/
+                          "gpu_unverified": list(plan.settings.gpu_preset.unverified),  # facts of data/gpus/
+                          **({"budget_note": note} if note else {})}))
         return 0
     on = f" on {plan.engine}" if plan.engine else ""
     if plan.budget_bytes is None:
@@ -72,7 +74,7 @@ def cmd_plan(args) -> int:
               f"{str(c.logits_cols) + ('c' if c.compressed else ''):>8} "
               f"{format_bytes(c.logits_bytes):>11}  {'yes' if c.gather else 'no ':>6}  "
               f"{'YES' if c.over_budget else '-'}")
-    for line in (padding_note(plan), verdict_line(v)):
+    for line in (padding_note(plan), verdict_line(v), note and f"budget: {note}"):
         if line:
             print(line)
     return 0

@@ -5,6 +5,8 @@
   0.2), capped by ``f x (1 - mem_fraction_static) x total`` and ``0.3 x total``, read
   at the first call with at least 8,000,000 logits elements and kept for the process;
 - SGLang 0.5.6-0.5.12: half the free memory, read on every such call;
+- SGLang 0.5.23's DeepSeek-V4 C4 indexer (``compressed=True``): the 0.5.13+ arithmetic, read on
+  every forward at or past the gate and never cached;
 - TensorRT-LLM from the element cap: ``TLLM_INDEXER_MQA_LOGITS_ELEM_BUDGET`` (2^31) fp32
   elements per logits call, the same every step;
 - earlier releases: no budget.
@@ -53,6 +55,9 @@ class EngineBudget:
     value: float | None = None
     total_bytes: int | None = None
     mem_fraction_static: float | None = None
+    # the budget of the release's path for compressed K (DeepSeek-V4's C4 indexer), where its
+    # profile has one of its own (``compressed_budget_rule``)
+    compressed: bool = False
     cached: int | None = field(default=None, init=False)  # SGLang's first measured budget
     readings: int = field(default=0, init=False)  # free-memory readings taken
 
@@ -60,19 +65,26 @@ class EngineBudget:
         self.engine = get_engine(self.engine)
         if self.value is None:
             self.value = self.engine.budget_default
-        rule = self.engine.budget_rule
+        rule = self.rule
         if rule == "fixed-mib":
             budget_bytes_from_mb(self.value)  # a bad MiB value fails here, with its rule
         if rule == "fixed-elements" and not (float(self.value).is_integer() and self.value >= 1):
             raise ValueError(f"{self.engine.budget_env} {self.value!r}: must be a whole number of elements >= 1")
         if rule.startswith("sglang") and self.total_bytes is None:
             raise ValueError(f"{self.engine.name}: its budget needs the GPU's total memory (total_bytes)")
-        if rule == "sglang-cached" and not 0 < self.value <= 1:
+        if rule in ("sglang-cached", "sglang-capped-per-call") and not 0 < self.value <= 1:
             raise ValueError(f"{self.engine.budget_env} {self.value!r}: must be a fraction in (0, 1]")
+
+    @property
+    def rule(self) -> str:
+        """The budget rule in use: the compressed path's own where asked and the release has one."""
+        if self.compressed and self.engine.compressed_budget_rule is not None:
+            return self.engine.compressed_budget_rule
+        return self.engine.budget_rule
 
     def for_call(self, rows: int, cols: int, free_bytes: int | None = None) -> int | None:
         """The budget an indexer call over ``rows`` x ``cols`` logits plans with."""
-        rule = self.engine.budget_rule
+        rule = self.rule
         if rule == "none":
             return None
         if rule == "fixed-mib":
@@ -90,6 +102,8 @@ class EngineBudget:
         if rule == "sglang-free-per-call":
             return max(1, int(free_bytes * self.value))
         static = sglang_static_budget(self.total_bytes, self.mem_fraction_static, self.value)
+        if rule == "sglang-capped-per-call":  # mqa_logits_budget_bytes(allow_sync=True), every forward
+            return max(1, min(int(free_bytes * self.value), static))
         self.cached = max(1, min(int(free_bytes * self.value), static))
         return self.cached
 
@@ -107,17 +121,18 @@ def profile_run_logits_bytes(engine, value: float | None = None) -> int:
 
 def process_budget(engine, free_bytes: int | None = None, total_bytes: int | None = None,
                    mem_fraction_static: float | None = SGLANG_MEM_FRACTION_STATIC,
-                   value: float | None = None) -> int | None:
+                   value: float | None = None, compressed: bool = False) -> int | None:
     """The budget a release plans every large step with, in a process that first measured
     ``free_bytes`` free: vLLM's MiB (``value``, default the release's; none before 0.19.0);
     TensorRT-LLM's elements per call, as fp32 bytes;
     SGLang's own rule (``value``: its free-memory fraction) on a GPU of ``total_bytes``
-    (default: an H200)."""
+    (default: an H200).  ``compressed``: the budget of the release's path for compressed K
+    (DeepSeek-V4's C4 indexer) where it has one of its own."""
     profile = get_engine(engine)
     if not profile.budget_rule.startswith("sglang"):
         return EngineBudget(profile, value).for_call(1, 1)
     if free_bytes is None:
         raise ValueError(f"{profile.name} measures its logits budget from free memory: give free_bytes")
     total = total_bytes if total_bytes is not None else get_gpu("h200").capacity_bytes
-    budget = EngineBudget(profile, value, total, mem_fraction_static)
+    budget = EngineBudget(profile, value, total, mem_fraction_static, compressed)
     return budget.for_call(profile.chunk_skip_elements or 1, 1, free_bytes)

@@ -19,6 +19,8 @@ from ..refdata import data_path
 ENGINES = ("vllm", "sglang", "trtllm")
 CHUNKERS = ("workspace", "logits-budget", "rows", "tokens", "none")
 BUDGET_RULES = ("none", "fixed-mib", "fixed-elements", "sglang-free-per-call", "sglang-cached")
+# SGLang's budget for DeepSeek-V4's C4 indexer: the cached rule's arithmetic, read on every forward
+COMPRESSED_BUDGET_RULES = (None, "sglang-capped-per-call")
 LIFETIMES = ("persistent", "chunk", "call")
 PATHS = (None, "vllm-request-spans", "vllm-chunk-rows", "vllm-row-ends")
 
@@ -70,6 +72,15 @@ class EngineProfile:
     # chunker on seq_len // ratio entries, the workspace in entries, and no logits at all while the
     # step's longest compressed K is at most top-k
     compressed_kv: bool = False
+    # SGLang's own path for compressed K (DeepSeek-V4's C4 indexer, sglang 0.5.23
+    # layers/attention/dsv4/): its budget rule (COMPRESSED_BUDGET_RULES; None: ``budget_rule``), the
+    # logits alive at once on it (None: ``logits_alive``), the page of ``compressed_page_tokens``
+    # tokens whose entries set the paged logits' width, and the query rows from which a one-request
+    # step takes the non-paged sub-path (None: never)
+    compressed_budget_rule: str | None = None
+    compressed_logits_alive: int | None = None
+    compressed_page_tokens: int | None = None
+    compressed_nonpaged_min_rows: int | None = None
     workspace_extra_bytes: int = 0  # bytes the profile run adds to the shared workspace (kept)
     # how the scheduler defaults above change with the GPU's memory and kind (``engines.gpus``)
     scheduler_gpu_rule: str = "none"
@@ -94,7 +105,9 @@ class EngineProfile:
                                      ("budget_rule", self.budget_rule, BUDGET_RULES),
                                      ("workspace_lifetime", self.workspace_lifetime, LIFETIMES),
                                      ("layout", self.layout, ("full", "compressed")),
-                                     ("path", self.path, PATHS)):
+                                     ("path", self.path, PATHS),
+                                     ("compressed_budget_rule", self.compressed_budget_rule,
+                                      COMPRESSED_BUDGET_RULES)):
             if value not in allowed:
                 raise ValueError(f"engine profile {self.engine}=={self.release}: {name} {value!r} "
                                  f"must be one of {', '.join(allowed)}")

@@ -96,16 +96,16 @@ class ShapeBuilder:
         return shape
 
     def add_rows(self, r0: int, r1: int, rows: int, per: int, cols: int, q0: int = 0, kv: int | None = None,
-                 over: bool = False) -> None:
+                 over: bool = False, compressed: bool = False) -> None:
         """``ChunkBuilder.add_rows``: the first slice, the full slices after it at once, the rest."""
         kv = cols if kv is None else kv
         first = min(per, rows)
-        self.add(Piece(r0, r1, q0, q0 + first, cols, True, over, kv_tokens=kv))
+        self.add(Piece(r0, r1, q0, q0 + first, cols, True, over, compressed, kv_tokens=kv))
         full = (rows - first) // per
         if full:
-            self.add(Piece(r0, r1, q0 + first, q0 + first + per, cols, False, over, kv_tokens=kv), times=full)
+            self.add(Piece(r0, r1, q0 + first, q0 + first + per, cols, False, over, compressed, kv_tokens=kv), times=full)
         if first + full * per < rows:
-            self.add(Piece(r0, r1, q0 + first + full * per, q0 + rows, cols, False, over, kv_tokens=kv))
+            self.add(Piece(r0, r1, q0 + first + full * per, q0 + rows, cols, False, over, compressed, kv_tokens=kv))
 
     def add_alone(self, i: int, slicing: Slicing, times: int = 1) -> LoneSlices:
         lone = lone_slices(self.b, slicing, self.every_chunk_gathers)

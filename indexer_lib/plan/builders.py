@@ -99,12 +99,13 @@ class ChunkBuilder:
                 self.add(Piece(k, k + 1, s.q0, s.q1, s.cols, s.gather, s.over, s.compressed, s.kv_tokens))
 
     def add_rows(self, r0: int, r1: int, rows: int, per: int, cols: int, q0: int = 0, kv: int | None = None,
-                 over: bool = False) -> None:
+                 over: bool = False, compressed: bool = False) -> None:
         """The rows [q0, q0 + rows) of requests [r0, r1) in slices of ``per`` rows, each ``cols`` wide
-        against ``kv`` gathered K tokens (default: ``cols``); the first gathers it, the others reuse it."""
+        against ``kv`` gathered K tokens (default: ``cols``); the first gathers it, the others reuse it.
+        ``compressed``: logits ``cols`` wide in DeepGEMM's max_seqlen_k layout (width aligned to 256)."""
         kv = cols if kv is None else kv
         for q in range(0, rows, per):
-            self.add(Piece(r0, r1, q0 + q, q0 + min(q + per, rows), cols, q == 0, over, kv_tokens=kv))
+            self.add(Piece(r0, r1, q0 + q, q0 + min(q + per, rows), cols, q == 0, over, compressed, kv_tokens=kv))
 
     def result(self) -> list[Chunk]:
         return self.chunks

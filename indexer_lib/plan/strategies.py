@@ -55,7 +55,8 @@ class Strategy:
             return None
         if source == MEASURED_BUDGET and free_gib is not None:
             kwargs = {} if mem_fraction_static is None else {"mem_fraction_static": mem_fraction_static}
-            return process_budget(profile, free_bytes_from_gib(free_gib), settings.gpu_preset.capacity_bytes, **kwargs)
+            return process_budget(profile, free_bytes_from_gib(free_gib), settings.gpu_preset.capacity_bytes,
+                                  compressed=settings.preset.kv_ratio != 1, **kwargs)
         return budget_bytes_from_mb(budget_mb)
 
     def runs_under(self, settings: PlanSettings) -> PlanSettings:
@@ -302,7 +303,10 @@ class Engine(Strategy):
         return settings.own_chunker
 
     def logits_alive(self, settings: PlanSettings) -> int:
-        return settings.profile.logits_alive
+        profile = settings.profile
+        if settings.preset.kv_ratio != 1 and profile.compressed_logits_alive is not None:
+            return profile.compressed_logits_alive  # SGLang's C4 path frees each chunk's logits
+        return profile.logits_alive
 
     def check_budget(self, batch, budget, settings) -> None:
         """ValueError for a budget the engine has no use for, or a step it cannot plan without one."""
@@ -314,6 +318,8 @@ class Engine(Strategy):
             return
         if budget is not None:
             return
+        if sglang_c4(engine, batch):
+            return  # no budget: one call (the release's own None, as in a graph-backed forward)
         gate = engine.chunk_skip_elements
         if engine.chunker == "rows" and gate is not None and batch.num_rows * batch.num_kv_tokens < gate:
             return  # under the element gate the engine reads no budget
@@ -326,7 +332,9 @@ class Engine(Strategy):
         engine = b.settings.profile
         if skips_logits(engine, batch, b.model.topk):
             return  # no logits at all: the engine selects every token
-        if engine.chunker == "workspace":
+        if sglang_c4(engine, batch):
+            split_sglang_c4(batch, b, build)
+        elif engine.chunker == "workspace":
             NOnly().split(batch, b, build)
         elif engine.chunker == "logits-budget":
             Vllm().split(batch, b, build)
@@ -390,13 +398,68 @@ def split_tokens(batch, b, build) -> None:
         build.add_rows(r0, r1, rows, per, kv, q0=q0, over=over)
 
 
+def sglang_c4(engine, batch) -> bool:
+    """Whether the step goes through SGLang's own path for compressed K (DeepSeek-V4's C4 indexer,
+    ``C4IndexerBackendMixin.forward_c4_indexer``)."""
+    return batch.kv_ratio != 1 and engine.engine == "sglang" and engine.compressed_kv
+
+
+def mqa_logits_row_bytes(cols: int) -> int:
+    """SGLang's ``mqa_logits_row_bytes``: a row of fp32 logits, its width aligned to 256 columns."""
+    return -(-cols // 256) * 256 * 4
+
+
+def sglang_c4_call(profile, batch) -> tuple[str, int, int]:
+    """(sub-path, logits columns, the width the budget gate reads) of SGLang's C4 indexer for one
+    step.  Paged: every row against the batch's page table, ``ceil(max seq_len / page) x entries
+    per page`` columns (``PagedIndexerMetadata.max_compressed_seq_len``); non-paged (one request,
+    at least ``compressed_nonpaged_min_rows`` query rows): ``max_seqlen_k``, its ``seq_len //
+    ratio`` entries rounded up to the page's entries (``_get_nonpaged_indexer_plan``)."""
+    ratio, page = batch.kv_ratio, profile.compressed_page_tokens
+    entries = page // ratio
+    longest = max(r.context_len + r.query_len for r in batch.requests)
+    paged = -(-longest // page) * entries
+    least = profile.compressed_nonpaged_min_rows
+    final = longest // ratio
+    if least is not None and len(batch.requests) == 1 and batch.num_rows >= least and final > 0:
+        return "non-paged", -(-final // entries) * entries, paged
+    return "paged", paged, paged
+
+
+def split_sglang_c4(batch, b, build) -> None:
+    """SGLang 0.5.23's C4 indexer: one budget per forward (``PagedIndexerMetadata``: none below
+    the element gate, rows x paged width), every query row against the step's one width
+    (``sglang_c4_call``), cut into slices of ``max(budget // row_bytes, 1)`` rows where the logits
+    break the budget (paged: ``plan_indexer_row_chunks``, chunking when rows x cols x 4 > budget;
+    non-paged: ``mqa_logits_rows_per_chunk`` when rows x row_bytes > budget); each chunk's logits
+    freed before the next is allocated."""
+    profile = b.settings.profile
+    path, cols, gate_cols = sglang_c4_call(profile, batch)
+    rows, budget = batch.num_rows, b.budget
+    gate = profile.chunk_skip_elements
+    if gate is not None and rows * gate_cols < gate:
+        budget = None  # _mqa_logits_budget: below the gate no budget, one call
+    per = rows
+    if budget is not None:
+        row_bytes = mqa_logits_row_bytes(cols)
+        limit = rows * cols * 4 if path == "paged" else rows * row_bytes  # at or above it: one call
+        if budget >= limit:
+            b.narrow(limit, None)
+        else:
+            per = max(budget // row_bytes, 1)
+            b.narrow(per * row_bytes if budget >= row_bytes else 0, min(limit, (budget // row_bytes + 1) * row_bytes))
+    build.add_rows(0, len(batch.requests), rows, per, cols, kv=batch.num_kv_tokens, compressed=True)
+
+
 def skips_logits(engine, batch, topk: int) -> bool:
-    """Whether the release computes no logits for the step and selects every K entry: SGLang when
-    every sequence is at most top-k; vLLM's compressed indexers when the longest compressed K is
-    (TensorRT-LLM's compressed path computes them: its V4 config leaves skip_indexer_for_short_seqs off)."""
+    """Whether the release computes no logits for the step and selects every K entry: SGLang's DSA
+    indexer when every sequence is at most top-k (its C4 path has no such skip); vLLM's compressed
+    indexers when the longest compressed K is (TensorRT-LLM's compressed path computes them: its V4
+    config leaves skip_indexer_for_short_seqs off)."""
     at_most_topk = batch.longest <= topk
     vllm_compressed = batch.kv_ratio != 1 and engine.compressed_kv and engine.engine == "vllm"
-    return at_most_topk and (engine.skip_logits_at_or_below_topk or vllm_compressed)
+    return at_most_topk and ((engine.skip_logits_at_or_below_topk and not sglang_c4(engine, batch))
+                             or vllm_compressed)
 
 
 # the field's strategy before budgets: the unsplit reference that chunk overheads are measured against

@@ -4,13 +4,14 @@ The published allocations, with the shapes and settings that produced them and
 their sources, are ``data/field/reported_allocations.csv``: GLM-5 at concurrency
 48-64 x ISL 10240 without a logits budget (~9.89 GiB), one 64K prompt in one step
 (16 GiB), a 64K prompt with ``--max-num-batched-tokens 32768`` under DeepGEMM
-2.1's padding (8.03 GiB), SGLang's DeepSeek-V4 allocation of 4,096 rows x
-93,184 compressed columns (1.42 GiB) and its 3.05 GiB, ~8 GiB and 9 GiB shapes at longer
-contexts and larger chunks, TensorRT-LLM's ~16 GB for a ~500K-token DeepSeek-V4 prompt at its
+2.1's padding (8.03 GiB), SGLang's DeepSeek-V4 allocations through its C4 indexer's own path
+(4,096 rows x 93,184 compressed columns, 1.42 GiB, and its 3.05 GiB, ~8 GiB and 9 GiB calls at
+longer contexts and larger chunks), TensorRT-LLM's ~16 GB for a ~500K-token DeepSeek-V4 prompt at its
 32K-row indexer chunk, and its ~18-22 GB at ``max_num_tokens=8192`` (not reproduced: the report
 gives no requests).  A ``workload`` case is simulated and its
 worst step planned without a budget; a ``shape`` case is one logits allocation
-of the given rows and columns (docs/design.md#reference-data).
+of the given rows and columns (with an SGLang release that models the model's compressed K: one
+call of the rows at ``isl`` tokens through the release's own path) (docs/design.md#reference-data).
 """
 from __future__ import annotations
 
@@ -42,6 +43,16 @@ def case_scheduler(case: dict) -> SchedulerConfig:
 def _largest_logits(case: dict) -> tuple[int, int, int]:
     """(rows, columns, allocated bytes) of the case's largest logits allocation."""
     version = case["deepgemm_version"]
+    if case["kind"] == "shape" and case["engine"] and _engine_path(case):
+        # one call of the reported rows through the release's own path for the model's indexer:
+        # one request at ``isl`` tokens (default: the columns' tokens, cols x the compress ratio),
+        # no budget, so the rows are the allocation's as the report gives them
+        model = get_model(case["model"])
+        tokens = case["isl"] or case["cols"] * model.kv_ratio
+        batch = StepBatch.from_lengths([case["rows"]], [tokens])
+        plan = make_plan(batch, "engine", None, PlanSettings(case["model"], case["engine"], temporaries="deepgemm"))
+        chunk = max(plan.chunks, key=lambda c: c.logits_bytes)
+        return chunk.num_rows, chunk.logits_cols, chunk.logits_bytes
     if case["kind"] == "shape":
         compressed = case["layout"] == "compressed"
         allocated = get_rules(version).logits_bytes(case["rows"], case["cols"], case["index_heads"], compressed)
@@ -62,6 +73,13 @@ def _largest_logits(case: dict) -> tuple[int, int, int]:
     plan = make_plan(schedule.step(w.worst_step), strategy, None, settings)
     chunk = max(plan.chunks, key=lambda c: c.logits_bytes)
     return chunk.num_rows, chunk.logits_cols, chunk.logits_bytes
+
+
+def _engine_path(case: dict) -> bool:
+    """Whether a shape case goes through its release's own path: SGLang's for compressed K
+    (DeepSeek-V4's C4 indexer), where the release's profile models it."""
+    engine = get_engine(case["engine"])
+    return engine.engine == "sglang" and engine.compressed_kv and get_model(case["model"]).kv_ratio != 1
 
 
 def reproduce(case: dict) -> dict:

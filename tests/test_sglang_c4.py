@@ -1,0 +1,173 @@
+"""SGLang 0.5.23's path for DeepSeek-V4's C4 indexer, held to the release's own code.
+
+The differential test runs the release's ``dsv4/metadata.py`` (``PagedIndexerMetadata``: its
+once-per-forward budget and ``plan_indexer_row_chunks``), ``mqa_logits_utils.py``, the page
+table its backend builds and ``_get_nonpaged_indexer_plan`` on a CPU
+(``engine_oracles/sglang_c4_chunks.py``), next to ``make_plan(..., "engine", ...)`` and
+``EngineBudget(..., compressed=True)``; without ``.venv-engines/sglang-0.5.23`` it skips (fails
+under CI), as the other differential tests do.
+"""
+from __future__ import annotations
+
+import json
+import random
+import sys
+
+import pytest
+
+from indexer_lib.cli import main
+from indexer_lib.engines import EngineBudget, compressed_kv_engines, get_engine, process_budget
+from indexer_lib.plan import PlanSettings, make_plan
+from indexer_lib.plan.strategies import sglang_c4_call
+from indexer_lib.shapes import GIB
+from indexer_lib.workload import StepBatch
+
+from test_engines import run_oracle, sglang_src
+
+SGLANG = "sglang==0.5.23"
+V4 = PlanSettings("deepseek-v4-flash", SGLANG, temporaries="deepgemm")
+
+
+def forwards(rng: random.Random, count: int) -> list[dict]:
+    """Eager prefill forwards: one to three requests, short and long, on GPUs with little or much free."""
+    out = []
+    for _ in range(count):
+        requests = []
+        for _ in range(rng.choice((1, 1, 1, 2, 3))):
+            query = rng.choice((rng.randint(1, 600), rng.randint(600, 8191), 8192, rng.randint(8192, 20000)))
+            context = rng.choice((0, rng.randint(0, 4096), rng.randint(0, 1_048_576 - query)))
+            requests.append([context, query])
+        out.append({"total_bytes": rng.choice((int(139.8 * GIB), 80 * GIB, rng.randint(40, 200) * GIB)),
+                    "mem_fraction_static": rng.choice((None, 0.85, 0.9, 0.95)),
+                    "fraction": rng.choice((0.05, 0.2, 0.2, 0.5)),
+                    "free_bytes": rng.choice((rng.randint(1, 40) * GIB, rng.randint(1, 2000) * 2**20)),
+                    "requests": requests})
+    # the reported step (4,096 rows at 372,736 tokens) and the non-paged one at 1M
+    out.append({"total_bytes": int(139.8 * GIB), "mem_fraction_static": 0.9, "fraction": 0.2,
+                "free_bytes": 5 * GIB, "requests": [[368_640, 4096]]})
+    out.append({"total_bytes": int(139.8 * GIB), "mem_fraction_static": 0.9, "fraction": 0.2,
+                "free_bytes": 5 * GIB, "requests": [[1_040_384, 8192]]})
+    return out
+
+
+def test_sglang_c4_budget_path_and_row_chunks_match_its_own_code():
+    src = sglang_src()
+    engine = get_engine(SGLANG)
+    cases = forwards(random.Random(4), 120)
+    answers = run_oracle(sys.executable, "sglang_c4_chunks.py", {"forwards": cases}, src)["results"]
+    paths = set()
+    for case, theirs in zip(cases, answers, strict=True):
+        batch = StepBatch.from_lengths([q for _, q in case["requests"]], [c + q for c, q in case["requests"]])
+        path, cols, gate_cols = sglang_c4_call(engine, batch.compressed(4))
+        assert (path, cols) == (theirs["path"], theirs["cols"]), case
+        budget = EngineBudget(engine, case["fraction"], case["total_bytes"], case["mem_fraction_static"],
+                              compressed=True).for_call(batch.num_rows, gate_cols, case["free_bytes"])
+        assert budget == theirs["budget"], case
+        plan = make_plan(batch, "engine", budget, V4)
+        assert [list(c.rows) for c in plan.chunks] == theirs["chunks"], case
+        for c in plan.chunks:
+            assert c.logits_cols == cols and c.compressed
+            # the release's [rows, align256(cols)] fp32 (the project aligns rows to 128 / H = 2 as well)
+            assert c.logits_bytes == -(-c.num_rows // 2) * 2 * theirs["row_bytes"]
+        # the plan is the same for every budget of its stable interval
+        low, high = plan.budget_stable
+        if budget is not None:
+            for b in {low or 1, budget, (high or budget + 1) - 1}:
+                assert make_plan(batch, "engine", b, V4).chunks == plan.chunks
+        paths.add((path, len(plan.chunks) > 1))
+    assert paths == {("paged", False), ("paged", True), ("non-paged", False), ("non-paged", True)}
+    reported, one_m = answers[-2:]
+    assert reported == {"path": "paged", "budget": GIB, "cols": 93_184, "row_bytes": 372_736,
+                        "chunks": [[0, 2880], [2880, 4096]]}
+    assert one_m["path"] == "non-paged" and one_m["cols"] == 262_144 and len(one_m["chunks"]) == 8
+
+
+def test_the_reported_step_plans_through_sglangs_c4_path(capsys):
+    base = ["plan", "--model", "deepseek-v4-flash", "--engine", SGLANG, "--query-lens", "4096",
+            "--seq-lens", "372736", "--json"]
+    assert main(base) == 0
+    out = json.loads(capsys.readouterr().out)
+    # 4,096 rows x ceil(372,736 / 256) x 64 = 93,184 columns x 4 B: one call under the static budget
+    assert out["largest_logits_bytes"] == 4096 * 93_184 * 4 == 1_526_726_656
+    assert out["num_chunks"] == 1 and out["logits_alive"] == 1 and out["engine"] == SGLANG
+    assert out["budget_bytes"] == process_budget(SGLANG, 10**15, compressed=True)  # free memory not binding
+    assert "free memory not given" in out["budget_note"]
+    assert main([*base, "--strategy", "engine", "--free-gib", "5"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    # min(5 GiB x 0.2, static) = 1 GiB: 1 GiB // 372,736 B = 2,880 rows a chunk, one alive at a time
+    assert out["budget_bytes"] == GIB and "budget_note" not in out
+    assert [c["rows"] for c in out["chunks"]] == [[0, 2880], [2880, 4096]]
+    assert out["largest_logits_bytes"] == 2880 * 93_184 * 4 and out["logits_alive"] == 1
+    assert main([*base, "--free-gib", "40", "--budget-free-gib", "3"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["budget_bytes"] == int(3 * GIB * 0.2) and out["num_chunks"] == 3
+    assert out["verdict"] == "fits"
+
+
+def test_the_c4_path_is_not_the_dsa_one():
+    engine = get_engine(SGLANG)
+    assert SGLANG in compressed_kv_engines() and not get_engine("sglang==0.5.22").compressed_kv
+    assert engine.logits_alive == 2 and engine.compressed_logits_alive == 1
+    for fact in ("compressed_kv", "compressed_budget_rule", "compressed_logits_alive", "compressed_page_tokens",
+                 "compressed_nonpaged_min_rows"):
+        assert "dsv4/" in engine.sources[fact] and ":" in engine.sources[fact]
+    # the budget is read on every forward (DSA's is cached for the process)
+    budget = EngineBudget(engine, None, int(139.8 * GIB), 0.9, compressed=True)
+    assert budget.for_call(4096, 93_184, 20 * GIB) > budget.for_call(4096, 93_184, 2 * GIB) == int(2 * GIB * 0.2)
+    assert budget.readings == 2
+    assert budget.for_call(100, 64, 2 * GIB) is None  # below 8,000,000 elements: no budget, one call
+    # no skip at or below top-k on the C4 path: short sequences compute their logits
+    short = make_plan(StepBatch.from_lengths([300], [2000]), "engine", None, V4)
+    assert short.num_chunks == 1 and short.chunks[0].logits_cols == 512
+    # a page boundary: one token more than 256 pages widens the paged logits by a page's 64 entries
+    at, past = (make_plan(StepBatch.from_lengths([4096], [s]), "engine", None, V4).chunks[0].logits_cols
+                for s in (372_736, 372_737))
+    assert (at, past) == (93_184, 93_248)
+
+
+def test_sglang_v4_reports_go_through_its_c4_path():
+    from indexer_lib.study.reported import published_cases, reproduce
+
+    cases = {c["case"]: c for c in published_cases()}
+    want = {"sglang-dsv4-c4-4096x93184": (4096, 93_184, 4096 * 93_184 * 4),
+            "sglang-dsv4-c4-4096x800k": (4096, 200_000, 4096 * 200_192 * 4),
+            "sglang-dsv4-c4-8192x1m": (8192, 262_144, 8 * GIB),
+            "sglang-dsv4-c4-32k-300k": (32_768, 73_728, 32_768 * 73_728 * 4)}
+    for name, (rows, cols, nbytes) in want.items():
+        case = cases[name]
+        assert case["engine"] == SGLANG and case["source"].startswith("https://github.com/sgl-project/sglang/")
+        r = reproduce(case)
+        assert (r["rows"], r["kv_tokens"], round(r["allocated_gib"] * GIB)) == (rows, cols, nbytes)
+        assert r["matches"] and case["status"] == "reproduced"
+    assert cases["sglang-dsv4-c4-4096x93184"]["tolerance"] == 0.002
+
+
+@pytest.mark.parametrize("free_gib", [2.0, 30.0])
+def test_the_c4_budget_from_the_strategy_is_sglangs_per_forward_rule(free_gib):
+    from indexer_lib.plan import get_strategy
+
+    budget = get_strategy("engine").budget_bytes(None, free_gib, V4)
+    assert budget == min(int(free_gib * GIB * 0.2), process_budget(SGLANG, 10**15, compressed=True))
+
+
+def test_the_c4_path_plans_the_same_by_shapes():
+    """The frontier's shape planner (``indexer_lib.fast``) gives the C4 path's chunk count,
+    stable budget interval and peak, as ``make_plan`` and the memory model do."""
+    from indexer_lib.fast import plan_shapes, shapes_peak
+    from indexer_lib.memory import memory_report
+    from indexer_lib.workload import PrefillRequest
+
+    rng = random.Random(5)
+    chunked = 0
+    for _ in range(60):
+        batch = StepBatch(tuple(PrefillRequest(rng.choice((0, rng.randint(0, 1_000_000))),
+                                               rng.choice((rng.randint(1, 3000), rng.randint(8192, 12000))))
+                                for _ in range(rng.choice((1, 1, 2, 3)))))
+        budget = rng.choice((None, 2**20, 64 * 2**20, 512 * 2**20, 4 * GIB))
+        plan = make_plan(batch, "engine", budget, V4)
+        report = memory_report(plan, topk_rows=8192, temporaries="deepgemm")
+        shaped = plan_shapes(batch, "engine", budget, V4)
+        assert shaped.num_chunks == plan.num_chunks and shaped.plan.budget_stable == plan.budget_stable
+        assert shapes_peak(shaped, topk_rows=8192) == (report.peak_transient, report.peak)
+        chunked += plan.num_chunks > 1
+    assert chunked >= 10
