@@ -160,3 +160,19 @@ def test_the_drafts_table_shows_which_releases_send_decodes_through_the_prefill_
     assert rows[("vllm==0.16.0", 2)]["decode_path_takes"] == 2 and rows[("vllm==0.19.0", 2)]["decode_path_takes"] == 3
     assert rows[("vllm==0.19.0", 2)]["worst_requests"] == 2 and not rows[("vllm==0.19.0", 2)]["oom"]
     assert all(r["mode"] == "model" and "speculative_tokens" in r["not_default"] for r in rows.values())
+
+
+def test_the_seeds_command_from_its_reporters_settings_names_them_and_finds_no_oom(tmp_path, capsys):
+    # GLM-5-FP8 on 8 x H200 (TP 8), MTP with one draft, vLLM 0.16's defaults, 48 and 64 clients at
+    # ISL 10,240, 5.56 GiB free: no OOM (docs/design.md#the-fields-failures says why and what does)
+    out = tmp_path / "seed.csv"
+    assert main(["frontier", "--model", "glm-5", "--engine", "vllm==0.16.0", "--gpu", "h200", "--tp", "8",
+                 "--speculative-tokens", "1", "--strategy", "engine", "--concurrency", "48,64", "--isl", "10240",
+                 "--free-gib", "5.56", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "speculative_tokens=1 (default 0); tp=8" in text
+    import pandas as pd
+
+    rows = pd.read_csv(out)
+    assert not rows["oom"].any() and (rows["worst_requests"] == 2).all() and (rows["tp"] == 8).all()
+    assert main(["frontier", "--concurrency", "4", "--isl", "4096", "--tp", "0", "--out", str(out)]) == 2

@@ -122,7 +122,10 @@ def cmd_auto(args) -> int:
                                   long_prefill_token_threshold=args.long_prefill_token_threshold,
                                   async_scheduling=args.async_scheduling, speculative_tokens=args.speculative_tokens,
                                   num_kv_blocks=-(-args.kv_cache_tokens // settings.preset.kv_block))
-    differs = not_default_text(settings.profile, scheduler, settings.gpu)
+    if args.tp < 1:
+        raise UsageError(f"--tp {args.tp}: must be a whole number >= 1")
+    differs = "; ".join(filter(None, [not_default_text(settings.profile, scheduler, settings.gpu),
+                                      f"tp={args.tp}" if args.tp != 1 else ""]))
     rec = recommend(workloads, args.free_gib, settings, scheduler, strategies, tuple(args.budgets_mb),
                     TimeModel.from_data(args.data_dir or MEASURED_DIR), args.mem_fraction_static)
     if args.json:

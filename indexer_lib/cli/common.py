@@ -253,6 +253,10 @@ def add_scheduler_arguments(p: argparse.ArgumentParser) -> None:
                         "num_speculative_tokens), every draft taken as accepted; a decode with more drafts "
                         "than the release's indexer takes in its decode path is computed in its prefill path "
                         "(default: 0, none, as engines serve unless asked)")
+    p.add_argument("--tp", type=int, default=1,
+                   help="tensor-parallel size, named next to the numbers; it changes no step: every rank runs "
+                        "the whole indexer (all its heads), and TP only sizes the KV cache per GPU, which "
+                        "--kv-cache-tokens gives (default: 1)")
     p.add_argument("--kv-cache-tokens", type=int, default=0,
                    help="the KV cache per GPU in tokens, as the engine logs it ('GPU KV cache size'); a cache "
                         "smaller than the running requests need holds back admissions and preempts, modelled "

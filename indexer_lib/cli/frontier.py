@@ -76,7 +76,7 @@ def cmd_frontier(args) -> int:
         random_range_ratio=args.random_range_ratio, mix=args.mix, length_seed=args.seed,
         max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs,
         long_prefill_token_threshold=args.long_prefill_token_threshold, async_scheduling=args.async_scheduling,
-        speculative_tokens=args.speculative_tokens, kv_cache_tokens=args.kv_cache_tokens,
+        speculative_tokens=args.speculative_tokens, kv_cache_tokens=args.kv_cache_tokens, tp=args.tp,
         deepgemm_version=args.deepgemm_version, padded=not args.no_padding,
         workload_source=args.workload_source, engine=args.engine,
         temporaries=None if args.temporaries == "none" else args.temporaries, gpu=args.gpu,

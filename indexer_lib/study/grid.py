@@ -103,6 +103,10 @@ class Grid:
     # cache holds back admissions and preempts: docs/design.md#preemption)
     speculative_tokens: int = 0
     kv_cache_tokens: int = 0
+    # tensor parallelism: named where it is not 1, and it changes no step: every TP rank runs the
+    # whole indexer (vLLM's Indexer builds wq_b, wk and weights_proj as ReplicatedLinear over all
+    # index heads), so TP only sizes the KV cache per GPU, which kv_cache_tokens gives
+    tp: int = 1
     # engine releases (ENGINE==RELEASE; a bare vllm or sglang: its latest): each plans on its own
     # DeepGEMM, workspace and layout; the ``engine`` strategy is its own chunker
     engine: tuple[str, ...] = (DEFAULT_ENGINE,)
@@ -147,6 +151,7 @@ class Grid:
         check_int("length_seed", self.length_seed, 0)
         check_int("speculative_tokens", self.speculative_tokens, 0, MAX_SPECULATIVE_TOKENS)
         check_int("kv_cache_tokens", self.kv_cache_tokens, 0)
+        check_int("tp", self.tp, 1, 1024)
         too_long = [n for m in self.mix for _, n in parse_mix(m) if n > longest]
         if too_long:
             raise BadValue("mix", f"mix length {too_long[0]} > max_model_len {longest} of {self.model}")
@@ -214,8 +219,8 @@ class Grid:
         """The grid's scheduler settings that differ from its releases' defaults, as one phrase for a
         title or a summary line ('' when every release runs its own defaults)."""
         engines = self.engine if engine is None else (engine,)
-        return "; ".join(dict.fromkeys(d for e in engines for c in self.schedulers(e)
-                                       for d in not_default(e, c, self.gpu)))
+        differ = [d for e in engines for c in self.schedulers(e) for d in not_default(e, c, self.gpu)]
+        return "; ".join(dict.fromkeys(differ + ([f"tp={self.tp}"] if self.tp != 1 else [])))
 
     def closed_loops(self) -> Iterator[ClosedLoopWorkload]:
         """Every client workload of the grid, skipping the points that cannot exist: a shared prefix

@@ -121,7 +121,7 @@ def base_row(grid: Grid, task: Task, budget_mb: float | None, free_gib: float, m
         "async_scheduling": config.async_scheduling,
         # the deployment: draft tokens per decode, and the KV cache in tokens (0: room for every request)
         "speculative_tokens": config.speculative_tokens,
-        "kv_cache_tokens": config.num_kv_blocks * config.block_size,
+        "kv_cache_tokens": config.num_kv_blocks * config.block_size, "tp": grid.tp,
         # the scheduler settings that differ from the release's defaults ('' where none does)
         "not_default": not_default_text(task.engine, config),
         "workload_source": grid.workload_source,
