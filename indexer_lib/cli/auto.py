@@ -121,7 +121,7 @@ def cmd_auto(args) -> int:
                                   max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs,
                                   long_prefill_token_threshold=args.long_prefill_token_threshold,
                                   async_scheduling=args.async_scheduling, speculative_tokens=args.speculative_tokens,
-                                  num_kv_blocks=-(-args.kv_cache_tokens // settings.preset.kv_block))
+                                  kv_cache_tokens=args.kv_cache_tokens)
     if args.tp < 1:
         raise UsageError(f"--tp {args.tp}: must be a whole number >= 1")
     differs = "; ".join(filter(None, [not_default_text(settings.profile, scheduler, settings.gpu),

@@ -24,9 +24,13 @@ def scheduler_defaults(engine: str | EngineProfile | None, gpu=None) -> dict:
     return values
 
 
-def release_scheduler(engine: str | EngineProfile | None, block_size: int, gpu=None, **given) -> SchedulerConfig:
+def release_scheduler(engine: str | EngineProfile | None, block_size: int, gpu=None, kv_cache_tokens: int = 0,
+                      **given) -> SchedulerConfig:
     """The scheduler as the release runs it on ``gpu`` (None: an H200): its defaults, with the
-    settings given (not None) in their place."""
+    settings given (not None) in their place; ``kv_cache_tokens`` (0: room for every running
+    request) becomes whole KV blocks."""
+    if kv_cache_tokens:
+        given["num_kv_blocks"] = -(-kv_cache_tokens // block_size)
     unknown = set(given) - set(SCHEDULER_SETTINGS) - {"num_kv_blocks", "enable_prefix_caching", "speculative_tokens"}
     if unknown:
         raise TypeError(f"release_scheduler: no scheduler setting {sorted(unknown)[0]!r}")

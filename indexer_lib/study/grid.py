@@ -210,7 +210,7 @@ class Grid:
         return tuple(release_scheduler(engine, block, self.gpu, max_num_batched_tokens=mnbt, max_num_seqs=seqs,
                                        long_prefill_token_threshold=thr, async_scheduling=self.async_scheduling,
                                        speculative_tokens=self.speculative_tokens,
-                                       num_kv_blocks=-(-self.kv_cache_tokens // block))
+                                       kv_cache_tokens=self.kv_cache_tokens)
                      for mnbt, seqs, thr in itertools.product(self.max_num_batched_tokens or (None,),
                                                               self.max_num_seqs or (None,),
                                                               self.long_prefill_token_threshold or (None,)))

@@ -57,16 +57,15 @@ def _engine_rows(name: str, preset, base: dict, engine: str, concurrency: tuple,
         return [{**base, "planned": False, "engine": engine, "why_not": str(e)}]
     rows = []
     kind = preset.main_kind
-    if True:
-        for r in found:
-            rows.append({**base, "planned": True, "engine": engine, "concurrency": r["concurrency"],
-                         "isl": r["isl"], "peak_layer_kind": kind.name,
-                         "indexer_layers": preset.indexer_layers,
-                         "worst_rows": r["worst_rows"], "worst_kv_tokens": r["worst_kv_tokens"],
-                         "worst_chunks": r["worst_chunks"],
-                         "largest_logits_mib": r["largest_logits_bytes"] / MIB,
-                         "peak_transient_gib": r["peak_transient_bytes"] / GIB,
-                         "free_gib": free_gib, "oom": r["oom"], "mode": "model"})
+    for r in found:
+        rows.append({**base, "planned": True, "engine": engine, "concurrency": r["concurrency"],
+                     "isl": r["isl"], "peak_layer_kind": kind.name,
+                     "indexer_layers": preset.indexer_layers,
+                     "worst_rows": r["worst_rows"], "worst_kv_tokens": r["worst_kv_tokens"],
+                     "worst_chunks": r["worst_chunks"],
+                     "largest_logits_mib": r["largest_logits_bytes"] / MIB,
+                     "peak_transient_gib": r["peak_transient_bytes"] / GIB,
+                     "free_gib": free_gib, "oom": r["oom"], "mode": "model"})
     return rows
 
 
