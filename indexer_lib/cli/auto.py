@@ -98,6 +98,7 @@ def register(subparsers) -> None:
 
 def cmd_auto(args) -> int:
     from ..plan import GIVEN_BUDGET, PlanSettings, get_strategy
+    from ..engines.kv_capacity import derive_kv_cache
     from ..study.auto import recommend
     from ..study.timemodel import MEASURED_DIR, TimeModel
 
@@ -117,15 +118,24 @@ def cmd_auto(args) -> int:
             raise UsageError(f"--strategies {','.join(args.strategies)}: auto chooses among budgeted strategies "
                              "(the engine's own chunker: --engine)")
         strategies = tuple(s.name for s in chosen)
+    if args.tp < 1:
+        raise UsageError(f"--tp {args.tp}: must be a whole number >= 1")
+    kv_cache = None
+    if args.kv_cache_tokens == "auto":
+        kv_cache = derive_kv_cache(settings.model, settings.profile, settings.gpu, args.tp, args.gpu_memory_utilization,
+                                   args.kv_cache_dtype, args.speculative_tokens)
+    elif args.gpu_memory_utilization is not None or args.kv_cache_dtype != "auto":
+        raise UsageError("--gpu-memory-utilization and --kv-cache-dtype size the KV cache only with "
+                         "--kv-cache-tokens auto")
     scheduler = release_scheduler(settings.profile, settings.preset.kv_block, settings.gpu,
                                   max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs,
                                   long_prefill_token_threshold=args.long_prefill_token_threshold,
                                   async_scheduling=args.async_scheduling, speculative_tokens=args.speculative_tokens,
-                                  kv_cache_tokens=args.kv_cache_tokens)
-    if args.tp < 1:
-        raise UsageError(f"--tp {args.tp}: must be a whole number >= 1")
+                                  kv_cache_tokens=kv_cache.tokens if kv_cache else args.kv_cache_tokens)
     differs = "; ".join(filter(None, [not_default_text(settings.profile, scheduler, settings.gpu),
                                       f"tp={args.tp}" if args.tp != 1 else ""]))
+    if kv_cache:  # where the cache comes from, next to its size
+        differs = differs.replace(f"kv_cache_tokens={kv_cache.tokens}", f"kv_cache_tokens={kv_cache.phrase()}")
     rec = recommend(workloads, args.free_gib, settings, scheduler, strategies, tuple(args.budgets_mb),
                     TimeModel.from_data(args.data_dir or MEASURED_DIR), args.mem_fraction_static)
     if args.json:

@@ -7,6 +7,7 @@ import sys
 
 from ..engines import DEFAULT_ENGINE, SGLANG_MEM_FRACTION_STATIC, get_engine, process_budget
 from ..engines.budget import sglang_static_budget
+from ..engines.kv_capacity import KV_CACHE_DTYPES
 from ..padding import DEEPGEMM_RULES
 from ..plan import NO_BUDGET, STRATEGIES, PlanSettings, Strategy, get_strategy, make_plan
 from ..shapes import GPUS, MODELS, budget_bytes_from_mb, free_bytes_from_gib, get_gpu, get_model
@@ -257,11 +258,32 @@ def add_scheduler_arguments(p: argparse.ArgumentParser) -> None:
                    help="tensor-parallel size, named next to the numbers; it changes no step: every rank runs "
                         "the whole indexer (all its heads), and TP only sizes the KV cache per GPU, which "
                         "--kv-cache-tokens gives (default: 1)")
-    p.add_argument("--kv-cache-tokens", type=int, default=0,
-                   help="the KV cache per GPU in tokens, as the engine logs it ('GPU KV cache size'); a cache "
-                        "smaller than the running requests need holds back admissions and preempts, modelled "
-                        "on the synchronous scheduler (--no-async-scheduling) or by --workload-source vllm "
-                        "(default: 0, room for every running request)")
+    p.add_argument("--kv-cache-tokens", type=kv_cache_tokens_arg, default=0,
+                   help="the KV cache per GPU in tokens, as the engine logs it ('GPU KV cache size'), or 'auto': "
+                        "derived from the model's checkpoint at --tp, --gpu-memory-utilization and "
+                        "--kv-cache-dtype (docs/design.md#kv-cache-capacity); a cache smaller than the running "
+                        "requests need holds back admissions and preempts, modelled on the synchronous "
+                        "scheduler (--no-async-scheduling) or by --workload-source vllm (default: 0, room for "
+                        "every running request)")
+    p.add_argument("--gpu-memory-utilization", type=fraction, default=None,
+                   help="vLLM: the server's --gpu-memory-utilization, for --kv-cache-tokens auto (default: the "
+                        f"release's; {get_engine(DEFAULT_ENGINE).gpu_memory_utilization} for {release})")
+    p.add_argument("--kv-cache-dtype", default="auto", choices=KV_CACHE_DTYPES,
+                   help="the server's --kv-cache-dtype, for --kv-cache-tokens auto (default: auto, the "
+                        "model's bf16 latent; fp8: the 656-byte fp8_ds_mla layout)")
+
+
+def kv_cache_tokens_arg(text: str) -> int | str:
+    """--kv-cache-tokens: a whole number of tokens >= 0, or 'auto'."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text.strip()!r} is neither a whole number of tokens nor 'auto'") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} tokens: must be >= 0 (0: room for every running request)")
+    return value
 
 
 def engine_arg(text: str) -> str:

@@ -77,6 +77,7 @@ def cmd_frontier(args) -> int:
         max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs,
         long_prefill_token_threshold=args.long_prefill_token_threshold, async_scheduling=args.async_scheduling,
         speculative_tokens=args.speculative_tokens, kv_cache_tokens=args.kv_cache_tokens, tp=args.tp,
+        gpu_memory_utilization=args.gpu_memory_utilization, kv_cache_dtype=args.kv_cache_dtype,
         deepgemm_version=args.deepgemm_version, padded=not args.no_padding,
         workload_source=args.workload_source, engine=args.engine,
         temporaries=None if args.temporaries == "none" else args.temporaries, gpu=args.gpu,

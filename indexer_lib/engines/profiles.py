@@ -98,6 +98,9 @@ class EngineProfile:
     # decode path (vLLM 0.13-0.18: one, as DeepGEMM's paged logits took at most two tokens per
     # request); None: any number.  A decode with more goes through the prefill path.
     indexer_decode_max_drafts: int | None = None
+    # vLLM's default --gpu-memory-utilization, the share of the GPU its KV cache and everything else
+    # may take (engines.kv_capacity); None: not vLLM's rule, or not read
+    gpu_memory_utilization: float | None = None
     sources: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def __post_init__(self):

@@ -16,6 +16,7 @@ from typing import Iterator
 
 from ..checks import BadValue
 from ..engines import DEFAULT_ENGINE, get_engine, not_default, release_scheduler
+from ..engines.kv_capacity import KV_CACHE_DTYPES, KvCapacity, derive_kv_cache
 from ..plan import GIVEN_BUDGET, MEASURED_BUDGET, PlanSettings, get_strategy
 from ..shapes import budget_bytes_from_mb, free_bytes_from_gib, get_model
 from ..workload import MAX_BATCHED_TOKENS, MAX_CONCURRENCY, MAX_OSL, ClosedLoopWorkload, SchedulerConfig, check_int, check_source
@@ -102,7 +103,11 @@ class Grid:
     # default) and the KV cache in tokens per GPU (0: room for every running request; a smaller
     # cache holds back admissions and preempts: docs/design.md#preemption)
     speculative_tokens: int = 0
-    kv_cache_tokens: int = 0
+    kv_cache_tokens: int | str = 0  # or "auto": derived per release (engines.kv_capacity)
+    # for kv_cache_tokens "auto": vLLM's --gpu-memory-utilization (None: each release's own) and the
+    # server's --kv-cache-dtype
+    gpu_memory_utilization: float | None = None
+    kv_cache_dtype: str = "auto"
     # tensor parallelism: named where it is not 1, and it changes no step: every TP rank runs the
     # whole indexer (vLLM's Indexer builds wq_b, wk and weights_proj as ReplicatedLinear over all
     # index heads), so TP only sizes the KV cache per GPU, which kv_cache_tokens gives
@@ -150,7 +155,11 @@ class Grid:
         object.__setattr__(self, "mix", tuple(mix_text(parse_mix(m)) for m in self.mix))  # one spelling each
         check_int("length_seed", self.length_seed, 0)
         check_int("speculative_tokens", self.speculative_tokens, 0, MAX_SPECULATIVE_TOKENS)
-        check_int("kv_cache_tokens", self.kv_cache_tokens, 0)
+        if self.kv_cache_tokens != "auto":
+            check_int("kv_cache_tokens", self.kv_cache_tokens, 0)
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise BadValue("kv_cache_dtype", f"kv_cache_dtype {self.kv_cache_dtype!r}: must be one of "
+                                             f"{', '.join(KV_CACHE_DTYPES)}")
         check_int("tp", self.tp, 1, 1024)
         too_long = [n for m in self.mix for _, n in parse_mix(m) if n > longest]
         if too_long:
@@ -178,6 +187,12 @@ class Grid:
         # the releases' full names: a grid means the same whatever release is newest later
         object.__setattr__(self, "engine", tuple(dict.fromkeys(s.engine for s in settings.values())))
         object.__setattr__(self, "_settings", {s.engine: s for s in settings.values()})  # not a field
+        if self.kv_cache_tokens == "auto":
+            for e in self.engine:
+                self.kv_cache(e)  # refuses a deployment it cannot derive, before any work
+        elif self.gpu_memory_utilization is not None or self.kv_cache_dtype != "auto":
+            raise BadValue("kv_cache_tokens", "gpu_memory_utilization and kv_cache_dtype size the KV cache only "
+                                              "with kv_cache_tokens auto (a number of tokens is the cache itself)")
         # each strategy's settings as it runs them on each release (its layout checked on the build)
         object.__setattr__(self, "_runs", {(e, s): get_strategy(s).runs_under(self.settings(e))
                                            for e in self.engine for s in self.strategy})
@@ -210,7 +225,7 @@ class Grid:
         return tuple(release_scheduler(engine, block, self.gpu, max_num_batched_tokens=mnbt, max_num_seqs=seqs,
                                        long_prefill_token_threshold=thr, async_scheduling=self.async_scheduling,
                                        speculative_tokens=self.speculative_tokens,
-                                       kv_cache_tokens=self.kv_cache_tokens)
+                                       kv_cache_tokens=self.kv_cache_tokens_on(engine))
                      for mnbt, seqs, thr in itertools.product(self.max_num_batched_tokens or (None,),
                                                               self.max_num_seqs or (None,),
                                                               self.long_prefill_token_threshold or (None,)))
@@ -220,7 +235,20 @@ class Grid:
         title or a summary line ('' when every release runs its own defaults)."""
         engines = self.engine if engine is None else (engine,)
         differ = [d for e in engines for c in self.schedulers(e) for d in not_default(e, c, self.gpu)]
+        if self.kv_cache_tokens == "auto":  # say where the cache comes from, next to its size
+            derived = {f"kv_cache_tokens={self.kv_cache(e).tokens}": f"kv_cache_tokens={self.kv_cache(e).phrase()}"
+                       for e in engines}
+            differ = [derived.get(d, d) for d in differ]
         return "; ".join(dict.fromkeys(differ + ([f"tp={self.tp}"] if self.tp != 1 else [])))
+
+    def kv_cache(self, engine: str) -> KvCapacity:
+        """The KV cache ``kv_cache_tokens`` "auto" derives for one of the grid's releases."""
+        return derive_kv_cache(self.model, engine, self.gpu, self.tp, self.gpu_memory_utilization,
+                               self.kv_cache_dtype, self.speculative_tokens)
+
+    def kv_cache_tokens_on(self, engine: str) -> int:
+        """The KV cache in tokens per GPU on one of the grid's releases (0: room for every request)."""
+        return self.kv_cache(engine).tokens if self.kv_cache_tokens == "auto" else self.kv_cache_tokens
 
     def closed_loops(self) -> Iterator[ClosedLoopWorkload]:
         """Every client workload of the grid, skipping the points that cannot exist: a shared prefix
