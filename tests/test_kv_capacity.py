@@ -85,3 +85,15 @@ def test_frontier_with_a_derived_cache_runs_and_names_it(tmp_path, capsys):
     assert "kv_cache_tokens=244,928 tokens per GPU (derived" in text and "OOM" in text
     assert main(["frontier", "--model", "glm-5", "--gpu-memory-utilization", "0.9", "--out", str(out)]) == 2
     assert "only with kv_cache_tokens auto" in capsys.readouterr().err
+
+
+def test_tp_row_sharding_of_vllm_0_33_is_refused_where_it_would_apply(tmp_path, capsys):
+    # vLLM 0.33.0 splits a step of >= 65,536 prefill rows over its TP ranks (indexer_tp_shard_min_rows):
+    # never at its default 8,192-16,384 batched tokens, so only such a scheduler is refused, in one line
+    out = tmp_path / "x.csv"
+    args = ["frontier", "--model", "glm-5", "--tp", "8", "--concurrency", "1", "--isl", "65536", "--osl", "1",
+            "--out", str(out)]
+    assert main(args + ["--max-num-batched-tokens", "65536"]) == 2
+    assert "split over the TP ranks" in capsys.readouterr().err
+    assert main(args + ["--max-num-batched-tokens", "65536", "--engine", "vllm==0.30.0"]) == 0
+    assert main(args) == 0

@@ -99,6 +99,7 @@ def register(subparsers) -> None:
 def cmd_auto(args) -> int:
     from ..plan import GIVEN_BUDGET, PlanSettings, get_strategy
     from ..engines.kv_capacity import derive_kv_cache
+    from ..engines.scheduler import tp_row_shard_refusal
     from ..study.auto import recommend
     from ..study.timemodel import MEASURED_DIR, TimeModel
 
@@ -132,6 +133,9 @@ def cmd_auto(args) -> int:
                                   long_prefill_token_threshold=args.long_prefill_token_threshold,
                                   async_scheduling=args.async_scheduling, speculative_tokens=args.speculative_tokens,
                                   kv_cache_tokens=kv_cache.tokens if kv_cache else args.kv_cache_tokens)
+    why = tp_row_shard_refusal(settings.profile, scheduler, args.tp)
+    if why:
+        raise UsageError(f"--tp {args.tp}: {why}")
     differs = "; ".join(filter(None, [not_default_text(settings.profile, scheduler, settings.gpu),
                                       f"tp={args.tp}" if args.tp != 1 else ""]))
     if kv_cache:  # where the cache comes from, next to its size

@@ -101,6 +101,9 @@ class EngineProfile:
     # vLLM's default --gpu-memory-utilization, the share of the GPU its KV cache and everything else
     # may take (engines.kv_capacity); None: not vLLM's rule, or not read
     gpu_memory_utilization: float | None = None
+    # vLLM 0.33: with TP > 1 a step of at least this many prefill rows is split over the TP ranks,
+    # each scoring its own rows (not modelled: refused); None: every rank scores every row
+    tp_prefill_row_shard_min_rows: int | None = None
     sources: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def __post_init__(self):

@@ -16,6 +16,7 @@ from typing import Iterator
 
 from ..checks import BadValue
 from ..engines import DEFAULT_ENGINE, get_engine, not_default, release_scheduler
+from ..engines.scheduler import tp_row_shard_refusal
 from ..engines.kv_capacity import KV_CACHE_DTYPES, KvCapacity, derive_kv_cache
 from ..plan import GIVEN_BUDGET, MEASURED_BUDGET, PlanSettings, get_strategy
 from ..shapes import budget_bytes_from_mb, free_bytes_from_gib, get_model
@@ -193,6 +194,11 @@ class Grid:
         elif self.gpu_memory_utilization is not None or self.kv_cache_dtype != "auto":
             raise BadValue("kv_cache_tokens", "gpu_memory_utilization and kv_cache_dtype size the KV cache only "
                                               "with kv_cache_tokens auto (a number of tokens is the cache itself)")
+        for e in self.engine:
+            for config in self.schedulers(e):
+                why = tp_row_shard_refusal(e, config, self.tp)
+                if why:
+                    raise BadValue("tp", why)
         # each strategy's settings as it runs them on each release (its layout checked on the build)
         object.__setattr__(self, "_runs", {(e, s): get_strategy(s).runs_under(self.settings(e))
                                            for e in self.engine for s in self.strategy})
