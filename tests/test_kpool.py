@@ -157,3 +157,24 @@ def test_sglang_kpool_skips_short_steps_and_widths_are_per_request_pages():
     assert sglang_kpool_cols(step.compressed(4)) == (8 + 1 + 2) * 64
     (chunk,) = make_plan(step, "engine", None, s).chunks
     assert (chunk.num_rows, chunk.logits_cols) == (2049 + 257 + 260, 11 * 64)
+
+
+@pytest.mark.parametrize("case, source, rows, cols, gib, verdict", [
+    # the repro's own shape: 8,192 rows x 348k pooled entries, M x N x 4
+    ("sglang-glm53-kpool-8192x348k", "https://github.com/sgl-project/sglang/pull/38507", 8192, 348_000, 10.62, True),
+    # one request at 1M context through 0.5.23's plan path at its default 16,384-row chunk: 16 GiB
+    ("sglang-glm53-kpool-b300-73.65", "https://github.com/sgl-project/sglang/issues/37712", 16_384, 262_144, 16.02,
+     False),
+])
+def test_the_glm_5_3_flash_reports_reproduce_or_say_why_not(case, source, rows, cols, gib, verdict):
+    from indexer_lib.study.reported import published_cases, reproduce
+
+    published = {c["case"]: c for c in published_cases()}[case]
+    r = reproduce(published)
+    assert (r["published_source"], r["rows"], r["kv_tokens"], round(r["reproduced_gib"], 2)) == (source, rows, cols, gib)
+    assert r["matches"] is verdict and (published["status"] == "reproduced") is verdict
+    assert "taken" in published["note"]
+    if not verdict:
+        assert "the report does not give them" in published["note"]
+        # 73.65 GiB at 16,384 rows needs about 1.21M pooled columns: several requests' pooled K
+        assert 1_200_000 < 73.65 * GIB / 4 / rows < 1_210_000

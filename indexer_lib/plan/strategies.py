@@ -431,7 +431,7 @@ def split_sglang_kpool(batch, b, build) -> None:
     budget), in slices of ``max(budget // row_bytes, 1)`` rows (``row_bytes``: a row aligned to
     256 columns), each chunk's logits freed before the next (``_kpool_topk_by_row_chunks``)."""
     rows, budget = batch.num_rows, b.budget
-    cols = sglang_kpool_cols(batch)  # 64 pooled entries to an index page (dsa_indexer_kpool.py:991-993)
+    cols = sglang_kpool_cols(batch)  # 64 pooled entries to an index page (dsa_indexer_kpool.py:992)
     gate = b.settings.profile.chunk_skip_elements
     if gate is not None and rows * cols < gate:
         budget = None  # mqa_logits_should_chunk: below the gate no budget, one call
@@ -446,7 +446,7 @@ def split_sglang_kpool(batch, b, build) -> None:
             if per >= rows:  # mqa_logits_rows_per_chunk: rows x row_bytes fit, one call
                 per = rows
             b.narrow(per * row_bytes if budget >= row_bytes else 0, min(limit, (budget // row_bytes + 1) * row_bytes))
-    # fp8_mqa_logits without max_seqlen_k: DeepGEMM's [M, N] layout (dsa_indexer_kpool.py:916-975)
+    # fp8_mqa_logits without max_seqlen_k: DeepGEMM's [M, N] layout (dsa_indexer_kpool.py:916-967)
     build.add_rows(0, len(batch.requests), rows, per, cols, kv=batch.num_kv_tokens)
 
 
