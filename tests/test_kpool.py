@@ -178,3 +178,28 @@ def test_the_glm_5_3_flash_reports_reproduce_or_say_why_not(case, source, rows, 
         assert "the report does not give them" in published["note"]
         # 73.65 GiB at 16,384 rows needs about 1.21M pooled columns: several requests' pooled K
         assert 1_200_000 < 73.65 * GIB / 4 / rows < 1_210_000
+
+
+@pytest.mark.parametrize("engine", ["sglang==0.5.23", "vllm==0.33.0"])
+def test_the_kpool_paths_plan_the_same_by_shapes(engine):
+    """The frontier's shape planner (``indexer_lib.fast``) gives the kpool paths' chunk count, stable
+    budget interval and peak, as ``make_plan`` and the memory model do."""
+    from indexer_lib.fast import plan_shapes, shapes_peak
+    from indexer_lib.memory import memory_report
+    from indexer_lib.workload import PrefillRequest
+
+    s = settings(engine)
+    rng = random.Random(engine)
+    chunked = 0
+    for _ in range(40):
+        batch = StepBatch(tuple(PrefillRequest(rng.choice((0, rng.randint(0, 1_000_000))),
+                                               rng.choice((rng.randint(1, 3000), rng.randint(8192, 12000))))
+                                for _ in range(rng.choice((1, 2, 3, 5)))))
+        budget = rng.choice((2**20, 64 * 2**20, 512 * 2**20, 4 * GIB) + ((None,) if engine.startswith("sglang") else ()))
+        plan = make_plan(batch, "engine", budget, s)
+        report = memory_report(plan, topk_rows=8192, temporaries="deepgemm")
+        shaped = plan_shapes(batch, "engine", budget, s)
+        assert shaped.num_chunks == plan.num_chunks and shaped.plan.budget_stable == plan.budget_stable
+        assert shapes_peak(shaped, topk_rows=8192) == (report.peak_transient, report.peak)
+        chunked += plan.num_chunks > 1
+    assert chunked >= 10
