@@ -203,3 +203,20 @@ def test_the_kpool_paths_plan_the_same_by_shapes(engine):
         assert shapes_peak(shaped, topk_rows=8192) == (report.peak_transient, report.peak)
         chunked += plan.num_chunks > 1
     assert chunked >= 10
+
+
+def test_the_frontier_and_the_models_of_2026_plan_glm_5_3_flash_where_its_path_is_read(tmp_path, capsys):
+    from indexer_lib.cli import main
+    from indexer_lib.study.models import release_for
+
+    assert [release_for(MODEL, e) for e in ("vllm", "sglang")] == ["vllm==0.33.0", "sglang==0.5.23"]
+    for engine in ("vllm==0.33.0", "sglang==0.5.23"):
+        out = tmp_path / f"{engine}.csv"
+        assert main(["frontier", "--model", MODEL, "--engine", engine, "--concurrency", "1,4", "--isl", "65536",
+                     "--osl", "16", "--strategy", "engine", "--temporaries", "deepgemm", "--free-gib", "30",
+                     "--workers", "1", "--out", str(out)]) == 0
+        assert out.exists()
+    capsys.readouterr()
+    assert main(["frontier", "--model", MODEL, "--engine", "trtllm==1.4.0rc4", "--concurrency", "1",
+                 "--isl", "65536", "--osl", "16", "--strategy", "engine", "--temporaries", "deepgemm"]) == 2
+    assert "not read and modelled" in capsys.readouterr().err
