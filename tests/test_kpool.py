@@ -136,8 +136,8 @@ def test_sglang_0_5_23_kpool_width_and_row_chunks_match_its_own_code():
         assert sglang_kpool_cols(batch.compressed(4)) == want["cols"], f
         if max(c + q for c, q in f["requests"]) <= 2048:
             continue  # dsa_indexer_kpool.py:1774-1778: no logits
-        budget = process_budget(engine, f["free_bytes"], f["total_bytes"], mem_fraction_static=f["mem_fraction_static"],
-                                value=f["fraction"], compressed=True)
+        budget = process_budget(engine, f["free_bytes"], f["total_bytes"],
+                                mem_fraction_static=f["mem_fraction_static"], value=f["fraction"], compressed=True)
         plan = make_plan(batch, "engine", budget, settings("sglang==0.5.23"))
         assert [list(c.rows) for c in plan.chunks] == want["chunks"], f
         assert {c.logits_cols for c in plan.chunks} == {want["cols"]}
@@ -171,7 +171,8 @@ def test_the_glm_5_3_flash_reports_reproduce_or_say_why_not(case, source, rows, 
 
     published = {c["case"]: c for c in published_cases()}[case]
     r = reproduce(published)
-    assert (r["published_source"], r["rows"], r["kv_tokens"], round(r["reproduced_gib"], 2)) == (source, rows, cols, gib)
+    got = (r["published_source"], r["rows"], r["kv_tokens"], round(r["reproduced_gib"], 2))
+    assert got == (source, rows, cols, gib)
     assert r["matches"] is verdict and (published["status"] == "reproduced") is verdict
     assert "taken" in published["note"]
     if not verdict:
@@ -195,7 +196,8 @@ def test_the_kpool_paths_plan_the_same_by_shapes(engine):
         batch = StepBatch(tuple(PrefillRequest(rng.choice((0, rng.randint(0, 1_000_000))),
                                                rng.choice((rng.randint(1, 3000), rng.randint(8192, 12000))))
                                 for _ in range(rng.choice((1, 2, 3, 5)))))
-        budget = rng.choice((2**20, 64 * 2**20, 512 * 2**20, 4 * GIB) + ((None,) if engine.startswith("sglang") else ()))
+        budgets = (2**20, 64 * 2**20, 512 * 2**20, 4 * GIB) + ((None,) if engine.startswith("sglang") else ())
+        budget = rng.choice(budgets)
         plan = make_plan(batch, "engine", budget, s)
         report = memory_report(plan, topk_rows=8192, temporaries="deepgemm")
         shaped = plan_shapes(batch, "engine", budget, s)
