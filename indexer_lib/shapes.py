@@ -44,12 +44,21 @@ class LayerKind:
         return self.indexer_layers > 0 and self.index_heads > 0
 
     @property
+    def pooled(self) -> bool:
+        """Whether its K entries are pools of ``pool`` tokens (GLM-5.3-Flash's kpool): the indexer
+        selects ``topk // pool`` pools and the engines skip or size its logits by tokens."""
+        return self.pool is not None and self.pool > 1
+
+    @property
     def plannable(self) -> bool:
         """Whether the planners model it: every query row scored densely against its K, either
-        uncompressed or compressed without pooling (DeepSeek-V4's C4: ``seq_len // ratio``
-        entries, a row at position p scoring ``(p + 1) // ratio``), with per-head weights."""
+        uncompressed or compressed (DeepSeek-V4's C4, GLM-5.3-Flash's kpool, whose pools are its
+        compressed entries: ``seq_len // ratio`` entries, a row at position p scoring
+        ``(p + 1) // ratio``), with per-head weights.  Which releases model a pooled indexer's path
+        is the engine profile's (``pooled_kv``)."""
+        pool_ok = self.pool is None or self.pool == self.compress_ratio
         return (isinstance(self.compress_ratio, int) and self.compress_ratio >= 1 and self.candidates is None
-                and self.pool is None and self.has_weights)
+                and pool_ok and self.has_weights)
 
 
 @dataclass(frozen=True)
@@ -93,6 +102,11 @@ class ModelPreset:
     def kv_ratio(self) -> int:
         """Tokens per K entry its indexer scores (1: uncompressed; DeepSeek-V4: 4)."""
         return self.main_kind.compress_ratio if self.layer_kinds else 1
+
+    @cached_property
+    def pooled(self) -> bool:
+        """Whether its indexer scores pooled K (GLM-5.3-Flash's kpool): see ``LayerKind.pooled``."""
+        return self.main_kind.pooled if self.layer_kinds else False
 
     @cached_property
     def main_kind(self) -> LayerKind:

@@ -72,6 +72,11 @@ class EngineProfile:
     # chunker on seq_len // ratio entries, the workspace in entries, and no logits at all while the
     # step's longest compressed K is at most top-k
     compressed_kv: bool = False
+    # the release's path for a pooled indexer (GLM-5.3-Flash's kpool: pools of ``pool`` tokens are
+    # its compressed entries) is modelled: vLLM 0.33.0 runs the compressed chunker on it and skips
+    # the logits while the longest prefill is at most top-k tokens; SGLang 0.5.23 has a path of its
+    # own (``plan.strategies.split_sglang_kpool``)
+    pooled_kv: bool = False
     # SGLang's own path for compressed K (DeepSeek-V4's C4 indexer, sglang 0.5.23
     # layers/attention/dsv4/): its budget rule (COMPRESSED_BUDGET_RULES; None: ``budget_rule``), the
     # logits alive at once on it (None: ``logits_alive``), the page of ``compressed_page_tokens``
@@ -219,6 +224,11 @@ def replayed_engines() -> list[str]:
 def compressed_kv_engines() -> list[str]:
     """The releases whose indexer path for compressed K the project models (``compressed_kv``)."""
     return [n for n, p in _load().items() if p.compressed_kv]
+
+
+def pooled_kv_engines() -> list[str]:
+    """The releases whose indexer path for pooled K (GLM-5.3-Flash's kpool) the project models."""
+    return [n for n, p in _load().items() if p.pooled_kv]
 
 
 def latest(engine: str) -> EngineProfile:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
-from ..engines import DEFAULT_ENGINE, EngineProfile, check_gpu, compressed_kv_engines, get_engine
+from ..engines import DEFAULT_ENGINE, EngineProfile, check_gpu, compressed_kv_engines, get_engine, pooled_kv_engines
 from ..padding import DEFAULT_DEEPGEMM_VERSION, PaddingRules, get_rules
 from ..shapes import GpuPreset, ModelPreset, get_gpu, get_model
 from ..checks import BadValue, check_int
@@ -69,6 +69,12 @@ class PlanSettings:
         path for it is modelled, with the H200 path's temporaries (the CPU reference executor
         computes uncompressed indexers only)."""
         ratio, kind = self.preset.kv_ratio, self.preset.main_kind.name
+        if self.preset.pooled and (profile is None or not profile.pooled_kv):
+            modelled = ", ".join(pooled_kv_engines())
+            on = "no engine release" if profile is None else profile.name
+            raise BadValue("engine", f"{on}: its indexer path for {self.model}'s {kind} layers "
+                                     f"(K pooled {self.preset.main_kind.pool} tokens to an entry) is not read "
+                                     f"and modelled; modelled on: {modelled}")
         if profile is None or not profile.compressed_kv:
             modelled = ", ".join(compressed_kv_engines())
             on = "no engine release" if profile is None else profile.name

@@ -318,21 +318,25 @@ class Engine(Strategy):
             return
         if budget is not None:
             return
-        if sglang_c4(engine, batch):
+        pooled = settings.preset.pooled
+        if sglang_c4(engine, batch, pooled) or sglang_kpool(engine, batch, pooled):
             return  # no budget: one call (the release's own None, as in a graph-backed forward)
         gate = engine.chunk_skip_elements
         if engine.chunker == "rows" and gate is not None and batch.num_rows * batch.num_kv_tokens < gate:
             return  # under the element gate the engine reads no budget
-        if skips_logits(engine, batch, settings.preset.topk):
+        if skips_logits(engine, batch, settings.preset.topk, pooled):
             return
         raise ValueError(f"{engine.name} chunks this step ({batch.num_rows} x {batch.num_kv_tokens} logits) "
                          "against a budget: budget_bytes must be > 0 (engines.EngineBudget computes it)")
 
     def split(self, batch, b, build) -> None:
         engine = b.settings.profile
-        if skips_logits(engine, batch, b.model.topk):
+        pooled = b.settings.preset.pooled
+        if skips_logits(engine, batch, b.model.topk, pooled):
             return  # no logits at all: the engine selects every token
-        if sglang_c4(engine, batch):
+        if sglang_kpool(engine, batch, pooled):
+            split_sglang_kpool(batch, b, build)
+        elif sglang_c4(engine, batch, pooled):
             split_sglang_c4(batch, b, build)
         elif engine.chunker == "workspace":
             NOnly().split(batch, b, build)
@@ -398,10 +402,52 @@ def split_tokens(batch, b, build) -> None:
         build.add_rows(r0, r1, rows, per, kv, q0=q0, over=over)
 
 
-def sglang_c4(engine, batch) -> bool:
+def sglang_c4(engine, batch, pooled: bool = False) -> bool:
     """Whether the step goes through SGLang's own path for compressed K (DeepSeek-V4's C4 indexer,
-    ``C4IndexerBackendMixin.forward_c4_indexer``)."""
-    return batch.kv_ratio != 1 and engine.engine == "sglang" and engine.compressed_kv
+    ``C4IndexerBackendMixin.forward_c4_indexer``); a pooled indexer has its own (``sglang_kpool``)."""
+    return batch.kv_ratio != 1 and engine.engine == "sglang" and engine.compressed_kv and not pooled
+
+
+def sglang_kpool(engine, batch, pooled: bool) -> bool:
+    """Whether the step goes through SGLang's own path for pooled K (GLM-5.3-Flash's kpool indexer,
+    ``IndexerKPool._get_topk_ragged_kpool_plan``)."""
+    return pooled and batch.kv_ratio != 1 and engine.engine == "sglang" and engine.pooled_kv
+
+
+def sglang_kpool_cols(batch, page_entries: int = 64) -> int:
+    """The columns of SGLang 0.5.23's kpool logits for one step: every request's ``seq_len //
+    pool`` pooled entries rounded up to whole pages of ``page_entries`` (the index page of 64
+    pooled entries), summed over the step (``kpool_plan._append_local_rows``: ``pool_pages_i =
+    ceil((seq_len // kpool) / index_page_size)``; ``ragged_total_k_rows = total_pool_pages x
+    index_page_size``)."""
+    return sum(-(-s // page_entries) for s in batch.seq_lens) * page_entries
+
+
+def split_sglang_kpool(batch, b, build) -> None:
+    """SGLang 0.5.23's kpool indexer on an extend step (``_get_topk_ragged_kpool_plan``): every
+    query row of the step against the whole step's pooled K (``sglang_kpool_cols``) in one
+    ``fp8_mqa_logits`` call, or, where the logits break the budget read for the call
+    (``_mqa_logits_row_chunks``: none below the element gate; chunked when rows x cols x 4 >
+    budget), in slices of ``max(budget // row_bytes, 1)`` rows (``row_bytes``: a row aligned to
+    256 columns), each chunk's logits freed before the next (``_kpool_topk_by_row_chunks``)."""
+    rows, budget = batch.num_rows, b.budget
+    cols = sglang_kpool_cols(batch)  # 64 pooled entries to an index page (dsa_indexer_kpool.py:992)
+    gate = b.settings.profile.chunk_skip_elements
+    if gate is not None and rows * cols < gate:
+        budget = None  # mqa_logits_should_chunk: below the gate no budget, one call
+    per = rows
+    if budget is not None:
+        row_bytes = mqa_logits_row_bytes(cols)
+        limit = rows * cols * 4  # at or below it: one call
+        if budget >= limit:
+            b.narrow(limit, None)
+        else:
+            per = max(budget // row_bytes, 1)
+            if per >= rows:  # mqa_logits_rows_per_chunk: rows x row_bytes fit, one call
+                per = rows
+            b.narrow(per * row_bytes if budget >= row_bytes else 0, min(limit, (budget // row_bytes + 1) * row_bytes))
+    # fp8_mqa_logits without max_seqlen_k: DeepGEMM's [M, N] layout (dsa_indexer_kpool.py:916-967)
+    build.add_rows(0, len(batch.requests), rows, per, cols, kv=batch.num_kv_tokens)
 
 
 def mqa_logits_row_bytes(cols: int) -> int:
@@ -451,11 +497,18 @@ def split_sglang_c4(batch, b, build) -> None:
     build.add_rows(0, len(batch.requests), rows, per, cols, kv=batch.num_kv_tokens, compressed=True)
 
 
-def skips_logits(engine, batch, topk: int) -> bool:
+def skips_logits(engine, batch, topk: int, pooled: bool = False) -> bool:
     """Whether the release computes no logits for the step and selects every K entry: SGLang's DSA
     indexer when every sequence is at most top-k (its C4 path has no such skip); vLLM's compressed
     indexers when the longest compressed K is (TensorRT-LLM's compressed path computes them: its V4
-    config leaves skip_indexer_for_short_seqs off)."""
+    config leaves skip_indexer_for_short_seqs off).  A pooled indexer (GLM-5.3-Flash's kpool, top-k
+    in tokens) skips them on vLLM 0.33.0 and SGLang 0.5.23 while the step's longest sequence is at
+    most top-k tokens (vLLM ``models/glm5next/nvidia/sparse_indexer.py:280-293``; SGLang
+    ``dsa_indexer_kpool.py:1774-1778``)."""
+    if pooled:
+        if not (batch.kv_ratio != 1 and engine.pooled_kv):
+            return False
+        return max(r.context_len + r.query_len for r in batch.requests) <= topk
     at_most_topk = batch.longest <= topk
     vllm_compressed = batch.kv_ratio != 1 and engine.compressed_kv and engine.engine == "vllm"
     return at_most_topk and ((engine.skip_logits_at_or_below_topk and not sglang_c4(engine, batch))

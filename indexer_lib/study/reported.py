@@ -8,7 +8,9 @@ their sources, are ``data/field/reported_allocations.csv``: GLM-5 at concurrency
 (4,096 rows x 93,184 compressed columns, 1.42 GiB, and its 3.05 GiB, ~8 GiB and 9 GiB calls at
 longer contexts and larger chunks), TensorRT-LLM's ~16 GB for a ~500K-token DeepSeek-V4 prompt at its
 32K-row indexer chunk, and its ~18-22 GB at ``max_num_tokens=8192`` (not reproduced: the report
-gives no requests).  A ``workload`` case is simulated and its
+gives no requests), and GLM-5.3-Flash's kpool indexer on SGLang: 8,192 rows x 348k pooled entries
+(10.62 GiB) and the 73.65 GiB on 4 x B300 (not reproduced: the report gives no requests, and one
+request gives 16 GiB at the default chunk).  A ``workload`` case is simulated and its
 worst step planned without a budget; a ``shape`` case is one logits allocation
 of the given rows and columns (with an SGLang release that models the model's compressed K: one
 call of the rows at ``isl`` tokens through the release's own path) (docs/design.md#reference-data).
@@ -77,7 +79,7 @@ def _largest_logits(case: dict) -> tuple[int, int, int]:
 
 def _engine_path(case: dict) -> bool:
     """Whether a shape case goes through its release's own path: SGLang's for compressed K
-    (DeepSeek-V4's C4 indexer), where the release's profile models it."""
+    (DeepSeek-V4's C4 indexer, GLM-5.3-Flash's kpool), where the release's profile models it."""
     engine = get_engine(case["engine"])
     return engine.engine == "sglang" and engine.compressed_kv and get_model(case["model"]).kv_ratio != 1
 
