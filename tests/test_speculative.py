@@ -176,3 +176,13 @@ def test_the_seeds_command_from_its_reporters_settings_names_them_and_finds_no_o
     rows = pd.read_csv(out)
     assert not rows["oom"].any() and (rows["worst_requests"] == 2).all() and (rows["tp"] == 8).all()
     assert main(["frontier", "--concurrency", "4", "--isl", "4096", "--tp", "0", "--out", str(out)]) == 2
+
+
+def test_the_drives_own_limit_is_not_called_vllms_refusal():
+    # speculative decoding on the asynchronous scheduler: vLLM takes it, the drive does not play it
+    if not vllm_scheduler.vllm_available():
+        pytest.skip("vLLM's scheduler is not installed here (scripts/install_vllm.sh)")
+    with pytest.raises(ValueError, match="the drive plays speculative decoding") as e:
+        vllm_scheduler.build_scheduler(ClosedLoopWorkload(2, 512, 4),
+                                       SchedulerConfig(speculative_tokens=1, async_scheduling=True))
+    assert "vLLM refuses" not in str(e.value)
