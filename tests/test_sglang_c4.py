@@ -1,11 +1,13 @@
-"""SGLang 0.5.23's path for DeepSeek-V4's C4 indexer, held to the release's own code.
+"""SGLang's path for DeepSeek-V4's C4 indexer (0.5.12-0.5.23), held to each release's own code.
 
-The differential test runs the release's ``dsv4/metadata.py`` (``PagedIndexerMetadata``: its
-once-per-forward budget and ``plan_indexer_row_chunks``), ``mqa_logits_utils.py``, the page
-table its backend builds and ``_get_nonpaged_indexer_plan`` on a CPU
+The differential test runs a release's ``dsv4/metadata.py`` (``PagedIndexerMetadata``; from 0.5.21
+its once-per-forward budget and ``plan_indexer_row_chunks``, with ``mqa_logits_utils.py``), the
+page table its backend builds and (from 0.5.15) ``_get_nonpaged_indexer_plan`` on a CPU
 (``engine_oracles/sglang_c4_chunks.py``), next to ``make_plan(..., "engine", ...)`` and
-``EngineBudget(..., compressed=True)``; without ``.venv-engines/sglang-0.5.23`` it skips (fails
-under CI), as the other differential tests do.
+``EngineBudget(..., compressed=True)``, for one or two releases of each era (``RELEASES``); the
+one call of 0.5.12-0.5.20 (no budget, every query row) is restated there with its file:line.
+Without ``.venv-engines/sglang-RELEASE`` (or ``$INDEXER_LAB_SGLANG_SRC/sglang-RELEASE``) it
+skips (fails under CI), as the other differential tests do.
 """
 from __future__ import annotations
 
@@ -50,10 +52,18 @@ def forwards(rng: random.Random, count: int) -> list[dict]:
     return out
 
 
-def test_sglang_c4_budget_path_and_row_chunks_match_its_own_code():
-    src = sglang_src()
-    engine = get_engine(SGLANG)
-    cases = forwards(random.Random(4), 120)
+# one release of each side of every era: 0.5.12-0.5.14 (paged only, one call), 0.5.15-0.5.20
+# (paged and non-paged, one call), 0.5.21-0.5.23 (a budget each forward, rows chunked)
+RELEASES = ("0.5.12", "0.5.14", "0.5.15", "0.5.17", "0.5.20", "0.5.21", "0.5.22", "0.5.23")
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_sglang_c4_budget_path_and_row_chunks_match_its_own_code(release):
+    src = sglang_src(release, "sglang/srt/layers/attention/dsv4/metadata.py")
+    name = f"sglang=={release}"
+    engine, settings = get_engine(name), PlanSettings("deepseek-v4-flash", name, temporaries="deepgemm")
+    chunked_era = engine.compressed_budget_rule == "sglang-capped-per-call"
+    cases = forwards(random.Random(4), 120 if release == "0.5.23" else 40)
     answers = run_oracle(sys.executable, "sglang_c4_chunks.py", {"forwards": cases}, src)["results"]
     paths = set()
     for case, theirs in zip(cases, answers, strict=True):
@@ -63,7 +73,7 @@ def test_sglang_c4_budget_path_and_row_chunks_match_its_own_code():
         budget = EngineBudget(engine, case["fraction"], case["total_bytes"], case["mem_fraction_static"],
                               compressed=True).for_call(batch.num_rows, gate_cols, case["free_bytes"])
         assert budget == theirs["budget"], case
-        plan = make_plan(batch, "engine", budget, V4)
+        plan = make_plan(batch, "engine", budget, settings)
         assert [list(c.rows) for c in plan.chunks] == theirs["chunks"], case
         for c in plan.chunks:
             assert c.logits_cols == cols and c.compressed
@@ -73,13 +83,26 @@ def test_sglang_c4_budget_path_and_row_chunks_match_its_own_code():
         low, high = plan.budget_stable
         if budget is not None:
             for b in {low or 1, budget, (high or budget + 1) - 1}:
-                assert make_plan(batch, "engine", b, V4).chunks == plan.chunks
+                assert make_plan(batch, "engine", b, settings).chunks == plan.chunks
+        else:  # no budget read: a budget given changes nothing on the one-call releases
+            assert chunked_era or make_plan(batch, "engine", 2**20, settings).chunks == plan.chunks
         paths.add((path, len(plan.chunks) > 1))
-    assert paths == {("paged", False), ("paged", True), ("non-paged", False), ("non-paged", True)}
+    want = {("paged", False), ("non-paged", False)}
+    if chunked_era:
+        want |= {("paged", True), ("non-paged", True)}
+    if engine.compressed_nonpaged_min_rows is None:
+        want = {("paged", False)}
+    assert paths == want
     reported, one_m = answers[-2:]
-    assert reported == {"path": "paged", "budget": GIB, "cols": 93_184, "row_bytes": 372_736,
-                        "chunks": [[0, 2880], [2880, 4096]]}
-    assert one_m["path"] == "non-paged" and one_m["cols"] == 262_144 and len(one_m["chunks"]) == 8
+    if chunked_era:
+        assert reported == {"path": "paged", "budget": GIB, "cols": 93_184, "row_bytes": 372_736,
+                            "chunks": [[0, 2880], [2880, 4096]]}
+        assert one_m["path"] == "non-paged" and one_m["cols"] == 262_144 and len(one_m["chunks"]) == 8
+    else:  # the reported step in one call: 4,096 x 93,184 x 4 B
+        assert reported == {"path": "paged", "budget": None, "cols": 93_184, "row_bytes": 372_736,
+                            "chunks": [[0, 4096]]}
+        assert one_m["cols"] == 262_144 and one_m["chunks"] == [[0, 8192]]
+        assert one_m["path"] == ("paged" if engine.compressed_nonpaged_min_rows is None else "non-paged")
 
 
 def test_the_reported_step_plans_through_sglangs_c4_path(capsys):
