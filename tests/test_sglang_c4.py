@@ -156,13 +156,33 @@ def test_sglang_v4_reports_go_through_its_c4_path():
             "sglang-dsv4-c4-4096x800k": (4096, 200_000, 4096 * 200_192 * 4),
             "sglang-dsv4-c4-8192x1m": (8192, 262_144, 8 * GIB),
             "sglang-dsv4-c4-32k-300k": (32_768, 73_728, 32_768 * 73_728 * 4)}
+    # the 1.42 GiB report plans on its reporter's release (0.5.17: one call, no budget), the others on 0.5.23
+    releases = {name: SGLANG for name in want} | {"sglang-dsv4-c4-4096x93184": "sglang==0.5.17"}
     for name, (rows, cols, nbytes) in want.items():
         case = cases[name]
-        assert case["engine"] == SGLANG and case["source"].startswith("https://github.com/sgl-project/sglang/")
+        assert case["engine"] == releases[name] and case["source"].startswith("https://github.com/sgl-project/sglang/")
         r = reproduce(case)
         assert (r["rows"], r["kv_tokens"], round(r["allocated_gib"] * GIB)) == (rows, cols, nbytes)
         assert r["matches"] and case["status"] == "reproduced"
     assert cases["sglang-dsv4-c4-4096x93184"]["tolerance"] == 0.002
+    assert "assumed" not in cases["sglang-dsv4-c4-4096x93184"]["note"]
+
+
+def test_the_reporters_release_gives_the_reported_allocation_in_one_call(capsys):
+    """sgl-project/sglang#35217: v0.5.17, --chunked-prefill-size 4096, 1.42 GiB asked.  0.5.17 reads
+    no budget on its C4 path, so free memory changes nothing; 0.5.23 chunks the same step's rows."""
+    base = ["plan", "--model", "deepseek-v4-flash", "--engine", "sglang==0.5.17", "--gpu", "h100",
+            "--query-lens", "4096", "--seq-lens", "371968", "--json"]
+    for extra in ([], ["--free-gib", "5"]):
+        assert main([*base, *extra]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["largest_logits_bytes"] == 4096 * 93_184 * 4 and out["num_chunks"] == 1
+        assert out["budget_bytes"] is None and "budget_note" not in out and out["logits_alive"] == 1
+    assert main([*base[:4], "sglang==0.5.23", *base[5:], "--free-gib", "5"]) == 0
+    assert json.loads(capsys.readouterr().out)["num_chunks"] == 2
+    # 0.5.12-0.5.14 have no non-paged sub-path: 8,192 rows of one request stay paged
+    assert [sglang_c4_call(get_engine(f"sglang=={r}"), StepBatch.from_lengths([8192], [1_048_576]).compressed(4))[0]
+            for r in ("0.5.14", "0.5.15")] == ["paged", "non-paged"]
 
 
 @pytest.mark.parametrize("free_gib", [2.0, 30.0])
@@ -194,3 +214,33 @@ def test_the_c4_path_plans_the_same_by_shapes():
         assert shapes_peak(shaped, topk_rows=8192) == (report.peak_transient, report.peak)
         chunked += plan.num_chunks > 1
     assert chunked >= 10
+
+
+def test_the_c4_eras_as_the_releases_ship_them():
+    """DeepSeek-V4 first ships in 0.5.12; its C4 path's facts come from the overlay of its era
+    (data/engines/sglang-dsv4-*.json) and leave the DSA indexer's facts as they were."""
+    from indexer_lib.engines import engine_names
+
+    eras = {}
+    for name in engine_names("sglang"):
+        p = get_engine(name)
+        if p.compressed_kv:
+            eras.setdefault((p.compressed_budget_rule, p.compressed_nonpaged_min_rows, p.compressed_logits_alive,
+                             p.compressed_page_tokens, p.sources["compressed_file"]), []).append(p.release)
+            for fact in ("compressed_kv", "compressed_budget_rule", "compressed_logits_alive",
+                         "compressed_nonpaged_min_rows"):
+                assert "dsv4/" in p.sources[fact] and ":" in p.sources[fact], (name, fact)
+    assert eras == {
+        ("none", None, 1, 256, "data/engines/sglang-dsv4-0.5.12.json"):
+            ["0.5.12", "0.5.12.post1", "0.5.13", "0.5.13.post1", "0.5.14"],
+        ("none", 8192, 1, 256, "data/engines/sglang-dsv4-0.5.15.json"):
+            ["0.5.15", "0.5.15.post1", "0.5.16", "0.5.17", "0.5.18", "0.5.19", "0.5.20"],
+        ("sglang-capped-per-call", 8192, 1, 256, "data/engines/sglang-dsv4-0.5.21.json"): ["0.5.21", "0.5.22", "0.5.23"]}
+    # the DSA indexer's facts are each release's own
+    for release, rule, era_file in (("0.5.12", "sglang-free-per-call", "sglang-0.5.6.json"),
+                                    ("0.5.17", "sglang-cached", "sglang-0.5.13.json")):
+        p = get_engine(f"sglang=={release}")
+        assert p.budget_rule == rule and p.sources["file"] == f"data/engines/{era_file}" and p.logits_alive == 2
+    # no budget on the one-call releases' C4 path, whatever the free memory
+    assert process_budget("sglang==0.5.17", 40 * GIB, compressed=True) is None
+    assert process_budget("sglang==0.5.17", 40 * GIB) == process_budget("sglang==0.5.22", 40 * GIB)
