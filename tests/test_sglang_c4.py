@@ -244,3 +244,18 @@ def test_the_c4_eras_as_the_releases_ship_them():
     # no budget on the one-call releases' C4 path, whatever the free memory
     assert process_budget("sglang==0.5.17", 40 * GIB, compressed=True) is None
     assert process_budget("sglang==0.5.17", 40 * GIB) == process_budget("sglang==0.5.22", 40 * GIB)
+
+
+def test_the_frontier_plans_v4_on_every_era(capsys, tmp_path, monkeypatch):
+    """At 5 GiB free one 1M-token prompt's last 8,192-row step is 8 GiB of logits in one call on
+    0.5.12-0.5.20, chunked under the budget on 0.5.21-0.5.23."""
+    monkeypatch.chdir(tmp_path)
+    largest = {}
+    for release in ("0.5.12", "0.5.17", "0.5.23"):
+        assert main(["frontier", "--model", "deepseek-v4-flash", "--engine", f"sglang=={release}", "--strategy",
+                     "engine", "--concurrency", "1", "--isl", "400000,1000000", "--osl", "16",
+                     "--free-gib", "5"]) == 0
+        line = next(l for l in capsys.readouterr().out.splitlines() if l.strip().startswith("engine"))
+        largest[release] = line.split()[1:]
+    assert largest == {"0.5.12": ["none", "400000"], "0.5.17": ["none", "400000"],
+                       "0.5.23": ["measured", "1000000"]}
