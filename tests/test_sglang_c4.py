@@ -84,8 +84,9 @@ def test_sglang_c4_budget_path_and_row_chunks_match_its_own_code(release):
         if budget is not None:
             for b in {low or 1, budget, (high or budget + 1) - 1}:
                 assert make_plan(batch, "engine", b, settings).chunks == plan.chunks
-        else:  # no budget read: a budget given changes nothing on the one-call releases
-            assert chunked_era or make_plan(batch, "engine", 2**20, settings).chunks == plan.chunks
+        elif not chunked_era:  # no budget read on the one-call releases: one given is refused
+            with pytest.raises(ValueError, match="no logits budget on its C4 path"):
+                make_plan(batch, "engine", 2**20, settings)
         paths.add((path, len(plan.chunks) > 1))
     want = {("paged", False), ("non-paged", False)}
     if chunked_era:
@@ -259,3 +260,10 @@ def test_the_frontier_plans_v4_on_every_era(capsys, tmp_path, monkeypatch):
         largest[release] = line.split()[1:]
     assert largest == {"0.5.12": ["none", "400000"], "0.5.17": ["none", "400000"],
                        "0.5.23": ["measured", "1000000"]}
+
+
+def test_auto_has_nothing_to_set_on_the_one_call_releases(capsys):
+    assert main(["auto", "--model", "deepseek-v4-flash", "--engine", "sglang==0.5.17", "--free-gib", "5",
+                 "--workload", "1x400000x16"]) == 0
+    out = capsys.readouterr().out
+    assert "sglang==0.5.17: nothing to set" in out and "1 of 1 candidates fit" in out

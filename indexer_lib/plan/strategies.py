@@ -311,6 +311,11 @@ class Engine(Strategy):
     def check_budget(self, batch, budget, settings) -> None:
         """ValueError for a budget the engine has no use for, or a step it cannot plan without one."""
         engine = settings.profile
+        if sglang_c4(engine, batch) and engine.compressed_budget_rule == "none":
+            if budget is not None:
+                raise ValueError(f"{engine.name} has no logits budget on its C4 path (every query row in one "
+                                 "call): budget_bytes must be None")
+            return
         if engine.chunker in ("workspace", "none") or (engine.chunker == "tokens" and engine.budget_rule == "none"):
             if budget is not None:
                 raise ValueError(f"{engine.name} has no logits budget (its chunker: {engine.chunker}): "
@@ -436,11 +441,9 @@ def split_sglang_c4(batch, b, build) -> None:
     logits freed before the next is allocated."""
     profile = b.settings.profile
     path, cols, gate_cols = sglang_c4_call(profile, batch)
-    rows, budget = batch.num_rows, b.budget
+    rows, budget = batch.num_rows, b.budget  # None on 0.5.12-0.5.20 (check_budget): one call
     gate = profile.chunk_skip_elements
-    if profile.compressed_budget_rule == "none":
-        budget = None  # the release reads no budget on its C4 path: one call
-    elif gate is not None and rows * gate_cols < gate:
+    if gate is not None and rows * gate_cols < gate:
         budget = None  # _mqa_logits_budget: below the gate no budget, one call
     per = rows
     if budget is not None:
