@@ -10,12 +10,13 @@
 #                   (vLLM imports them in try/except either way), and they are most of its size
 #   deps-tf4/       transformers below 5 (as 0.15.1-0.20.0 declare), gguf and openai-harmony,
 #                   what those releases' indexer modules import beyond .venv's packages
-#   sglang-0.5.23/  the release's wheel, unpacked: its budget and chunk code is loaded from the
-#                   files (no triton, no GPU kernels)
+#   sglang-X.Y.Z/   the release's wheel, unpacked: its budget and chunk code is loaded from the
+#                   files (no triton, no GPU kernels); 0.5.23 for the DSA indexer and every era of
+#                   DeepSeek-V4's C4 indexer (0.5.12, 0.5.14, 0.5.15, 0.5.17, 0.5.20, 0.5.21, 0.5.22)
 #
 # vLLM 0.33.0 is the project's own (.venv, scripts/install_vllm.sh, which runs first).
 # Idempotent: what already imports is kept.
-#   bash scripts/install_engines.sh [vllm-0.15.1 vllm-0.19.0 vllm-0.20.0 vllm-0.30.0 sglang-0.5.23]
+#   bash scripts/install_engines.sh [vllm-0.15.1 vllm-0.19.0 vllm-0.20.0 vllm-0.30.0 sglang-0.5.23 ...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=.venv-engines
@@ -25,7 +26,8 @@ TF4_PACKAGES=("transformers>=4.56.0,<5" gguf openai-harmony)
 # what 0.15.1's scheduler imports beyond those (its structured-output manager), without their own
 # dependencies (all present already): the seed release's own scheduler runs in the tests
 SCHEDULER_PACKAGES=("mistral_common==1.8.8" pydantic-extra-types pycountry tiktoken diskcache)
-TARGETS=("$@"); [ ${#TARGETS[@]} -gt 0 ] || TARGETS=(vllm-0.15.1 vllm-0.19.0 vllm-0.20.0 vllm-0.30.0 sglang-0.5.23)
+TARGETS=("$@"); [ ${#TARGETS[@]} -gt 0 ] || TARGETS=(vllm-0.15.1 vllm-0.19.0 vllm-0.20.0 vllm-0.30.0 sglang-0.5.23
+    sglang-0.5.12 sglang-0.5.14 sglang-0.5.15 sglang-0.5.17 sglang-0.5.20 sglang-0.5.21 sglang-0.5.22)
 # the releases whose overlay also takes deps-tf4 (found by importing their indexer module)
 declare -A WANTS_TF4=([0.15.1]=1 [0.19.0]=1 [0.20.0]=1)
 quiet() {  # pip's resolver complains that vllm wants another torch: expected with --no-deps
@@ -82,7 +84,7 @@ for target in "${TARGETS[@]}"; do
             ;;
         sglang-*)
             release=${target#sglang-}; dir="$ROOT/$target"
-            if [ -f "$dir/src/sglang/srt/layers/attention/mqa_logits_utils.py" ]; then
+            if [ -f "$dir/src/sglang/srt/environ.py" ]; then
                 echo "$target: ready"; continue
             fi
             rm -rf "$dir" && mkdir -p "$dir/wheel"
@@ -90,6 +92,8 @@ for target in "${TARGETS[@]}"; do
                 -d "$dir/wheel" "sglang==$release"
             "$BASE" -m zipfile -e "$dir"/wheel/sglang-*.whl "$dir/src"
             rm -rf "$dir/wheel"
+            # what no test reads: the diffusion server, the release's own tests and benchmarks
+            rm -rf "$dir/src/sglang/multimodal_gen" "$dir/src/sglang/test" "$dir/src/sglang/benchmark"
             ;;
         *) echo "install_engines: unknown target $target (vllm-X.Y.Z or sglang-X.Y.Z)" >&2; exit 2 ;;
     esac

@@ -346,10 +346,15 @@ def test_a_compressed_indexer_plans_chunk_for_chunk_as_vllm_0_33_does():
 
 # --------------------------------------------------------------- differential: SGLang's budget
 
-def sglang_src() -> str:
-    src = ENGINES / "sglang-0.5.23" / "src"
-    if not (src / "sglang/srt/layers/attention/mqa_logits_utils.py").exists():
-        missing(f"SGLang 0.5.23's source ({src})")
+def sglang_src(release: str = "0.5.23", needs: str = "sglang/srt/layers/attention/mqa_logits_utils.py") -> str:
+    """An unpacked sglang wheel: ``.venv-engines/sglang-RELEASE/src``, or
+    ``$INDEXER_LAB_SGLANG_SRC/sglang-RELEASE`` (a folder of unpacked wheels) where that is set."""
+    src = ENGINES / f"sglang-{release}" / "src"
+    other = os.environ.get("INDEXER_LAB_SGLANG_SRC")
+    if not (src / needs).exists() and other and (Path(other) / f"sglang-{release}" / needs).exists():
+        src = Path(other) / f"sglang-{release}"
+    if not (src / needs).exists():
+        missing(f"SGLang {release}'s source ({src})")
     return str(src)
 
 

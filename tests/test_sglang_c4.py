@@ -1,11 +1,13 @@
-"""SGLang 0.5.23's path for DeepSeek-V4's C4 indexer, held to the release's own code.
+"""SGLang's path for DeepSeek-V4's C4 indexer (0.5.12-0.5.23), held to each release's own code.
 
-The differential test runs the release's ``dsv4/metadata.py`` (``PagedIndexerMetadata``: its
-once-per-forward budget and ``plan_indexer_row_chunks``), ``mqa_logits_utils.py``, the page
-table its backend builds and ``_get_nonpaged_indexer_plan`` on a CPU
+The differential test runs a release's ``dsv4/metadata.py`` (``PagedIndexerMetadata``; from 0.5.21
+its once-per-forward budget and ``plan_indexer_row_chunks``, with ``mqa_logits_utils.py``), the
+page table its backend builds and (from 0.5.15) ``_get_nonpaged_indexer_plan`` on a CPU
 (``engine_oracles/sglang_c4_chunks.py``), next to ``make_plan(..., "engine", ...)`` and
-``EngineBudget(..., compressed=True)``; without ``.venv-engines/sglang-0.5.23`` it skips (fails
-under CI), as the other differential tests do.
+``EngineBudget(..., compressed=True)``, for one or two releases of each era (``RELEASES``); the
+one call of 0.5.12-0.5.20 (no budget, every query row) is restated there with its file:line.
+Without ``.venv-engines/sglang-RELEASE`` (or ``$INDEXER_LAB_SGLANG_SRC/sglang-RELEASE``) it
+skips (fails under CI), as the other differential tests do.
 """
 from __future__ import annotations
 
@@ -50,10 +52,18 @@ def forwards(rng: random.Random, count: int) -> list[dict]:
     return out
 
 
-def test_sglang_c4_budget_path_and_row_chunks_match_its_own_code():
-    src = sglang_src()
-    engine = get_engine(SGLANG)
-    cases = forwards(random.Random(4), 120)
+# one release of each side of every era: 0.5.12-0.5.14 (paged only, one call), 0.5.15-0.5.20
+# (paged and non-paged, one call), 0.5.21-0.5.23 (a budget each forward, rows chunked)
+RELEASES = ("0.5.12", "0.5.14", "0.5.15", "0.5.17", "0.5.20", "0.5.21", "0.5.22", "0.5.23")
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_sglang_c4_budget_path_and_row_chunks_match_its_own_code(release):
+    src = sglang_src(release, "sglang/srt/layers/attention/dsv4/metadata.py")
+    name = f"sglang=={release}"
+    engine, settings = get_engine(name), PlanSettings("deepseek-v4-flash", name, temporaries="deepgemm")
+    chunked_era = engine.compressed_budget_rule == "sglang-capped-per-call"
+    cases = forwards(random.Random(4), 120 if release == "0.5.23" else 40)
     answers = run_oracle(sys.executable, "sglang_c4_chunks.py", {"forwards": cases}, src)["results"]
     paths = set()
     for case, theirs in zip(cases, answers, strict=True):
@@ -63,7 +73,7 @@ def test_sglang_c4_budget_path_and_row_chunks_match_its_own_code():
         budget = EngineBudget(engine, case["fraction"], case["total_bytes"], case["mem_fraction_static"],
                               compressed=True).for_call(batch.num_rows, gate_cols, case["free_bytes"])
         assert budget == theirs["budget"], case
-        plan = make_plan(batch, "engine", budget, V4)
+        plan = make_plan(batch, "engine", budget, settings)
         assert [list(c.rows) for c in plan.chunks] == theirs["chunks"], case
         for c in plan.chunks:
             assert c.logits_cols == cols and c.compressed
@@ -73,13 +83,27 @@ def test_sglang_c4_budget_path_and_row_chunks_match_its_own_code():
         low, high = plan.budget_stable
         if budget is not None:
             for b in {low or 1, budget, (high or budget + 1) - 1}:
-                assert make_plan(batch, "engine", b, V4).chunks == plan.chunks
+                assert make_plan(batch, "engine", b, settings).chunks == plan.chunks
+        elif not chunked_era:  # no budget read on the one-call releases: one given is refused
+            with pytest.raises(ValueError, match="no logits budget on its C4 path"):
+                make_plan(batch, "engine", 2**20, settings)
         paths.add((path, len(plan.chunks) > 1))
-    assert paths == {("paged", False), ("paged", True), ("non-paged", False), ("non-paged", True)}
+    want = {("paged", False), ("non-paged", False)}
+    if chunked_era:
+        want |= {("paged", True), ("non-paged", True)}
+    if engine.compressed_nonpaged_min_rows is None:
+        want = {("paged", False)}
+    assert paths == want
     reported, one_m = answers[-2:]
-    assert reported == {"path": "paged", "budget": GIB, "cols": 93_184, "row_bytes": 372_736,
-                        "chunks": [[0, 2880], [2880, 4096]]}
-    assert one_m["path"] == "non-paged" and one_m["cols"] == 262_144 and len(one_m["chunks"]) == 8
+    if chunked_era:
+        assert reported == {"path": "paged", "budget": GIB, "cols": 93_184, "row_bytes": 372_736,
+                            "chunks": [[0, 2880], [2880, 4096]]}
+        assert one_m["path"] == "non-paged" and one_m["cols"] == 262_144 and len(one_m["chunks"]) == 8
+    else:  # the reported step in one call: 4,096 x 93,184 x 4 B
+        assert reported == {"path": "paged", "budget": None, "cols": 93_184, "row_bytes": 372_736,
+                            "chunks": [[0, 4096]]}
+        assert one_m["cols"] == 262_144 and one_m["chunks"] == [[0, 8192]]
+        assert one_m["path"] == ("paged" if engine.compressed_nonpaged_min_rows is None else "non-paged")
 
 
 def test_the_reported_step_plans_through_sglangs_c4_path(capsys):
@@ -106,7 +130,7 @@ def test_the_reported_step_plans_through_sglangs_c4_path(capsys):
 
 def test_the_c4_path_is_not_the_dsa_one():
     engine = get_engine(SGLANG)
-    assert SGLANG in compressed_kv_engines() and not get_engine("sglang==0.5.22").compressed_kv
+    assert SGLANG in compressed_kv_engines() and not get_engine("sglang==0.5.11").compressed_kv
     assert engine.logits_alive == 2 and engine.compressed_logits_alive == 1
     for fact in ("compressed_kv", "compressed_budget_rule", "compressed_logits_alive", "compressed_page_tokens",
                  "compressed_nonpaged_min_rows"):
@@ -133,13 +157,33 @@ def test_sglang_v4_reports_go_through_its_c4_path():
             "sglang-dsv4-c4-4096x800k": (4096, 200_000, 4096 * 200_192 * 4),
             "sglang-dsv4-c4-8192x1m": (8192, 262_144, 8 * GIB),
             "sglang-dsv4-c4-32k-300k": (32_768, 73_728, 32_768 * 73_728 * 4)}
+    # the 1.42 GiB report plans on its reporter's release (0.5.17: one call, no budget), the others on 0.5.23
+    releases = {name: SGLANG for name in want} | {"sglang-dsv4-c4-4096x93184": "sglang==0.5.17"}
     for name, (rows, cols, nbytes) in want.items():
         case = cases[name]
-        assert case["engine"] == SGLANG and case["source"].startswith("https://github.com/sgl-project/sglang/")
+        assert case["engine"] == releases[name] and case["source"].startswith("https://github.com/sgl-project/sglang/")
         r = reproduce(case)
         assert (r["rows"], r["kv_tokens"], round(r["allocated_gib"] * GIB)) == (rows, cols, nbytes)
         assert r["matches"] and case["status"] == "reproduced"
     assert cases["sglang-dsv4-c4-4096x93184"]["tolerance"] == 0.002
+    assert "assumed" not in cases["sglang-dsv4-c4-4096x93184"]["note"]
+
+
+def test_the_reporters_release_gives_the_reported_allocation_in_one_call(capsys):
+    """sgl-project/sglang#35217: v0.5.17, --chunked-prefill-size 4096, 1.42 GiB asked.  0.5.17 reads
+    no budget on its C4 path, so free memory changes nothing; 0.5.23 chunks the same step's rows."""
+    base = ["plan", "--model", "deepseek-v4-flash", "--engine", "sglang==0.5.17", "--gpu", "h100",
+            "--query-lens", "4096", "--seq-lens", "371968", "--json"]
+    for extra in ([], ["--free-gib", "5"]):
+        assert main([*base, *extra]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["largest_logits_bytes"] == 4096 * 93_184 * 4 and out["num_chunks"] == 1
+        assert out["budget_bytes"] is None and "budget_note" not in out and out["logits_alive"] == 1
+    assert main([*base[:4], "sglang==0.5.23", *base[5:], "--free-gib", "5"]) == 0
+    assert json.loads(capsys.readouterr().out)["num_chunks"] == 2
+    # 0.5.12-0.5.14 have no non-paged sub-path: 8,192 rows of one request stay paged
+    assert [sglang_c4_call(get_engine(f"sglang=={r}"), StepBatch.from_lengths([8192], [1_048_576]).compressed(4))[0]
+            for r in ("0.5.14", "0.5.15")] == ["paged", "non-paged"]
 
 
 @pytest.mark.parametrize("free_gib", [2.0, 30.0])
@@ -171,3 +215,55 @@ def test_the_c4_path_plans_the_same_by_shapes():
         assert shapes_peak(shaped, topk_rows=8192) == (report.peak_transient, report.peak)
         chunked += plan.num_chunks > 1
     assert chunked >= 10
+
+
+def test_the_c4_eras_as_the_releases_ship_them():
+    """DeepSeek-V4 first ships in 0.5.12; its C4 path's facts come from the overlay of its era
+    (data/engines/sglang-dsv4-*.json) and leave the DSA indexer's facts as they were."""
+    from indexer_lib.engines import engine_names
+
+    eras = {}
+    for name in engine_names("sglang"):
+        p = get_engine(name)
+        if p.compressed_kv:
+            eras.setdefault((p.compressed_budget_rule, p.compressed_nonpaged_min_rows, p.compressed_logits_alive,
+                             p.compressed_page_tokens, p.sources["compressed_file"]), []).append(p.release)
+            for fact in ("compressed_kv", "compressed_budget_rule", "compressed_logits_alive",
+                         "compressed_nonpaged_min_rows"):
+                assert "dsv4/" in p.sources[fact] and ":" in p.sources[fact], (name, fact)
+    assert eras == {
+        ("none", None, 1, 256, "data/engines/sglang-dsv4-0.5.12.json"):
+            ["0.5.12", "0.5.12.post1", "0.5.13", "0.5.13.post1", "0.5.14"],
+        ("none", 8192, 1, 256, "data/engines/sglang-dsv4-0.5.15.json"):
+            ["0.5.15", "0.5.15.post1", "0.5.16", "0.5.17", "0.5.18", "0.5.19", "0.5.20"],
+        ("sglang-capped-per-call", 8192, 1, 256, "data/engines/sglang-dsv4-0.5.21.json"): ["0.5.21", "0.5.22", "0.5.23"]}
+    # the DSA indexer's facts are each release's own
+    for release, rule, era_file in (("0.5.12", "sglang-free-per-call", "sglang-0.5.6.json"),
+                                    ("0.5.17", "sglang-cached", "sglang-0.5.13.json")):
+        p = get_engine(f"sglang=={release}")
+        assert p.budget_rule == rule and p.sources["file"] == f"data/engines/{era_file}" and p.logits_alive == 2
+    # no budget on the one-call releases' C4 path, whatever the free memory
+    assert process_budget("sglang==0.5.17", 40 * GIB, compressed=True) is None
+    assert process_budget("sglang==0.5.17", 40 * GIB) == process_budget("sglang==0.5.22", 40 * GIB)
+
+
+def test_the_frontier_plans_v4_on_every_era(capsys, tmp_path, monkeypatch):
+    """At 5 GiB free one 1M-token prompt's last 8,192-row step is 8 GiB of logits in one call on
+    0.5.12-0.5.20, chunked under the budget on 0.5.21-0.5.23."""
+    monkeypatch.chdir(tmp_path)
+    largest = {}
+    for release in ("0.5.12", "0.5.17", "0.5.23"):
+        assert main(["frontier", "--model", "deepseek-v4-flash", "--engine", f"sglang=={release}", "--strategy",
+                     "engine", "--concurrency", "1", "--isl", "400000,1000000", "--osl", "16",
+                     "--free-gib", "5"]) == 0
+        line = next(l for l in capsys.readouterr().out.splitlines() if l.strip().startswith("engine"))
+        largest[release] = line.split()[1:]
+    assert largest == {"0.5.12": ["none", "400000"], "0.5.17": ["none", "400000"],
+                       "0.5.23": ["measured", "1000000"]}
+
+
+def test_auto_has_nothing_to_set_on_the_one_call_releases(capsys):
+    assert main(["auto", "--model", "deepseek-v4-flash", "--engine", "sglang==0.5.17", "--free-gib", "5",
+                 "--workload", "1x400000x16"]) == 0
+    out = capsys.readouterr().out
+    assert "sglang==0.5.17: nothing to set" in out and "1 of 1 candidates fit" in out

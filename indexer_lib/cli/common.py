@@ -128,7 +128,7 @@ def budget_from_args(args, batch: StepBatch) -> int | None:
 def static_budget_note(args) -> str | None:
     """Where SGLang's C4 indexer is planned without a free-memory reading: the budget taken."""
     engine = get_engine(args.engine)
-    if (get_model(args.model).kv_ratio == 1 or engine.compressed_budget_rule is None
+    if (get_model(args.model).kv_ratio == 1 or engine.compressed_budget_rule in (None, "none")
             or args.free_gib is not None or args.budget_free_gib is not None
             or args.budget_mb is not None or args.budget_bytes is not None or not get_strategy(args.strategy).own_build):
         return None
@@ -140,6 +140,8 @@ def static_budget_note(args) -> str | None:
 def engine_budget_from_args(args, batch: StepBatch) -> int | None:
     engine = get_engine(args.engine)
     reading = args.free_gib if args.budget_free_gib is None else args.budget_free_gib
+    if get_model(args.model).kv_ratio != 1 and engine.compressed_budget_rule == "none":
+        return None  # SGLang 0.5.12-0.5.20's C4 indexer: every query row in one call, no budget
     if get_model(args.model).kv_ratio != 1 and engine.compressed_budget_rule is not None:
         # SGLang's C4 indexer: its own budget, read on every forward (the gate is the planner's)
         total = get_gpu(args.gpu).capacity_bytes

@@ -104,7 +104,7 @@ def print_frontier_summary(rows: list[dict], grid: Grid) -> None:
         print(f"scheduler: {'not the release default: ' + differs if differs else 'the release defaults'}")
         print(f"{'strategy':>12} {'budget':>8} " + " ".join(f"{c:>7}" for c in grid.concurrency))
         for strategy in grid.strategy:
-            label = budget_label(strategy, engine)
+            label = budget_label(strategy, engine, grid.model)
             for budget in grid.budgets(engine, strategy):
                 cells = []
                 for conc in grid.concurrency:
@@ -123,9 +123,15 @@ def lengths_phrase(grid: Grid) -> str:
     return "; ".join(parts) + (f", seed {grid.length_seed}" if parts else "")
 
 
-def budget_label(strategy: str, engine: str) -> str | None:
-    """How a strategy's budget reads when it does not follow the grid's budget_mb axis."""
+def budget_label(strategy: str, engine: str, model: str | None = None) -> str | None:
+    """How a strategy's budget reads when it does not follow the grid's budget_mb axis (SGLang
+    0.5.12-0.5.20 on a compressed-K model: its C4 path reads none)."""
     from ..engines import get_engine
+    from ..shapes import get_model
 
-    source = get_strategy(strategy).budget_source(get_engine(engine))
+    profile = get_engine(engine)
+    if (get_strategy(strategy).own_build and model is not None and get_model(model).kv_ratio != 1
+            and profile.compressed_budget_rule == "none"):
+        return "none"
+    source = get_strategy(strategy).budget_source(profile)
     return {NO_BUDGET: "none", MEASURED_BUDGET: "measured"}.get(source)

@@ -2,7 +2,9 @@
 
 A profile is plain data read from ``data/engines/`` (one JSON file per era, each
 fact with the release, file and function it was read from, and per-release
-overrides where a fact changed inside an era).  ``get_engine("vllm==0.15.1")``
+overrides where a fact changed inside an era).  A file with an ``overlay`` holds one era of a
+path that changed on releases of its own (SGLang's DeepSeek-V4 C4 indexer: ``compressed_*``
+facts only), laid over the profiles of the releases it lists.  ``get_engine("vllm==0.15.1")``
 returns the release's profile; ``EngineProfile.sources`` says where each fact
 comes from (docs/design.md#engines).
 """
@@ -19,8 +21,9 @@ from ..refdata import data_path
 ENGINES = ("vllm", "sglang", "trtllm")
 CHUNKERS = ("workspace", "logits-budget", "rows", "tokens", "none")
 BUDGET_RULES = ("none", "fixed-mib", "fixed-elements", "sglang-free-per-call", "sglang-cached")
-# SGLang's budget for DeepSeek-V4's C4 indexer: the cached rule's arithmetic, read on every forward
-COMPRESSED_BUDGET_RULES = (None, "sglang-capped-per-call")
+# SGLang's budget for DeepSeek-V4's C4 indexer: "none", every query row in one call (0.5.12-0.5.20);
+# "sglang-capped-per-call", the cached rule's arithmetic read on every forward (0.5.21-0.5.23)
+COMPRESSED_BUDGET_RULES = (None, "none", "sglang-capped-per-call")
 LIFETIMES = ("persistent", "chunk", "call")
 PATHS = (None, "vllm-request-spans", "vllm-chunk-rows", "vllm-row-ends")
 
@@ -77,8 +80,9 @@ class EngineProfile:
     # the logits while the longest prefill is at most top-k tokens; SGLang 0.5.23 has a path of its
     # own (``plan.strategies.split_sglang_kpool``)
     pooled_kv: bool = False
-    # SGLang's own path for compressed K (DeepSeek-V4's C4 indexer, sglang 0.5.23
-    # layers/attention/dsv4/): its budget rule (COMPRESSED_BUDGET_RULES; None: ``budget_rule``), the
+    # SGLang's own path for compressed K (DeepSeek-V4's C4 indexer, sglang 0.5.12-0.5.23
+    # layers/attention/dsv4/, data/engines/sglang-dsv4-*.json): its budget rule
+    # (COMPRESSED_BUDGET_RULES; None: ``budget_rule``; "none": one call, no budget), the
     # logits alive at once on it (None: ``logits_alive``), the page of ``compressed_page_tokens``
     # tokens whose entries set the paged logits' width, and the query rows from which a one-request
     # step takes the non-paged sub-path (None: never)
@@ -191,10 +195,27 @@ def _load() -> dict[str, EngineProfile]:
     files = sorted(data_path("engines").glob("*.json"))
     if not files:
         raise FileNotFoundError(f"{data_path('engines')}: no engine profiles (data/engines/*.json)")
-    for path in files:
-        era = json.loads(path.read_text())
+    eras = [(path, json.loads(path.read_text())) for path in files]
+    overlays: dict[str, tuple] = {}  # release name -> (file, its facts)
+    for path, era in eras:
+        if "overlay" not in era:
+            continue
         for release in era["releases"]:
             facts = {**era["facts"], **era.get("per_release", {}).get(release, {})}
+            other = [k for k in facts if not k.startswith("compressed_")]
+            name = f"{era['engine']}=={release}"
+            if other or name in overlays:
+                raise ValueError(f"data/engines/{path.name}: {name}: an overlay holds compressed_* facts only, "
+                                 f"one per release ({', '.join(other) or 'in two overlays'})")
+            overlays[name] = (path, facts)
+    for path, era in eras:
+        if "overlay" in era:
+            continue
+        for release in era["releases"]:
+            facts = {**era["facts"], **era.get("per_release", {}).get(release, {})}
+            overlay = overlays.pop(f"{era['engine']}=={release}", None)
+            if overlay is not None:
+                facts = {**facts, **overlay[1]}
             values = {k: v["value"] for k, v in facts.items()}
             for name in ("metadata", "workspace_factor_long", "deepgemm_families"):
                 if values.get(name) is not None:
@@ -203,11 +224,15 @@ def _load() -> dict[str, EngineProfile]:
                 values["chunk_rows_by_kv"] = tuple(tuple(pair) for pair in values["chunk_rows_by_kv"])
             sources = {k: v["source"] for k, v in facts.items()}
             sources["file"] = f"data/engines/{path.name}"
+            if overlay is not None:
+                sources["compressed_file"] = f"data/engines/{overlay[0].name}"
             profile = EngineProfile(engine=era["engine"], release=release, era=era["era"], sources=sources,
                                     **values)
             if profile.name in profiles:
                 raise ValueError(f"{profile.name}: in two engine profile files")
             profiles[profile.name] = profile
+    if overlays:
+        raise ValueError(f"engine profile overlays for unknown releases: {', '.join(overlays)}")
     return dict(sorted(profiles.items(), key=lambda kv: (kv[1].engine, _parse_version(kv[1].release))))
 
 
@@ -229,6 +254,20 @@ def compressed_kv_engines() -> list[str]:
 def pooled_kv_engines() -> list[str]:
     """The releases whose indexer path for pooled K (GLM-5.3-Flash's kpool) the project models."""
     return [n for n, p in _load().items() if p.pooled_kv]
+
+
+def releases_text(names: list[str]) -> str:
+    """Release names in one short phrase: each run of consecutive releases of an engine (every
+    release the profiles know between its first and last) as ``sglang==0.5.12-0.5.23``."""
+    known, runs = list(_load()), []
+    for name in names:
+        i = known.index(name)
+        last = runs[-1] if runs else None
+        if last and known.index(last[-1]) == i - 1 and _load()[last[-1]].engine == _load()[name].engine:
+            last.append(name)
+        else:
+            runs.append([name])
+    return ", ".join(run[0] if len(run) == 1 else f"{run[0]}-{_load()[run[-1]].release}" for run in runs)
 
 
 def latest(engine: str) -> EngineProfile:

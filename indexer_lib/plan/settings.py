@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from ..engines import DEFAULT_ENGINE, EngineProfile, check_gpu, compressed_kv_engines, get_engine, pooled_kv_engines
+from ..engines.profiles import releases_text
 from ..padding import DEFAULT_DEEPGEMM_VERSION, PaddingRules, get_rules
 from ..shapes import GpuPreset, ModelPreset, get_gpu, get_model
 from ..checks import BadValue, check_int
@@ -70,13 +71,13 @@ class PlanSettings:
         computes uncompressed indexers only)."""
         ratio, kind = self.preset.kv_ratio, self.preset.main_kind.name
         if self.preset.pooled and (profile is None or not profile.pooled_kv):
-            modelled = ", ".join(pooled_kv_engines())
+            modelled = releases_text(pooled_kv_engines())
             on = "no engine release" if profile is None else profile.name
             raise BadValue("engine", f"{on}: its indexer path for {self.model}'s {kind} layers "
                                      f"(K pooled {self.preset.main_kind.pool} tokens to an entry) is not read "
                                      f"and modelled; modelled on: {modelled}")
         if profile is None or not profile.compressed_kv:
-            modelled = ", ".join(compressed_kv_engines())
+            modelled = releases_text(compressed_kv_engines())
             on = "no engine release" if profile is None else profile.name
             raise BadValue("engine", f"{on}: its indexer path for {self.model}'s {kind} layers "
                                      f"({ratio}x-compressed K) is not modelled; modelled on: {modelled}")

@@ -311,6 +311,11 @@ class Engine(Strategy):
     def check_budget(self, batch, budget, settings) -> None:
         """ValueError for a budget the engine has no use for, or a step it cannot plan without one."""
         engine = settings.profile
+        if sglang_c4(engine, batch) and engine.compressed_budget_rule == "none":
+            if budget is not None:
+                raise ValueError(f"{engine.name} has no logits budget on its C4 path (every query row in one "
+                                 "call): budget_bytes must be None")
+            return
         if engine.chunker in ("workspace", "none") or (engine.chunker == "tokens" and engine.budget_rule == "none"):
             if budget is not None:
                 raise ValueError(f"{engine.name} has no logits budget (its chunker: {engine.chunker}): "
@@ -473,15 +478,16 @@ def sglang_c4_call(profile, batch) -> tuple[str, int, int]:
 
 
 def split_sglang_c4(batch, b, build) -> None:
-    """SGLang 0.5.23's C4 indexer: one budget per forward (``PagedIndexerMetadata``: none below
-    the element gate, rows x paged width), every query row against the step's one width
-    (``sglang_c4_call``), cut into slices of ``max(budget // row_bytes, 1)`` rows where the logits
-    break the budget (paged: ``plan_indexer_row_chunks``, chunking when rows x cols x 4 > budget;
-    non-paged: ``mqa_logits_rows_per_chunk`` when rows x row_bytes > budget); each chunk's logits
-    freed before the next is allocated."""
+    """SGLang's C4 indexer, every query row against the step's one width (``sglang_c4_call``).
+    0.5.12-0.5.20 (``compressed_budget_rule`` "none"): one call over all the rows, whatever the
+    budget.  0.5.21-0.5.23: one budget per forward (``PagedIndexerMetadata``: none below the element
+    gate, rows x paged width), the rows cut into slices of ``max(budget // row_bytes, 1)`` where the
+    logits break the budget (paged: ``plan_indexer_row_chunks``, chunking when rows x cols x 4 >
+    budget; non-paged: ``mqa_logits_rows_per_chunk`` when rows x row_bytes > budget); each chunk's
+    logits freed before the next is allocated."""
     profile = b.settings.profile
     path, cols, gate_cols = sglang_c4_call(profile, batch)
-    rows, budget = batch.num_rows, b.budget
+    rows, budget = batch.num_rows, b.budget  # None on 0.5.12-0.5.20 (check_budget): one call
     gate = profile.chunk_skip_elements
     if gate is not None and rows * gate_cols < gate:
         budget = None  # _mqa_logits_budget: below the gate no budget, one call
