@@ -267,3 +267,14 @@ def test_auto_has_nothing_to_set_on_the_one_call_releases(capsys):
                  "--workload", "1x400000x16"]) == 0
     out = capsys.readouterr().out
     assert "sglang==0.5.17: nothing to set" in out and "1 of 1 candidates fit" in out
+
+
+def test_sm12x_row_cap_is_refused_by_name(capsys):
+    # SGLang's paged C4 indexer cuts calls at 4,096 rows on sm12x (_SM120_INDEXER_M_CHUNK): not modelled
+    from indexer_lib.cli.main import main
+
+    args = ["plan", "--model", "deepseek-v4-flash", "--engine", "sglang==0.5.23", "--query-lens", "8192",
+            "--seq-lens", "300000", "--free-gib", "50"]
+    assert main(args + ["--gpu", "gb10"]) == 2
+    assert "_SM120_INDEXER_M_CHUNK" in capsys.readouterr().err
+    assert main(args + ["--gpu", "b200"]) == 0

@@ -81,6 +81,12 @@ class PlanSettings:
             on = "no engine release" if profile is None else profile.name
             raise BadValue("engine", f"{on}: its indexer path for {self.model}'s {kind} layers "
                                      f"({ratio}x-compressed K) is not modelled; modelled on: {modelled}")
+        gpu = get_gpu(self.gpu)
+        if profile.engine == "sglang" and not self.preset.pooled and gpu.cuda_family == 120:
+            raise BadValue("gpu", f"{profile.name} on {gpu.name} ({gpu.arch}): SGLang's {kind} indexer caps its paged "
+                                  "logits at 4,096 rows a call on sm12x (_SM120_INDEXER_M_CHUNK, 0.5.23 "
+                                  "layers/attention/dsv4/metadata.py:68-105), which is not modelled; plan on an sm90 "
+                                  "or sm100 GPU")
         if self.temporaries in ("reference", "engine"):
             raise BadValue("temporaries", f"temporaries {self.temporaries!r}: {self.model}'s {kind} indexer scores "
                                           f"{ratio}x-compressed K, which the reference executor and the replayed "
