@@ -1,6 +1,8 @@
 """``make_plan``: one step batch split into chunks by a strategy, under a set of settings."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..workload import StepBatch, check_int
 from .budgeting import Budgeting
 from .builders import ChunkBuilder
@@ -34,6 +36,8 @@ def make_plan(batch: StepBatch, strategy: str | Strategy, budget_bytes: int | No
     (DeepSeek-V4's C4) plans the step as it sees it: ``seq_len // ratio`` K entries per request.
     """
     s = get_strategy(strategy)
+    if settings.kind is None and settings.preset.multi_kind:
+        return _plan_kinds(batch, s, budget_bytes, settings)
     batch = settings.view(batch)  # a compressed-K indexer plans the step's K in entries
     b = step_budgeting(s, s.runs_under(settings), batch, budget_bytes)
     build = ChunkBuilder(batch, b)
@@ -47,3 +51,17 @@ def plan_at(batch: StepBatch, strategy: str | Strategy, budget_mb: float | None,
     """A strategy's plan at a budget in MiB (none where the strategy reads none)."""
     s = get_strategy(strategy)
     return make_plan(batch, s, s.budget_bytes(budget_mb, None, settings), settings)
+
+
+def _plan_kinds(batch: StepBatch, s: Strategy, budget_bytes: int | None, settings: PlanSettings) -> Plan:
+    """A model whose kinds see the step differently (DeepSeek-V4.1: c2 on every row against K
+    compressed by 2, the c1 kinds on each request's last rows): a plan per kind, each on its own
+    view of the step; the one with the highest modelled peak is returned (the first such kind on a
+    tie) with every kind's plan in ``kind_plans``."""
+    from ..memory import memory_report  # the memory model reads plans: imported when first needed
+
+    plans = [make_plan(batch, s, budget_bytes, settings.where(kind=k.name)) for k in settings.preset.indexing_kinds]
+    peaks = [memory_report(p).peak for p in plans]
+    worst = plans[peaks.index(max(peaks))]
+    kinds = tuple((p.settings.kind, p) for p in plans)
+    return replace(worst, layer_kind=worst.settings.kind, kind_plans=kinds)

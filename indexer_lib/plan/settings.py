@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from ..engines import DEFAULT_ENGINE, EngineProfile, check_gpu, compressed_kv_engines, get_engine
+from ..engines.v41 import v41_path
 from ..padding import DEFAULT_DEEPGEMM_VERSION, PaddingRules, get_rules
 from ..shapes import GpuPreset, ModelPreset, get_gpu, get_model
 from ..checks import BadValue, check_int
@@ -20,6 +21,10 @@ from ..checks import BadValue, check_int
 # whose per-chunk temporaries the memory model adds: the CPU reference executor's, the H200 path's
 # (DeepGEMM and the window top-k), the engine release's own path (replayed), or none
 TEMPORARIES = ("reference", "deepgemm", "engine", None)
+
+
+def _plain_bytes(rows: int, cols: int, compressed: bool = False) -> int:
+    return rows * cols * 4
 
 
 @dataclass(frozen=True)
@@ -37,6 +42,9 @@ class PlanSettings:
     # the GPU (``data/gpus/``): its total memory caps SGLang's budget, and a release whose indexer
     # path differs on it (another logits dtype, no DeepGEMM) is refused there
     gpu: str = "h200"
+    # one of the model's layer kinds that compute an indexer, planned alone (a model whose kinds see
+    # a step differently, DeepSeek-V4.1, is planned kind by kind: ``make_plan``); None: the model
+    kind: str | None = None
     preset: ModelPreset = field(init=False, repr=False, compare=False)
     profile: EngineProfile | None = field(init=False, repr=False)
 
@@ -48,6 +56,10 @@ class PlanSettings:
         if profile is not None:
             object.__setattr__(self, "engine", profile.name)  # the release in full: vllm -> its latest
         object.__setattr__(self, "gpu", check_gpu(profile, self.gpu).name)  # one spelling: H200 is h200
+        if self.preset.has_candidates:  # DeepSeek-V4.1: planned on the releases whose code for it was read
+            v41_path(self.model, None if profile is None else profile.name, self.gpu_preset)
+        if self.kind is not None:
+            object.__setattr__(self, "preset", self.preset.for_kind(self.kind))
         if self.deepgemm_version is not None:
             get_rules(self.deepgemm_version)  # an unknown version says so here
         if not isinstance(self.padded, bool):
@@ -57,7 +69,7 @@ class PlanSettings:
         if self.temporaries not in TEMPORARIES:
             raise BadValue("temporaries", f"temporaries {self.temporaries!r}: must be one of "
                                           f"{', '.join(str(t) for t in TEMPORARIES)}")
-        if self.preset.kv_ratio != 1:
+        if any(k.compress_ratio != 1 for k in self.preset.indexing_kinds):
             self._check_compressed(profile)
         if self.temporaries == "engine" and (profile is None or profile.path is None):
             on = "no engine" if profile is None else profile.name
@@ -68,7 +80,8 @@ class PlanSettings:
         """A model whose indexer scores compressed K (DeepSeek-V4's C4) runs on the releases whose
         path for it is modelled, with the H200 path's temporaries (the CPU reference executor
         computes uncompressed indexers only)."""
-        ratio, kind = self.preset.kv_ratio, self.preset.main_kind.name
+        kind = next(k for k in self.preset.indexing_kinds if k.compress_ratio != 1)
+        ratio, kind = kind.compress_ratio, kind.name
         if profile is None or not profile.compressed_kv:
             modelled = ", ".join(compressed_kv_engines())
             on = "no engine release" if profile is None else profile.name
@@ -81,13 +94,27 @@ class PlanSettings:
 
     def view(self, batch):
         """The step as this model's indexer sees it: its K compressed ``kv_ratio`` tokens to an
-        entry (``StepBatch.compressed``), the batch itself where K is uncompressed."""
+        entry (``StepBatch.compressed``), the batch itself where K is uncompressed; a kind whose
+        layers run on each request's last rows (V4.1's past its last KV source) keeps those."""
         ratio = self.preset.kv_ratio
-        return batch if ratio == 1 or batch.kv_ratio == ratio else batch.compressed(ratio)
+        if batch.kv_ratio == ratio and ratio != 1:
+            return batch
+        tail = self.preset.main_kind.replay_rows if self.kind is not None else None
+        if tail is not None:
+            batch = batch.tail(tail)
+        return batch if ratio == 1 else batch.compressed(ratio)
+
+    @cached_property
+    def v41_path(self) -> str | None:
+        """The release's path for DeepSeek-V4.1's kinds (``engines.v41``), None for other models."""
+        if not get_model(self.model).has_candidates:
+            return None
+        return v41_path(self.model, self.engine, self.gpu_preset)
 
     # what the settings compute from their fields and keep: never pickled (closures, and a hash
     # of strings, which differs from process to process)
-    DERIVED = ("_hash", "rules", "counters", "workspace", "own_chunker", "workspace_lifetime", "topk_output")
+    DERIVED = ("_hash", "rules", "counters", "workspace", "own_chunker", "workspace_lifetime", "topk_output",
+               "v41_path")
 
     def __getstate__(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if k not in self.DERIVED}
@@ -100,7 +127,8 @@ class PlanSettings:
         h = self.__dict__.get("_hash")
         if h is None:
             h = self.__dict__["_hash"] = hash((self.model, self.engine, self.deepgemm_version, self.padded,
-                                               self.workspace_tokens, self.temporaries, self.gpu, self.profile))
+                                               self.workspace_tokens, self.temporaries, self.gpu, self.profile,
+                                               self.kind))
         return h
 
     @property
@@ -130,6 +158,8 @@ class PlanSettings:
     def counters(self):
         """(bytes counted against a budget, bytes DeepGEMM allocates) of a logits allocation, as
         ``count(rows, cols, compressed)`` (``PaddingRules.counter``)."""
+        if self.v41_path == "torch":  # SGLang's torch scores: [rows, width] fp32, no DeepGEMM
+            return _plain_bytes, _plain_bytes
         heads = self.preset.index_heads
         return self.rules.counter(heads, self.padded), self.rules.counter(heads)
 
