@@ -231,3 +231,17 @@ def test_releases_not_read_are_refused_in_one_line(args, says, capsys):
     assert says in err and len(err.strip().splitlines()) == 1
     with pytest.raises(BadValue):
         PlanSettings(MODEL, "vllm==0.32.0")
+
+
+def test_the_frontier_takes_the_worst_kind_of_the_worst_step():
+    from indexer_lib.study.frontier import worst_steps
+
+    schedule = [StepBatch(StepBatch.from_lengths([8192], [s]).requests, step=i)
+                for i, s in enumerate((8192, 65536, 524_288, 1_048_576))]
+    for engine, budget in ((VLLM, 512 * MIB), (SGLANG, None)):
+        settings = PlanSettings(MODEL, engine, temporaries="deepgemm")
+        (w,) = worst_steps(schedule, "engine", [budget], settings)
+        per_kind = {k: worst_steps(schedule, "engine", [budget], settings.where(kind=k))[0] for k in KINDS}
+        assert w.layer_kind in KINDS and w.peak_transient_bytes == max(x.peak_transient_bytes for x in per_kind.values())
+        plan = make_plan(schedule[w.worst_step], "engine", budget, settings)
+        assert plan.layer_kind == w.layer_kind

@@ -73,7 +73,8 @@ class ShapePlanner:
             workspace_tokens = self.settings.workspace or batch.num_kv_tokens
         return made_fast(Plan, strategy=self.strategy.name, batch=batch, settings=self.settings,
                          budget_bytes=budget_bytes, workspace_tokens=workspace_tokens, chunks=(),
-                         budget_stable=budget_stable, logits_alive=self.logits_alive)
+                         budget_stable=budget_stable, logits_alive=self.logits_alive,
+                         layer_kind=self.settings.kind, kind_plans=())
 
     def plan(self, batch: StepBatch, budget_bytes: int | None) -> PlanShapes:
         step = self.shapes(batch, budget_bytes)

@@ -56,12 +56,13 @@ def plan_at(batch: StepBatch, strategy: str | Strategy, budget_mb: float | None,
 def _plan_kinds(batch: StepBatch, s: Strategy, budget_bytes: int | None, settings: PlanSettings) -> Plan:
     """A model whose kinds see the step differently (DeepSeek-V4.1: c2 on every row against K
     compressed by 2, the c1 kinds on each request's last rows): a plan per kind, each on its own
-    view of the step; the one with the highest modelled peak is returned (the first such kind on a
-    tie) with every kind's plan in ``kind_plans``."""
+    view of the step; the one with the highest modelled transient peak (what a step adds to the
+    memory it holds, as the frontier ranks steps) is returned (the first such kind on a tie) with
+    every kind's plan in ``kind_plans``."""
     from ..memory import memory_report  # the memory model reads plans: imported when first needed
 
     plans = [make_plan(batch, s, budget_bytes, settings.where(kind=k.name)) for k in settings.preset.indexing_kinds]
-    peaks = [memory_report(p).peak for p in plans]
+    peaks = [memory_report(p).peak_transient for p in plans]
     worst = plans[peaks.index(max(peaks))]
     kinds = tuple((p.settings.kind, p) for p in plans)
     return replace(worst, layer_kind=worst.settings.kind, kind_plans=kinds)
