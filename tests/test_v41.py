@@ -245,3 +245,17 @@ def test_the_frontier_takes_the_worst_kind_of_the_worst_step():
         assert w.layer_kind in KINDS and w.peak_transient_bytes == max(x.peak_transient_bytes for x in per_kind.values())
         plan = make_plan(schedule[w.worst_step], "engine", budget, settings)
         assert plan.layer_kind == w.layer_kind
+
+
+def test_the_v41_reports_are_rows_of_the_field_data():
+    from indexer_lib.study.reported import published_cases, reproduce
+
+    cases = {c["case"]: c for c in published_cases()}
+    want = {"sglang-dsv41-dense-16k-488k": (16_384, 487_936, True),   # sgl-project/sglang#39187
+            "sglang-dsv41-consumer-16k-262k": (16_384, 262_144, True),  # #40352: '17 GB' = 16 GiB
+            "sglang-dsv41-dense-16k-1m": (16_384, 1_048_576, False)}  # #40217: 96 GiB counts two bool masks
+    for name, (rows, cols, matches) in want.items():
+        r = reproduce(cases[name])
+        assert (r["rows"], r["kv_tokens"], r["matches"]) == (rows, cols, matches), name
+        assert cases[name]["note"] and cases[name]["source"].startswith("https://github.com/sgl-project/sglang/pull/")
+    assert reproduce(cases["sglang-dsv41-dense-16k-1m"])["unpadded_gib"] == 64.0
