@@ -259,3 +259,18 @@ def test_the_v41_reports_are_rows_of_the_field_data():
         assert (r["rows"], r["kv_tokens"], r["matches"]) == (rows, cols, matches), name
         assert cases[name]["note"] and cases[name]["source"].startswith("https://github.com/sgl-project/sglang/pull/")
     assert reproduce(cases["sglang-dsv41-dense-16k-1m"])["unpadded_gib"] == 64.0
+
+
+def test_the_fast_planner_sees_each_kind_as_make_plan_does():
+    """The frontier's shape planner plans a kind on the kind's own view (c1: each request's last rows)."""
+    from indexer_lib.memory import memory_report
+    from indexer_lib.study.frontier import worst_steps
+
+    steps_ = [StepBatch(StepBatch.from_lengths(q, s).requests, step=i)
+              for i, (q, s) in enumerate(steps(random.Random("fast"), 12))]
+    for engine, budget in ((VLLM, 512 * MIB), (SGLANG, None)):
+        for kind in KINDS:
+            settings = PlanSettings(MODEL, engine, temporaries="deepgemm", kind=kind)
+            (w,) = worst_steps(steps_, "engine", [budget], settings)
+            plan = make_plan(steps_[w.worst_step], "engine", budget, settings)
+            assert (w.worst_chunks, w.peak_transient_bytes) == (plan.num_chunks, memory_report(plan).peak_transient)
