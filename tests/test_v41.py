@@ -274,3 +274,10 @@ def test_the_fast_planner_sees_each_kind_as_make_plan_does():
             (w,) = worst_steps(steps_, "engine", [budget], settings)
             plan = make_plan(steps_[w.worst_step], "engine", budget, settings)
             assert (w.worst_chunks, w.peak_transient_bytes) == (plan.num_chunks, memory_report(plan).peak_transient)
+
+
+def test_run_refuses_v41_in_one_line(capsys):
+    """The CPU executor computes one dense kind: V4.1 is planned and modelled, not run."""
+    assert main(["run", "--model", MODEL, "--query-lens", "100", "--seq-lens", "100000"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "which the executor does not compute" in err

@@ -48,7 +48,9 @@ def cmd_plan(args) -> int:
                           **({"budget_note": note} if note else {})}))
         return 0
     on = f" on {plan.engine}" if plan.engine else ""
-    if plan.budget_bytes is None:
+    if plan.settings.v41_path == "torch":
+        budget = "budget none (torch scores, rows capped by 1 GiB of bf16 per-head scores; no DeepGEMM)"
+    elif plan.budget_bytes is None:
         budget = f"budget none (DeepGEMM {plan.deepgemm_version})"
     else:
         counted = "padded" if plan.padded else "unpadded, M x N x 4"
