@@ -142,6 +142,15 @@ def sglang_v41():
     assert "\nSWA_WINDOW = 128\n" in backend
     init = (dsv4 / "v41_indexer/__init__.py").read_text()
     assert "return is_cuda() and torch.cuda.get_device_capability()[0] >= 10" in init  # SM90: torch
+    # every kind scores through prefill_requests on torch: c2's full top-k, the source's publish and
+    # the consumers' consume (the dense-blocks backend below SM100)
+    assert "if not is_sm100_or_newer() or candidate_topk_blocks <= 0:\n        return dense_blocks, dense_blocks" in init
+    for file, functions in (("full_topk.py", {"_torch_prefill"}),
+                            ("dense_blocks.py", {"_torch_publish_prefill", "_torch_consume_prefill"})):
+        tree = ast.parse((dsv4 / "v41_indexer" / file).read_text())
+        found = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name in functions
+                 and "prefill_requests(" in ast.unparse(n)}
+        assert found == functions, file
     return ns
 
 
