@@ -6,6 +6,7 @@ Data flows one way, one subpackage per layer (docs/design.md#architecture):
 from the layers below it.
 """
 from .plan import STRATEGIES, Chunk, Plan, PlanSettings, get_strategy, make_plan
+from . import memory  # noqa: F401  (registers the peak a multi-kind plan ranks its kinds by)
 from .workload import ClosedLoopWorkload, PrefillRequest, SchedulerConfig, StepBatch, simulate
 
 __all__ = [

@@ -38,6 +38,9 @@ class LayerKind:
     pool: int | None = None  # tokens pooled into one K entry (GLM-5.3-Flash's kpool, QSA's blocks)
     has_weights: bool = True  # per-head weights (QSA's indexer has none)
     unverified: tuple[str, ...] = ()  # facts not seen at their source
+    # each request's last this many prefill rows reach the kind's layers (DeepSeek-V4.1's layers
+    # from the last KV source on, under the engines' decoder SWA bounded replay); None: every row
+    replay_rows: int | None = None
 
     @property
     def computes_indexer(self) -> bool:
@@ -55,9 +58,12 @@ class LayerKind:
         uncompressed or compressed (DeepSeek-V4's C4, GLM-5.3-Flash's kpool, whose pools are its
         compressed entries: ``seq_len // ratio`` entries, a row at position p scoring
         ``(p + 1) // ratio``), with per-head weights.  Which releases model a pooled indexer's path
-        is the engine profile's (``pooled_kv``)."""
+        is the engine profile's (``pooled_kv``).  A candidate consumer (DeepSeek-V4.1) is plannable
+        as the releases read compute it on an H200: dense logits over its whole K, masked to the
+        candidates afterwards; the releases whose path for it is not read are refused by
+        ``PlanSettings``."""
         pool_ok = self.pool is None or self.pool == self.compress_ratio
-        return (isinstance(self.compress_ratio, int) and self.compress_ratio >= 1 and self.candidates is None
+        return (isinstance(self.compress_ratio, int) and self.compress_ratio >= 1
                 and pool_ok and self.has_weights)
 
 
@@ -113,6 +119,38 @@ class ModelPreset:
         """The kind most of its indexer layers are (the one a plan is made for)."""
         return _main_kind(self.indexing_kinds)
 
+    @property
+    def multi_kind(self) -> bool:
+        """Whether its kinds that compute an indexer see a step differently (DeepSeek-V4.1: K
+        compressed by 2 on every row, uncompressed K on each request's last rows): a plan is made
+        per kind and the step's peak is the worst of them (``PlanSettings.kind``)."""
+        return len({_view_key(k) for k in self.indexing_kinds}) > 1
+
+    @property
+    def compressed(self) -> bool:
+        """Whether one of its kinds that compute an indexer scores compressed K."""
+        return any(k.compress_ratio != 1 for k in self.indexing_kinds)
+
+    @property
+    def has_candidates(self) -> bool:
+        """Whether a kind scores a fixed candidate set (DeepSeek-V4.1's two-level selection)."""
+        return any(k.candidates is not None for k in self.indexing_kinds)
+
+    def for_kind(self, name: str) -> "ModelPreset":
+        """The model narrowed to one kind that computes an indexer: its shapes, its K ratio, its rows
+        (the same name, so every message names the model)."""
+        for k in self.indexing_kinds:
+            if k.name == name:
+                return ModelPreset(self.name, k.index_heads, k.head_dim, k.topk, self.kv_block, self.max_model_len,
+                                   (k,), self.num_layers, self.what, self.unverified)
+        names = ", ".join(k.name for k in self.indexing_kinds)
+        raise BadValue("kind", f"{self.name} has no layer kind {name!r} that computes an indexer: one of {names}")
+
+
+def _view_key(k: LayerKind) -> tuple:
+    """What a plan of the kind depends on: its geometry, its K ratio and its rows."""
+    return (k.index_heads, k.head_dim, k.topk, k.compress_ratio, k.replay_rows)
+
 
 def _indexing(kinds) -> tuple[LayerKind, ...]:
     return tuple(k for k in kinds if k.computes_indexer)
@@ -131,16 +169,21 @@ def _unverified(facts: dict, prefix: str = "") -> tuple[str, ...]:
     return tuple(prefix + name for name, fact in facts.items() if not fact.get("verified", False))
 
 
-def _layer_kind(doc: dict) -> LayerKind:
+def _layer_kind(doc: dict, model_facts: dict | None = None) -> LayerKind:
     f = doc["facts"]
     layers = tuple(_value(f, "layers", ()))
+    replay = None
+    mf = model_facts or {}
+    sources, window = _value(mf, "kv_source_layer_ids"), _value(mf, "sliding_window")
+    if sources and window and layers and min(layers) >= max(sources):
+        replay = int(window)  # the layers from the last KV source on run on each request's last rows
     return LayerKind(name=doc["name"], index_heads=int(_value(f, "index_heads", 0) or 0),
                      head_dim=_value(f, "head_dim"), topk=_topk_tokens(_value(f, "topk")),
                      compress_ratio=_value(f, "compress_ratio"), layers=layers,
                      indexer_layers=int(_value(f, "indexer_layers", len(layers))),
                      reuse_layers=int(_value(f, "reuse_layers", 0)), candidates=_value(f, "candidates"),
                      pool=_value(f, "pool"), has_weights=_value(f, "has_weights", True) is not False,
-                     unverified=_unverified(f))
+                     unverified=_unverified(f), replay_rows=replay)
 
 
 def _topk_tokens(value) -> int:
@@ -157,7 +200,7 @@ def _load_models() -> dict[str, ModelPreset]:
     models = {}
     for path in files:
         doc = json.loads(path.read_text())
-        kinds = tuple(_layer_kind(k) for k in doc["layer_kinds"])
+        kinds = tuple(_layer_kind(k, doc["facts"]) for k in doc["layer_kinds"])
         indexing = _indexing(kinds)
         if not indexing:
             raise ValueError(f"{path}: no layer kind computes an indexer")

@@ -42,7 +42,7 @@ def test_every_fact_has_a_value_a_source_and_says_whether_it_was_seen_there(path
 def test_the_models_of_2026_and_which_the_planners_model():
     assert set(known_models()) == ALL
     assert set(MODELS) == {"deepseek-v3.2", "glm-5", "glm-5.1", "glm-5.2", "deepseek-v4-flash", "deepseek-v4-pro",
-                           "glm-5.3-flash"}
+                           "glm-5.3-flash", "deepseek-v4.1-flash"}
     # the two models the project was born with keep their shapes
     for name, shape in (("deepseek-v3.2", (64, 128, 2048, 64, 163_840)), ("glm-5", (32, 128, 2048, 64, 202_752))):
         m = get_model(name)
@@ -61,6 +61,9 @@ def test_layer_kinds_say_which_layers_compute_an_indexer():
     kinds = {k.name: k for k in v41.layer_kinds}
     assert (kinds["c2"].compress_ratio, kinds["c2"].indexer_layers, kinds["c2"].reuse_layers) == (2, 3, 15)
     assert kinds["c1_candidate_consumer"].candidates == 16_384 and v41.indexer_layers == 8
+    # the layers from the last KV source (20) on run on each request's last sliding_window rows
+    assert [kinds[k].replay_rows for k in ("c2", "c1_candidate_source", "c1_candidate_consumer")] == [None, 128, 128]
+    assert v41.multi_kind and v41.compressed and not get_model("deepseek-v4-flash").multi_kind
     v4 = known_models()["deepseek-v4-flash"]
     (c4,) = v4.layer_kinds
     assert (c4.index_heads, c4.topk, c4.compress_ratio, c4.indexer_layers, v4.kv_block) == (64, 512, 4, 21, 256)
@@ -70,7 +73,6 @@ def test_layer_kinds_say_which_layers_compute_an_indexer():
 
 @pytest.mark.parametrize("model, reason", [
     ("qwen3.8-flash-next", "its qsa layers score K pooled 4 tokens to an entry"),
-    ("deepseek-v4.1-flash", "its c1_candidate_consumer layers score a fixed 16384 candidates"),
 ])
 def test_a_known_model_the_planners_do_not_model_is_refused_with_the_reason(model, reason, capsys):
     with pytest.raises(BadValue, match="not planned yet"):

@@ -22,7 +22,7 @@ CASES = [
     ("01_oom_frontier", "concurrency", [1, -4], "concurrency -4: must be a whole number >= 1"),
     ("01_oom_frontier", "budget_mb", [0], "budget 0 MB: must be > 0"),
     ("01_oom_frontier", "strategies", ["vllm", "fastest"], "unknown strategy 'fastest': must be one of"),
-    ("01_oom_frontier", "model", "llama-3", "must be one of deepseek-v3.2, deepseek-v4-flash, deepseek-v4-pro, glm-5, glm-5.1, glm-5.2"),
+    ("01_oom_frontier", "model", "llama-3", "must be one of deepseek-v3.2, deepseek-v4-flash, deepseek-v4-pro, deepseek-v4.1-flash, glm-5, glm-5.1, glm-5.2"),
     ("01_oom_frontier", "free_gib", float("inf"), "must be a finite number"),
     ("01_oom_frontier", "isl", [2048, 300000], "isl 300000 > max_model_len 202752 of glm-5"),
     ("01_oom_frontier", "shared_prefix", 300_000, "> every isl (at most 202752)"),

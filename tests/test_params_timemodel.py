@@ -18,7 +18,7 @@ from indexer_lib.workload import PrefillRequest, StepBatch
     ("concurrency", [], "concurrency is empty: the grid needs at least one value"),
     ("budget_mb", [0], "must be > 0"),
     ("strategies", ["vllm", "fastest"], "unknown strategy 'fastest': must be one of"),
-    ("model", "llama", "must be one of deepseek-v3.2, deepseek-v4-flash, deepseek-v4-pro, glm-5, glm-5.1, glm-5.2"),
+    ("model", "llama", "must be one of deepseek-v3.2, deepseek-v4-flash, deepseek-v4-pro, deepseek-v4.1-flash, glm-5, glm-5.1, glm-5.2"),
     ("free_gib", "2.6", "Input should be a valid number"),
     ("dashboard", 1, "Input should be a valid boolean"),
     ("mode", "guess", "Input should be 'model', 'trace' or 'measure'"),

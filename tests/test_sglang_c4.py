@@ -219,7 +219,7 @@ def test_the_c4_path_plans_the_same_by_shapes():
 
 def test_the_c4_eras_as_the_releases_ship_them():
     """DeepSeek-V4 first ships in 0.5.12; its C4 path's facts come from the overlay of its era
-    (data/engines/sglang-dsv4-*.json) and leave the DSA indexer's facts as they were."""
+    (the sglang-dsv4- files in data/engines/) and leave the DSA indexer's facts as they were."""
     from indexer_lib.engines import engine_names
 
     eras = {}

@@ -8,6 +8,7 @@ import sys
 from ..engines import DEFAULT_ENGINE, SGLANG_MEM_FRACTION_STATIC, get_engine, process_budget
 from ..engines.budget import sglang_static_budget
 from ..engines.kv_capacity import KV_CACHE_DTYPES
+from ..engines.v41 import PATHS as V41_PATHS
 from ..padding import DEEPGEMM_RULES
 from ..plan import NO_BUDGET, STRATEGIES, PlanSettings, Strategy, get_strategy, make_plan
 from ..shapes import GPUS, MODELS, budget_bytes_from_mb, free_bytes_from_gib, get_gpu, get_model
@@ -129,6 +130,7 @@ def static_budget_note(args) -> str | None:
     """Where SGLang's C4 indexer is planned without a free-memory reading: the budget taken."""
     engine = get_engine(args.engine)
     if (get_model(args.model).kv_ratio == 1 or engine.compressed_budget_rule in (None, "none")
+            or get_model(args.model).has_candidates
             or args.free_gib is not None or args.budget_free_gib is not None
             or args.budget_mb is not None or args.budget_bytes is not None or not get_strategy(args.strategy).own_build):
         return None
@@ -142,6 +144,8 @@ def engine_budget_from_args(args, batch: StepBatch) -> int | None:
     reading = args.free_gib if args.budget_free_gib is None else args.budget_free_gib
     if get_model(args.model).kv_ratio != 1 and engine.compressed_budget_rule == "none":
         return None  # SGLang 0.5.12-0.5.20's C4 indexer: every query row in one call, no budget
+    if get_model(args.model).has_candidates and V41_PATHS.get(engine.name) == "torch":
+        return None  # SGLang's torch indexer for DeepSeek-V4.1 reads no budget (engines.v41)
     if get_model(args.model).kv_ratio != 1 and engine.compressed_budget_rule is not None:
         # SGLang's C4 indexer: its own budget, read on every forward (the gate is the planner's)
         total = get_gpu(args.gpu).capacity_bytes
@@ -193,7 +197,7 @@ def settings_from_args(args, strategy: Strategy) -> PlanSettings:
     arithmetic, so asking it for another is refused."""
     # the CPU reference executor's temporaries; the H200 path's for a compressed-K indexer,
     # which the reference executor does not compute
-    temporaries = "deepgemm" if get_model(args.model).kv_ratio != 1 else "reference"
+    temporaries = "deepgemm" if get_model(args.model).compressed else "reference"
     settings = PlanSettings(args.model, args.engine, args.deepgemm_version, not args.no_padding,
                             args.workspace_tokens, temporaries, args.gpu)
     max_model_len = getattr(args, "max_model_len", None)

@@ -41,13 +41,16 @@ def cmd_plan(args) -> int:
     note = static_budget_note(args)
     if args.json:
         print(json.dumps({**plan_json(plan, report), **v, "largest_logits_bytes": plan.largest_logits_bytes,
-                          "layer_kinds": kinds, "peak_layer_kind": kinds[0]["name"], "gpu": args.gpu,
+                          "layer_kinds": kinds, "peak_layer_kind": plan.layer_kind or kinds[0]["name"],
+                          "gpu": args.gpu,
                           "unverified": list(plan.settings.preset.unverified),
                           "gpu_unverified": list(plan.settings.gpu_preset.unverified),  # facts of data/gpus/
                           **({"budget_note": note} if note else {})}))
         return 0
     on = f" on {plan.engine}" if plan.engine else ""
-    if plan.budget_bytes is None:
+    if plan.settings.v41_path == "torch":
+        budget = "budget none (torch scores, rows capped by 1 GiB of bf16 per-head scores; no DeepGEMM)"
+    elif plan.budget_bytes is None:
         budget = f"budget none (DeepGEMM {plan.deepgemm_version})"
     else:
         counted = "padded" if plan.padded else "unpadded, M x N x 4"
@@ -57,9 +60,16 @@ def cmd_plan(args) -> int:
     preset = plan.settings.preset
     (kind,) = preset.indexing_kinds
     entries = f", K in entries of {kind.compress_ratio} tokens" if kind.compress_ratio != 1 else ""
+    rows = f", each request's last {kind.replay_rows} rows" if kind.replay_rows else ""
+    sets = "; it sets the step's peak, and this is its plan" if plan.kind_plans else ""
     print(f"{preset.name}: layer kind {kind.name} ({kind.index_heads} heads x {kind.head_dim}, top-{kind.topk}"
-          f"{entries}) on {kind.indexer_layers} of {preset.num_layers} layers; each of them allocates this plan "
-          "in turn" + (f"; unverified: {', '.join(preset.unverified)}" if preset.unverified else ""))
+          f"{entries}{rows}) on {kind.indexer_layers} of {preset.num_layers} layers; each of them allocates this "
+          "plan in turn" + sets + (f"; unverified: {', '.join(preset.unverified)}" if preset.unverified else ""))
+    for k in kinds if plan.kind_plans else ():
+        print(f"  kind {k['name']}: {k['indexer_layers']} indexer layers, {k['rows']} rows x {k['kv']} K "
+              f"{'entries' if k['compress_ratio'] != 1 else 'tokens'}, {k['num_chunks']} chunks, largest logits "
+              f"{format_bytes(k['largest_logits_bytes'])}, peak {format_bytes(k['peak_bytes'])}"
+              + ("  <- the step's peak" if k["name"] == plan.layer_kind else ""))
     gpu = plan.settings.gpu_preset
     if gpu.name != "h200":  # a plan reads the GPU's capacity only (its bandwidth is for the time model)
         print(f"GPU {gpu.name} ({gpu.arch}): {gpu.capacity_gib:.2f} GiB as torch reports it (data/gpus/{gpu.name}.json)"
@@ -83,13 +93,26 @@ def cmd_plan(args) -> int:
 def layer_kinds_json(plan, report) -> list[dict]:
     """The model's layer kinds that compute an indexer, each with what its layers allocate; the
     step's peak is the worst over them (one layer's logits are freed before the next layer runs).
-    The models planned have one such kind (their layers share one geometry)."""
-    preset = plan.settings.preset
-    return [{"name": k.name, "layers": len(k.layers), "indexer_layers": k.indexer_layers,
-             "index_heads": k.index_heads, "topk": k.topk, "compress_ratio": k.compress_ratio,
-             "num_chunks": plan.num_chunks, "largest_logits_bytes": plan.largest_logits_bytes,
-             "peak_bytes": report.peak, "peak_transient_bytes": report.peak_transient}
-            for k in preset.indexing_kinds]
+    A model whose kinds see the step differently (DeepSeek-V4.1) has a plan per kind
+    (``Plan.kind_plans``), each with its chunks; the others have one such kind."""
+    pairs = plan.kind_plans or ((None, plan),)
+    out = []
+    for _, p in pairs:
+        r = report if p is plan or not plan.kind_plans else memory_report(p)
+        (k,) = p.settings.preset.indexing_kinds if plan.kind_plans else (plan.settings.preset.main_kind,)
+        entry = {"name": k.name, "layers": len(k.layers), "indexer_layers": k.indexer_layers,
+                 "index_heads": k.index_heads, "topk": k.topk, "compress_ratio": k.compress_ratio,
+                 "candidates": k.candidates, "replay_rows": k.replay_rows,
+                 "rows": p.batch.num_rows, "kv": p.batch.num_kv_tokens,
+                 "num_chunks": p.num_chunks, "largest_logits_bytes": p.largest_logits_bytes,
+                 "peak_bytes": r.peak, "peak_transient_bytes": r.peak_transient, "logits_alive": p.logits_alive}
+        if plan.kind_plans:
+            entry["chunks"] = [c.to_json() for c in p.chunks]
+            if p.settings.v41_path == "torch":  # the bf16 per-head scores each chunk makes first
+                entry["per_head_scores_bytes"] = max((c.num_rows * k.index_heads * c.logits_cols * 2
+                                                      for c in p.chunks), default=0)
+        out.append(entry)
+    return out
 
 
 def padding_note(plan) -> str | None:

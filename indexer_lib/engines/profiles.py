@@ -81,7 +81,7 @@ class EngineProfile:
     # own (``plan.strategies.split_sglang_kpool``)
     pooled_kv: bool = False
     # SGLang's own path for compressed K (DeepSeek-V4's C4 indexer, sglang 0.5.12-0.5.23
-    # layers/attention/dsv4/, data/engines/sglang-dsv4-*.json): its budget rule
+    # layers/attention/dsv4/, the sglang-dsv4- files in data/engines/): its budget rule
     # (COMPRESSED_BUDGET_RULES; None: ``budget_rule``; "none": one call, no budget), the
     # logits alive at once on it (None: ``logits_alive``), the page of ``compressed_page_tokens``
     # tokens whose entries set the paged logits' width, and the query rows from which a one-request

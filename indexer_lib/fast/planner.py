@@ -46,11 +46,13 @@ class ShapePlanner:
         self.logits_alive = self.strategy.logits_alive(self.settings)
         self.builder = NeighbourShapeBuilder if self.logits_alive > 1 else ShapeBuilder
         self.split = self.strategy.split  # at hand for the many steps of a grid
-        self.compressed = self.settings.preset.kv_ratio != 1  # the model's indexer scores compressed K
+        # the model's indexer scores compressed K, or one kind of it is planned (V4.1's c1 kinds see
+        # each request's last rows): the step is planned as it sees it (``PlanSettings.view``)
+        self.viewed = self.settings.preset.kv_ratio != 1 or self.settings.kind is not None
 
     def split_step(self, batch: StepBatch, budget_bytes: int | None):
         """(budgeting, shape builder) of the step's plan at this budget."""
-        if self.compressed:
+        if self.viewed:
             batch = self.settings.view(batch)
         b = step_budgeting(self.strategy, self.settings, batch, budget_bytes)
         found = self.builder(batch, b)
@@ -67,13 +69,14 @@ class ShapePlanner:
     def record(self, batch: StepBatch, budget_bytes: int | None = None, workspace_tokens: int | None = None,
                budget_stable: tuple[int, int | None] = (0, None)) -> Plan:
         """A plan of these settings without its chunks (``fast.ShapesPeak`` reads only the settings)."""
-        if self.compressed:
+        if self.viewed:
             batch = self.settings.view(batch)
         if workspace_tokens is None:
             workspace_tokens = self.settings.workspace or batch.num_kv_tokens
         return made_fast(Plan, strategy=self.strategy.name, batch=batch, settings=self.settings,
                          budget_bytes=budget_bytes, workspace_tokens=workspace_tokens, chunks=(),
-                         budget_stable=budget_stable, logits_alive=self.logits_alive)
+                         budget_stable=budget_stable, logits_alive=self.logits_alive,
+                         layer_kind=self.settings.kind, kind_plans=())
 
     def plan(self, batch: StepBatch, budget_bytes: int | None) -> PlanShapes:
         step = self.shapes(batch, budget_bytes)

@@ -54,7 +54,10 @@ class StepOutcomes:
 
     def _by_shapes(self, batch: StepBatch, budget: int | None) -> StepOutcome:
         b, found = self.planner.split_step(batch, budget)
-        rows = batch.num_rows if self.topk_rows is None else self.topk_rows
+        if self.topk_rows is not None:
+            rows = self.topk_rows
+        else:  # the rows the indexer sees (V4.1's c1 kinds: each request's last rows)
+            rows = (self.planner.settings.view(batch) if self.planner.viewed else batch).num_rows
         pairs = found.pairs if self.planner.logits_alive > 1 else None
         transient, peak = self.peak_of(found.shapes, pairs, b.workspace, rows)
         return tuple.__new__(StepOutcome, ((b.stable_low, b.stable_high), found.num_chunks, transient, peak,

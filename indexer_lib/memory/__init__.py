@@ -21,3 +21,8 @@ __all__ = [
     "metadata_bytes", "padded_inputs_bytes", "peak_bytes", "running_topk_bytes", "temporaries_of",
     "topk_buffer_bytes", "workspace_bytes",
 ]
+
+# a multi-kind plan (DeepSeek-V4.1) names the kind whose plan has the highest transient peak
+from ..plan.make import set_kind_peak  # noqa: E402
+
+set_kind_peak(lambda plan: memory_report(plan).peak_transient)

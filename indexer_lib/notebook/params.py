@@ -59,7 +59,7 @@ class Parameters(BaseModel):
         reference executor's, or the H200 path's for a compressed-K indexer (DeepSeek-V4), which
         the reference executor does not compute."""
         if temporaries == BY_MODEL:
-            temporaries = "reference" if get_model(self.model).kv_ratio == 1 else "deepgemm"
+            temporaries = "deepgemm" if get_model(self.model).compressed else "reference"
         return PlanSettings(self.model, self.engine, self.deepgemm_version, temporaries=temporaries, gpu=self.gpu)
 
     def checks(self):

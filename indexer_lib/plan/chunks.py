@@ -63,6 +63,11 @@ class Plan:
     # the same chunks come out for any budget b with low <= b < high (high None: no limit)
     budget_stable: tuple[int, int | None] = (0, None)
     logits_alive: int = 1  # 2: a chunk's logits live until the next chunk's are allocated
+    # a model whose kinds see the step differently (DeepSeek-V4.1): this is the plan of the kind that
+    # sets the step's peak, ``kind_plans`` every kind's plan (one layer's logits are freed before the
+    # next layer runs, so the step's peak is the worst of them)
+    layer_kind: str | None = None
+    kind_plans: tuple = ()
 
     @property
     def model(self) -> str:

@@ -1,6 +1,8 @@
 """``make_plan``: one step batch split into chunks by a strategy, under a set of settings."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..workload import StepBatch, check_int
 from .budgeting import Budgeting
 from .builders import ChunkBuilder
@@ -34,6 +36,8 @@ def make_plan(batch: StepBatch, strategy: str | Strategy, budget_bytes: int | No
     (DeepSeek-V4's C4) plans the step as it sees it: ``seq_len // ratio`` K entries per request.
     """
     s = get_strategy(strategy)
+    if settings.kind is None and settings.preset.multi_kind:
+        return _plan_kinds(batch, s, budget_bytes, settings)
     batch = settings.view(batch)  # a compressed-K indexer plans the step's K in entries
     b = step_budgeting(s, s.runs_under(settings), batch, budget_bytes)
     build = ChunkBuilder(batch, b)
@@ -47,3 +51,30 @@ def plan_at(batch: StepBatch, strategy: str | Strategy, budget_mb: float | None,
     """A strategy's plan at a budget in MiB (none where the strategy reads none)."""
     s = get_strategy(strategy)
     return make_plan(batch, s, s.budget_bytes(budget_mb, None, settings), settings)
+
+
+# how a multi-kind plan ranks its kinds: the memory model's transient peak of each kind's plan. The
+# memory model is the layer above, so it registers the measure here when imported (``set_kind_peak``;
+# the package imports it, so every entry point has it)
+_kind_peak = None
+
+
+def set_kind_peak(peak) -> None:
+    """Register the measure a multi-kind plan ranks its kinds by (a plan -> bytes)."""
+    global _kind_peak
+    _kind_peak = peak
+
+
+def _plan_kinds(batch: StepBatch, s: Strategy, budget_bytes: int | None, settings: PlanSettings) -> Plan:
+    """A model whose kinds see the step differently (DeepSeek-V4.1: c2 on every row against K
+    compressed by 2, the c1 kinds on each request's last rows): a plan per kind, each on its own
+    view of the step; the one with the highest modelled transient peak (what a step adds to the
+    memory it holds, as the frontier ranks steps) is returned (the first such kind on a tie) with
+    every kind's plan in ``kind_plans``."""
+    if _kind_peak is None:
+        raise RuntimeError("no transient peak to rank a multi-kind plan's kinds by: import indexer_lib.memory")
+    plans = [make_plan(batch, s, budget_bytes, settings.where(kind=k.name)) for k in settings.preset.indexing_kinds]
+    peaks = [_kind_peak(p) for p in plans]
+    worst = plans[peaks.index(max(peaks))]
+    kinds = tuple((p.settings.kind, p) for p in plans)
+    return replace(worst, layer_kind=worst.settings.kind, kind_plans=kinds)

@@ -14,6 +14,7 @@ from functools import cached_property
 
 from ..engines import DEFAULT_ENGINE, EngineProfile, check_gpu, compressed_kv_engines, get_engine, pooled_kv_engines
 from ..engines.profiles import releases_text
+from ..engines.v41 import v41_path
 from ..padding import DEFAULT_DEEPGEMM_VERSION, PaddingRules, get_rules
 from ..shapes import GpuPreset, ModelPreset, get_gpu, get_model
 from ..checks import BadValue, check_int
@@ -21,6 +22,10 @@ from ..checks import BadValue, check_int
 # whose per-chunk temporaries the memory model adds: the CPU reference executor's, the H200 path's
 # (DeepGEMM and the window top-k), the engine release's own path (replayed), or none
 TEMPORARIES = ("reference", "deepgemm", "engine", None)
+
+
+def _plain_bytes(rows: int, cols: int, compressed: bool = False) -> int:
+    return rows * cols * 4
 
 
 @dataclass(frozen=True)
@@ -38,6 +43,9 @@ class PlanSettings:
     # the GPU (``data/gpus/``): its total memory caps SGLang's budget, and a release whose indexer
     # path differs on it (another logits dtype, no DeepGEMM) is refused there
     gpu: str = "h200"
+    # one of the model's layer kinds that compute an indexer, planned alone (a model whose kinds see
+    # a step differently, DeepSeek-V4.1, is planned kind by kind: ``make_plan``); None: the model
+    kind: str | None = None
     preset: ModelPreset = field(init=False, repr=False, compare=False)
     profile: EngineProfile | None = field(init=False, repr=False)
 
@@ -49,6 +57,10 @@ class PlanSettings:
         if profile is not None:
             object.__setattr__(self, "engine", profile.name)  # the release in full: vllm -> its latest
         object.__setattr__(self, "gpu", check_gpu(profile, self.gpu).name)  # one spelling: H200 is h200
+        if self.preset.has_candidates:  # DeepSeek-V4.1: planned on the releases whose code for it was read
+            v41_path(self.model, None if profile is None else profile.name, self.gpu_preset)
+        if self.kind is not None:
+            object.__setattr__(self, "preset", self.preset.for_kind(self.kind))
         if self.deepgemm_version is not None:
             get_rules(self.deepgemm_version)  # an unknown version says so here
         if not isinstance(self.padded, bool):
@@ -58,7 +70,7 @@ class PlanSettings:
         if self.temporaries not in TEMPORARIES:
             raise BadValue("temporaries", f"temporaries {self.temporaries!r}: must be one of "
                                           f"{', '.join(str(t) for t in TEMPORARIES)}")
-        if self.preset.kv_ratio != 1:
+        if any(k.compress_ratio != 1 for k in self.preset.indexing_kinds):
             self._check_compressed(profile)
         if self.temporaries == "engine" and (profile is None or profile.path is None):
             on = "no engine" if profile is None else profile.name
@@ -69,12 +81,13 @@ class PlanSettings:
         """A model whose indexer scores compressed K (DeepSeek-V4's C4) runs on the releases whose
         path for it is modelled, with the H200 path's temporaries (the CPU reference executor
         computes uncompressed indexers only)."""
-        ratio, kind = self.preset.kv_ratio, self.preset.main_kind.name
+        compressed = next(k for k in self.preset.indexing_kinds if k.compress_ratio != 1)
+        ratio, kind = compressed.compress_ratio, compressed.name
         if self.preset.pooled and (profile is None or not profile.pooled_kv):
             modelled = releases_text(pooled_kv_engines())
             on = "no engine release" if profile is None else profile.name
             raise BadValue("engine", f"{on}: its indexer path for {self.model}'s {kind} layers "
-                                     f"(K pooled {self.preset.main_kind.pool} tokens to an entry) is not read "
+                                     f"(K pooled {compressed.pool} tokens to an entry) is not read "
                                      f"and modelled; modelled on: {modelled}")
         if profile is None or not profile.compressed_kv:
             modelled = releases_text(compressed_kv_engines())
@@ -82,7 +95,8 @@ class PlanSettings:
             raise BadValue("engine", f"{on}: its indexer path for {self.model}'s {kind} layers "
                                      f"({ratio}x-compressed K) is not modelled; modelled on: {modelled}")
         gpu = get_gpu(self.gpu)
-        if profile.engine == "sglang" and not self.preset.pooled and gpu.cuda_family == 120:
+        if (profile.engine == "sglang" and not self.preset.pooled and not self.preset.has_candidates
+                and gpu.cuda_family == 120):
             raise BadValue("gpu", f"{profile.name} on {gpu.name} ({gpu.arch}): SGLang's {kind} indexer caps its paged "
                                   "logits at 4,096 rows a call on sm12x (_SM120_INDEXER_M_CHUNK, 0.5.23 "
                                   "layers/attention/dsv4/metadata.py:68-105), which is not modelled; plan on an sm90 "
@@ -94,13 +108,27 @@ class PlanSettings:
 
     def view(self, batch):
         """The step as this model's indexer sees it: its K compressed ``kv_ratio`` tokens to an
-        entry (``StepBatch.compressed``), the batch itself where K is uncompressed."""
+        entry (``StepBatch.compressed``), the batch itself where K is uncompressed; a kind whose
+        layers run on each request's last rows (V4.1's past its last KV source) keeps those."""
         ratio = self.preset.kv_ratio
-        return batch if ratio == 1 or batch.kv_ratio == ratio else batch.compressed(ratio)
+        if batch.kv_ratio == ratio and ratio != 1:
+            return batch
+        tail = self.preset.main_kind.replay_rows if self.kind is not None else None
+        if tail is not None:
+            batch = batch.tail(tail)
+        return batch if ratio == 1 else batch.compressed(ratio)
+
+    @cached_property
+    def v41_path(self) -> str | None:
+        """The release's path for DeepSeek-V4.1's kinds (``engines.v41``), None for other models."""
+        if not get_model(self.model).has_candidates:
+            return None
+        return v41_path(self.model, self.engine, self.gpu_preset)
 
     # what the settings compute from their fields and keep: never pickled (closures, and a hash
     # of strings, which differs from process to process)
-    DERIVED = ("_hash", "rules", "counters", "workspace", "own_chunker", "workspace_lifetime", "topk_output")
+    DERIVED = ("_hash", "rules", "counters", "workspace", "own_chunker", "workspace_lifetime", "topk_output",
+               "v41_path")
 
     def __getstate__(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if k not in self.DERIVED}
@@ -113,7 +141,8 @@ class PlanSettings:
         h = self.__dict__.get("_hash")
         if h is None:
             h = self.__dict__["_hash"] = hash((self.model, self.engine, self.deepgemm_version, self.padded,
-                                               self.workspace_tokens, self.temporaries, self.gpu, self.profile))
+                                               self.workspace_tokens, self.temporaries, self.gpu, self.profile,
+                                               self.kind))
         return h
 
     @property
@@ -143,6 +172,8 @@ class PlanSettings:
     def counters(self):
         """(bytes counted against a budget, bytes DeepGEMM allocates) of a logits allocation, as
         ``count(rows, cols, compressed)`` (``PaddingRules.counter``)."""
+        if self.v41_path == "torch":  # SGLang's torch scores: [rows, width] fp32, no DeepGEMM
+            return _plain_bytes, _plain_bytes
         heads = self.preset.index_heads
         return self.rules.counter(heads, self.padded), self.rules.counter(heads)
 

@@ -16,6 +16,7 @@ from typing import ClassVar
 
 from ..checks import BadValue
 from ..engines import EngineProfile, get_engine, process_budget
+from ..engines.v41 import TORCH_LOGITS_ALIVE, torch_rows_per_chunk, torch_width
 from ..shapes import budget_bytes_from_mb, free_bytes_from_gib
 from ..workload import StepBatch, check_int
 from .budgeting import Budgeting
@@ -304,6 +305,8 @@ class Engine(Strategy):
 
     def logits_alive(self, settings: PlanSettings) -> int:
         profile = settings.profile
+        if settings.v41_path == "torch":
+            return TORCH_LOGITS_ALIVE  # SGLang's torch scores: the previous chunk's still bound
         if settings.preset.kv_ratio != 1 and profile.compressed_logits_alive is not None:
             return profile.compressed_logits_alive  # SGLang's C4 path frees each chunk's logits
         return profile.logits_alive
@@ -311,6 +314,8 @@ class Engine(Strategy):
     def check_budget(self, batch, budget, settings) -> None:
         """ValueError for a budget the engine has no use for, or a step it cannot plan without one."""
         engine = settings.profile
+        if settings.v41_path == "torch":
+            return  # SGLang's torch scores are capped by a constant: the budget is not read
         if sglang_c4(engine, batch) and engine.compressed_budget_rule == "none":
             if budget is not None:
                 raise ValueError(f"{engine.name} has no logits budget on its C4 path (every query row in one "
@@ -336,6 +341,9 @@ class Engine(Strategy):
 
     def split(self, batch, b, build) -> None:
         engine = b.settings.profile
+        if b.settings.v41_path == "torch":
+            split_sglang_v41_torch(batch, b, build)
+            return
         pooled = b.settings.preset.pooled
         if skips_logits(engine, batch, b.model.topk, pooled):
             return  # no logits at all: the engine selects every token
@@ -405,6 +413,19 @@ def split_tokens(batch, b, build) -> None:
             fits = b.max_rows(kv)
             per, over = max(1, min(rows, fits)), fits < 1
         build.add_rows(r0, r1, rows, per, kv, q0=q0, over=over)
+
+
+def split_sglang_v41_torch(batch, b, build) -> None:
+    """SGLang 0.5.23's torch indexer for DeepSeek-V4.1 on SM90 (``engines.v41``): request by request,
+    its ``lc = seq_len // ratio`` K positions (none: no scores), its scores ``width`` wide
+    (``torch_width``), its rows in chunks of ``torch_rows_per_chunk(heads, width)``; no budget."""
+    heads = b.model.index_heads
+    for i, lc in enumerate(batch.seq_lens):
+        if lc == 0:
+            continue  # prefill_requests skips a request with nothing visible yet
+        width = torch_width(lc)
+        build.add_rows(i, i + 1, batch.query_lens[i], torch_rows_per_chunk(heads, width), width, kv=lc,
+                       compressed=batch.kv_ratio != 1)
 
 
 def sglang_c4(engine, batch, pooled: bool = False) -> bool:

@@ -166,6 +166,10 @@ def execute(plan: Plan, inputs: IndexerInputs, backend="reference", device=None,
     if plan.batch.kv_ratio != 1:
         raise ValueError(f"{plan.model}: its indexer scores {plan.batch.kv_ratio}x-compressed K, which the "
                          "executor does not compute (the plan and its memory are modelled: indexer-lab plan)")
+    if plan.kind_plans or plan.settings.kind is not None:
+        raise ValueError(f"{plan.model}: its indexer kinds see the step differently (K compressed by 2, "
+                         "candidate consumers, each request's last rows), which the executor does not compute "
+                         "(the plan and its memory are modelled: indexer-lab plan)")
     check_inputs_match(plan, inputs)
     model = get_model(plan.model)
     device = inputs.device if device is None else torch.device(device)

@@ -8,7 +8,7 @@ is modelled, never measured.
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..fast import StepOutcomes
 from ..plan import PlanSettings, Strategy, get_strategy
@@ -42,6 +42,7 @@ class WorstStep:
     total_chunks: int  # chunks over the whole schedule
     over_budget: bool  # some chunk could not meet the budget
     budget_stable: tuple[int, int | None] = (0, None)  # the budgets the worst step's plan holds for
+    layer_kind: str | None = None  # a model whose kinds see a step differently: the kind that sets it
 
 
 class Schedule:
@@ -76,6 +77,13 @@ def worst_steps(schedule: list[StepBatch] | Schedule, strategy: str | Strategy, 
     ``topk_rows``: rows of the top-k buffer (vLLM: max_num_batched_tokens)."""
     schedule = schedule if isinstance(schedule, Schedule) else Schedule(schedule)
     strategy = get_strategy(strategy)
+    if settings.kind is None and settings.preset.multi_kind:
+        # kinds that see a step differently (DeepSeek-V4.1): a step's peak is the worst over its
+        # kinds, so the schedule's worst is the worst kind's worst step (the first kind on a tie)
+        per_kind = [[replace(w, layer_kind=k.name)
+                     for w in worst_steps(schedule, strategy, budgets, settings.where(kind=k.name), topk_rows)]
+                    for k in settings.preset.indexing_kinds]
+        return [max(at_budget, key=lambda w: w.peak_transient_bytes) for at_budget in zip(*per_kind)]
     outcomes = StepOutcomes(strategy, settings, topk_rows, schedule.unique[0])
     per_step = [outcomes.at_budgets(batch, budgets) for batch in schedule.unique]
     results = []

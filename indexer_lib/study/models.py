@@ -18,7 +18,7 @@ def release_for(model: str, engine: str = "vllm") -> str:
     """The engine's latest release whose path for the model's indexer is modelled (its latest
     release where none is: planning it then says why)."""
     preset = get_model(model)
-    if preset.kv_ratio != 1:
+    if preset.compressed:
         modelled = pooled_kv_engines() if preset.pooled else compressed_kv_engines()
         compressed = [e for e in modelled if get_engine(e).engine == engine]
         if compressed:
@@ -61,7 +61,7 @@ def _engine_rows(name: str, preset, base: dict, engine: str, concurrency: tuple,
     kind = preset.main_kind
     for r in found:
         rows.append({**base, "planned": True, "engine": engine, "concurrency": r["concurrency"],
-                     "isl": r["isl"], "peak_layer_kind": kind.name,
+                     "isl": r["isl"], "peak_layer_kind": r.get("worst_layer_kind") or kind.name,
                      "indexer_layers": preset.indexer_layers,
                      "worst_rows": r["worst_rows"], "worst_kv_tokens": r["worst_kv_tokens"],
                      "worst_chunks": r["worst_chunks"],

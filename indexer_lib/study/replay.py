@@ -124,8 +124,9 @@ def _request(profile: EngineProfile, model: str, steps, budget_mb, max_num_batch
              record: bool) -> dict:
     """``steps``: (query_lens, seq_lens, budget MiB) per step."""
     preset = get_model(model)
-    if preset.kv_ratio != 1:
-        raise ValueError(f"{model}: its indexer scores {preset.kv_ratio}x-compressed K; the replay drives the "
+    if preset.compressed:
+        ratio = max(k.compress_ratio for k in preset.indexing_kinds)
+        raise ValueError(f"{model}: its indexer scores {ratio}x-compressed K; the replay drives the "
                          "uncompressed (DeepSeek-V3.2) path only")
     return {
         "steps": [{"query_lens": list(q), "seq_lens": list(s), "max_logits_mb": b} for q, s, b in steps],

@@ -149,6 +149,8 @@ def worst_step_detail(schedule: frontier.Schedule, w: frontier.WorstStep, settin
         "max_chunks": w.max_chunks, "total_chunks": w.total_chunks, "over_budget": w.over_budget,
         "model_peak_bytes": w.peak_bytes, "model_peak_transient_bytes": w.peak_transient_bytes,
         "model_time_ms": time_model.features_ms(f),
+        # a model whose kinds see a step differently (DeepSeek-V4.1): the kind that sets the peak
+        **({"worst_layer_kind": w.layer_kind} if w.layer_kind is not None else {}),
     }
 
 

@@ -109,6 +109,24 @@ class StepBatch:
                 tuple(CompressedRequest(r.context_len, r.query_len, ratio) for r in self.requests), self.step, ratio)
         return kept
 
+    def tail(self, rows: int) -> "StepBatch":
+        """The step as layers that run on each request's last ``rows`` new rows see it (DeepSeek-V4.1's
+        layers past its last KV source under the engines' decoder SWA bounded replay: vLLM 0.33.0
+        ``model_state.py:536-539``, SGLang 0.5.23 ``late_layer_tail_lens``): a request of ``q`` new
+        tokens keeps its last ``min(rows, q)``, each still seeing its K up to its own position."""
+        check_int("rows", rows, 1)
+        if self.kv_ratio != 1:
+            raise ValueError(f"this step is compressed ({self.kv_ratio}x): take the tail first")
+        kept = self.__dict__.get("_tail")
+        if kept is None or kept[0] != rows:
+            if all(r.query_len <= rows for r in self.requests):
+                batch = self
+            else:
+                batch = StepBatch(tuple(PrefillRequest(r.context_len + r.query_len - min(rows, r.query_len),
+                                                       min(rows, r.query_len)) for r in self.requests), self.step)
+            kept = self.__dict__["_tail"] = (rows, batch)
+        return kept[1]
+
     # computed once per batch: planners ask for them millions of times in a sweep
     @_once
     def num_rows(self) -> int:
