@@ -288,7 +288,7 @@ def kv_cache_tokens_arg(text: str) -> int | str:
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text.strip()!r} is neither a whole number of tokens nor 'auto'") from None
     if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} tokens: must be >= 0 (0: room for every running request)")
+        raise argparse.ArgumentTypeError(f"kv_cache_tokens {value}: must be >= 0 (0: room for every running request)")
     return value
 
 
