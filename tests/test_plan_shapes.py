@@ -262,3 +262,12 @@ def test_a_shapes_fast_total_is_the_memory_models(setup, temporaries, model, sha
     for before in [None] + shapes:
         for shape in shapes:
             assert peak_of._pair_total((before, shape)) == peak_of.memory_total((before, shape))
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows=st.integers(-1, 20_000), width=st.integers(-1, 2_000_000), k=st.integers(0, 4096),
+       block_bytes=st.sampled_from([1, 4096, 2**20, 128 * 2**20]))
+def test_the_topk_counter_is_the_topk_bound(rows, width, k, block_bytes):
+    from indexer_lib.memory.topk_bytes import topk_counter, topk_temporaries_bytes
+
+    assert topk_counter(k, block_bytes)(rows, width) == topk_temporaries_bytes(rows, width, k, block_bytes)

@@ -33,16 +33,24 @@ class ChunkShape(NamedTuple):
 class LoneSlices:
     """A request's slices as shapes, and the budget interval over which the cut holds."""
 
-    __slots__ = ("count", "low", "high", "sequence", "shapes", "pairs", "over", "kv_tokens")
+    __slots__ = ("count", "low", "high", "sequence", "shapes", "_pairs", "over", "kv_tokens")
 
     def __init__(self, slices, low: int, high: int | None, every_chunk_gathers: bool):
         self.count, self.low, self.high = len(slices), low, high
         self.sequence = tuple(ChunkShape(s.q1 - s.q0, s.cols, s.compressed, None, s.kv_tokens,
                                          s.gather or every_chunk_gathers) for s in slices)
         self.shapes = dict.fromkeys(self.sequence)
-        self.pairs = dict.fromkeys(zip(self.sequence, self.sequence[1:]))  # each slice after the one before
+        self._pairs = None
         self.over = any(s.over for s in slices)
         self.kv_tokens = max(s.kv_tokens for s in slices)
+
+    @property
+    def pairs(self) -> dict:
+        """Each slice's shape after the one before: made when first asked (only a plan that keeps
+        two chunks' logits alive asks; a long prompt's cut has dozens of slices)."""
+        if self._pairs is None:
+            self._pairs = dict.fromkeys(zip(self.sequence, self.sequence[1:]))
+        return self._pairs
 
 
 # per (cut, layout, padding, DeepGEMM version, row multiple, K per chunk): the cuts by (rows,

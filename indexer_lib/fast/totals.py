@@ -9,7 +9,7 @@ fields, with the model's constants at hand; ``test_plan_shapes`` holds it to ``c
 from __future__ import annotations
 
 from ..memory.model import INT32_BYTES, DeepgemmTemporaries, Temporaries
-from ..memory.topk_bytes import topk_temporaries_bytes
+from ..memory.topk_bytes import topk_counter
 from ..plan import Plan
 from .shapes import ChunkShape
 
@@ -25,7 +25,7 @@ class ShapeTotals:
         settings = plan.settings
         model = settings.preset
         self.deepgemm = type(temporaries) is DeepgemmTemporaries
-        self.topk = temporaries.topk
+        self.topk_bytes = topk_counter(temporaries.topk)  # the window top-k's temporaries
         self.heads, self.head_dim = model.index_heads, model.head_dim
         self.logits = settings.counters[1]  # what DeepGEMM allocates, padding included
         # a K buffer allocated per gathering chunk (vLLM before 0.13.0)
@@ -46,7 +46,7 @@ class ShapeTotals:
         tmp = held = held_with = 0
         if self.deepgemm:
             padded = self.padded_inputs(rows, alloc_rows)
-            tmp = max(topk_temporaries_bytes(rows, cols, self.topk), padded)
+            tmp = max(self.topk_bytes(rows, cols), padded)
             held_with = padded
         if before is not None:
             b_rows, b_cols, b_compressed, b_alloc = before[:4]
