@@ -37,12 +37,19 @@ class LoneSlices:
 
     def __init__(self, slices, low: int, high: int | None, every_chunk_gathers: bool):
         self.count, self.low, self.high = len(slices), low, high
-        self.sequence = tuple(ChunkShape(s.q1 - s.q0, s.cols, s.compressed, None, s.kv_tokens,
-                                         s.gather or every_chunk_gathers) for s in slices)
+        # one pass, records made by tuple's own constructor: a million-token prompt's cuts make
+        # millions of slices over a grid
+        sequence, over, kv_most = [], False, 0
+        for q0, q1, cols, gather, slice_over, compressed, kv_tokens in slices:
+            sequence.append(tuple.__new__(ChunkShape, (q1 - q0, cols, compressed, None, kv_tokens,
+                                                       gather or every_chunk_gathers)))
+            over = over or slice_over
+            if kv_tokens > kv_most:
+                kv_most = kv_tokens
+        self.sequence = tuple(sequence)
         self.shapes = dict.fromkeys(self.sequence)
         self._pairs = None
-        self.over = any(s.over for s in slices)
-        self.kv_tokens = max(s.kv_tokens for s in slices)
+        self.over, self.kv_tokens = over, kv_most
 
     @property
     def pairs(self) -> dict:

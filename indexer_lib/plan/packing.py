@@ -120,7 +120,16 @@ def slice_causal(i: int, build, compressed: bool, times: int = 1) -> None:
             lo, hi = 0, min(most, r.query_len - q0)
             if b.within(hi, r.window(q0 + hi), compressed):
                 lo = hi
-            hi -= 1
+            else:
+                # the answer is most often a few rows below: step down 1, 2, 4, ... rows until a
+                # slice fits, then bisect between it and the last refused.  The search ends on the
+                # same answer m, with m and m + 1 both asked (the budget interval is the same)
+                top, gap, hi = hi, 1, hi - 1
+                while top - gap > 0:
+                    if b.within(top - gap, r.window(q0 + top - gap), compressed):
+                        lo = top - gap
+                        break
+                    hi, gap = top - gap - 1, 2 * gap
             while lo < hi:
                 mid = (lo + hi + 1) // 2
                 if b.within(mid, r.window(q0 + mid), compressed):
