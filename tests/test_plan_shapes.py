@@ -271,3 +271,38 @@ def test_the_topk_counter_is_the_topk_bound(rows, width, k, block_bytes):
     from indexer_lib.memory.topk_bytes import topk_counter, topk_temporaries_bytes
 
     assert topk_counter(k, block_bytes)(rows, width) == topk_temporaries_bytes(rows, width, k, block_bytes)
+
+
+@settings(max_examples=200, deadline=None)
+@given(request=requests, budget_mb=st.sampled_from([None, 0.01, 1, 16, 64, 2048]), setup=setups)
+def test_equal_rows_runs_are_the_cut_slice_by_slice(request, budget_mb, setup):
+    """vLLM's equal rows, given as runs (``Slicing.runs``, what the frontier reads) and slice by
+    slice (``Slicing.cut``, what a plan records): slices of the same rows from the top, the first
+    gathering, and the same budget interval either way."""
+    from indexer_lib.plan.packing import slice_equal_rows
+
+    on = PlanSettings("glm-5", **setup)
+    budget = None if budget_mb is None else int(budget_mb * MIB)
+    got = {}
+
+    class Catch:
+        batch, b = StepBatch((request,)), Budgeting(on, budget, 10**9)
+
+        def add_alone(self, i, slicing, times=1):
+            got["slicing"] = slicing
+
+    build = Catch()
+    slice_equal_rows(0, build)
+    slicing = got["slicing"]
+    runs = slicing.runs()
+    interval = (build.b.stable_low, build.b.stable_high)
+    slices = slicing.cut()
+    assert (build.b.stable_low, build.b.stable_high) == interval
+    expanded = []
+    for s, alike in runs:
+        expanded += [s._replace(q0=s.q0 + k * (s.q1 - s.q0), q1=s.q1 + k * (s.q1 - s.q0)) for k in range(alike)]
+    assert expanded == slices
+    per = slices[0].q1
+    assert [s.q0 for s in slices] == list(range(0, request.query_len, per))
+    assert slices[-1].q1 == request.query_len and all(s.q1 - s.q0 == per for s in slices[:-1])
+    assert [s.gather for s in slices] == [True] + [False] * (len(slices) - 1)

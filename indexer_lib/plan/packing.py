@@ -95,15 +95,26 @@ def slice_equal_rows(i: int, build, times: int = 1) -> None:
     b, r = build.b, build.batch.requests[i]
     compressed = b.compressed_only
 
-    def cut() -> list[Slice]:
-        n = r.seq_len
-        per = r.query_len if b.budget is None else b.max_rows(n, compressed)
+    def runs() -> list[tuple[Slice, int]]:
+        """The first slice (it gathers), the full slices after it, the rest."""
+        n, q = r.seq_len, r.query_len
+        per = q if b.budget is None else b.max_rows(n, compressed)
         over = per < 1
         per = max(1, per)
-        return [Slice(q0, min(q0 + per, r.query_len), n, q0 == 0, over, compressed, n)
-                for q0 in range(0, r.query_len, per)]
+        first = min(per, q)
+        out = [(Slice(0, first, n, True, over, compressed, n), 1)]
+        full = (q - first) // per
+        if full:
+            out.append((Slice(first, first + per, n, False, over, compressed, n), full))
+        if first + full * per < q:
+            out.append((Slice(first + full * per, q, n, False, over, compressed, n), 1))
+        return out
 
-    build.add_alone(i, Slicing("equal rows", r, compressed, cut), times)
+    def cut() -> list[Slice]:
+        return [s._replace(q0=s.q0 + k * (s.q1 - s.q0), q1=s.q1 + k * (s.q1 - s.q0))
+                for s, alike in runs() for k in range(alike)]
+
+    build.add_alone(i, Slicing("equal rows", r, compressed, cut, runs), times)
 
 
 def slice_causal(i: int, build, compressed: bool, times: int = 1) -> None:
@@ -120,10 +131,13 @@ def slice_causal(i: int, build, compressed: bool, times: int = 1) -> None:
             lo, hi = 0, min(most, r.query_len - q0)
             if b.within(hi, r.window(q0 + hi), compressed):
                 lo = hi
+            elif not q0:
+                hi -= 1  # the first slice: no earlier answer to start from, bisect
             else:
-                # the answer is most often a few rows below: step down 1, 2, 4, ... rows until a
-                # slice fits, then bisect between it and the last refused.  The search ends on the
-                # same answer m, with m and m + 1 both asked (the budget interval is the same)
+                # the answer is most often a few rows below the previous slice's: step down 1, 2,
+                # 4, ... rows until a slice fits, then bisect between it and the last refused.  The
+                # search ends on the same answer m, with m and m + 1 both asked (the budget
+                # interval is the same)
                 top, gap, hi = hi, 1, hi - 1
                 while top - gap > 0:
                     if b.within(top - gap, r.window(q0 + top - gap), compressed):
