@@ -306,3 +306,47 @@ def test_equal_rows_runs_are_the_cut_slice_by_slice(request, budget_mb, setup):
     assert [s.q0 for s in slices] == list(range(0, request.query_len, per))
     assert slices[-1].q1 == request.query_len and all(s.q1 - s.q0 == per for s in slices[:-1])
     assert [s.gather for s in slices] == [True] + [False] * (len(slices) - 1)
+
+
+@settings(max_examples=150, deadline=None)
+@given(request=requests, budget_mb=st.sampled_from([0.001, 1, 16, 64, 300, 2048]), ratio=st.sampled_from([1, 4]),
+       setup=setups)
+def test_a_causal_cut_takes_the_most_rows_that_fit_and_holds_over_its_interval(request, budget_mb, ratio, setup):
+    """Each causal slice has the most rows whose logits (as wide as its last row's window) fit the
+    budget, or one row where none fits; the cut is the same for every budget of its interval and
+    changes at its upper end."""
+    from indexer_lib.plan.packing import slice_causal
+
+    on = PlanSettings("glm-5", **setup)
+    batch = StepBatch((request,)).compressed(ratio)
+    r = batch.requests[0]
+
+    def cut(budget):
+        got = {}
+
+        class Catch:
+            b = Budgeting(on, budget, 10**9)
+
+            def add_alone(self, i, slicing, times=1):
+                got["slices"] = slicing.cut()
+
+        Catch.batch = batch
+        build = Catch()
+        slice_causal(0, build, compressed=ratio != 1)
+        return got["slices"], (build.b.stable_low, build.b.stable_high)
+
+    budget = int(budget_mb * MIB)
+    slices, (low, high) = cut(budget)
+    count = on.counters[0]
+    assert slices[0].q0 == 0 and slices[-1].q1 == r.query_len
+    for s, after in zip(slices, slices[1:] + [None]):
+        fits = count(s.q1 - s.q0, r.window(s.q1), ratio != 1) <= budget
+        assert fits or (s.q1 - s.q0 == 1 and s.over)
+        if after is not None:
+            assert after.q0 == s.q1
+            if fits:
+                assert count(s.q1 + 1 - s.q0, r.window(s.q1 + 1), ratio != 1) > budget
+    assert low <= budget and (high is None or budget < high)
+    assert cut(low)[0] == slices and cut(max(low, (high or budget + 1) - 1))[0] == slices
+    if high is not None:
+        assert cut(high)[0] != slices
