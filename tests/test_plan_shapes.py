@@ -259,6 +259,8 @@ def test_a_shapes_fast_total_is_the_memory_models(setup, temporaries, model, sha
     on = PlanSettings(model, temporaries=temporaries, **setup)
     peak_of = ShapesPeak(ShapePlanner("vllm", on).record(StepBatch((PrefillRequest(0, 8),))))
     shapes = [fast_shapes.ChunkShape(*s) for s in shapes]
+    for shape in shapes:
+        assert peak_of._shape_total(shape) == peak_of.memory_total((None, shape))
     for before in [None] + shapes:
         for shape in shapes:
             assert peak_of._pair_total((before, shape)) == peak_of.memory_total((before, shape))

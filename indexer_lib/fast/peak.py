@@ -37,7 +37,8 @@ class ShapesPeak:
         self.topk = plan.settings.preset.topk
         self.temporaries = temporaries_of(plan, plan.settings.temporaries, self.topk)
         self.totals = _TOTALS.of((plan.settings, plan.logits_alive))
-        self._pair_total = ShapeTotals(plan, self.temporaries).pair_total  # chunk_memory's sum, made fast
+        totals = ShapeTotals(plan, self.temporaries)  # chunk_memory's sum, made fast
+        self._shape_total, self._pair_total = totals.shape_total, totals.pair_total
 
     def __call__(self, shapes: tuple, pairs: tuple | None, workspace_tokens: int, topk_rows: int) -> tuple[int, int]:
         """(transient peak, peak) of a plan of these settings with these distinct shapes (and pairs
@@ -59,10 +60,6 @@ class ShapesPeak:
         workspace, topk_out, call = buffer_bytes(self.plan, workspace_tokens, topk_rows, self.topk)
         transient = call + largest
         return transient, workspace + topk_out + transient
-
-    def _shape_total(self, shape: ChunkShape) -> int:
-        """Transient bytes of a chunk of this shape in a plan that frees each chunk's logits first."""
-        return self._pair_total((None, shape))
 
     def memory_total(self, pair: tuple) -> int:
         """Transient bytes of a chunk of one shape after a chunk of another (None: the plan's first

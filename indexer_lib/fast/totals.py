@@ -38,6 +38,16 @@ class ShapeTotals:
         h = self.heads
         return alloc_rows * h * self.head_dim + 4 * alloc_rows * h + 2 * INT32_BYTES * alloc_rows
 
+    def shape_total(self, shape: ChunkShape) -> int:
+        """``pair_total((None, shape))``: nothing held (a plan that frees each chunk's logits first)."""
+        rows, cols, compressed, alloc_rows, kv_tokens, gather = shape
+        logits = self.logits(rows if alloc_rows is None else alloc_rows, cols, compressed)
+        metadata = INT32_BYTES * (2 * rows + (kv_tokens if gather else 0))
+        kv_buffer = kv_tokens * self.kv_per_token if gather else 0
+        if not self.deepgemm:
+            return logits + metadata + kv_buffer
+        return logits + metadata + kv_buffer + max(self.topk_bytes(rows, cols), self.padded_inputs(rows, alloc_rows))
+
     def pair_total(self, pair: tuple) -> int:
         before, (rows, cols, compressed, alloc_rows, kv_tokens, gather) = pair
         logits = self.logits(rows if alloc_rows is None else alloc_rows, cols, compressed)

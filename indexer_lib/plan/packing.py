@@ -124,12 +124,13 @@ def slice_causal(i: int, build, compressed: bool, times: int = 1) -> None:
     def cut() -> list[Slice]:
         out = []
         q0, most = 0, r.query_len
+        within, window = b.within, r.window  # at hand: a million-token prompt asks them millions of times
         while q0 < r.query_len:
             # largest m with the slice [q0, q0 + m) of width context + q0 + m within budget; a
             # slice is wider than the one before, so it takes at most as many rows (bytes never
             # fall with rows or width): ask for the previous slice's rows first, the usual answer
             lo, hi = 0, min(most, r.query_len - q0)
-            if b.within(hi, r.window(q0 + hi), compressed):
+            if within(hi, window(q0 + hi), compressed):
                 lo = hi
             elif not q0:
                 hi -= 1  # the first slice: no earlier answer to start from, bisect
@@ -140,19 +141,19 @@ def slice_causal(i: int, build, compressed: bool, times: int = 1) -> None:
                 # interval is the same)
                 top, gap, hi = hi, 1, hi - 1
                 while top - gap > 0:
-                    if b.within(top - gap, r.window(q0 + top - gap), compressed):
+                    if within(top - gap, window(q0 + top - gap), compressed):
                         lo = top - gap
                         break
                     hi, gap = top - gap - 1, 2 * gap
             while lo < hi:
                 mid = (lo + hi + 1) // 2
-                if b.within(mid, r.window(q0 + mid), compressed):
+                if within(mid, window(q0 + mid), compressed):
                     lo = mid
                 else:
                     hi = mid - 1
             most = max(lo, 1)
             q1 = q0 + most
-            out.append(Slice(q0, q1, r.window(q1), q0 == 0, lo == 0, compressed, r.seq_len))
+            out.append(Slice(q0, q1, window(q1), q0 == 0, lo == 0, compressed, r.seq_len))
             q0 = q1
         return out
 
