@@ -155,7 +155,43 @@ def slice_causal(i: int, build, compressed: bool, times: int = 1) -> None:
             q1 = q0 + most
             out.append(Slice(q0, q1, window(q1), q0 == 0, lo == 0, compressed, r.seq_len))
             q0 = q1
+            if lo and b.budget is not None:
+                q0 = run_of(q0, lo, out)
         return out
+
+    def run_of(q0: int, m: int, out: list) -> int:
+        """The slices from ``q0`` on that take ``m`` rows and still fit, appended at once (a long
+        prompt's widths grow a few columns a slice: dozens fit in a row); where they end.  Each is
+        wider than the one before, so they fit up to the first that does not: found by the count
+        alone, then the last one asked, the question that sets the budget interval as asking each
+        in turn would."""
+        count, budget = b.counted, b.budget
+        room = (r.query_len - q0) // m  # slices of m rows left
+
+        def fits(k: int) -> bool:  # the k-th slice from q0 (k >= 1) fits
+            return count(m, r.window(q0 + k * m), compressed) <= budget
+
+        if not room or not fits(1):
+            return q0
+        good, bad = 1, None  # good fits; bad (None: past room) does not
+        while good < room:
+            probe = min(2 * good, room)
+            if not fits(probe):
+                bad = probe
+                break
+            good = probe
+        if bad is not None:
+            while bad - good > 1:
+                mid = (good + bad) // 2
+                if fits(mid):
+                    good = mid
+                else:
+                    bad = mid
+        b.within(m, r.window(q0 + good * m), compressed)  # the widest of the run: accepted
+        seq_len = r.seq_len
+        out += [Slice(q0 + k * m, q0 + (k + 1) * m, r.window(q0 + (k + 1) * m), False, False, compressed, seq_len)
+                for k in range(good)]
+        return q0 + good * m
 
     build.add_alone(i, Slicing("causal", r, compressed, cut), times)
 
