@@ -2,6 +2,7 @@
 
     .venv/bin/python scripts/bench_speed.py                  # against 0ab2fb1 (before the speed work)
     .venv/bin/python scripts/bench_speed.py --before HEAD~3 --repeats 3 --main
+    .venv/bin/python scripts/bench_speed.py --before HEAD~5 --only frontier-v4-flash
 
 The earlier commit is checked out into a temporary git worktree; every measurement runs in
 its own process (``PYTHONPATH`` pointing at one checkout or the other), before and after
@@ -20,6 +21,9 @@ alternating, so machine noise falls on both.  Measured, one process each:
 - this checkout only (the earlier code takes minutes on them): the dashboard and
   the frontier on today's default grids, whose ISL axis reaches GLM-5's max_model_len
   (8 x 9 and 1368 points);
+- the frontier on DeepSeek-V4-Flash's default grid (``indexer-lab frontier --model
+  deepseek-v4-flash``: 8 x 9 x 19, its ISL axis up to max_model_len, 1,048,576 tokens), on
+  both checkouts where the earlier one knows the model;
 - with ``--main``: the headless main job (``scripts/run_notebooks.py``, default parameters;
   since the default ISL axis reaches max_model_len, the two checkouts run different grids).
 
@@ -42,13 +46,16 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 GOALS_MS = {"dashboard p95": 150, "dashboard free GiB p95": 60, "frontier default grid": 1000,
-            "frontier long-context grid": 2000, "main job": 180_000}  # issue 15's
+            "frontier long-context grid": 2000, "main job": 180_000,  # issue 15's
+            "frontier V4-Flash default grid to max_model_len": 5000}  # the project's, on a 2-core machine
 # what issue 15 measured the code before it at, on the machine it was filed from: the two grids
 # measured here before the change, against these, say how fast this machine is
 ISSUE_NOW_MS = {"frontier default grid": 4700, "frontier long-context grid": 35_400}
 ISSUE_BEFORE = "0ab2fb1"  # the code the issue measured
 DEFAULT_ISL = (2048, 4096, 8192, 10240, 16384, 32768)  # issue 15's default grid, 1152 points
 AFTER_ONLY = ("dashboard-max-model-len", "frontier-max-model-len")  # the earlier code takes minutes
+KINDS = ("dashboard", "frontier-default", "frontier-long", "dashboard-max-model-len", "frontier-max-model-len",
+         "frontier-v4-flash")
 LONG_CONTEXT = dict(model="glm-5", isl=(4096, 16384, 32768, 65536, 131072, 202752),
                     concurrency=(1, 2, 4, 8, 16, 32, 64))
 
@@ -83,6 +90,14 @@ def measure(kind: str) -> dict:
     grids = {"frontier-default": ("frontier default grid", dict(isl=DEFAULT_ISL)),
              "frontier-long": ("frontier long-context grid", LONG_CONTEXT),
              "frontier-max-model-len": ("frontier default grid to max_model_len", {})}
+    if kind == "frontier-v4-flash":
+        try:
+            from indexer_lib.shapes import get_model
+
+            get_model("deepseek-v4-flash")
+        except Exception:  # an earlier checkout without the model: nothing to compare
+            return {}
+        grids[kind] = ("frontier V4-Flash default grid to max_model_len", dict(model="deepseek-v4-flash"))
     if kind in grids:
         name, axes = grids[kind]
         rows = frontier_rows()
@@ -157,6 +172,8 @@ def main() -> int:
     p.add_argument("--before", default=ISSUE_BEFORE, help="the earlier commit (default: before issue 15's speed work)")
     p.add_argument("--repeats", type=int, default=2, help="before/after rounds, alternating")
     p.add_argument("--main", action="store_true", help="also time the headless main job (minutes)")
+    p.add_argument("--only", nargs="+", choices=KINDS + ("main",), metavar="KIND",
+                   help=f"measure only these ({', '.join(KINDS)}, main)")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
@@ -164,8 +181,7 @@ def main() -> int:
         return 0
     if args.repeats < 1:
         p.error(f"--repeats {args.repeats}: must be >= 1")
-    kinds = ["dashboard", "frontier-default", "frontier-long", "dashboard-max-model-len",
-             "frontier-max-model-len"] + (["main"] if args.main else [])
+    kinds = list(args.only) if args.only else list(KINDS) + (["main"] if args.main else [])
     with tempfile.TemporaryDirectory() as tmp:
         before = Path(tmp) / "before"
         subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "-q", str(before), args.before],

@@ -243,3 +243,112 @@ def test_runs_of_identical_requests_planned_at_once_give_the_request_by_request_
     if strategy in SHAPE_STRATEGIES:
         shaped = [plan_shapes(b, strategy, budget, on) for b in (batch, one_by_one)]
         assert shaped[0] == shaped[1]
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(setup=setups, temporaries=st.sampled_from(["deepgemm", None]),
+       model=st.sampled_from(["glm-5", "deepseek-v3.2", "deepseek-v4-flash"]),
+       shapes=st.lists(st.tuples(st.integers(1, 9000), st.integers(1, 1_100_000), st.booleans(),
+                                 st.one_of(st.none(), st.integers(1, 9000)), st.integers(1, 1_100_000),
+                                 st.booleans()), min_size=1, max_size=4))
+def test_a_shapes_fast_total_is_the_memory_models(setup, temporaries, model, shapes):
+    """``ShapeTotals`` (the frontier's sum of a chunk's bytes) gives ``chunk_memory``'s total for any
+    shape, alone and after any other shape whose logits are still alive."""
+    if model == "deepseek-v4-flash":  # its compressed indexer is modelled on these releases only
+        setup = dict(engine="sglang==0.5.23" if setup.get("engine", "").startswith("sglang") else "vllm==0.33.0")
+    on = PlanSettings(model, temporaries=temporaries, **setup)
+    peak_of = ShapesPeak(ShapePlanner("vllm", on).record(StepBatch((PrefillRequest(0, 8),))))
+    shapes = [fast_shapes.ChunkShape(*s) for s in shapes]
+    for shape in shapes:
+        assert peak_of._shape_total(shape) == peak_of.memory_total((None, shape))
+    for before in [None] + shapes:
+        for shape in shapes:
+            assert peak_of._pair_total((before, shape)) == peak_of.memory_total((before, shape))
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows=st.integers(-1, 20_000), width=st.integers(-1, 2_000_000), k=st.integers(0, 4096),
+       block_bytes=st.sampled_from([1, 4096, 2**20, 128 * 2**20]))
+def test_the_topk_counter_is_the_topk_bound(rows, width, k, block_bytes):
+    from indexer_lib.memory.topk_bytes import topk_counter, topk_temporaries_bytes
+
+    assert topk_counter(k, block_bytes)(rows, width) == topk_temporaries_bytes(rows, width, k, block_bytes)
+
+
+@settings(max_examples=200, deadline=None)
+@given(request=requests, budget_mb=st.sampled_from([None, 0.01, 1, 16, 64, 2048]), setup=setups)
+def test_equal_rows_runs_are_the_cut_slice_by_slice(request, budget_mb, setup):
+    """vLLM's equal rows, given as runs (``Slicing.runs``, what the frontier reads) and slice by
+    slice (``Slicing.cut``, what a plan records): slices of the same rows from the top, the first
+    gathering, and the same budget interval either way."""
+    from indexer_lib.plan.packing import slice_equal_rows
+
+    on = PlanSettings("glm-5", **setup)
+    budget = None if budget_mb is None else int(budget_mb * MIB)
+    got = {}
+
+    class Catch:
+        batch, b = StepBatch((request,)), Budgeting(on, budget, 10**9)
+
+        def add_alone(self, i, slicing, times=1):
+            got["slicing"] = slicing
+
+    build = Catch()
+    slice_equal_rows(0, build)
+    slicing = got["slicing"]
+    runs = slicing.runs()
+    interval = (build.b.stable_low, build.b.stable_high)
+    slices = slicing.cut()
+    assert (build.b.stable_low, build.b.stable_high) == interval
+    expanded = []
+    for s, alike in runs:
+        expanded += [s._replace(q0=s.q0 + k * (s.q1 - s.q0), q1=s.q1 + k * (s.q1 - s.q0)) for k in range(alike)]
+    assert expanded == slices
+    per = slices[0].q1
+    assert [s.q0 for s in slices] == list(range(0, request.query_len, per))
+    assert slices[-1].q1 == request.query_len and all(s.q1 - s.q0 == per for s in slices[:-1])
+    assert [s.gather for s in slices] == [True] + [False] * (len(slices) - 1)
+
+
+@settings(max_examples=150, deadline=None)
+@given(request=requests, budget_mb=st.sampled_from([0.001, 1, 16, 64, 300, 2048]), ratio=st.sampled_from([1, 4]),
+       setup=setups)
+def test_a_causal_cut_takes_the_most_rows_that_fit_and_holds_over_its_interval(request, budget_mb, ratio, setup):
+    """Each causal slice has the most rows whose logits (as wide as its last row's window) fit the
+    budget, or one row where none fits; the cut is the same for every budget of its interval and
+    changes at its upper end."""
+    from indexer_lib.plan.packing import slice_causal
+
+    on = PlanSettings("glm-5", **setup)
+    batch = StepBatch((request,)).compressed(ratio)
+    r = batch.requests[0]
+
+    def cut(budget):
+        got = {}
+
+        class Catch:
+            b = Budgeting(on, budget, 10**9)
+
+            def add_alone(self, i, slicing, times=1):
+                got["slices"] = slicing.cut()
+
+        Catch.batch = batch
+        build = Catch()
+        slice_causal(0, build, compressed=ratio != 1)
+        return got["slices"], (build.b.stable_low, build.b.stable_high)
+
+    budget = int(budget_mb * MIB)
+    slices, (low, high) = cut(budget)
+    count = on.counters[0]
+    assert slices[0].q0 == 0 and slices[-1].q1 == r.query_len
+    for s, after in zip(slices, slices[1:] + [None]):
+        fits = count(s.q1 - s.q0, r.window(s.q1), ratio != 1) <= budget
+        assert fits or (s.q1 - s.q0 == 1 and s.over)
+        if after is not None:
+            assert after.q0 == s.q1
+            if fits:
+                assert count(s.q1 + 1 - s.q0, r.window(s.q1 + 1), ratio != 1) > budget
+    assert low <= budget and (high is None or budget < high)
+    assert cut(low)[0] == slices and cut(max(low, (high or budget + 1) - 1))[0] == slices
+    if high is not None:
+        assert cut(high)[0] != slices

@@ -5,7 +5,8 @@ questions for the hundreds of thousands of steps of a grid without making every 
 
 - ``shapes``, ``planner``: a step planned into its chunk count and distinct chunk shapes by the
   strategies' own code (a request cut alone is cut once, wherever it appears);
-- ``peak``: a plan's peak from those shapes, each shape counted once;
+- ``peak``, ``totals``: a plan's peak from those shapes, each shape counted once, its bytes in a
+  few integer operations;
 - ``steps``: each distinct step's outcome at each budget, planned once per budget interval;
 - ``features``: a worst step's plan features, made once;
 - ``caches``, ``records``, ``collector``: bounded caches, records made without their

@@ -9,6 +9,7 @@ from .caches import PerSettings
 from .planner import PlanShapes
 from .records import made_fast
 from .shapes import ChunkShape
+from .totals import ShapeTotals
 
 # temporaries that depend on a chunk's shape alone (the reference executor's read its windows)
 SHAPE_TEMPORARIES = ("deepgemm", None)
@@ -36,6 +37,8 @@ class ShapesPeak:
         self.topk = plan.settings.preset.topk
         self.temporaries = temporaries_of(plan, plan.settings.temporaries, self.topk)
         self.totals = _TOTALS.of((plan.settings, plan.logits_alive))
+        totals = ShapeTotals(plan, self.temporaries)  # chunk_memory's sum, made fast
+        self._shape_total, self._pair_total = totals.shape_total, totals.pair_total
 
     def __call__(self, shapes: tuple, pairs: tuple | None, workspace_tokens: int, topk_rows: int) -> tuple[int, int]:
         """(transient peak, peak) of a plan of these settings with these distinct shapes (and pairs
@@ -58,13 +61,9 @@ class ShapesPeak:
         transient = call + largest
         return transient, workspace + topk_out + transient
 
-    def _shape_total(self, shape: ChunkShape) -> int:
-        """Transient bytes of a chunk of this shape in a plan that frees each chunk's logits first."""
-        return self._pair_total((None, shape))
-
-    def _pair_total(self, pair: tuple) -> int:
+    def memory_total(self, pair: tuple) -> int:
         """Transient bytes of a chunk of one shape after a chunk of another (None: the plan's first
-        chunk)."""
+        chunk), by the memory model itself: what ``ShapeTotals`` is held to."""
         before, shape = pair
         held = 0 if before is None else logits_bytes(_chunk(before), self.plan)
         return chunk_memory(self.plan, _chunk(shape), held, False, self.temporaries).total

@@ -33,16 +33,32 @@ class ChunkShape(NamedTuple):
 class LoneSlices:
     """A request's slices as shapes, and the budget interval over which the cut holds."""
 
-    __slots__ = ("count", "low", "high", "sequence", "shapes", "pairs", "over", "kv_tokens")
+    __slots__ = ("count", "low", "high", "first", "last", "shapes", "pairs", "over", "kv_tokens")
 
-    def __init__(self, slices, low: int, high: int | None, every_chunk_gathers: bool):
-        self.count, self.low, self.high = len(slices), low, high
-        self.sequence = tuple(ChunkShape(s.q1 - s.q0, s.cols, s.compressed, None, s.kv_tokens,
-                                         s.gather or every_chunk_gathers) for s in slices)
-        self.shapes = dict.fromkeys(self.sequence)
-        self.pairs = dict.fromkeys(zip(self.sequence, self.sequence[1:]))  # each slice after the one before
-        self.over = any(s.over for s in slices)
-        self.kv_tokens = max(s.kv_tokens for s in slices)
+    def __init__(self, runs, low: int, high: int | None, every_chunk_gathers: bool):
+        """``runs``: the slices as (slice, how many alike from it on) (``Slicing.runs``)."""
+        self.low, self.high = low, high
+        # one pass, records made by tuple's own constructor: a million-token prompt's cuts make
+        # millions of slices over a grid
+        count, over, kv_most, last = 0, False, 0, None
+        shapes, pairs = {}, {}  # distinct shapes, and each after the one before, in order
+        for (q0, q1, cols, gather, slice_over, compressed, kv_tokens), alike in runs:
+            shape = tuple.__new__(ChunkShape, (q1 - q0, cols, compressed, None, kv_tokens,
+                                               gather or every_chunk_gathers))
+            shapes[shape] = None
+            if last is not None:
+                pairs[(last, shape)] = None
+            if alike > 1:
+                pairs[(shape, shape)] = None
+            count += alike
+            over = over or slice_over
+            if kv_tokens > kv_most:
+                kv_most = kv_tokens
+            if last is None:
+                self.first = shape
+            last = shape
+        self.count, self.last, self.shapes, self.pairs = count, last, shapes, pairs
+        self.over, self.kv_tokens = over, kv_most
 
 
 # per (cut, layout, padding, DeepGEMM version, row multiple, K per chunk): the cuts by (rows,
@@ -53,7 +69,7 @@ _LONE = PerSettings(limit=100_000)
 def lone_slices(b, slicing: Slicing, every_chunk_gathers: bool) -> LoneSlices:
     """``slicing``'s cut of its request, made once per request shape and budget (``b``, a
     ``Budgeting``); ``b``'s budget interval is narrowed as if the cut had asked it again."""
-    kind, request, compressed, cut = slicing
+    kind, request, compressed, cut, runs = slicing
     cuts = _LONE.of((kind, compressed, b.padded, b.rules.version, b.row_multiple, every_chunk_gathers))
     key = (request.query_len, request.context_len, request.ratio, b.budget)
     known = cuts.get(key)
@@ -61,8 +77,8 @@ def lone_slices(b, slicing: Slicing, every_chunk_gathers: bool) -> LoneSlices:
         saved = b.stable_low, b.stable_high
         b.stable_low, b.stable_high = 0, None
         try:
-            slices = cut()
-            known = LoneSlices(slices, b.stable_low, b.stable_high, every_chunk_gathers)
+            alike = runs() if runs is not None else [(s, 1) for s in cut()]
+            known = LoneSlices(alike, b.stable_low, b.stable_high, every_chunk_gathers)
         finally:
             b.stable_low, b.stable_high = saved
         _LONE.add(cuts, key, known)
@@ -134,7 +150,7 @@ class NeighbourShapeBuilder(ShapeBuilder):
 
     def add_alone(self, i: int, slicing: Slicing, times: int = 1) -> LoneSlices:
         lone = super().add_alone(i, slicing, times)
-        first, last = lone.sequence[0], lone.sequence[-1]
+        first, last = lone.first, lone.last
         self.pairs[(self.last, first)] = None
         self.pairs.update(lone.pairs)
         if times > 1:

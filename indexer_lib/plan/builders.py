@@ -54,6 +54,9 @@ class Slicing(NamedTuple):
     request: PrefillRequest
     compressed: bool
     cut: Callable[[], list[Slice]]
+    # the same slices as runs, (a slice, how many alike from it on, each as many rows): a long
+    # prompt cut into equal rows is three runs, however many slices (None: ``cut`` only)
+    runs: Callable[[], list[tuple[Slice, int]]] | None = None
 
 
 class ChunkBuilder:

@@ -95,15 +95,26 @@ def slice_equal_rows(i: int, build, times: int = 1) -> None:
     b, r = build.b, build.batch.requests[i]
     compressed = b.compressed_only
 
-    def cut() -> list[Slice]:
-        n = r.seq_len
-        per = r.query_len if b.budget is None else b.max_rows(n, compressed)
+    def runs() -> list[tuple[Slice, int]]:
+        """The first slice (it gathers), the full slices after it, the rest."""
+        n, q = r.seq_len, r.query_len
+        per = q if b.budget is None else b.max_rows(n, compressed)
         over = per < 1
         per = max(1, per)
-        return [Slice(q0, min(q0 + per, r.query_len), n, q0 == 0, over, compressed, n)
-                for q0 in range(0, r.query_len, per)]
+        first = min(per, q)
+        out = [(Slice(0, first, n, True, over, compressed, n), 1)]
+        full = (q - first) // per
+        if full:
+            out.append((Slice(first, first + per, n, False, over, compressed, n), full))
+        if first + full * per < q:
+            out.append((Slice(first + full * per, q, n, False, over, compressed, n), 1))
+        return out
 
-    build.add_alone(i, Slicing("equal rows", r, compressed, cut), times)
+    def cut() -> list[Slice]:
+        return [s._replace(q0=s.q0 + k * (s.q1 - s.q0), q1=s.q1 + k * (s.q1 - s.q0))
+                for s, alike in runs() for k in range(alike)]
+
+    build.add_alone(i, Slicing("equal rows", r, compressed, cut, runs), times)
 
 
 def slice_causal(i: int, build, compressed: bool, times: int = 1) -> None:
@@ -113,25 +124,74 @@ def slice_causal(i: int, build, compressed: bool, times: int = 1) -> None:
     def cut() -> list[Slice]:
         out = []
         q0, most = 0, r.query_len
+        within, window = b.within, r.window  # at hand: a million-token prompt asks them millions of times
         while q0 < r.query_len:
             # largest m with the slice [q0, q0 + m) of width context + q0 + m within budget; a
             # slice is wider than the one before, so it takes at most as many rows (bytes never
             # fall with rows or width): ask for the previous slice's rows first, the usual answer
             lo, hi = 0, min(most, r.query_len - q0)
-            if b.within(hi, r.window(q0 + hi), compressed):
+            if within(hi, window(q0 + hi), compressed):
                 lo = hi
-            hi -= 1
+            elif not q0:
+                hi -= 1  # the first slice: no earlier answer to start from, bisect
+            else:
+                # the answer is most often a few rows below the previous slice's: step down 1, 2,
+                # 4, ... rows until a slice fits, then bisect between it and the last refused.  The
+                # search ends on the same answer m, with m and m + 1 both asked (the budget
+                # interval is the same)
+                top, gap, hi = hi, 1, hi - 1
+                while top - gap > 0:
+                    if within(top - gap, window(q0 + top - gap), compressed):
+                        lo = top - gap
+                        break
+                    hi, gap = top - gap - 1, 2 * gap
             while lo < hi:
                 mid = (lo + hi + 1) // 2
-                if b.within(mid, r.window(q0 + mid), compressed):
+                if within(mid, window(q0 + mid), compressed):
                     lo = mid
                 else:
                     hi = mid - 1
             most = max(lo, 1)
             q1 = q0 + most
-            out.append(Slice(q0, q1, r.window(q1), q0 == 0, lo == 0, compressed, r.seq_len))
+            out.append(Slice(q0, q1, window(q1), q0 == 0, lo == 0, compressed, r.seq_len))
             q0 = q1
+            if lo and b.budget is not None:
+                q0 = run_of(q0, lo, out)
         return out
+
+    def run_of(q0: int, m: int, out: list) -> int:
+        """The slices from ``q0`` on that take ``m`` rows and still fit, appended at once (a long
+        prompt's widths grow a few columns a slice: dozens fit in a row); where they end.  Each is
+        wider than the one before, so they fit up to the first that does not: found by the count
+        alone, then the last one asked, the question that sets the budget interval as asking each
+        in turn would."""
+        count, budget = b.counted, b.budget
+        room = (r.query_len - q0) // m  # slices of m rows left
+
+        def fits(k: int) -> bool:  # the k-th slice from q0 (k >= 1) fits
+            return count(m, r.window(q0 + k * m), compressed) <= budget
+
+        if not room or not fits(1):
+            return q0
+        good, bad = 1, None  # good fits; bad (None: past room) does not
+        while good < room:
+            probe = min(2 * good, room)
+            if not fits(probe):
+                bad = probe
+                break
+            good = probe
+        if bad is not None:
+            while bad - good > 1:
+                mid = (good + bad) // 2
+                if fits(mid):
+                    good = mid
+                else:
+                    bad = mid
+        b.within(m, r.window(q0 + good * m), compressed)  # the widest of the run: accepted
+        seq_len = r.seq_len
+        out += [Slice(q0 + k * m, q0 + (k + 1) * m, r.window(q0 + (k + 1) * m), False, False, compressed, seq_len)
+                for k in range(good)]
+        return q0 + good * m
 
     build.add_alone(i, Slicing("causal", r, compressed, cut), times)
 
