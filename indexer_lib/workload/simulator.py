@@ -37,6 +37,14 @@ class SchedulerConfig:
     async_scheduling: bool = False  # the async scheduler learns of finishes one step later
     # KV cache capacity in blocks; 0: enough for every running request (no preemption)
     num_kv_blocks: int = 0
+    # how the release gates admissions and returns blocks with a finite KV cache
+    # (docs/design.md#preemption; each release's own rule in data/engines/): True, a waiting request
+    # is admitted only when its whole sequence fits (vLLM 0.19.0 on, scheduler_reserve_full_isl);
+    # False, when its first chunk does (vLLM 0.13-0.18)
+    reserve_full_isl: bool = True
+    # True: freed blocks no prefix-cache entry holds go to the free queue's front, to be reused
+    # first, the cached ones to its end (vLLM 0.30.0 on); False: every freed block to its end
+    free_uncached_first: bool = True
     # speculative decoding (MTP, EAGLE): each decoding request schedules its sampled token and
     # this many draft tokens per step, and every draft is taken as accepted (an assumption: the
     # most output per step); 0: none, vLLM's default
@@ -216,7 +224,8 @@ class _Engine:
         self.workload, self.config = workload, config
         # a KV cache too small for every running request: blocks are counted, admissions gated and
         # requests preempted as vLLM does; otherwise nothing waits on blocks and none are counted
-        self.pool = BlockPool(config.num_kv_blocks) if kv_pressure(workload, config) else None
+        self.pool = BlockPool(config.num_kv_blocks, config.free_uncached_first) \
+            if kv_pressure(workload, config) else None
         self.waiting: deque[_Request] = deque()
         self.running: list[_Request] = []
         self.sent = 0
@@ -265,8 +274,9 @@ class _Engine:
         cap_chunks = threshold > 0 and len(self.running) + len(self.waiting) > 1
         scheduled = []
 
-        def chunk(req: _Request) -> int:
-            n = req.num_tokens - req.computed  # its prompt, or all it had before a preemption
+        def chunk(req: _Request, computed: int | None = None) -> int:
+            # its prompt, or all it had before a preemption, past its computed tokens (or ``computed``)
+            n = req.num_tokens - (req.computed if computed is None else computed)
             return min(min(n, threshold) if cap_chunks else n, budget)
 
         i = 0
@@ -287,7 +297,7 @@ class _Engine:
         while (self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs
                and not self.preempted_now):
             req = self.waiting[0]
-            if self.pool is not None and not self.admit(req):
+            if self.pool is not None and not self.admit(req, chunk):
                 break
             self.waiting.popleft()
             if self.config.enable_prefix_caching and self.workload.shared_prefix:
@@ -335,16 +345,22 @@ class _Engine:
         self.waiting.appendleft(req)
         self.preempted_now = True
 
-    def admit(self, req: _Request) -> bool:
-        """vLLM (0.19 on) admits a waiting request only when its whole sequence fits in the free
-        blocks now; a preempted one takes back its full blocks still cached, short of its last
-        token."""
-        if self.pool.num_free < -(-req.num_tokens // self.config.block_size):
-            return False
+    def admit(self, req: _Request, chunk) -> bool:
+        """Whether the waiting request is admitted now: its whole sequence must fit in the free
+        blocks (vLLM 0.19.0 on), or only what it holds after its first chunk (``chunk(req)``,
+        vLLM 0.13-0.18).  A preempted one takes back its full blocks still cached, short of its
+        last token; they count among the free blocks and among those it needs."""
+        size = self.config.block_size
         # (a request never preempted has none of its own blocks cached)
-        hits = self.pool.hits(req.rid, (req.num_tokens - 1) // self.config.block_size)
+        hits = self.pool.hits(req.rid, (req.num_tokens - 1) // size)
+        if self.config.reserve_full_isl:
+            need = -(-req.num_tokens // size)
+        else:
+            need = -(-(len(hits) * size + chunk(req, len(hits) * size)) // size)  # it starts after its hits
+        if self.pool.num_free < need:
+            return False
         self.pool.touch(hits)
-        req.blocks, req.computed = hits, len(hits) * self.config.block_size
+        req.blocks, req.computed = hits, len(hits) * size
         req.cached = req.computed
         return True
 
