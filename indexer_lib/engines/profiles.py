@@ -98,6 +98,12 @@ class EngineProfile:
     # decode path (vLLM 0.13-0.18: one, as DeepGEMM's paged logits took at most two tokens per
     # request); None: any number.  A decode with more goes through the prefill path.
     indexer_decode_max_drafts: int | None = None
+    # a finite KV cache (docs/design.md#preemption): whether the scheduler admits a waiting request
+    # only when its whole sequence fits in the free blocks (vLLM 0.19.0 on: scheduler_reserve_full_isl)
+    # or already when its first chunk does (0.13-0.18); and whether freed blocks no prefix-cache entry
+    # holds go to the free queue's front, to be reused first (0.30.0 on), or to its end with the rest
+    scheduler_reserve_full_isl: bool = True
+    scheduler_free_uncached_first: bool = True
     sources: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def __post_init__(self):
