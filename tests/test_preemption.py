@@ -82,15 +82,26 @@ RELEASE_CASES = {
     "0.15.1": [(12, 0), (16, 0), (30, 1), (39, 0), (2, 1), (4, 0)],
     "0.19.0": [(30, 1), (39, 0), (19, 1)],
 }
+# (seed, index) of random_cases on the asynchronous scheduler, without drafts: a preempted request
+# resumes, and a finished request holds its blocks until the next step is scheduled
+ASYNC_CASES = [(2, 3), (7, 3), (13, 0)]
+
+
+def asynchronous(config: SchedulerConfig) -> SchedulerConfig:
+    return dataclasses.replace(config, async_scheduling=True, speculative_tokens=0)
 
 
 def release_cases(release: str):
-    """The release's cases, on its own rule for admissions and freed blocks (data/engines/)."""
+    """The release's cases, on its own rule for admissions and freed blocks (data/engines/); for
+    0.15.1 the asynchronous cases too."""
     profile = get_engine(f"vllm=={release}")
-    for seed, index in RELEASE_CASES[release]:
+    picked = [(seed, index, False) for seed, index in RELEASE_CASES[release]]
+    picked += [(seed, index, True) for seed, index in ASYNC_CASES] if release == "0.15.1" else []
+    for seed, index, on_async in picked:
         workload, config = list(random_cases(seed, index + 1))[index]
-        yield workload, dataclasses.replace(config, reserve_full_isl=profile.scheduler_reserve_full_isl,
-                                            free_uncached_first=profile.scheduler_free_uncached_first)
+        config = dataclasses.replace(config, reserve_full_isl=profile.scheduler_reserve_full_isl,
+                                     free_uncached_first=profile.scheduler_free_uncached_first)
+        yield workload, asynchronous(config) if on_async else config
 
 
 def test_each_release_has_its_own_rule_for_admissions_and_freed_blocks():
@@ -131,7 +142,14 @@ def test_an_older_release_preempts_and_resumes_as_its_own_scheduler_does(release
         assert json.loads(json.dumps(step_records(simulate(workload, config)))) == records
         # the release's rule is what makes them agree: vLLM 0.33.0's schedules differently
         latest = dataclasses.replace(config, reserve_full_isl=True, free_uncached_first=True)
-        assert json.loads(json.dumps(step_records(simulate(workload, latest)))) != records
+        assert config.async_scheduling or json.loads(json.dumps(step_records(simulate(workload, latest)))) != records
+
+
+def test_the_simulator_preempts_on_the_asynchronous_scheduler_as_vllm_does(vllm):
+    for seed, index in ASYNC_CASES:
+        workload, config = list(random_cases(seed, index + 1))[index]
+        config = asynchronous(config)
+        assert step_records(simulate(workload, config)) == step_records(vllm_scheduler.schedule(workload, config))
 
 
 def test_the_seeds_deployment_with_two_drafts_and_its_kv_cache(vllm):
@@ -148,12 +166,12 @@ def test_the_seeds_deployment_with_two_drafts_and_its_kv_cache(vllm):
 def test_what_the_simulator_does_not_model_on_a_small_cache_is_refused_naming_vllms_scheduler():
     w = ClosedLoopWorkload(8, 1000, 20)
     small = dict(max_num_batched_tokens=1024, max_num_seqs=8, block_size=16, num_kv_blocks=300)
-    for config, why in ((SchedulerConfig(**small, async_scheduling=True), "asynchronous"),):
-        with pytest.raises(ValueError, match=why) as e:
-            list(simulate(w, config))
-        assert "--workload-source vllm" in str(e.value)
-    with pytest.raises(ValueError, match="shared prefix"):
+    with pytest.raises(ValueError, match="synchronous scheduler only") as e:
+        list(simulate(w, SchedulerConfig(**small, async_scheduling=True, speculative_tokens=1)))
+    assert "--no-async-scheduling" in str(e.value)
+    with pytest.raises(ValueError, match="shared prefix") as e:
         list(simulate(ClosedLoopWorkload(8, 1000, 20, shared_prefix=512), SchedulerConfig(**small)))
+    assert "--workload-source vllm" in str(e.value)
     with pytest.raises(ValueError, match="one request"):
         list(simulate(w, SchedulerConfig(**{**small, "num_kv_blocks": 40})))
 

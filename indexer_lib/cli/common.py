@@ -259,9 +259,9 @@ def add_scheduler_arguments(p: argparse.ArgumentParser) -> None:
                         "--kv-cache-tokens gives (default: 1)")
     p.add_argument("--kv-cache-tokens", type=int, default=0,
                    help="the KV cache per GPU in tokens, as the engine logs it ('GPU KV cache size'); a cache "
-                        "smaller than the running requests need holds back admissions and preempts, modelled "
-                        "on the synchronous scheduler (--no-async-scheduling) or by --workload-source vllm "
-                        "(default: 0, room for every running request)")
+                        "smaller than the running requests need holds back admissions and preempts, as the "
+                        "release's own scheduler does; with --speculative-tokens only on the synchronous "
+                        "scheduler (--no-async-scheduling) (default: 0, room for every running request)")
 
 
 def engine_arg(text: str) -> str:

@@ -160,6 +160,8 @@ class _Request:
     outputs: int = 0  # output tokens sampled
     blocks: list = field(default_factory=list)  # its KV blocks (a finite KV cache only)
     cached: int = 0  # of its tokens, those in full blocks the prefix cache holds (idem)
+    in_flight: int = 0  # async: of its outputs, those sampled in the step in flight (the scheduler's
+    # next pass does not know them yet)
 
     @property
     def num_tokens(self) -> int:
@@ -201,14 +203,15 @@ def kv_pressure(workload: ClosedLoopWorkload, config: SchedulerConfig) -> bool:
     if config.num_kv_blocks - 1 < one:  # block 0 is vLLM's null block
         raise ValueError(f"num_kv_blocks {config.num_kv_blocks}: below the {one} blocks one request of "
                          f"{workload.max_prompt_len} + {workload.osl} tokens needs (vLLM would never admit it)")
-    unmodelled = ("the asynchronous scheduler" if config.async_scheduling
-                  else "a shared prefix" if workload.shared_prefix else None)
-    if unmodelled:
-        raise ValueError(
-            f"num_kv_blocks {config.num_kv_blocks}: below the {need} blocks the running requests of "
-            f"{workload.max_prompt_len} + {workload.osl} tokens can hold; the simulator models preemption "
-            f"on the synchronous scheduler without a shared prefix, not with {unmodelled}: vLLM's own "
-            "scheduler does (--workload-source vllm, source='vllm')")
+    below = (f"num_kv_blocks {config.num_kv_blocks}: below the {need} blocks the running requests of "
+             f"{workload.max_prompt_len} + {workload.osl} tokens can hold; the simulator models preemption")
+    if workload.shared_prefix:
+        raise ValueError(f"{below} without a shared prefix: vLLM's own scheduler models one "
+                         "(--workload-source vllm, source='vllm')")
+    if config.async_scheduling and config.speculative_tokens:
+        # nor does the drive of vLLM's scheduler, which plays drafts on the synchronous one only
+        raise ValueError(f"{below} with speculative decoding on the synchronous scheduler only "
+                         "(--no-async-scheduling)")
     return True
 
 
@@ -235,6 +238,7 @@ class _Engine:
         self.tick = 0  # scheduling passes, empty ones included (they pace async arrivals)
         self.step = 0  # executed engine steps
         self.preempted_now = False  # the pass being scheduled preempted a request
+        self.sampled: list[_Request] = []  # async: the requests that sampled in the step in flight
         self.send(workload.concurrency)
 
     def send(self, n: int) -> None:
@@ -312,7 +316,11 @@ class _Engine:
             self.cached_prefix = max(self.cached_prefix, self.cacheable_prefix(req, n))
         self.preempted_now = False
         scheduled_with = len(self.running)
-        # async: the requests that finished in the previous step leave now
+        # async: the requests that finished in the previous step leave now, and their blocks go back
+        if self.pool is not None and self.config.async_scheduling:
+            for req in self.running:
+                if req.outputs >= self.workload.osl:
+                    self.release(req)
         self.running = [r for r in self.running if r.outputs < self.workload.osl]
         return scheduled, scheduled_with
 
@@ -323,8 +331,9 @@ class _Engine:
 
     def allocate(self, req: _Request, n: int) -> None:
         req.blocks += self.pool.take(self.blocks_to_hold(req, n))
-        # vLLM caches the full blocks of the tokens scheduled, drafts aside (not yet tokens)
-        req.cached = max(req.cached, min(req.computed + n, req.num_tokens))
+        # vLLM caches the full blocks of the tokens scheduled, drafts aside (not yet tokens), and
+        # (async) the token sampled in the step in flight aside (not yet known)
+        req.cached = max(req.cached, min(req.computed + n, req.num_tokens - req.in_flight))
 
     def allocate_running(self, req: _Request, n: int) -> bool:
         """Blocks for a running request's tokens, preempting the last running request while too
@@ -342,7 +351,10 @@ class _Engine:
         token, and it waits first in line."""
         self.pool.release(req.rid, req.blocks, req.cached // self.config.block_size)
         req.blocks, req.computed, req.cached = [], 0, 0
-        self.waiting.appendleft(req)
+        # (async) a request whose last output, in flight, finishes it leaves when that output comes
+        # (vLLM 0.33.0 v1/core/sched/scheduler.py:2494, :2545-2548)
+        if req.outputs < self.workload.osl:
+            self.waiting.appendleft(req)
         self.preempted_now = True
 
     def admit(self, req: _Request, chunk) -> bool:
@@ -387,15 +399,23 @@ class _Engine:
         request that got budget computes its tokens and keeps them all (its sampled token and
         every draft accepted).  How many finished."""
         finished = 0
+        for req in self.sampled:
+            req.in_flight = 0
+        self.sampled = []
         for req, n, decoding in scheduled:
             req.computed += n
+            outputs = req.outputs
             if decoding:
                 req.outputs += n
                 finished += req.outputs >= self.workload.osl
             elif req.computed == req.num_tokens:  # its prompt (or its recomputation) is done
                 req.outputs += 1
                 finished += req.outputs >= self.workload.osl
-            if self.pool is not None and req.outputs >= self.workload.osl:
+            if self.config.async_scheduling and req.outputs > outputs:
+                req.in_flight = req.outputs - outputs
+                self.sampled.append(req)
+            # (async: a finished request holds its blocks until the next pass is scheduled)
+            if self.pool is not None and req.outputs >= self.workload.osl and not self.config.async_scheduling:
                 self.release(req)
         if not self.config.async_scheduling:
             self.running = [r for r in self.running if r.outputs < self.workload.osl]
