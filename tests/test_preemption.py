@@ -77,13 +77,15 @@ print(json.dumps({"version": vllm_scheduler.vllm_version(), "cases": [
     step_records(vllm_scheduler.schedule(ClosedLoopWorkload(**w), SchedulerConfig(**c))) for w, c in cases]}))
 """
 # (seed, index) of random_cases: first-chunk admission and the free queue's order each change
-# these schedules (drafts off and on); found over 400 random cases, all of which agree
+# these schedules (drafts off and on), picked from 400 random cases on 0.15.1 and 200 on 0.19.0,
+# all of which agree
 RELEASE_CASES = {
     "0.15.1": [(12, 0), (16, 0), (30, 1), (39, 0), (2, 1), (4, 0)],
     "0.19.0": [(30, 1), (39, 0), (19, 1)],
 }
 # (seed, index) of random_cases on the asynchronous scheduler, without drafts: a preempted request
-# resumes, and a finished request holds its blocks until the next step is scheduled
+# resumes, and a finished request holds its blocks until the next step is scheduled (picked from
+# 240 random cases on 0.33.0 and 200 on 0.15.1, all of which agree)
 ASYNC_CASES = [(2, 3), (7, 3), (13, 0)]
 
 
