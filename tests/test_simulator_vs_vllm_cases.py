@@ -106,5 +106,6 @@ def test_a_kv_cache_the_simulator_cannot_model_is_refused():
     w = ClosedLoopWorkload(concurrency=4, isl=1000, osl=24)  # 4 x 16 blocks of 64
     next(simulate(w, SchedulerConfig(num_kv_blocks=64)))  # exactly enough
     next(simulate(w, SchedulerConfig(num_kv_blocks=63)))  # preemption, on the synchronous scheduler
-    with pytest.raises(ValueError, match="num_kv_blocks 63: below the 64 blocks .* asynchronous"):
-        next(simulate(w, SchedulerConfig(num_kv_blocks=63, async_scheduling=True)))
+    next(simulate(w, SchedulerConfig(num_kv_blocks=63, async_scheduling=True)))  # and the asynchronous one
+    with pytest.raises(ValueError, match="num_kv_blocks 63: below the 64 blocks .* synchronous scheduler only"):
+        next(simulate(w, SchedulerConfig(num_kv_blocks=63, async_scheduling=True, speculative_tokens=1)))

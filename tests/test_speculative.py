@@ -92,10 +92,10 @@ def test_bad_drafts_and_kv_caches_are_refused_in_one_line(tmp_path, capsys):
         assert len(err.splitlines()) == 1 and flag.strip("-").replace("-", "_") in err
 
 
-def test_a_kv_cache_too_small_for_the_running_requests_points_to_vllms_scheduler(tmp_path, capsys):
-    assert main(["frontier", "--model", "glm-5", "--concurrency", "64", "--isl", "10240",
+def test_a_small_kv_cache_with_drafts_on_the_asynchronous_scheduler_points_to_the_synchronous_one(tmp_path, capsys):
+    assert main(["frontier", "--model", "glm-5", "--concurrency", "64", "--isl", "10240", "--speculative-tokens", "1",
                  "--kv-cache-tokens", "280000", "--out", str(tmp_path / "x.csv")]) == 2
-    assert "--workload-source vllm" in capsys.readouterr().err
+    assert "--no-async-scheduling" in capsys.readouterr().err
 
 
 @pytest.fixture

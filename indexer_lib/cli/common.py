@@ -268,9 +268,9 @@ def add_scheduler_arguments(p: argparse.ArgumentParser) -> None:
                    help="the KV cache per GPU in tokens, as the engine logs it ('GPU KV cache size'), or 'auto': "
                         "derived from the model's checkpoint at --tp, --gpu-memory-utilization and "
                         "--kv-cache-dtype (docs/design.md#kv-cache-capacity); a cache smaller than the running "
-                        "requests need holds back admissions and preempts, modelled on the synchronous "
-                        "scheduler (--no-async-scheduling) or by --workload-source vllm (default: 0, room for "
-                        "every running request)")
+                        "requests need holds back admissions and preempts, as the release's own scheduler does; "
+                        "with --speculative-tokens only on the synchronous scheduler (--no-async-scheduling) "
+                        "(default: 0, room for every running request)")
     p.add_argument("--gpu-memory-utilization", type=fraction, default=None,
                    help="vLLM: the server's --gpu-memory-utilization, for --kv-cache-tokens auto (default: the "
                         f"release's; {get_engine(DEFAULT_ENGINE).gpu_memory_utilization} for {release})")

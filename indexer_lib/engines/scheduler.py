@@ -38,8 +38,12 @@ def release_scheduler(engine: str | EngineProfile | None, block_size: int, gpu=N
     values.update({k: v for k, v in given.items() if v is not None})
     drafts = values.get("speculative_tokens") or 0
     # which decodes the release's indexer takes in its prefill path (data/engines/, with sources)
-    threshold = get_engine(engine).indexer_decode_threshold(drafts)
-    return SchedulerConfig(block_size=block_size, indexer_decode_threshold=threshold, **values)
+    profile = get_engine(engine)
+    threshold = profile.indexer_decode_threshold(drafts)
+    # how the release admits requests and returns blocks with a finite KV cache (idem)
+    return SchedulerConfig(block_size=block_size, indexer_decode_threshold=threshold,
+                           reserve_full_isl=profile.scheduler_reserve_full_isl,
+                           free_uncached_first=profile.scheduler_free_uncached_first, **values)
 
 
 def not_default(engine: str | EngineProfile | None, config: SchedulerConfig, gpu=None) -> list[str]:

@@ -37,6 +37,14 @@ class SchedulerConfig:
     async_scheduling: bool = False  # the async scheduler learns of finishes one step later
     # KV cache capacity in blocks; 0: enough for every running request (no preemption)
     num_kv_blocks: int = 0
+    # how the release gates admissions and returns blocks with a finite KV cache
+    # (docs/design.md#preemption; each release's own rule in data/engines/): True, a waiting request
+    # is admitted only when its whole sequence fits (vLLM 0.19.0 on, scheduler_reserve_full_isl);
+    # False, when its first chunk does (vLLM 0.13-0.18)
+    reserve_full_isl: bool = True
+    # True: freed blocks no prefix-cache entry holds go to the free queue's front, to be reused
+    # first, the cached ones to its end (vLLM 0.30.0 on); False: every freed block to its end
+    free_uncached_first: bool = True
     # speculative decoding (MTP, EAGLE): each decoding request schedules its sampled token and
     # this many draft tokens per step, and every draft is taken as accepted (an assumption: the
     # most output per step); 0: none, vLLM's default
@@ -152,6 +160,8 @@ class _Request:
     outputs: int = 0  # output tokens sampled
     blocks: list = field(default_factory=list)  # its KV blocks (a finite KV cache only)
     cached: int = 0  # of its tokens, those in full blocks the prefix cache holds (idem)
+    in_flight: int = 0  # async: of its outputs, those sampled in the step in flight (the scheduler's
+    # next pass does not know them yet)
 
     @property
     def num_tokens(self) -> int:
@@ -193,14 +203,15 @@ def kv_pressure(workload: ClosedLoopWorkload, config: SchedulerConfig) -> bool:
     if config.num_kv_blocks - 1 < one:  # block 0 is vLLM's null block
         raise ValueError(f"num_kv_blocks {config.num_kv_blocks}: below the {one} blocks one request of "
                          f"{workload.max_prompt_len} + {workload.osl} tokens needs (vLLM would never admit it)")
-    unmodelled = ("the asynchronous scheduler" if config.async_scheduling
-                  else "a shared prefix" if workload.shared_prefix else None)
-    if unmodelled:
-        raise ValueError(
-            f"num_kv_blocks {config.num_kv_blocks}: below the {need} blocks the running requests of "
-            f"{workload.max_prompt_len} + {workload.osl} tokens can hold; the simulator models preemption "
-            f"on the synchronous scheduler without a shared prefix, not with {unmodelled}: vLLM's own "
-            "scheduler does (--workload-source vllm, source='vllm')")
+    below = (f"num_kv_blocks {config.num_kv_blocks}: below the {need} blocks the running requests of "
+             f"{workload.max_prompt_len} + {workload.osl} tokens can hold; the simulator models preemption")
+    if workload.shared_prefix:
+        raise ValueError(f"{below} without a shared prefix: vLLM's own scheduler models one "
+                         "(--workload-source vllm, source='vllm')")
+    if config.async_scheduling and config.speculative_tokens:
+        # nor does the drive of vLLM's scheduler, which plays drafts on the synchronous one only
+        raise ValueError(f"{below} with speculative decoding on the synchronous scheduler only "
+                         "(--no-async-scheduling)")
     return True
 
 
@@ -216,7 +227,8 @@ class _Engine:
         self.workload, self.config = workload, config
         # a KV cache too small for every running request: blocks are counted, admissions gated and
         # requests preempted as vLLM does; otherwise nothing waits on blocks and none are counted
-        self.pool = BlockPool(config.num_kv_blocks) if kv_pressure(workload, config) else None
+        self.pool = BlockPool(config.num_kv_blocks, config.free_uncached_first) \
+            if kv_pressure(workload, config) else None
         self.waiting: deque[_Request] = deque()
         self.running: list[_Request] = []
         self.sent = 0
@@ -226,6 +238,7 @@ class _Engine:
         self.tick = 0  # scheduling passes, empty ones included (they pace async arrivals)
         self.step = 0  # executed engine steps
         self.preempted_now = False  # the pass being scheduled preempted a request
+        self.sampled: list[_Request] = []  # async: the requests that sampled in the step in flight
         self.send(workload.concurrency)
 
     def send(self, n: int) -> None:
@@ -265,8 +278,9 @@ class _Engine:
         cap_chunks = threshold > 0 and len(self.running) + len(self.waiting) > 1
         scheduled = []
 
-        def chunk(req: _Request) -> int:
-            n = req.num_tokens - req.computed  # its prompt, or all it had before a preemption
+        def chunk(req: _Request, computed: int | None = None) -> int:
+            # its prompt, or all it had before a preemption, past its computed tokens (or ``computed``)
+            n = req.num_tokens - (req.computed if computed is None else computed)
             return min(min(n, threshold) if cap_chunks else n, budget)
 
         i = 0
@@ -287,7 +301,7 @@ class _Engine:
         while (self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs
                and not self.preempted_now):
             req = self.waiting[0]
-            if self.pool is not None and not self.admit(req):
+            if self.pool is not None and not self.admit(req, chunk):
                 break
             self.waiting.popleft()
             if self.config.enable_prefix_caching and self.workload.shared_prefix:
@@ -302,7 +316,11 @@ class _Engine:
             self.cached_prefix = max(self.cached_prefix, self.cacheable_prefix(req, n))
         self.preempted_now = False
         scheduled_with = len(self.running)
-        # async: the requests that finished in the previous step leave now
+        # async: the requests that finished in the previous step leave now, and their blocks go back
+        if self.pool is not None and self.config.async_scheduling:
+            for req in self.running:
+                if req.outputs >= self.workload.osl:
+                    self.release(req)
         self.running = [r for r in self.running if r.outputs < self.workload.osl]
         return scheduled, scheduled_with
 
@@ -313,8 +331,9 @@ class _Engine:
 
     def allocate(self, req: _Request, n: int) -> None:
         req.blocks += self.pool.take(self.blocks_to_hold(req, n))
-        # vLLM caches the full blocks of the tokens scheduled, drafts aside (not yet tokens)
-        req.cached = max(req.cached, min(req.computed + n, req.num_tokens))
+        # vLLM caches the full blocks of the tokens scheduled, drafts aside (not yet tokens), and
+        # (async) the token sampled in the step in flight aside (not yet known)
+        req.cached = max(req.cached, min(req.computed + n, req.num_tokens - req.in_flight))
 
     def allocate_running(self, req: _Request, n: int) -> bool:
         """Blocks for a running request's tokens, preempting the last running request while too
@@ -332,19 +351,28 @@ class _Engine:
         token, and it waits first in line."""
         self.pool.release(req.rid, req.blocks, req.cached // self.config.block_size)
         req.blocks, req.computed, req.cached = [], 0, 0
-        self.waiting.appendleft(req)
+        # (async) a request whose last output, in flight, finishes it leaves when that output comes
+        # (vLLM 0.33.0 v1/core/sched/scheduler.py:2494, :2545-2548)
+        if req.outputs < self.workload.osl:
+            self.waiting.appendleft(req)
         self.preempted_now = True
 
-    def admit(self, req: _Request) -> bool:
-        """vLLM (0.19 on) admits a waiting request only when its whole sequence fits in the free
-        blocks now; a preempted one takes back its full blocks still cached, short of its last
-        token."""
-        if self.pool.num_free < -(-req.num_tokens // self.config.block_size):
-            return False
+    def admit(self, req: _Request, chunk) -> bool:
+        """Whether the waiting request is admitted now: its whole sequence must fit in the free
+        blocks (vLLM 0.19.0 on), or only what it holds after its first chunk (``chunk(req)``,
+        vLLM 0.13-0.18).  A preempted one takes back its full blocks still cached, short of its
+        last token; they count among the free blocks and among those it needs."""
+        size = self.config.block_size
         # (a request never preempted has none of its own blocks cached)
-        hits = self.pool.hits(req.rid, (req.num_tokens - 1) // self.config.block_size)
+        hits = self.pool.hits(req.rid, (req.num_tokens - 1) // size)
+        if self.config.reserve_full_isl:
+            need = -(-req.num_tokens // size)
+        else:
+            need = -(-(len(hits) * size + chunk(req, len(hits) * size)) // size)  # it starts after its hits
+        if self.pool.num_free < need:
+            return False
         self.pool.touch(hits)
-        req.blocks, req.computed = hits, len(hits) * self.config.block_size
+        req.blocks, req.computed = hits, len(hits) * size
         req.cached = req.computed
         return True
 
@@ -371,15 +399,23 @@ class _Engine:
         request that got budget computes its tokens and keeps them all (its sampled token and
         every draft accepted).  How many finished."""
         finished = 0
+        for req in self.sampled:
+            req.in_flight = 0
+        self.sampled = []
         for req, n, decoding in scheduled:
             req.computed += n
+            outputs = req.outputs
             if decoding:
                 req.outputs += n
                 finished += req.outputs >= self.workload.osl
             elif req.computed == req.num_tokens:  # its prompt (or its recomputation) is done
                 req.outputs += 1
                 finished += req.outputs >= self.workload.osl
-            if self.pool is not None and req.outputs >= self.workload.osl:
+            if self.config.async_scheduling and req.outputs > outputs:
+                req.in_flight = req.outputs - outputs
+                self.sampled.append(req)
+            # (async: a finished request holds its blocks until the next pass is scheduled)
+            if self.pool is not None and req.outputs >= self.workload.osl and not self.config.async_scheduling:
                 self.release(req)
         if not self.config.async_scheduling:
             self.running = [r for r in self.running if r.outputs < self.workload.osl]

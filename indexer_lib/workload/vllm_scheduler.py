@@ -11,9 +11,11 @@ With ``config.speculative_tokens`` K (synchronous scheduling only) it also plays
 every request that sampled gets K drafts, all accepted in the next step; the scheduler takes
 them through the n-gram method's path, which needs no draft model.  With a finite KV cache
 (``config.num_kv_blocks``) vLLM preempts and resumes requests itself; a resumed request's
-recomputed tokens are prefill rows.  The drive runs whichever vLLM is importable: the
-project's 0.33.0, or a release's own under ``.venv-engines/`` (0.15.1 agrees on the tests'
-scenarios).
+recomputed tokens are prefill rows, and admissions and freed blocks follow the installed
+release's own rule, whatever ``config.reserve_full_isl`` and ``config.free_uncached_first`` say
+(the simulator's copy of that rule, docs/design.md#preemption).  The drive runs whichever vLLM is
+importable: the project's 0.33.0, or a release's own under ``.venv-engines/`` (0.15.1 and 0.19.0
+agree with the simulator on their own rules in the tests' scenarios).
 
 vLLM is optional: install it with ``bash scripts/install_vllm.sh`` (vLLM
 ``VLLM_VERSION``, with ``--no-deps`` next to the CPU build of torch, then the
