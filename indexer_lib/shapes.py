@@ -44,10 +44,22 @@ class LayerKind:
         return self.indexer_layers > 0 and self.index_heads > 0
 
     @property
+    def qsa(self) -> bool:
+        """Qwen's QSA indexer (Qwen3.8-Flash-Next): weight-free, every query row scored against K
+        compressed ``compress_ratio`` tokens to a block (``seq_len // ratio`` blocks, a row at
+        position p scoring ``(p + 1) // ratio``); planned on the releases whose QSA path is read
+        (``EngineProfile.qsa_path``)."""
+        return (self.name == "qsa" and not self.has_weights and isinstance(self.compress_ratio, int)
+                and self.compress_ratio >= 1 and self.pool in (None, self.compress_ratio))
+
+    @property
     def plannable(self) -> bool:
         """Whether the planners model it: every query row scored densely against its K, either
         uncompressed or compressed without pooling (DeepSeek-V4's C4: ``seq_len // ratio``
-        entries, a row at position p scoring ``(p + 1) // ratio``), with per-head weights."""
+        entries, a row at position p scoring ``(p + 1) // ratio``), with per-head weights; or
+        QSA's (``qsa``)."""
+        if self.qsa and self.candidates is None:
+            return True
         return (isinstance(self.compress_ratio, int) and self.compress_ratio >= 1 and self.candidates is None
                 and self.pool is None and self.has_weights)
 
@@ -67,7 +79,10 @@ class ModelPreset:
 
     @property
     def k_bytes_per_token(self) -> int:
-        """Bytes one token occupies in the K gather workspace: fp8 values + fp32 scale."""
+        """Bytes one token occupies in the K gather workspace: fp8 values + fp32 scale (QSA's
+        bf16 index keys: 2 bytes a value, no scale)."""
+        if self.qsa:
+            return 2 * self.head_dim
         return self.head_dim + K_SCALE_BYTES
 
     @property
@@ -93,6 +108,11 @@ class ModelPreset:
     def kv_ratio(self) -> int:
         """Tokens per K entry its indexer scores (1: uncompressed; DeepSeek-V4: 4)."""
         return self.main_kind.compress_ratio if self.layer_kinds else 1
+
+    @cached_property
+    def qsa(self) -> bool:
+        """Whether its indexer is QSA's (``LayerKind.qsa``)."""
+        return bool(self.layer_kinds) and self.main_kind.qsa
 
     @cached_property
     def main_kind(self) -> LayerKind:

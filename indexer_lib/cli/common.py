@@ -128,6 +128,8 @@ def budget_from_args(args, batch: StepBatch) -> int | None:
 def static_budget_note(args) -> str | None:
     """Where SGLang's C4 indexer is planned without a free-memory reading: the budget taken."""
     engine = get_engine(args.engine)
+    if get_model(args.model).qsa:
+        return None  # QSA's paths read no free memory
     if (get_model(args.model).kv_ratio == 1 or engine.compressed_budget_rule is None
             or args.free_gib is not None or args.budget_free_gib is not None
             or args.budget_mb is not None or args.budget_bytes is not None or not get_strategy(args.strategy).own_build):
@@ -140,6 +142,8 @@ def static_budget_note(args) -> str | None:
 def engine_budget_from_args(args, batch: StepBatch) -> int | None:
     engine = get_engine(args.engine)
     reading = args.free_gib if args.budget_free_gib is None else args.budget_free_gib
+    if get_model(args.model).qsa and engine.qsa_budget_mib is not None:
+        return budget_bytes_from_mb(engine.qsa_budget_mib)  # SGLang's QSA path: a constant of its own
     if get_model(args.model).kv_ratio != 1 and engine.compressed_budget_rule is not None:
         # SGLang's C4 indexer: its own budget, read on every forward (the gate is the planner's)
         total = get_gpu(args.gpu).capacity_bytes

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
-from ..engines import DEFAULT_ENGINE, EngineProfile, check_gpu, compressed_kv_engines, get_engine
+from ..engines import DEFAULT_ENGINE, EngineProfile, check_gpu, compressed_kv_engines, get_engine, qsa_engines
 from ..padding import DEFAULT_DEEPGEMM_VERSION, PaddingRules, get_rules
 from ..shapes import GpuPreset, ModelPreset, get_gpu, get_model
 from ..checks import BadValue, check_int
@@ -69,6 +69,10 @@ class PlanSettings:
         path for it is modelled, with the H200 path's temporaries (the CPU reference executor
         computes uncompressed indexers only)."""
         ratio, kind = self.preset.kv_ratio, self.preset.main_kind.name
+        if self.preset.qsa and (profile is None or profile.qsa_path is None):
+            on = "no engine release" if profile is None else profile.name
+            raise BadValue("engine", f"{on}: its prefill path for {self.model}'s QSA indexer ({ratio}x-compressed "
+                                     f"K blocks, weight-free) is not read; modelled on: {', '.join(qsa_engines())}")
         if profile is None or not profile.compressed_kv:
             modelled = ", ".join(compressed_kv_engines())
             on = "no engine release" if profile is None else profile.name
@@ -138,6 +142,8 @@ class PlanSettings:
         """K workspace tokens; None: the engine gathers each step's own K."""
         if self.workspace_tokens is not None:
             return self.workspace_tokens
+        if self.preset.qsa:
+            return None  # QSA's paths reserve no K workspace (vLLM reads its cache in place, SGLang gathers per call)
         if self.profile is None:
             tokens = self.preset.default_workspace_tokens
         else:
@@ -147,7 +153,11 @@ class PlanSettings:
 
     @cached_property
     def workspace_lifetime(self) -> str:
-        """Where the K workspace lives: "persistent" (reserved once), "chunk" or "call"."""
+        """Where the K workspace lives: "persistent" (reserved once), "chunk" or "call".  QSA's:
+        vLLM's kernel reads the paged cache in place (its chunks gather nothing: "chunk" with no
+        K), SGLang gathers the step's compressed K once per call."""
+        if self.preset.qsa and self.profile is not None and self.profile.qsa_path is not None:
+            return "chunk" if self.profile.qsa_path == "vllm-qsa" else "call"
         return "persistent" if self.profile is None else self.profile.workspace_lifetime
 
     @cached_property
