@@ -72,7 +72,8 @@ class PlanSettings:
         if self.preset.qsa and (profile is None or profile.qsa_path is None):
             on = "no engine release" if profile is None else profile.name
             raise BadValue("engine", f"{on}: its prefill path for {self.model}'s QSA indexer ({ratio}x-compressed "
-                                     f"K blocks, weight-free) is not read; modelled on: {', '.join(qsa_engines())}")
+                                     f"K blocks, weight-free) is not modelled (its code not read); modelled on: "
+                                     f"{', '.join(qsa_engines())}")
         if profile is None or not profile.compressed_kv:
             modelled = ", ".join(compressed_kv_engines())
             on = "no engine release" if profile is None else profile.name

@@ -5,7 +5,7 @@ model, with the reason (docs/design.md#models).  Modelled."""
 from __future__ import annotations
 
 from ..checks import BadValue
-from ..engines import compressed_kv_engines, engine_names, get_engine
+from ..engines import compressed_kv_engines, engine_names, get_engine, qsa_engines
 from ..shapes import GIB, MIB, get_model, known_models
 from .grid import Grid
 from .sweep import model_rows
@@ -18,7 +18,8 @@ def release_for(model: str, engine: str = "vllm") -> str:
     """The engine's latest release whose path for the model's indexer is modelled (its latest
     release where none is: planning it then says why)."""
     if get_model(model).kv_ratio != 1:
-        compressed = [e for e in compressed_kv_engines() if get_engine(e).engine == engine]
+        modelled = qsa_engines() if get_model(model).qsa else compressed_kv_engines()
+        compressed = [e for e in modelled if get_engine(e).engine == engine]
         if compressed:
             return compressed[-1]
     return engine_names(engine)[-1]
