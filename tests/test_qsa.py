@@ -156,3 +156,14 @@ def test_the_qsa_paths_plan_the_same_by_shapes(settings):
         assert shaped.num_chunks == plan.num_chunks and shaped.plan.budget_stable == plan.budget_stable
         if plan.num_chunks:
             assert shapes_peak(shaped, topk_rows=8192) == (report.peak_transient, report.peak)
+
+
+def test_vllm_qsa_workspace_is_the_block_tables_row_where_the_budget_is_smaller():
+    """Below one row of the block table (a budget in bytes the environment variable cannot give at
+    262K), ``max(max_logits_bytes, page_table.shape[1] * k_cache.shape[1] * 4)`` is the row, and a
+    slice is one query row (qsa_indexer.py:620-624)."""
+    table = vllm_qsa_table_columns(VLLM)
+    assert table == 262_144 // 4  # 4,096 blocks of 64 tokens (aligned to 128 tokens), 16 entries each
+    plan = make_plan(StepBatch((PrefillRequest(262_044, 100),)), "engine", 100_000, VLLM)
+    assert plan.num_chunks == 100 and {c.logits_bytes for c in plan.chunks} == {table * 4}
+    assert plan.budget_stable == (0, table * 4)  # the same plan for every budget below the row
