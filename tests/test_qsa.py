@@ -167,3 +167,12 @@ def test_vllm_qsa_workspace_is_the_block_tables_row_where_the_budget_is_smaller(
     plan = make_plan(StepBatch((PrefillRequest(262_044, 100),)), "engine", 100_000, VLLM)
     assert plan.num_chunks == 100 and {c.logits_bytes for c in plan.chunks} == {table * 4}
     assert plan.budget_stable == (0, table * 4)  # the same plan for every budget below the row
+
+
+def test_vllm_reserves_no_qsa_logits_in_its_profile_run():
+    """vLLM 0.33.0's profile run builds no attention metadata, so the QSA indexer computes no logits
+    there and the DeepSeek indexer's 512 MiB reservation is not on its path."""
+    from indexer_lib.engines import profile_run_logits_bytes
+
+    assert profile_run_logits_bytes("vllm==0.33.0") == 512 * MIB
+    assert profile_run_logits_bytes("vllm==0.33.0", model=get_model(MODEL)) == 0

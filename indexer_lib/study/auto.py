@@ -231,14 +231,14 @@ def engine_candidates(schedules: list[Schedule], settings: PlanSettings, free_by
     knobs = {"fixed-mib": budgets_mb, "fixed-elements": elements, "sglang-cached": fractions}.get(
         profile.budget_rule, (None,))
     total = get_gpu(gpu).capacity_bytes
-    default_reservation = profile_run_logits_bytes(profile)
+    default_reservation = profile_run_logits_bytes(profile, model=settings.preset)
     candidates = []
     for setting in knobs:
         budget = process_budget(profile, free_bytes, total, mem_fraction_static, setting)
         *totals, band = _over_schedules(schedules, tm, lambda batch: make_plan(batch, "engine", budget, settings),
                                         _own_peak)
         mb = float("nan") if budget is None else budget / MIB
-        shortfall = max(0, default_reservation - profile_run_logits_bytes(profile, setting))
+        shortfall = max(0, default_reservation - profile_run_logits_bytes(profile, setting, settings.preset))
         candidates.append(Candidate("engine", mb, False, *totals, False, profile.name, setting, shortfall,
                                     total_low_ms=band[0], total_high_ms=band[1]))
     return candidates
