@@ -11,7 +11,6 @@ may hold and how a lone request is cut (docs/design.md#strategies).
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 from typing import ClassVar
