@@ -48,9 +48,19 @@ class LayerKind:
 
     @property
     def pooled(self) -> bool:
-        """Whether its K entries are pools of ``pool`` tokens (GLM-5.3-Flash's kpool): the indexer
-        selects ``topk // pool`` pools and the engines skip or size its logits by tokens."""
-        return self.pool is not None and self.pool > 1
+        """Whether its K entries are pools of ``pool`` tokens scored with per-head weights
+        (GLM-5.3-Flash's kpool): the indexer selects ``topk // pool`` pools and the engines skip or
+        size its logits by tokens.  QSA's blocks (``qsa``) have paths of their own."""
+        return self.pool is not None and self.pool > 1 and not self.qsa
+
+    @property
+    def qsa(self) -> bool:
+        """Qwen's QSA indexer (Qwen3.8-Flash-Next): weight-free, every query row scored against K
+        compressed ``compress_ratio`` tokens to a block (``seq_len // ratio`` blocks, a row at
+        position p scoring ``(p + 1) // ratio``); planned on the releases whose QSA path is read
+        (``EngineProfile.qsa_path``)."""
+        return (self.name == "qsa" and not self.has_weights and isinstance(self.compress_ratio, int)
+                and self.compress_ratio >= 1 and self.pool in (None, self.compress_ratio))
 
     @property
     def plannable(self) -> bool:
@@ -61,7 +71,10 @@ class LayerKind:
         is the engine profile's (``pooled_kv``).  A candidate consumer (DeepSeek-V4.1) is plannable
         as the releases read compute it on an H200: dense logits over its whole K, masked to the
         candidates afterwards; the releases whose path for it is not read are refused by
-        ``PlanSettings``."""
+        ``PlanSettings``.  QSA's indexer (``qsa``) is plannable on the releases whose path for it
+        is read."""
+        if self.qsa and self.candidates is None:
+            return True
         pool_ok = self.pool is None or self.pool == self.compress_ratio
         return (isinstance(self.compress_ratio, int) and self.compress_ratio >= 1
                 and pool_ok and self.has_weights)
@@ -82,7 +95,10 @@ class ModelPreset:
 
     @property
     def k_bytes_per_token(self) -> int:
-        """Bytes one token occupies in the K gather workspace: fp8 values + fp32 scale."""
+        """Bytes one token occupies in the K gather workspace: fp8 values + fp32 scale (QSA's
+        bf16 index keys: 2 bytes a value, no scale)."""
+        if self.qsa:
+            return 2 * self.head_dim
         return self.head_dim + K_SCALE_BYTES
 
     @property
@@ -113,6 +129,11 @@ class ModelPreset:
     def pooled(self) -> bool:
         """Whether its indexer scores pooled K (GLM-5.3-Flash's kpool): see ``LayerKind.pooled``."""
         return self.main_kind.pooled if self.layer_kinds else False
+
+    @property
+    def qsa(self) -> bool:
+        """Whether its indexer is QSA's (``LayerKind.qsa``)."""
+        return bool(self.layer_kinds) and self.main_kind.qsa
 
     @cached_property
     def main_kind(self) -> LayerKind:

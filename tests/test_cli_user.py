@@ -46,7 +46,7 @@ def test_a_pre_release_build_is_planned_as_its_release_with_a_note(capsys):
     (["--engine", "vllm==0.16.5"], "(nearest: vllm==0.16.0)"),
     (["--engine", "vllm==0.99.0"], "(nearest: vllm==0.33.0)"),
     (["--engine", "sglang==0.5.2"], "(nearest: sglang==0.5.3)"),
-    (["--model", "glm5"], "unknown model 'glm5': must be one of deepseek-v3.2, deepseek-v4-flash, deepseek-v4-pro, deepseek-v4.1-flash, glm-5, glm-5.1, glm-5.2, glm-5.3-flash (nearest: glm-5)"),
+    (["--model", "glm5"], "unknown model 'glm5': must be one of deepseek-v3.2, deepseek-v4-flash, deepseek-v4-pro, deepseek-v4.1-flash, glm-5, glm-5.1, glm-5.2, glm-5.3-flash, qwen3.8-flash-next (nearest: glm-5)"),
 ])
 def test_an_unknown_name_suggests_the_nearest(argv, message, capsys):
     code, _, err = run(capsys, "plan", "--query-lens", "1", "--seq-lens", "1", *argv)

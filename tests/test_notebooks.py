@@ -145,7 +145,8 @@ def test_the_indexers_of_2026_in_notebook_01(ci_run):
     models = pd.read_csv(out / "tables" / "01_models_2026.csv")
     planned = models[models["planned"]]
     assert set(planned["model"]) == {"deepseek-v3.2", "glm-5", "glm-5.1", "glm-5.2", "deepseek-v4-flash",
-                                     "deepseek-v4-pro", "deepseek-v4.1-flash"}
+                                     "deepseek-v4-pro", "deepseek-v4.1-flash",
+                                     "glm-5.3-flash", "qwen3.8-flash-next"}
     assert (planned["isl"] == planned["max_model_len"]).all() and set(planned["concurrency"]) == {1, 8}
     assert {e.split("==")[0] for e in planned["engine"]} == {"vllm", "sglang", "trtllm"}
     v4 = planned[(planned["model"] == "deepseek-v4-flash") & (planned["concurrency"] == 1)].set_index("engine")
@@ -153,10 +154,12 @@ def test_the_indexers_of_2026_in_notebook_01(ci_run):
     # TensorRT-LLM's cap is 2^31 elements per call, not a memory budget: 8 GiB of logits at 1M
     assert v4.filter(like="trtllm", axis=0)["largest_logits_mib"].iloc[0] > 8000
     unknown = models[~models["planned"] & models["engine"].isna()]
-    assert set(unknown["model"]) == {"glm-5.3-flash", "qwen3.8-flash-next"}
+    assert unknown.empty  # every known model is planned
     v41 = planned[planned["model"] == "deepseek-v4.1-flash"]
     assert set(v41["engine"]) == {"vllm==0.33.0", "sglang==0.5.23"}  # TensorRT-LLM's path not read: refused
     assert set(v41["peak_layer_kind"]) <= {"c2", "c1_candidate_source", "c1_candidate_consumer"}
+    qwen = planned[planned["model"] == "qwen3.8-flash-next"]
+    assert set(qwen["engine"]) == {"vllm==0.33.0", "sglang==0.5.23"} and (qwen["peak_layer_kind"] == "qsa").all()
     assert unknown["why_not"].str.startswith("its ").all()
     refused = models[~models["planned"] & models["engine"].notna()]
     assert refused["why_not"].str.contains("not modelled").all()

@@ -60,8 +60,8 @@ def test_the_shapes_give_the_plans_count_limits_interval_and_peak(batch, strateg
     assert shaped.over_budget == plan.over_budget
     assert shaped.plan.budget_stable == plan.budget_stable
     assert (transient, peak) == (report.peak_transient, report.peak)
-    distinct = dict.fromkeys((c.num_rows, c.logits_cols, c.compressed, c.alloc_rows, c.kv_tokens, c.gather)
-                             for c in plan.chunks)
+    distinct = dict.fromkeys((c.num_rows, c.logits_cols, c.compressed, c.alloc_rows, c.kv_tokens, c.gather,
+                              c.alloc_bytes) for c in plan.chunks)
     assert shaped.shapes == tuple(distinct)
     assert shaped.plan.chunks == ()
     assert shaped.plan == plan.__class__(**{**plan.__dict__, "chunks": ()})
@@ -121,7 +121,7 @@ def test_an_engines_own_chunker_by_shapes_and_neighbours_gives_its_plans_count_i
     assert (shaped.num_chunks, shaped.over_budget) == (plan.num_chunks, plan.over_budget)
     assert shaped.plan.budget_stable == plan.budget_stable
     assert shapes_peak(shaped, topk_rows=8192) == (report.peak_transient, report.peak)
-    shape = (lambda c: (c.num_rows, c.logits_cols, c.compressed, c.alloc_rows, c.kv_tokens, c.gather))
+    shape = (lambda c: (c.num_rows, c.logits_cols, c.compressed, c.alloc_rows, c.kv_tokens, c.gather, c.alloc_bytes))
     assert set(shaped.shapes) == {shape(c) for c in plan.chunks}
     if shaped.pairs is not None:
         assert set(shaped.pairs) == {(shape(a) if a else None, shape(b))

@@ -129,6 +129,8 @@ def budget_from_args(args, batch: StepBatch) -> int | None:
 def static_budget_note(args) -> str | None:
     """Where SGLang's C4 indexer is planned without a free-memory reading: the budget taken."""
     engine = get_engine(args.engine)
+    if get_model(args.model).qsa:
+        return None  # QSA's paths read no free memory
     if (get_model(args.model).kv_ratio == 1 or engine.compressed_budget_rule in (None, "none")
             or get_model(args.model).has_candidates
             or args.free_gib is not None or args.budget_free_gib is not None
@@ -146,6 +148,8 @@ def engine_budget_from_args(args, batch: StepBatch) -> int | None:
         return None  # SGLang 0.5.12-0.5.20's C4 indexer: every query row in one call, no budget
     if get_model(args.model).has_candidates and V41_PATHS.get(engine.name) == "torch":
         return None  # SGLang's torch indexer for DeepSeek-V4.1 reads no budget (engines.v41)
+    if get_model(args.model).qsa and engine.qsa_budget_mib is not None:
+        return budget_bytes_from_mb(engine.qsa_budget_mib)  # SGLang's QSA path: a constant of its own
     if get_model(args.model).kv_ratio != 1 and engine.compressed_budget_rule is not None:
         # SGLang's C4 indexer: its own budget, read on every forward (the gate is the planner's)
         total = get_gpu(args.gpu).capacity_bytes

@@ -48,13 +48,14 @@ def cmd_plan(args) -> int:
                           **({"budget_note": note} if note else {})}))
         return 0
     on = f" on {plan.engine}" if plan.engine else ""
+    kernel = "its own QSA kernel, no DeepGEMM" if plan.settings.preset.qsa else f"DeepGEMM {plan.deepgemm_version}"
     if plan.settings.v41_path == "torch":
         budget = "budget none (torch scores, rows capped by 1 GiB of bf16 per-head scores; no DeepGEMM)"
     elif plan.budget_bytes is None:
-        budget = f"budget none (DeepGEMM {plan.deepgemm_version})"
+        budget = f"budget none ({kernel})"
     else:
         counted = "padded" if plan.padded else "unpadded, M x N x 4"
-        budget = f"budget {format_bytes(plan.budget_bytes)} ({counted}; DeepGEMM {plan.deepgemm_version})"
+        budget = f"budget {format_bytes(plan.budget_bytes)} ({counted}; {kernel})"
     print(f"{plan.strategy}{on}: {plan.num_chunks} chunks, {budget}, "
           f"peak {format_bytes(report.peak)} ({format_bytes(report.peak_transient)} transient)")
     preset = plan.settings.preset
@@ -123,6 +124,10 @@ def padding_note(plan) -> str | None:
     if not above:
         return None
     who = plan.engine if plan.strategy == "engine" and plan.engine else "this strategy"
+    if plan.settings.preset.qsa:
+        return (f"{len(above)} chunk(s) allocate more than the budget (up to {format_bytes(max(above))}): {who}'s "
+                "QSA path allocates one workspace of max(budget, block-table columns x 4) per call (vLLM) or "
+                "rounds a chunk's rows up to 128 / H (SGLang) (docs/design.md#models)")
     return (f"{len(above)} chunk(s) allocate more than the budget (up to {format_bytes(max(above))}) and are "
             f"not over it: {who} counts a chunk as M x N x 4 bytes, without DeepGEMM's padding of its rows "
             "and columns (docs/design.md#deepgemms-padding)")

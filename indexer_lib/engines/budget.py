@@ -108,13 +108,17 @@ class EngineBudget:
         return self.cached
 
 
-def profile_run_logits_bytes(engine, value: float | None = None) -> int:
+def profile_run_logits_bytes(engine, value: float | None = None, model=None) -> int:
     """What the release's profile (dummy) run allocates for the indexer's logits, so that the
     KV cache is sized to leave it free: vLLM from 0.19.0 a ``torch.empty`` of
     ``VLLM_SPARSE_INDEXER_MAX_LOGITS_MB`` (``value``; default the release's), one chunk's
-    worth; 0 for the releases whose profile run reserves no logits."""
+    worth; 0 for the releases whose profile run reserves no logits.  ``model`` (a preset): a QSA
+    model's indexer (Qwen3.8-Flash-Next) reserves none in vLLM 0.33.0, whose profile run builds no
+    attention metadata (v1/worker/gpu_model_runner.py:6132-6133, :5637), so its QSA indexer
+    returns before any logits (models/qwen4_exp/nvidia/indexer_qsa.py:198-205, :257-273) and the
+    DeepSeek indexer's reservation (sparse_attn_indexer.py) is not on its path."""
     profile = get_engine(engine)
-    if not profile.dummy_logits_reservation:
+    if not profile.dummy_logits_reservation or getattr(model, "qsa", False):
         return 0
     return budget_bytes_from_mb(profile.budget_default if value is None else value)
 

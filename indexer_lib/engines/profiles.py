@@ -26,6 +26,9 @@ BUDGET_RULES = ("none", "fixed-mib", "fixed-elements", "sglang-free-per-call", "
 COMPRESSED_BUDGET_RULES = (None, "none", "sglang-capped-per-call")
 LIFETIMES = ("persistent", "chunk", "call")
 PATHS = (None, "vllm-request-spans", "vllm-chunk-rows", "vllm-row-ends")
+# the release's prefill path for Qwen's QSA indexer (Qwen3.8-Flash-Next), where it was read:
+# vLLM 0.33.0's qsa_select_paged_prefill, SGLang 0.5.23's QSAIndexer.select_prefill_tokens
+QSA_PATHS = (None, "vllm-qsa", "sglang-qsa")
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,11 @@ class EngineProfile:
     compressed_logits_alive: int | None = None
     compressed_page_tokens: int | None = None
     compressed_nonpaged_min_rows: int | None = None
+    # its prefill path for Qwen's QSA indexer (QSA_PATHS; None: not read, and refused), and that
+    # path's own logits budget in MiB where it is a constant of its own (SGLang 0.5.23: 128 MiB;
+    # None: the release's ``budget_env``)
+    qsa_path: str | None = None
+    qsa_budget_mib: int | None = None
     workspace_extra_bytes: int = 0  # bytes the profile run adds to the shared workspace (kept)
     # how the scheduler defaults above change with the GPU's memory and kind (``engines.gpus``)
     scheduler_gpu_rule: str = "none"
@@ -128,7 +136,8 @@ class EngineProfile:
                                      ("layout", self.layout, ("full", "compressed")),
                                      ("path", self.path, PATHS),
                                      ("compressed_budget_rule", self.compressed_budget_rule,
-                                      COMPRESSED_BUDGET_RULES)):
+                                      COMPRESSED_BUDGET_RULES),
+                                     ("qsa_path", self.qsa_path, QSA_PATHS)):
             if value not in allowed:
                 raise ValueError(f"engine profile {self.engine}=={self.release}: {name} {value!r} "
                                  f"must be one of {', '.join(allowed)}")
@@ -274,6 +283,11 @@ def releases_text(names: list[str]) -> str:
         else:
             runs.append([name])
     return ", ".join(run[0] if len(run) == 1 else f"{run[0]}-{_load()[run[-1]].release}" for run in runs)
+
+
+def qsa_engines() -> list[str]:
+    """The releases whose prefill path for Qwen's QSA indexer the project models (``qsa_path``)."""
+    return [n for n, p in _load().items() if p.qsa_path is not None]
 
 
 def latest(engine: str) -> EngineProfile:

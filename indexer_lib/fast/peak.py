@@ -71,7 +71,7 @@ class ShapesPeak:
 
 def _chunk(shape: ChunkShape) -> Chunk:
     """A chunk of this shape, for the memory model's per-chunk counts."""
-    rows, cols, compressed, alloc_rows, kv_tokens, gather = shape
+    rows, cols, compressed, alloc_rows, kv_tokens, gather, alloc_bytes = shape
     return made_fast(Chunk, requests=(0, 1), rows=(0, rows), token_start=0, token_end=rows, kv_tokens=kv_tokens,
                      logits_cols=cols, logits_bytes=0, gather=gather, over_budget=False, compressed=compressed,
-                     kv_start=0, alloc_rows=alloc_rows)
+                     kv_start=0, alloc_rows=alloc_rows, alloc_bytes=alloc_bytes)

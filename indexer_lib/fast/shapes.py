@@ -28,6 +28,7 @@ class ChunkShape(NamedTuple):
     alloc_rows: int | None
     kv_tokens: int
     gather: bool
+    alloc_bytes: int | None = None
 
 
 class LoneSlices:
@@ -44,7 +45,7 @@ class LoneSlices:
         shapes, pairs = {}, {}  # distinct shapes, and each after the one before, in order
         for (q0, q1, cols, gather, slice_over, compressed, kv_tokens), alike in runs:
             shape = tuple.__new__(ChunkShape, (q1 - q0, cols, compressed, None, kv_tokens,
-                                               gather or every_chunk_gathers))
+                                               gather or every_chunk_gathers, None))
             shapes[shape] = None
             if last is not None:
                 pairs[(last, shape)] = None
@@ -98,30 +99,34 @@ class ShapeBuilder:
         self.over_budget = False
 
     def add(self, piece: Piece, times: int = 1) -> ChunkShape:
-        r0, r1, q0, q1, cols, gather, over, compressed, kv_tokens, kv_start, alloc_rows = piece
+        r0, r1, q0, q1, cols, gather, over, compressed, kv_tokens, kv_start, alloc_rows, alloc_bytes = piece
         if kv_start:
             raise ValueError("a column-split chunk's memory depends on its neighbours: "
                              "plan it with a ChunkBuilder")
         n = sum(self.batch.seq_lens[r0:r1]) if kv_tokens is None else kv_tokens
         # the record made by tuple's own constructor: a grid adds hundreds of thousands
         shape = tuple.__new__(ChunkShape, (q1 - q0, cols, compressed, alloc_rows, n,
-                                           gather or self.every_chunk_gathers))
+                                           gather or self.every_chunk_gathers, alloc_bytes))
         self.shapes[shape] = None
         self.num_chunks += times
         self.over_budget = self.over_budget or over or n > self.b.workspace
         return shape
 
     def add_rows(self, r0: int, r1: int, rows: int, per: int, cols: int, q0: int = 0, kv: int | None = None,
-                 over: bool = False, compressed: bool = False) -> None:
+                 over: bool = False, compressed: bool = False, alloc_bytes=None) -> None:
         """``ChunkBuilder.add_rows``: the first slice, the full slices after it at once, the rest."""
         kv = cols if kv is None else kv
+        size = (lambda n: None) if alloc_bytes is None else alloc_bytes
         first = min(per, rows)
-        self.add(Piece(r0, r1, q0, q0 + first, cols, True, over, compressed, kv_tokens=kv))
+        self.add(Piece(r0, r1, q0, q0 + first, cols, True, over, compressed, kv_tokens=kv, alloc_bytes=size(first)))
         full = (rows - first) // per
         if full:
-            self.add(Piece(r0, r1, q0 + first, q0 + first + per, cols, False, over, compressed, kv_tokens=kv), times=full)
-        if first + full * per < rows:
-            self.add(Piece(r0, r1, q0 + first + full * per, q0 + rows, cols, False, over, compressed, kv_tokens=kv))
+            self.add(Piece(r0, r1, q0 + first, q0 + first + per, cols, False, over, compressed, kv_tokens=kv,
+                           alloc_bytes=size(per)), times=full)
+        last = rows - first - full * per
+        if last > 0:
+            self.add(Piece(r0, r1, q0 + first + full * per, q0 + rows, cols, False, over, compressed, kv_tokens=kv,
+                           alloc_bytes=size(last)))
 
     def add_alone(self, i: int, slicing: Slicing, times: int = 1) -> LoneSlices:
         lone = lone_slices(self.b, slicing, self.every_chunk_gathers)

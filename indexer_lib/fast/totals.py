@@ -38,10 +38,16 @@ class ShapeTotals:
         h = self.heads
         return alloc_rows * h * self.head_dim + 4 * alloc_rows * h + 2 * INT32_BYTES * alloc_rows
 
+    def logits_of(self, rows: int, cols: int, compressed: bool, alloc_rows: int | None, alloc_bytes: int | None) -> int:
+        """``memory.logits_bytes``: the chunk's logits allocation (QSA's paths give theirs)."""
+        if alloc_bytes is not None:
+            return alloc_bytes
+        return self.logits(rows if alloc_rows is None else alloc_rows, cols, compressed)
+
     def shape_total(self, shape: ChunkShape) -> int:
         """``pair_total((None, shape))``: nothing held (a plan that frees each chunk's logits first)."""
-        rows, cols, compressed, alloc_rows, kv_tokens, gather = shape
-        logits = self.logits(rows if alloc_rows is None else alloc_rows, cols, compressed)
+        rows, cols, compressed, alloc_rows, kv_tokens, gather, alloc_bytes = shape
+        logits = self.logits_of(rows, cols, compressed, alloc_rows, alloc_bytes)
         metadata = INT32_BYTES * (2 * rows + (kv_tokens if gather else 0))
         kv_buffer = kv_tokens * self.kv_per_token if gather else 0
         if not self.deepgemm:
@@ -49,8 +55,8 @@ class ShapeTotals:
         return logits + metadata + kv_buffer + max(self.topk_bytes(rows, cols), self.padded_inputs(rows, alloc_rows))
 
     def pair_total(self, pair: tuple) -> int:
-        before, (rows, cols, compressed, alloc_rows, kv_tokens, gather) = pair
-        logits = self.logits(rows if alloc_rows is None else alloc_rows, cols, compressed)
+        before, (rows, cols, compressed, alloc_rows, kv_tokens, gather, alloc_bytes) = pair
+        logits = self.logits_of(rows, cols, compressed, alloc_rows, alloc_bytes)
         metadata = INT32_BYTES * (2 * rows + (kv_tokens if gather else 0))
         kv_buffer = kv_tokens * self.kv_per_token if gather else 0
         tmp = held = held_with = 0
@@ -60,7 +66,7 @@ class ShapeTotals:
             held_with = padded
         if before is not None:
             b_rows, b_cols, b_compressed, b_alloc = before[:4]
-            held = self.logits(b_rows if b_alloc is None else b_alloc, b_cols, b_compressed)
+            held = self.logits_of(b_rows, b_cols, b_compressed, b_alloc, before[6])
         if not held:
             held_with = 0
         return logits + metadata + kv_buffer + max(tmp, held + held_with)

@@ -39,7 +39,10 @@ FROM_SETTINGS = "the plan's settings"  # memory_report's default: the temporarie
 
 def logits_bytes(chunk: Chunk, plan: Plan, count_padding: bool = True) -> int:
     """The chunk's logits allocation: ``logits_rows`` (a fixed-shape chunk's padded rows, else
-    its rows) x its width, with DeepGEMM's padding unless ``count_padding`` is False."""
+    its rows) x its width, with DeepGEMM's padding unless ``count_padding`` is False; a chunk whose
+    allocation is not rows x cols (QSA's paths: ``Chunk.alloc_bytes``) takes that."""
+    if chunk.alloc_bytes is not None:
+        return chunk.alloc_bytes
     if not count_padding:
         return unpadded_logits_bytes(chunk.logits_rows, chunk.logits_cols)
     heads = plan.settings.preset.index_heads

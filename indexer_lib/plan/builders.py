@@ -31,6 +31,7 @@ class Piece(NamedTuple):
     kv_tokens: int | None = None  # K it gathers (default: its requests' seq_lens)
     kv_start: int = 0  # first workspace column scored (column-split chunks)
     alloc_rows: int | None = None  # rows its logits are padded up to (fixed-shape)
+    alloc_bytes: int | None = None  # bytes its logits allocation takes where not rows x cols (QSA's paths)
 
 
 class Slice(NamedTuple):
@@ -86,12 +87,14 @@ class ChunkBuilder:
                 token_end=self.row_offset[k] + q1,
                 kv_tokens=n,
                 logits_cols=piece.cols,
-                logits_bytes=self.b.allocated(rows, piece.cols, piece.compressed),
+                logits_bytes=(self.b.allocated(rows, piece.cols, piece.compressed) if piece.alloc_bytes is None
+                              else piece.alloc_bytes),
                 gather=piece.gather or self.every_chunk_gathers,
                 over_budget=piece.over or n > self.b.workspace,
                 compressed=piece.compressed,
                 kv_start=piece.kv_start,
                 alloc_rows=piece.alloc_rows,
+                alloc_bytes=piece.alloc_bytes,
             ))
 
     def add_alone(self, i: int, slicing: Slicing, times: int = 1) -> None:
@@ -102,13 +105,15 @@ class ChunkBuilder:
                 self.add(Piece(k, k + 1, s.q0, s.q1, s.cols, s.gather, s.over, s.compressed, s.kv_tokens))
 
     def add_rows(self, r0: int, r1: int, rows: int, per: int, cols: int, q0: int = 0, kv: int | None = None,
-                 over: bool = False, compressed: bool = False) -> None:
+                 over: bool = False, compressed: bool = False, alloc_bytes=None) -> None:
         """The rows [q0, q0 + rows) of requests [r0, r1) in slices of ``per`` rows, each ``cols`` wide
         against ``kv`` gathered K tokens (default: ``cols``); the first gathers it, the others reuse it.
-        ``compressed``: logits ``cols`` wide in DeepGEMM's max_seqlen_k layout (width aligned to 256)."""
+        ``compressed``: logits ``cols`` wide in DeepGEMM's max_seqlen_k layout (width aligned to 256).
+        ``alloc_bytes``: a slice's logits allocation from its rows, where it is not rows x cols (QSA's paths)."""
         kv = cols if kv is None else kv
         for q in range(0, rows, per):
-            self.add(Piece(r0, r1, q0 + q, q0 + min(q + per, rows), cols, q == 0, over, compressed, kv_tokens=kv))
+            self.add(Piece(r0, r1, q0 + q, q0 + min(q + per, rows), cols, q == 0, over, compressed, kv_tokens=kv,
+                           alloc_bytes=None if alloc_bytes is None else alloc_bytes(min(q + per, rows) - q)))
 
     def result(self) -> list[Chunk]:
         return self.chunks

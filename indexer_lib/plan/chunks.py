@@ -31,6 +31,9 @@ class Chunk:
     compressed: bool = False  # DeepGEMM's max_seqlen_k layout: column c of row i is KV ks[i] + c
     kv_start: int = 0  # first workspace column scored; non-zero only for column-split chunks
     alloc_rows: int | None = None  # rows the logits allocate when padded up (fixed-shape)
+    # bytes the logits allocation takes where it is not DeepGEMM's rows x cols (QSA's paths: vLLM's
+    # one workspace per call, SGLang's rows rounded up to 128 / H); None: from rows and cols
+    alloc_bytes: int | None = None
 
     @property
     def num_rows(self) -> int:

@@ -85,7 +85,7 @@ def pack(batch: StepBatch, b: Budgeting, packing: Packing, build) -> None:
             while repeats[i + groups * size] > size:
                 groups += 1
         # the record made by tuple's own constructor: packing runs for every step of a grid
-        build.add(tuple.__new__(Piece, (i, j, 0, rows, width, True, over, compressed, kv, 0, alloc_rows)), groups)
+        build.add(tuple.__new__(Piece, (i, j, 0, rows, width, True, over, compressed, kv, 0, alloc_rows, None)), groups)
         i += groups * size
 
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
-from ..engines import DEFAULT_ENGINE, EngineProfile, check_gpu, compressed_kv_engines, get_engine, pooled_kv_engines
+from ..engines import (DEFAULT_ENGINE, EngineProfile, check_gpu, compressed_kv_engines, get_engine, pooled_kv_engines,
+                       qsa_engines)
 from ..engines.profiles import releases_text
 from ..engines.v41 import v41_path
 from ..padding import DEFAULT_DEEPGEMM_VERSION, PaddingRules, get_rules
@@ -89,13 +90,19 @@ class PlanSettings:
             raise BadValue("engine", f"{on}: its indexer path for {self.model}'s {kind} layers "
                                      f"(K pooled {compressed.pool} tokens to an entry) is not read "
                                      f"and modelled; modelled on: {modelled}")
+        if self.preset.qsa and (profile is None or profile.qsa_path is None):
+            on = "no engine release" if profile is None else profile.name
+            raise BadValue("engine", f"{on}: its prefill path for {self.model}'s QSA indexer ({ratio}x-compressed "
+                                     f"K blocks, weight-free) is not modelled (its code not read); modelled on: "
+                                     f"{releases_text(qsa_engines())}")
         if profile is None or not profile.compressed_kv:
             modelled = releases_text(compressed_kv_engines())
             on = "no engine release" if profile is None else profile.name
             raise BadValue("engine", f"{on}: its indexer path for {self.model}'s {kind} layers "
                                      f"({ratio}x-compressed K) is not modelled; modelled on: {modelled}")
         gpu = get_gpu(self.gpu)
-        if (profile.engine == "sglang" and not self.preset.pooled and not self.preset.has_candidates
+        if (profile.engine == "sglang" and not self.preset.pooled and not self.preset.qsa
+                and not self.preset.has_candidates
                 and gpu.cuda_family == 120):
             raise BadValue("gpu", f"{profile.name} on {gpu.name} ({gpu.arch}): SGLang's {kind} indexer caps its paged "
                                   "logits at 4,096 rows a call on sm12x (_SM120_INDEXER_M_CHUNK, 0.5.23 "
@@ -182,6 +189,8 @@ class PlanSettings:
         """K workspace tokens; None: the engine gathers each step's own K."""
         if self.workspace_tokens is not None:
             return self.workspace_tokens
+        if self.preset.qsa:
+            return None  # QSA's paths reserve no K workspace (vLLM reads its cache in place, SGLang gathers per call)
         if self.profile is None:
             tokens = self.preset.default_workspace_tokens
         else:
@@ -191,7 +200,11 @@ class PlanSettings:
 
     @cached_property
     def workspace_lifetime(self) -> str:
-        """Where the K workspace lives: "persistent" (reserved once), "chunk" or "call"."""
+        """Where the K workspace lives: "persistent" (reserved once), "chunk" or "call".  QSA's:
+        vLLM's kernel reads the paged cache in place (its chunks gather nothing: "chunk" with no
+        K), SGLang gathers the step's compressed K once per call."""
+        if self.preset.qsa and self.profile is not None and self.profile.qsa_path is not None:
+            return "chunk" if self.profile.qsa_path == "vllm-qsa" else "call"
         return "persistent" if self.profile is None else self.profile.workspace_lifetime
 
     @cached_property

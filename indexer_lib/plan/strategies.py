@@ -10,6 +10,7 @@ may hold and how a lone request is cut (docs/design.md#strategies).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 from typing import ClassVar
@@ -303,10 +304,18 @@ class Engine(Strategy):
     def runs_under(self, settings: PlanSettings) -> PlanSettings:
         return settings.own_chunker
 
+    def budget_bytes(self, budget_mb, free_gib, settings, mem_fraction_static=None):
+        profile = self.runs_under(settings).profile
+        if settings.preset.qsa and profile.qsa_budget_mib is not None:
+            return budget_bytes_from_mb(profile.qsa_budget_mib)  # SGLang's QSA path: a constant of its own
+        return super().budget_bytes(budget_mb, free_gib, settings, mem_fraction_static)
+
     def logits_alive(self, settings: PlanSettings) -> int:
         profile = settings.profile
         if settings.v41_path == "torch":
             return TORCH_LOGITS_ALIVE  # SGLang's torch scores: the previous chunk's still bound
+        if settings.preset.qsa:
+            return 1  # vLLM: one workspace per call, its chunks views of it; SGLang: each chunk deleted
         if settings.preset.kv_ratio != 1 and profile.compressed_logits_alive is not None:
             return profile.compressed_logits_alive  # SGLang's C4 path frees each chunk's logits
         return profile.logits_alive
@@ -316,7 +325,7 @@ class Engine(Strategy):
         engine = settings.profile
         if settings.v41_path == "torch":
             return  # SGLang's torch scores are capped by a constant: the budget is not read
-        if sglang_c4(engine, batch) and engine.compressed_budget_rule == "none":
+        if sglang_c4(engine, batch, settings.preset.pooled) and engine.compressed_budget_rule == "none":
             if budget is not None:
                 raise ValueError(f"{engine.name} has no logits budget on its C4 path (every query row in one "
                                  "call): budget_bytes must be None")
@@ -328,6 +337,8 @@ class Engine(Strategy):
             return
         if budget is not None:
             return
+        if settings.preset.qsa:
+            raise ValueError(f"{engine.name}'s QSA path chunks every step against a budget: budget_bytes must be > 0")
         pooled = settings.preset.pooled
         if sglang_c4(engine, batch, pooled) or sglang_kpool(engine, batch, pooled):
             return  # no budget: one call (the release's own None, as in a graph-backed forward)
@@ -341,6 +352,9 @@ class Engine(Strategy):
 
     def split(self, batch, b, build) -> None:
         engine = b.settings.profile
+        if b.settings.preset.qsa:
+            split_qsa(batch, b, build)
+            return
         if b.settings.v41_path == "torch":
             split_sglang_v41_torch(batch, b, build)
             return
@@ -522,6 +536,74 @@ def split_sglang_c4(batch, b, build) -> None:
             per = max(budget // row_bytes, 1)
             b.narrow(per * row_bytes if budget >= row_bytes else 0, min(limit, (budget // row_bytes + 1) * row_bytes))
     build.add_rows(0, len(batch.requests), rows, per, cols, kv=batch.num_kv_tokens, compressed=True)
+
+
+def vllm_qsa_table_columns(settings) -> int:
+    """vLLM 0.33.0's ``page_table.shape[1] * k_cache.shape[1]`` for QSA's compressed cache: the
+    block table's width (``get_block_table_width(cdiv(max_model_len, block), block)``, aligned to
+    128 tokens) times the compressed states per block (``block // ratio``)."""
+    preset = settings.preset
+    block, ratio = preset.kv_block, preset.kv_ratio
+    blocks = -(-preset.max_model_len // block)
+    align = 128 // math.gcd(128, block)
+    return -(-blocks // align) * align * (block // ratio)
+
+
+def vllm_qsa_width(settings, batch) -> int:
+    """vLLM 0.33.0's QSA logits width: ``round_up(cdiv(max_seq_len, ratio), 64)``, at least 64 and
+    at most the block table's columns (``qsa_select_paged_prefill``)."""
+    ratio = batch.kv_ratio
+    longest = max(r.context_len + r.query_len for r in batch.requests)
+    width = -(-(-(-longest // ratio)) // 64) * 64
+    return min(max(64, width), vllm_qsa_table_columns(settings))
+
+
+def split_qsa(batch, b, build) -> None:
+    """Qwen's QSA indexer on the release's own prefill path (``EngineProfile.qsa_path``).
+
+    vLLM 0.33.0 (``qsa_select_paged_prefill``): every prefill row of the step in one call against
+    one width W (``vllm_qsa_width``), in slices of ``max(1, budget // (W x 4))`` rows, each a
+    ``[rows, W]`` view of one fp32 workspace of ``max(budget, table columns x 4)`` bytes allocated
+    per call: every slice's allocation is that workspace; the kernel reads the paged cache (no K
+    gathered).  SGLang 0.5.23 (``QSAIndexer.select_prefill_tokens``): every row against the
+    batch's longest ``seq_len // ratio`` blocks, in slices of ``min(rows, max(m, (budget //
+    (W x 4)) // m x m))`` rows (m = 128 / H), each ``[rows rounded up to m, W]`` fp32, deleted
+    before the next; none when every sequence is shorter than one block.  Neither skips the logits
+    of short sequences."""
+    profile, settings = b.settings.profile, b.settings
+    rows, budget = batch.num_rows, b.budget
+    if not rows:
+        return
+    if profile.qsa_path == "vllm-qsa":
+        width = vllm_qsa_width(settings, batch)
+        row = width * 4
+        per = max(1, budget // row)
+        # the same slices for budgets in [per x row, (per + 1) x row) (one row below 2 rows), and
+        # for every budget from rows x row up
+        b.narrow(per * row if per > 1 else 0, (per + 1) * row if per < rows else None)
+        table = vllm_qsa_table_columns(settings) * 4
+        if budget >= table:
+            b.narrow(budget, budget + 1)  # the workspace is the budget itself
+        else:
+            b.narrow(0, table)
+        workspace = max(budget, table) // 4 * 4  # q.new_empty(budget_bytes // 4, float32)
+        build.add_rows(0, len(batch.requests), rows, per, width, kv=0, alloc_bytes=lambda n: workspace)
+        return
+    width = max(batch.seq_lens)
+    if width <= 0:
+        return  # no complete block: no logits
+    m = max(1, 128 // b.model.index_heads)
+    per_row = width * 4
+    k = max(1, budget // per_row // m)  # slices of k x m rows
+    per = min(rows, k * m)
+    if rows <= m:
+        b.narrow(0, None)
+    elif per == rows:
+        b.narrow(-(-rows // m) * m * per_row, None)
+    else:
+        b.narrow(k * m * per_row if k > 1 else 0, (k + 1) * m * per_row)
+    build.add_rows(0, len(batch.requests), rows, per, width, kv=batch.num_kv_tokens,
+                   alloc_bytes=lambda n: -(-n // m) * m * per_row)
 
 
 def skips_logits(engine, batch, topk: int, pooled: bool = False) -> bool:

@@ -234,7 +234,7 @@ def engine_candidates(schedules: list[Schedule], settings: PlanSettings, free_by
     if compressed and profile.compressed_budget_rule == "none":
         knobs = (None,)  # SGLang 0.5.12-0.5.20's C4 indexer: every query row in one call, no budget
     total = get_gpu(gpu).capacity_bytes
-    default_reservation = profile_run_logits_bytes(profile)
+    default_reservation = profile_run_logits_bytes(profile, model=settings.preset)
     candidates = []
     for setting in knobs:
         budget = (None if setting is None and compressed else
@@ -242,7 +242,7 @@ def engine_candidates(schedules: list[Schedule], settings: PlanSettings, free_by
         *totals, band = _over_schedules(schedules, tm, lambda batch: make_plan(batch, "engine", budget, settings),
                                         _own_peak)
         mb = float("nan") if budget is None else budget / MIB
-        shortfall = max(0, default_reservation - profile_run_logits_bytes(profile, setting))
+        shortfall = max(0, default_reservation - profile_run_logits_bytes(profile, setting, settings.preset))
         candidates.append(Candidate("engine", mb, False, *totals, False, profile.name, setting, shortfall,
                                     total_low_ms=band[0], total_high_ms=band[1]))
     return candidates

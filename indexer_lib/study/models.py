@@ -5,7 +5,7 @@ model, with the reason (docs/design.md#models).  Modelled."""
 from __future__ import annotations
 
 from ..checks import BadValue
-from ..engines import compressed_kv_engines, engine_names, get_engine, pooled_kv_engines
+from ..engines import compressed_kv_engines, engine_names, get_engine, pooled_kv_engines, qsa_engines
 from ..shapes import GIB, MIB, get_model, known_models
 from .grid import Grid
 from .sweep import model_rows
@@ -19,7 +19,8 @@ def release_for(model: str, engine: str = "vllm") -> str:
     release where none is: planning it then says why)."""
     preset = get_model(model)
     if preset.compressed:
-        modelled = pooled_kv_engines() if preset.pooled else compressed_kv_engines()
+        modelled = (pooled_kv_engines() if preset.pooled else qsa_engines() if preset.qsa
+                    else compressed_kv_engines())
         compressed = [e for e in modelled if get_engine(e).engine == engine]
         if compressed:
             return compressed[-1]
