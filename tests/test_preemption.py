@@ -102,8 +102,13 @@ def release_cases(release: str):
     for seed, index, on_async in picked:
         workload, config = list(random_cases(seed, index + 1))[index]
         config = dataclasses.replace(config, reserve_full_isl=profile.scheduler_reserve_full_isl,
-                                     free_uncached_first=profile.scheduler_free_uncached_first)
+                                     free_uncached_first=profile.scheduler_free_uncached_first,
+                                     threshold_lone_exempt=profile.scheduler_threshold_lone_exempt)
         yield workload, asynchronous(config) if on_async else config
+    # a lone request under a long_prefill_token_threshold: capped before 0.33.0, which lifts the cap
+    yield (ClosedLoopWorkload(concurrency=1, isl=2000, osl=4, num_prompts=2),
+           SchedulerConfig(max_num_batched_tokens=1024, long_prefill_token_threshold=256,
+                           threshold_lone_exempt=profile.scheduler_threshold_lone_exempt))
 
 
 def test_each_release_has_its_own_rule_for_admissions_and_freed_blocks():
@@ -112,6 +117,9 @@ def test_each_release_has_its_own_rule_for_admissions_and_freed_blocks():
              for c in [release_scheduler(f"vllm=={release}", 64)]}
     assert rules == {"0.11.0": (False, False), "0.16.0": (False, False), "0.19.0": (True, False),
                      "0.20.0": (True, False), "0.30.0": (True, True), "0.33.0": (True, True)}
+    lone = {release: release_scheduler(f"vllm=={release}", 64).threshold_lone_exempt
+            for release in ("0.16.0", "0.19.0", "0.30.0", "0.33.0")}
+    assert lone == {"0.16.0": False, "0.19.0": False, "0.30.0": False, "0.33.0": True}
     assert "block_pool.py:389-403" in get_engine("vllm==0.16.0").sources["scheduler_free_uncached_first"]
     assert "not read" in get_engine("vllm==0.11.0").sources["scheduler_reserve_full_isl"]
 
@@ -143,7 +151,8 @@ def test_an_older_release_preempts_and_resumes_as_its_own_scheduler_does(release
     for (workload, config), records in zip(cases, out["cases"], strict=True):
         assert json.loads(json.dumps(step_records(simulate(workload, config)))) == records
         # the release's rule is what makes them agree: vLLM 0.33.0's schedules differently
-        latest = dataclasses.replace(config, reserve_full_isl=True, free_uncached_first=True)
+        latest = dataclasses.replace(config, reserve_full_isl=True, free_uncached_first=True,
+                                     threshold_lone_exempt=True)
         assert config.async_scheduling or json.loads(json.dumps(step_records(simulate(workload, latest)))) != records
 
 

@@ -43,6 +43,7 @@ def release_scheduler(engine: str | EngineProfile | None, block_size: int, gpu=N
     # how the release admits requests and returns blocks with a finite KV cache (idem)
     return SchedulerConfig(block_size=block_size, indexer_decode_threshold=threshold,
                            reserve_full_isl=profile.scheduler_reserve_full_isl,
+                           threshold_lone_exempt=profile.scheduler_threshold_lone_exempt,
                            free_uncached_first=profile.scheduler_free_uncached_first, **values)
 
 

@@ -45,6 +45,9 @@ class SchedulerConfig:
     # True: freed blocks no prefix-cache entry holds go to the free queue's front, to be reused
     # first, the cached ones to its end (vLLM 0.30.0 on); False: every freed block to its end
     free_uncached_first: bool = True
+    # True: the threshold caps no chunk while only one request is running or waiting (vLLM 0.33.0);
+    # False: it caps every chunk (vLLM 0.13-0.32)
+    threshold_lone_exempt: bool = True
     # speculative decoding (MTP, EAGLE): each decoding request schedules its sampled token and
     # this many draft tokens per step, and every draft is taken as accepted (an assumption: the
     # most output per step); 0: none, vLLM's default
@@ -275,7 +278,8 @@ class _Engine:
         budget = self.config.max_num_batched_tokens
         drafts = self.config.speculative_tokens
         threshold = self.config.long_prefill_token_threshold
-        cap_chunks = threshold > 0 and len(self.running) + len(self.waiting) > 1
+        cap_chunks = threshold > 0 and (len(self.running) + len(self.waiting) > 1
+                                        or not self.config.threshold_lone_exempt)
         scheduled = []
 
         def chunk(req: _Request, computed: int | None = None) -> int:
@@ -493,8 +497,9 @@ def simulate(workload: ClosedLoopWorkload, config: SchedulerConfig = SchedulerCo
     budget is left; a prefix-cache hit becomes context, rounded down to whole
     blocks and never the whole prompt (the last token is always recomputed);
     blocks count as cached from the step that schedules them.
-    The threshold caps each chunk except when only one request is running or
-    waiting.  A finished request's replacement arrives before the next step
+    The threshold caps each chunk except, on releases that lift it for a lone
+    request (``threshold_lone_exempt``: vLLM 0.33.0), when only one request is
+    running or waiting.  A finished request's replacement arrives before the next step
     (sync) or one step later (async).
 
     Async scheduling, as vLLM's engine runs it: step k+1 is scheduled before
