@@ -45,8 +45,8 @@ def logits_bytes(chunk: Chunk, plan: Plan, count_padding: bool = True) -> int:
         return chunk.alloc_bytes
     if not count_padding:
         return unpadded_logits_bytes(chunk.logits_rows, chunk.logits_cols)
-    heads = plan.settings.preset.index_heads
-    return plan.settings.rules.logits_bytes(chunk.logits_rows, chunk.logits_cols, heads, chunk.compressed)
+    # what the kernel allocates: DeepGEMM's padded layout (SGLang's torch scores for DeepSeek-V4.1: plain)
+    return plan.settings.counters[1](chunk.logits_rows, chunk.logits_cols, chunk.compressed)
 
 
 def padded_inputs_bytes(chunk: Chunk, model: ModelPreset) -> int:
