@@ -88,8 +88,8 @@ class PlanSettings:
             modelled = releases_text(pooled_kv_engines())
             on = "no engine release" if profile is None else profile.name
             raise BadValue("engine", f"{on}: its indexer path for {self.model}'s {kind} layers "
-                                     f"(K pooled {compressed.pool} tokens to an entry) is not read "
-                                     f"and modelled; modelled on: {modelled}")
+                                     f"(K pooled {compressed.pool} tokens to an entry) is not modelled "
+                                     f"(its code not read); modelled on: {modelled}")
         if self.preset.qsa and (profile is None or profile.qsa_path is None):
             on = "no engine release" if profile is None else profile.name
             raise BadValue("engine", f"{on}: its prefill path for {self.model}'s QSA indexer ({ratio}x-compressed "
