@@ -185,8 +185,7 @@ def test_the_glm_5_3_flash_reports_reproduce_or_say_why_not(case, source, rows, 
 def test_the_kpool_paths_plan_the_same_by_shapes(engine):
     """The frontier's shape planner (``indexer_lib.fast``) gives the kpool paths' chunk count, stable
     budget interval and peak, as ``make_plan`` and the memory model do."""
-    from indexer_lib.fast import plan_shapes, shapes_peak
-    from indexer_lib.memory import memory_report
+    from shape_checks import shapes_agree
     from indexer_lib.workload import PrefillRequest
 
     s = settings(engine)
@@ -198,12 +197,7 @@ def test_the_kpool_paths_plan_the_same_by_shapes(engine):
                                 for _ in range(rng.choice((1, 2, 3, 5)))))
         budgets = (2**20, 64 * 2**20, 512 * 2**20, 4 * GIB) + ((None,) if engine.startswith("sglang") else ())
         budget = rng.choice(budgets)
-        plan = make_plan(batch, "engine", budget, s)
-        report = memory_report(plan, topk_rows=8192, temporaries="deepgemm")
-        shaped = plan_shapes(batch, "engine", budget, s)
-        assert shaped.num_chunks == plan.num_chunks and shaped.plan.budget_stable == plan.budget_stable
-        assert shapes_peak(shaped, topk_rows=8192) == (report.peak_transient, report.peak)
-        chunked += plan.num_chunks > 1
+        chunked += shapes_agree(batch, budget, s) > 1
     assert chunked >= 10
 
 

@@ -197,8 +197,7 @@ def test_the_c4_budget_from_the_strategy_is_sglangs_per_forward_rule(free_gib):
 def test_the_c4_path_plans_the_same_by_shapes():
     """The frontier's shape planner (``indexer_lib.fast``) gives the C4 path's chunk count,
     stable budget interval and peak, as ``make_plan`` and the memory model do."""
-    from indexer_lib.fast import plan_shapes, shapes_peak
-    from indexer_lib.memory import memory_report
+    from shape_checks import shapes_agree
     from indexer_lib.workload import PrefillRequest
 
     rng = random.Random(5)
@@ -208,12 +207,7 @@ def test_the_c4_path_plans_the_same_by_shapes():
                                                rng.choice((rng.randint(1, 3000), rng.randint(8192, 12000))))
                                 for _ in range(rng.choice((1, 1, 2, 3)))))
         budget = rng.choice((None, 2**20, 64 * 2**20, 512 * 2**20, 4 * GIB))
-        plan = make_plan(batch, "engine", budget, V4)
-        report = memory_report(plan, topk_rows=8192, temporaries="deepgemm")
-        shaped = plan_shapes(batch, "engine", budget, V4)
-        assert shaped.num_chunks == plan.num_chunks and shaped.plan.budget_stable == plan.budget_stable
-        assert shapes_peak(shaped, topk_rows=8192) == (report.peak_transient, report.peak)
-        chunked += plan.num_chunks > 1
+        chunked += shapes_agree(batch, budget, V4) > 1
     assert chunked >= 10
 
 
