@@ -97,3 +97,11 @@ def test_tp_row_sharding_of_vllm_0_33_is_refused_where_it_would_apply(tmp_path, 
     assert "split over the TP ranks" in capsys.readouterr().err
     assert main(args + ["--max-num-batched-tokens", "65536", "--engine", "vllm==0.30.0"]) == 0
     assert main(args) == 0
+
+
+def test_auto_sizes_sglangs_cache_with_its_own_static_fraction(capsys):
+    assert main(["auto", "--model", "glm-5", "--engine", "sglang==0.5.23", "--tp", "8", "--kv-cache-tokens", "auto",
+                 "--no-async-scheduling", "--mem-fraction-static", "0.85", "--workload", "8x10240x64",
+                 "--free-gib", "5"]) == 0
+    expected = derive_kv_cache("glm-5", "sglang==0.5.23", "h200", tp=8, fraction=0.85)
+    assert f"kv_cache_tokens={expected.tokens:,} tokens per GPU (derived: mem_fraction_static 0.85" in capsys.readouterr().out

@@ -123,7 +123,9 @@ def cmd_auto(args) -> int:
         raise UsageError(f"--tp {args.tp}: must be a whole number >= 1")
     kv_cache = None
     if args.kv_cache_tokens == "auto":
-        kv_cache = derive_kv_cache(settings.model, settings.profile, settings.gpu, args.tp, args.gpu_memory_utilization,
+        # the share of the GPU the release gives weights and KV: vLLM's utilization, SGLang's static fraction
+        share = args.mem_fraction_static if settings.profile.engine == "sglang" else args.gpu_memory_utilization
+        kv_cache = derive_kv_cache(settings.model, settings.profile, settings.gpu, args.tp, share,
                                    args.kv_cache_dtype, args.speculative_tokens)
     elif args.gpu_memory_utilization is not None or args.kv_cache_dtype != "auto":
         raise UsageError("--gpu-memory-utilization and --kv-cache-dtype size the KV cache only with "
