@@ -67,10 +67,6 @@ class VllmUnavailable(ImportError, ValueError):
     An ImportError, and a ValueError so the CLI reports it as one line."""
 
 
-class _NotDriven(ValueError):
-    """A setting vLLM accepts but this drive does not play."""
-
-
 def _import_vllm():
     # only the scheduler is used: the warnings about vLLM's missing compiled extension
     # (vllm._C) and torch's missing Triton are expected on a CPU machine and would show
@@ -156,6 +152,11 @@ def build_scheduler(workload: ClosedLoopWorkload, config: SchedulerConfig):
     max_model_len = max(workload.max_prompt_len + workload.osl + config.speculative_tokens,
                         config.long_prefill_token_threshold)
     blocks = config.num_kv_blocks or kv_blocks_needed(workload, config) + 1  # + vLLM's null block
+    if config.speculative_tokens and config.async_scheduling:
+        # ours, not vLLM's limit: the drive plays the drafts between the steps of the synchronous
+        # scheduler only (before vLLM sees the settings, so it is not taken for vLLM's refusal)
+        raise ValueError("the drive plays speculative decoding on vLLM's synchronous scheduler only: set "
+                         "async_scheduling off (--no-async-scheduling)")
     try:
         model_config = v["ModelConfig"](
             model=_tiny_model_dir(), tokenizer=_tiny_model_dir(), skip_tokenizer_init=True,
@@ -175,11 +176,6 @@ def build_scheduler(workload: ClosedLoopWorkload, config: SchedulerConfig):
         )
         cache_config.num_gpu_blocks = blocks
         speculative_config = None
-        if config.speculative_tokens and config.async_scheduling:
-            # ours, not vLLM's limit: the drive plays the drafts between the steps of the synchronous
-            # scheduler only (raised outside the try below, so it is not taken for vLLM's refusal)
-            raise _NotDriven("the drive plays speculative decoding on vLLM's synchronous scheduler only: set "
-                             "async_scheduling off (--no-async-scheduling)")
         if config.speculative_tokens:
             # the n-gram method: a drafter with no model, so the scheduler runs alone; the drafts
             # themselves are played below, like the sampled tokens
@@ -194,8 +190,6 @@ def build_scheduler(workload: ClosedLoopWorkload, config: SchedulerConfig):
             # explicit: on a machine without a GPU vLLM cannot detect a device
             device_config=v["DeviceConfig"](device="cuda"),
         )
-    except _NotDriven:
-        raise
     except ValueError as e:  # pydantic's ValidationError is a ValueError
         raise ValueError(f"vLLM refuses these scheduler settings: {e}") from None
     sc = vllm_config.scheduler_config
