@@ -121,13 +121,13 @@ class EngineProfile:
     # vLLM 0.33: with TP > 1 a step of at least this many prefill rows is split over the TP ranks,
     # each scoring its own rows (not modelled: refused); None: every rank scores every row
     tp_prefill_row_shard_min_rows: int | None = None
+    # whether a lone request (the only one running or waiting) takes its chunk past
+    # long_prefill_token_threshold (vLLM 0.33.0: nobody to starve) or is capped as any other (before)
+    scheduler_threshold_lone_exempt: bool = True
     # a finite KV cache (docs/design.md#preemption): whether the scheduler admits a waiting request
     # only when its whole sequence fits in the free blocks (vLLM 0.19.0 on: scheduler_reserve_full_isl)
     # or already when its first chunk does (0.13-0.18); and whether freed blocks no prefix-cache entry
     # holds go to the free queue's front, to be reused first (0.30.0 on), or to its end with the rest
-    # whether a lone request (the only one running or waiting) takes its chunk past
-    # long_prefill_token_threshold (vLLM 0.33.0: nobody to starve) or is capped as any other (before)
-    scheduler_threshold_lone_exempt: bool = True
     scheduler_reserve_full_isl: bool = True
     scheduler_free_uncached_first: bool = True
     sources: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
