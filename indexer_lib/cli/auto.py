@@ -98,7 +98,7 @@ def register(subparsers) -> None:
 
 def cmd_auto(args) -> int:
     from ..plan import GIVEN_BUDGET, PlanSettings, get_strategy
-    from ..engines.kv_capacity import derive_kv_cache
+    from ..engines.kv_capacity import deployment_kv_cache
     from ..engines.scheduler import tp_row_shard_refusal
     from ..study.auto import recommend
     from ..study.timemodel import MEASURED_DIR, TimeModel
@@ -121,15 +121,11 @@ def cmd_auto(args) -> int:
         strategies = tuple(s.name for s in chosen)
     if args.tp < 1:
         raise UsageError(f"--tp {args.tp}: must be a whole number >= 1")
-    kv_cache = None
-    if args.kv_cache_tokens == "auto":
-        # the share of the GPU the release gives weights and KV: vLLM's utilization, SGLang's static fraction
-        share = args.mem_fraction_static if settings.profile.engine == "sglang" else args.gpu_memory_utilization
-        kv_cache = derive_kv_cache(settings.model, settings.profile, settings.gpu, args.tp, share,
-                                   args.kv_cache_dtype, args.speculative_tokens)
-    elif args.gpu_memory_utilization is not None or args.kv_cache_dtype != "auto":
-        raise UsageError("--gpu-memory-utilization and --kv-cache-dtype size the KV cache only with "
-                         "--kv-cache-tokens auto")
+    # the share of the GPU the release gives weights and KV: vLLM's utilization, SGLang's static fraction
+    share = (args.mem_fraction_static if settings.profile.engine == "sglang" and args.kv_cache_tokens == "auto"
+             else args.gpu_memory_utilization)
+    kv_cache = deployment_kv_cache(args.kv_cache_tokens, settings.model, settings.profile, settings.gpu, args.tp,
+                                   share, args.kv_cache_dtype, args.speculative_tokens)
     scheduler = release_scheduler(settings.profile, settings.preset.kv_block, settings.gpu,
                                   max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs,
                                   long_prefill_token_threshold=args.long_prefill_token_threshold,
@@ -138,10 +134,8 @@ def cmd_auto(args) -> int:
     why = tp_row_shard_refusal(settings.profile, scheduler, args.tp)
     if why:
         raise UsageError(f"--tp {args.tp}: {why}")
-    differs = "; ".join(filter(None, [not_default_text(settings.profile, scheduler, settings.gpu),
+    differs = "; ".join(filter(None, [not_default_text(settings.profile, scheduler, settings.gpu, kv_cache),
                                       f"tp={args.tp}" if args.tp != 1 else ""]))
-    if kv_cache:  # where the cache comes from, next to its size
-        differs = differs.replace(f"kv_cache_tokens={kv_cache.tokens}", f"kv_cache_tokens={kv_cache.phrase()}")
     rec = recommend(workloads, args.free_gib, settings, scheduler, strategies, tuple(args.budgets_mb),
                     TimeModel.from_data(args.data_dir or MEASURED_DIR), args.mem_fraction_static)
     if args.json:

@@ -20,11 +20,10 @@ from functools import lru_cache
 from ..checks import BadValue
 from ..refdata import data_path
 from ..shapes import GIB, get_gpu, get_model
+from .budget import SGLANG_MEM_FRACTION_STATIC
 from .profiles import EngineProfile, get_engine
 
 KV_CACHE_DTYPES = ("auto", "bfloat16", "fp8")
-# SGLang's --mem-fraction-static when not given: about 0.9 on an H200 (engines.budget)
-SGLANG_DEFAULT_FRACTION = 0.9
 
 
 @dataclass(frozen=True)
@@ -130,7 +129,7 @@ def derive_kv_cache(model: str, engine: str | EngineProfile | None, gpu="h200", 
         requested = math.ceil(g.capacity_bytes * fraction)
     elif profile.engine == "sglang":
         setting = "mem_fraction_static"
-        fraction = SGLANG_DEFAULT_FRACTION if fraction is None else fraction
+        fraction = SGLANG_MEM_FRACTION_STATIC if fraction is None else fraction
         other = 0
         requested = int(g.capacity_bytes * fraction)  # free before the weights taken as the total
     else:
@@ -155,3 +154,16 @@ def derive_kv_cache(model: str, engine: str | EngineProfile | None, gpu="h200", 
                              f"cache in {setting} {fraction:g} x {g.capacity_gib:.2f} GiB: give a larger --tp")
     return KvCapacity(blocks * block, blocks, block, profile.name, ckpt.name, g.name, tp, setting, fraction,
                       g.capacity_bytes, weights, other, kv, per_token, kv_cache_dtype, mtp, tuple(assumptions))
+
+
+def deployment_kv_cache(kv_cache_tokens: int | str, model: str, engine: str | EngineProfile | None, gpu, tp: int,
+                        fraction: float | None, kv_cache_dtype: str,
+                        speculative_tokens: int) -> KvCapacity | None:
+    """The cache ``kv_cache_tokens`` "auto" derives (``derive_kv_cache``); None for a number of
+    tokens, which is the cache itself, so a fraction or a cache dtype given with one is refused."""
+    if kv_cache_tokens == "auto":
+        return derive_kv_cache(model, engine, gpu, tp, fraction, kv_cache_dtype, speculative_tokens)
+    if fraction is not None or kv_cache_dtype != "auto":
+        raise BadValue("kv_cache_tokens", "gpu_memory_utilization and kv_cache_dtype size the KV cache only "
+                                          "with kv_cache_tokens auto (a number of tokens is the cache itself)")
+    return None

@@ -47,22 +47,23 @@ def release_scheduler(engine: str | EngineProfile | None, block_size: int, gpu=N
                            free_uncached_first=profile.scheduler_free_uncached_first, **values)
 
 
-def not_default(engine: str | EngineProfile | None, config: SchedulerConfig, gpu=None) -> list[str]:
+def not_default(engine: str | EngineProfile | None, config: SchedulerConfig, gpu=None, kv_cache=None) -> list[str]:
     """The settings of ``config`` that differ from the release's defaults on ``gpu``, each as
-    ``name=value (default D)``: what a table or a title must name next to its numbers."""
+    ``name=value (default D)``: what a table or a title must name next to its numbers; ``kv_cache``
+    (``engines.kv_capacity.KvCapacity``): the cache was derived, and is named with its derivation."""
     defaults = scheduler_defaults(engine, gpu)
     differ = [f"{name}={getattr(config, name)} (default {default})" for name, default in defaults.items()
               if getattr(config, name) != default]
     if config.speculative_tokens:  # no release serves with speculative decoding unless asked
         differ.append(f"speculative_tokens={config.speculative_tokens} (default 0)")
     if config.num_kv_blocks:  # the default is a cache with room for every running request
-        differ.append(f"kv_cache_tokens={config.num_kv_blocks * config.block_size}")
+        differ.append(f"kv_cache_tokens={kv_cache.phrase() if kv_cache else config.num_kv_blocks * config.block_size}")
     return differ
 
 
-def not_default_text(engine: str | EngineProfile | None, config: SchedulerConfig, gpu=None) -> str:
+def not_default_text(engine: str | EngineProfile | None, config: SchedulerConfig, gpu=None, kv_cache=None) -> str:
     """``not_default`` as one phrase; '' when the scheduler is the release's own."""
-    return "; ".join(not_default(engine, config, gpu))
+    return "; ".join(not_default(engine, config, gpu, kv_cache))
 
 
 def tp_row_shard_refusal(engine: str | EngineProfile | None, config: SchedulerConfig, tp: int) -> str | None:

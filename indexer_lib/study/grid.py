@@ -17,7 +17,7 @@ from typing import Iterator
 from ..checks import BadValue
 from ..engines import DEFAULT_ENGINE, get_engine, not_default, release_scheduler
 from ..engines.scheduler import tp_row_shard_refusal
-from ..engines.kv_capacity import KV_CACHE_DTYPES, KvCapacity, derive_kv_cache
+from ..engines.kv_capacity import KV_CACHE_DTYPES, KvCapacity, deployment_kv_cache
 from ..plan import GIVEN_BUDGET, MEASURED_BUDGET, PlanSettings, get_strategy
 from ..shapes import budget_bytes_from_mb, free_bytes_from_gib, get_model
 from ..workload import MAX_BATCHED_TOKENS, MAX_CONCURRENCY, MAX_OSL, ClosedLoopWorkload, SchedulerConfig, check_int, check_source
@@ -188,12 +188,10 @@ class Grid:
         # the releases' full names: a grid means the same whatever release is newest later
         object.__setattr__(self, "engine", tuple(dict.fromkeys(s.engine for s in settings.values())))
         object.__setattr__(self, "_settings", {s.engine: s for s in settings.values()})  # not a field
-        if self.kv_cache_tokens == "auto":
-            for e in self.engine:
-                self.kv_cache(e)  # refuses a deployment it cannot derive, before any work
-        elif self.gpu_memory_utilization is not None or self.kv_cache_dtype != "auto":
-            raise BadValue("kv_cache_tokens", "gpu_memory_utilization and kv_cache_dtype size the KV cache only "
-                                              "with kv_cache_tokens auto (a number of tokens is the cache itself)")
+        # each release's derived KV cache, once (a deployment it cannot derive is refused before any work)
+        object.__setattr__(self, "_kv_caches", {
+            e: deployment_kv_cache(self.kv_cache_tokens, self.model, e, self.gpu, self.tp, self.gpu_memory_utilization,
+                                   self.kv_cache_dtype, self.speculative_tokens) for e in self.engine})
         for e in self.engine:
             for config in self.schedulers(e):
                 why = tp_row_shard_refusal(e, config, self.tp)
@@ -240,21 +238,18 @@ class Grid:
         """The grid's scheduler settings that differ from its releases' defaults, as one phrase for a
         title or a summary line ('' when every release runs its own defaults)."""
         engines = self.engine if engine is None else (engine,)
-        differ = [d for e in engines for c in self.schedulers(e) for d in not_default(e, c, self.gpu)]
-        if self.kv_cache_tokens == "auto":  # say where the cache comes from, next to its size
-            derived = {f"kv_cache_tokens={self.kv_cache(e).tokens}": f"kv_cache_tokens={self.kv_cache(e).phrase()}"
-                       for e in engines}
-            differ = [derived.get(d, d) for d in differ]
+        differ = [d for e in engines for c in self.schedulers(e) for d in not_default(e, c, self.gpu, self.kv_cache(e))]
         return "; ".join(dict.fromkeys(differ + ([f"tp={self.tp}"] if self.tp != 1 else [])))
 
-    def kv_cache(self, engine: str) -> KvCapacity:
-        """The KV cache ``kv_cache_tokens`` "auto" derives for one of the grid's releases."""
-        return derive_kv_cache(self.model, engine, self.gpu, self.tp, self.gpu_memory_utilization,
-                               self.kv_cache_dtype, self.speculative_tokens)
+    def kv_cache(self, engine: str) -> KvCapacity | None:
+        """The KV cache ``kv_cache_tokens`` "auto" derives for one of the grid's releases (None: a
+        number of tokens given)."""
+        return self._kv_caches[engine]
 
     def kv_cache_tokens_on(self, engine: str) -> int:
         """The KV cache in tokens per GPU on one of the grid's releases (0: room for every request)."""
-        return self.kv_cache(engine).tokens if self.kv_cache_tokens == "auto" else self.kv_cache_tokens
+        derived = self.kv_cache(engine)
+        return derived.tokens if derived else self.kv_cache_tokens
 
     def closed_loops(self) -> Iterator[ClosedLoopWorkload]:
         """Every client workload of the grid, skipping the points that cannot exist: a shared prefix
