@@ -470,22 +470,9 @@ def split_sglang_kpool(batch, b, build) -> None:
     (``_mqa_logits_row_chunks``: none below the element gate; chunked when rows x cols x 4 >
     budget), in slices of ``max(budget // row_bytes, 1)`` rows (``row_bytes``: a row aligned to
     256 columns), each chunk's logits freed before the next (``_kpool_topk_by_row_chunks``)."""
-    rows, budget = batch.num_rows, b.budget
+    rows = batch.num_rows
     cols = sglang_kpool_cols(batch)  # 64 pooled entries to an index page (dsa_indexer_kpool.py:992)
-    gate = b.settings.profile.chunk_skip_elements
-    if gate is not None and rows * cols < gate:
-        budget = None  # mqa_logits_should_chunk: below the gate no budget, one call
-    per = rows
-    if budget is not None:
-        row_bytes = mqa_logits_row_bytes(cols)
-        limit = rows * cols * 4  # at or below it: one call
-        if budget >= limit:
-            b.narrow(limit, None)
-        else:
-            per = max(budget // row_bytes, 1)
-            if per >= rows:  # mqa_logits_rows_per_chunk: rows x row_bytes fit, one call
-                per = rows
-            b.narrow(per * row_bytes if budget >= row_bytes else 0, min(limit, (budget // row_bytes + 1) * row_bytes))
+    per = mqa_logits_row_chunk(b, rows, cols, cols, rows * cols * 4)
     # fp8_mqa_logits without max_seqlen_k: DeepGEMM's [M, N] layout (dsa_indexer_kpool.py:916-967)
     build.add_rows(0, len(batch.requests), rows, per, cols, kv=batch.num_kv_tokens)
 
@@ -493,6 +480,24 @@ def split_sglang_kpool(batch, b, build) -> None:
 def mqa_logits_row_bytes(cols: int) -> int:
     """SGLang's ``mqa_logits_row_bytes``: a row of fp32 logits, its width aligned to 256 columns."""
     return -(-cols // 256) * 256 * 4
+
+
+def mqa_logits_row_chunk(b, rows: int, cols: int, gate_cols: int, limit: int) -> int:
+    """SGLang's rows per logits call under the budget read for the call (``b.budget``), as its C4
+    and kpool paths cut them (``mqa_logits_utils.py``): every row in one call below the element gate
+    (rows x ``gate_cols`` under ``chunk_skip_elements``: no budget read) or while the budget covers
+    ``limit`` bytes, else ``max(budget // row_bytes, 1)`` rows (a row of ``cols`` aligned to 256
+    columns); ``b``'s budget interval is narrowed to the budgets that cut the same."""
+    budget, gate = b.budget, b.settings.profile.chunk_skip_elements
+    if budget is None or (gate is not None and rows * gate_cols < gate):
+        return rows
+    if budget >= limit:
+        b.narrow(limit, None)
+        return rows
+    row_bytes = mqa_logits_row_bytes(cols)
+    per = max(budget // row_bytes, 1)
+    b.narrow(per * row_bytes if budget >= row_bytes else 0, min(limit, (budget // row_bytes + 1) * row_bytes))
+    return per
 
 
 def sglang_c4_call(profile, batch) -> tuple[str, int, int]:
@@ -503,7 +508,7 @@ def sglang_c4_call(profile, batch) -> tuple[str, int, int]:
     ratio`` entries rounded up to the page's entries (``_get_nonpaged_indexer_plan``)."""
     ratio, page = batch.kv_ratio, profile.compressed_page_tokens
     entries = page // ratio
-    longest = max(r.context_len + r.query_len for r in batch.requests)
+    longest = batch.longest_tokens
     paged = -(-longest // page) * entries
     least = profile.compressed_nonpaged_min_rows
     final = longest // ratio
@@ -522,19 +527,10 @@ def split_sglang_c4(batch, b, build) -> None:
     logits freed before the next is allocated."""
     profile = b.settings.profile
     path, cols, gate_cols = sglang_c4_call(profile, batch)
-    rows, budget = batch.num_rows, b.budget  # None on 0.5.12-0.5.20 (check_budget): one call
-    gate = profile.chunk_skip_elements
-    if gate is not None and rows * gate_cols < gate:
-        budget = None  # _mqa_logits_budget: below the gate no budget, one call
-    per = rows
-    if budget is not None:
-        row_bytes = mqa_logits_row_bytes(cols)
-        limit = rows * cols * 4 if path == "paged" else rows * row_bytes  # at or above it: one call
-        if budget >= limit:
-            b.narrow(limit, None)
-        else:
-            per = max(budget // row_bytes, 1)
-            b.narrow(per * row_bytes if budget >= row_bytes else 0, min(limit, (budget // row_bytes + 1) * row_bytes))
+    rows = batch.num_rows  # the budget None on 0.5.12-0.5.20 (check_budget): one call
+    # paged: chunked when rows x cols x 4 breaks the budget; non-paged: when rows x row_bytes does
+    limit = rows * cols * 4 if path == "paged" else rows * mqa_logits_row_bytes(cols)
+    per = mqa_logits_row_chunk(b, rows, cols, gate_cols, limit)
     build.add_rows(0, len(batch.requests), rows, per, cols, kv=batch.num_kv_tokens, compressed=True)
 
 
@@ -553,7 +549,7 @@ def vllm_qsa_width(settings, batch) -> int:
     """vLLM 0.33.0's QSA logits width: ``round_up(cdiv(max_seq_len, ratio), 64)``, at least 64 and
     at most the block table's columns (``qsa_select_paged_prefill``)."""
     ratio = batch.kv_ratio
-    longest = max(r.context_len + r.query_len for r in batch.requests)
+    longest = batch.longest_tokens
     width = -(-(-(-longest // ratio)) // 64) * 64
     return min(max(64, width), vllm_qsa_table_columns(settings))
 
@@ -617,7 +613,7 @@ def skips_logits(engine, batch, topk: int, pooled: bool = False) -> bool:
     if pooled:
         if not (batch.kv_ratio != 1 and engine.pooled_kv):
             return False
-        return max(r.context_len + r.query_len for r in batch.requests) <= topk
+        return batch.longest_tokens <= topk
     at_most_topk = batch.longest <= topk
     vllm_compressed = batch.kv_ratio != 1 and engine.compressed_kv and engine.engine == "vllm"
     return at_most_topk and ((engine.skip_logits_at_or_below_topk and not sglang_c4(engine, batch))

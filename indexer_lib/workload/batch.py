@@ -156,6 +156,11 @@ class StepBatch:
         return max(self.seq_lens)
 
     @_once
+    def longest_tokens(self) -> int:
+        """The longest sequence in tokens, whatever K its indexer scores (``longest`` is in K entries)."""
+        return max(r.context_len + r.query_len for r in self.requests)
+
+    @_once
     def repeats(self) -> list[int]:
         """Per request: how many consecutive requests, from it on, are identical to it
         (schedulers send runs of equal chunks; planners decide a run at once)."""
