@@ -64,15 +64,12 @@ def topk_counter(k: int, block_bytes: int = DEFAULT_BLOCK_BYTES):
     repair) as a closure with its constants at hand: a frontier asks it for millions of shapes."""
     if k < 1:  # the block's rows and the total would count different k: the plain function
         return lambda rows, width: topk_temporaries_bytes(rows, width, k, block_bytes)
-    order_per_k = FP32_BYTES + INT64_BYTES + 2 * INT64_BYTES + INT64_BYTES
-    select_per_k = FP32_BYTES + INT64_BYTES
 
     def count(rows: int, width: int) -> int:
         if rows <= 0 or width <= 0:
             return 0
         kk = k if k < width else width  # min(k, width), at least 1 here
-        # _bytes_per_row(width, kk): masks, selection, ordering
-        per_row = max(2 * width * BOOL_BYTES, kk * select_per_k + width * BOOL_BYTES, kk * order_per_k)
+        per_row = _bytes_per_row(width, kk)
         block_rows = block_bytes // per_row
         if block_rows < 1:
             block_rows = 1
