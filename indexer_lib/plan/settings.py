@@ -71,7 +71,7 @@ class PlanSettings:
         if self.temporaries not in TEMPORARIES:
             raise BadValue("temporaries", f"temporaries {self.temporaries!r}: must be one of "
                                           f"{', '.join(str(t) for t in TEMPORARIES)}")
-        if any(k.compress_ratio != 1 for k in self.preset.indexing_kinds):
+        if self.preset.compressed:
             self._check_compressed(profile)
         if self.temporaries == "engine" and (profile is None or profile.path is None):
             on = "no engine" if profile is None else profile.name
@@ -100,10 +100,9 @@ class PlanSettings:
             on = "no engine release" if profile is None else profile.name
             raise BadValue("engine", f"{on}: its indexer path for {self.model}'s {kind} layers "
                                      f"({ratio}x-compressed K) is not modelled; modelled on: {modelled}")
-        gpu = get_gpu(self.gpu)
-        if (profile.engine == "sglang" and not self.preset.pooled and not self.preset.qsa
-                and not self.preset.has_candidates
-                and gpu.cuda_family == 120):
+        gpu = self.gpu_preset
+        if (profile.engine == "sglang" and gpu.cuda_family == 120
+                and not (self.preset.pooled or self.preset.qsa or self.preset.has_candidates)):
             raise BadValue("gpu", f"{profile.name} on {gpu.name} ({gpu.arch}): SGLang's {kind} indexer caps its paged "
                                   "logits at 4,096 rows a call on sm12x (_SM120_INDEXER_M_CHUNK, 0.5.23 "
                                   "layers/attention/dsv4/metadata.py:68-105), which is not modelled; plan on an sm90 "
