@@ -62,7 +62,7 @@ def test_the_shapes_give_the_plans_count_limits_interval_and_peak(batch, strateg
     assert (transient, peak) == (report.peak_transient, report.peak)
     distinct = dict.fromkeys((c.num_rows, c.logits_cols, c.compressed, c.alloc_rows, c.kv_tokens, c.gather,
                               c.alloc_bytes) for c in plan.chunks)
-    assert shaped.shapes == tuple(distinct)
+    assert tuple(dict.fromkeys(fast_shapes.expand(shaped.shapes))) == tuple(distinct)
     assert shaped.plan.chunks == ()
     assert shaped.plan == plan.__class__(**{**plan.__dict__, "chunks": ()})
 
@@ -122,7 +122,7 @@ def test_an_engines_own_chunker_by_shapes_and_neighbours_gives_its_plans_count_i
     assert shaped.plan.budget_stable == plan.budget_stable
     assert shapes_peak(shaped, topk_rows=8192) == (report.peak_transient, report.peak)
     shape = (lambda c: (c.num_rows, c.logits_cols, c.compressed, c.alloc_rows, c.kv_tokens, c.gather, c.alloc_bytes))
-    assert set(shaped.shapes) == {shape(c) for c in plan.chunks}
+    assert set(fast_shapes.expand(shaped.shapes)) == {shape(c) for c in plan.chunks}
     if shaped.pairs is not None:
         assert set(shaped.pairs) == {(shape(a) if a else None, shape(b))
                                      for a, b in zip((None,) + plan.chunks, plan.chunks)}
@@ -352,3 +352,113 @@ def test_a_causal_cut_takes_the_most_rows_that_fit_and_holds_over_its_interval(r
     assert cut(low)[0] == slices and cut(max(low, (high or budget + 1) - 1))[0] == slices
     if high is not None:
         assert cut(high)[0] != slices
+
+
+@settings(max_examples=150, deadline=None)
+@given(request=requests, budget_mb=st.sampled_from([None, 0.001, 1, 16, 64, 300, 2048]), ratio=st.sampled_from([1, 4]),
+       setup=setups, every_chunk_gathers=st.booleans())
+def test_causal_runs_are_the_cut_slice_by_slice(request, budget_mb, ratio, setup, every_chunk_gathers):
+    """A causal cut as runs (``Slicing.runs``, each run's slices the next rows and as wide as their
+    last row's window) is its cut slice by slice, with the same budget interval; the frontier's
+    record of it (``LoneSlices``: a run of three or more as one ``ShapeRun``) gives back its
+    shapes in order, its first and last shape and its neighbouring pairs."""
+    from indexer_lib.plan.packing import slice_causal
+
+    on = PlanSettings("glm-5", **setup)
+    batch = StepBatch((request,)).compressed(ratio)
+    r = batch.requests[0]
+    budget = None if budget_mb is None else int(budget_mb * MIB)
+    got = {}
+
+    class Catch:
+        b = Budgeting(on, budget, 10**9)
+
+        def add_alone(self, i, slicing, times=1):
+            got["slicing"] = slicing
+
+    Catch.batch = batch
+    build = Catch()
+    slice_causal(0, build, compressed=ratio != 1)
+    slicing = got["slicing"]
+    assert slicing.growing
+    runs = slicing.runs()
+    interval = (build.b.stable_low, build.b.stable_high)
+    slices = slicing.cut()
+    assert (build.b.stable_low, build.b.stable_high) == interval
+    expanded = []
+    for first, alike in runs:
+        m = first.q1 - first.q0
+        expanded += [first] + [first._replace(q0=first.q0 + k * m, q1=first.q1 + k * m, cols=r.window(first.q1 + k * m),
+                                              gather=False) for k in range(1, alike)]
+    assert expanded == slices
+    lone = fast_shapes.LoneSlices(runs, *interval, every_chunk_gathers, r)
+    shapes = [fast_shapes.ChunkShape(s.q1 - s.q0, s.cols, s.compressed, None, s.kv_tokens,
+                                     s.gather or every_chunk_gathers) for s in slices]
+    # distinct in order (a run may repeat a width: four rows or fewer of a 4-to-1 compressed K)
+    assert list(dict.fromkeys(fast_shapes.expand(lone.shapes))) == list(dict.fromkeys(shapes))
+    assert lone.count == len(slices) and (lone.first, lone.last) == (shapes[0], shapes[-1])
+    assert list(lone.pairs) == list(dict.fromkeys(zip(shapes, shapes[1:])))
+    assert any(type(k) is fast_shapes.ShapeRun for k in lone.shapes) == any(alike > 2 for _, alike in runs)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(setup=setups, temporaries=st.sampled_from(["deepgemm", None]),
+       model=st.sampled_from(["glm-5", "deepseek-v4-flash"]), rows=st.integers(1, 9000),
+       start=st.integers(1, 1_100_000), ratio=st.sampled_from([1, 4]), count=st.integers(3, 60),
+       kv_tokens=st.integers(1, 1_100_000), gather=st.booleans())
+def test_a_causal_runs_total_is_its_largest_chunks(setup, temporaries, model, rows, start, ratio, count, kv_tokens,
+                                                  gather):
+    """A run of a causal cut counts as its largest chunk by the memory model, whether the widest
+    one is taken (no term can fall as the width grows) or each is counted (the top-k's row block
+    shrinks as a row widens: its bytes can fall)."""
+    if model == "deepseek-v4-flash":
+        setup = dict(engine="sglang==0.5.23" if setup.get("engine", "").startswith("sglang") else "vllm==0.33.0")
+    on = PlanSettings(model, temporaries=temporaries, **setup)
+    peak_of = ShapesPeak(ShapePlanner("causal", on).record(StepBatch((PrefillRequest(0, 8),))))
+    compressed = ratio != 1
+    run = fast_shapes.ShapeRun(rows, compressed, kv_tokens, gather, start, ratio, count,
+                               (start + count * rows) // ratio)
+    assert run.shapes()[-1].cols == run.last_cols and len(run.shapes()) == count
+    assert peak_of._shape_total(run) == max(peak_of.memory_total((None, s)) for s in run.shapes())
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows=st.integers(1, 20_000), width=st.integers(1, 2_000_000), k=st.integers(0, 4096),
+       block_bytes=st.sampled_from([4096, 2**20, 128 * 2**20]), narrower=st.lists(st.integers(1, 2_000_000), max_size=8))
+def test_where_one_block_holds_every_row_the_topk_bytes_only_grow_with_the_width(rows, width, k, block_bytes,
+                                                                                narrower):
+    from indexer_lib.memory.topk_bytes import topk_counter, topk_holds_every_row
+
+    count = topk_counter(k, block_bytes)
+    if topk_holds_every_row(k, block_bytes)(rows, width):
+        widths = sorted({w for w in narrower if w <= width} | {width})
+        counts = [count(rows, w) for w in widths]
+        assert counts == sorted(counts)
+
+
+def test_the_topk_bytes_can_fall_as_the_width_grows_where_the_block_is_full():
+    """Why a causal run's middle chunks are counted where the block is full: its rows shrink as a
+    row widens, and the bytes fall (128 MiB blocks, top-k 2048, 600 rows)."""
+    from indexer_lib.memory.topk_bytes import topk_counter, topk_holds_every_row
+
+    count, holds = topk_counter(2048), topk_holds_every_row(2048)
+    widths = range(200_000, 200_400)
+    assert not any(holds(600, w) for w in widths)
+    assert any(count(600, b) < count(600, a) for a, b in zip(widths, widths[1:]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(setup=setups, model=st.sampled_from(["glm-5", "deepseek-v4-flash"]), rows=st.integers(1, 9000),
+       budget=st.integers(1, 4 << 30), compressed=st.booleans())
+def test_the_widest_slice_within_a_budget_is_the_last_width_that_fits(setup, model, rows, budget, compressed):
+    """``Budgeting.widest``, which a causal cut compares widths against instead of counting each
+    slice: the count at that width fits the budget and one column more does not."""
+    if model == "deepseek-v4-flash":
+        setup = dict(engine="sglang==0.5.23" if setup.get("engine", "").startswith("sglang") else "vllm==0.33.0")
+    on = PlanSettings(model, temporaries="deepgemm", **setup)
+    b = Budgeting(on, budget, 10**9)
+    count = on.counters[0]
+    widest = b.widest(rows, compressed)
+    assert widest == -1 or count(rows, widest, compressed) <= budget
+    assert count(rows, widest + 1, compressed) > budget
+    assert (b.stable_low, b.stable_high) == (0, None)  # it asks no question

@@ -38,7 +38,7 @@ class ShapesPeak:
         self.temporaries = temporaries_of(plan, plan.settings.temporaries, self.topk)
         self.totals = _TOTALS.of((plan.settings, plan.logits_alive))
         totals = ShapeTotals(plan, self.temporaries)  # chunk_memory's sum, made fast
-        self._shape_total, self._pair_total = totals.shape_total, totals.pair_total
+        self._shape_total, self._pair_total = totals.total, totals.pair_total  # shapes and causal runs
 
     def __call__(self, shapes: tuple, pairs: tuple | None, workspace_tokens: int, topk_rows: int) -> tuple[int, int]:
         """(transient peak, peak) of a plan of these settings with these distinct shapes (and pairs

@@ -31,35 +31,98 @@ class ChunkShape(NamedTuple):
     alloc_bytes: int | None = None
 
 
+class ShapeRun(NamedTuple):
+    """A causal cut's run as one key: ``count`` chunks of ``rows`` rows, the j-th (j = 1..count)
+    ``(start + j * rows) // ratio`` columns wide, the widest ``last_cols``.  A long prompt's
+    cut is a few runs of hundreds of slices, each slice a shape of its own; the peak reads a
+    run's widest chunk where the bytes cannot fall as the width grows (``fast.totals``), and
+    only otherwise each of them.  Eight fields: never equal to a ``ChunkShape``."""
+
+    rows: int
+    compressed: bool
+    kv_tokens: int
+    gather: bool
+    start: int
+    ratio: int
+    count: int
+    last_cols: int
+
+    def shapes(self) -> list[ChunkShape]:
+        rows, compressed, kv_tokens, gather, start, ratio, count, _ = self
+        return [ChunkShape(rows, (start + j * rows) // ratio, compressed, None, kv_tokens, gather)
+                for j in range(1, count + 1)]
+
+
+def expand(shapes) -> list[ChunkShape]:
+    """Every chunk shape of a builder's shapes, each run's in order (``ShapeRun.shapes``)."""
+    out = []
+    for key in shapes:
+        out.extend(key.shapes() if type(key) is ShapeRun else (key,))
+    return out
+
+
 class LoneSlices:
-    """A request's slices as shapes, and the budget interval over which the cut holds."""
+    """A request's slices as shapes (a causal run as one ``ShapeRun``), and the budget interval
+    over which the cut holds."""
 
-    __slots__ = ("count", "low", "high", "first", "last", "shapes", "pairs", "over", "kv_tokens")
+    __slots__ = ("count", "low", "high", "first", "last", "shapes", "over", "kv_tokens", "_cut", "_pairs")
 
-    def __init__(self, runs, low: int, high: int | None, every_chunk_gathers: bool):
-        """``runs``: the slices as (slice, how many alike from it on) (``Slicing.runs``)."""
+    def __init__(self, runs, low: int, high: int | None, every_chunk_gathers: bool, request=None):
+        """``runs``: the slices as (slice, how many from it on) (``Slicing.runs``): alike, or, given
+        the ``request`` of a growing cut (``Slicing.growing``), each the next rows, as wide as its
+        last row's window."""
         self.low, self.high = low, high
         # one pass, records made by tuple's own constructor: a million-token prompt's cuts make
         # millions of slices over a grid
         count, over, kv_most, last = 0, False, 0, None
-        shapes, pairs = {}, {}  # distinct shapes, and each after the one before, in order
+        shapes = {}  # distinct shapes (and runs), in order
         for (q0, q1, cols, gather, slice_over, compressed, kv_tokens), alike in runs:
             shape = tuple.__new__(ChunkShape, (q1 - q0, cols, compressed, None, kv_tokens,
                                                gather or every_chunk_gathers, None))
             shapes[shape] = None
-            if last is not None:
-                pairs[(last, shape)] = None
-            if alike > 1:
-                pairs[(shape, shape)] = None
+            if last is None:
+                self.first = shape
+            last = shape
+            if alike > 1 and request is not None:  # each the next rows, wider than the one before
+                rows, start = q1 - q0, request.context_len + q1
+                widest = (start + (alike - 1) * rows) // request.ratio
+                last = tuple.__new__(ChunkShape, (rows, widest, compressed, None, kv_tokens, every_chunk_gathers, None))
+                if alike == 2:
+                    shapes[last] = None
+                else:
+                    shapes[tuple.__new__(ShapeRun, (rows, compressed, kv_tokens, every_chunk_gathers, start,
+                                                    request.ratio, alike - 1, widest))] = None
             count += alike
             over = over or slice_over
             if kv_tokens > kv_most:
                 kv_most = kv_tokens
-            if last is None:
-                self.first = shape
-            last = shape
-        self.count, self.last, self.shapes, self.pairs = count, last, shapes, pairs
+        self.count, self.last, self.shapes = count, last, shapes
         self.over, self.kv_tokens = over, kv_most
+        self._cut = (runs, every_chunk_gathers, request)  # for the pairs, made only when asked
+        self._pairs = None
+
+    @property
+    def pairs(self) -> dict:
+        """Each distinct pair of neighbouring shapes (the shape before, the shape), in order: made
+        when asked (an engine's chunk loop that keeps two chunks' logits alive asks)."""
+        if self._pairs is None:
+            runs, every_chunk_gathers, request = self._cut
+            pairs, last = {}, None
+            for (q0, q1, cols, gather, slice_over, compressed, kv_tokens), alike in runs:
+                shape = ChunkShape(q1 - q0, cols, compressed, None, kv_tokens, gather or every_chunk_gathers)
+                if last is not None:
+                    pairs[(last, shape)] = None
+                if alike > 1 and request is None:  # alike slices
+                    pairs[(shape, shape)] = None
+                last = shape
+                if alike > 1 and request is not None:  # each wider than the one before
+                    grown = ShapeRun(q1 - q0, compressed, kv_tokens, every_chunk_gathers, request.context_len + q1,
+                                     request.ratio, alike - 1, 0).shapes()
+                    for shape in grown:
+                        pairs[(last, shape)] = None
+                        last = shape
+            self._pairs = pairs
+        return self._pairs
 
 
 # per (cut, layout, padding, DeepGEMM version, row multiple, K per chunk): the cuts by (rows,
@@ -70,7 +133,7 @@ _LONE = PerSettings(limit=100_000)
 def lone_slices(b, slicing: Slicing, every_chunk_gathers: bool) -> LoneSlices:
     """``slicing``'s cut of its request, made once per request shape and budget (``b``, a
     ``Budgeting``); ``b``'s budget interval is narrowed as if the cut had asked it again."""
-    kind, request, compressed, cut, runs = slicing
+    kind, request, compressed, cut, runs, growing = slicing
     cuts = _LONE.of((kind, compressed, b.padded, b.rules.version, b.row_multiple, every_chunk_gathers))
     key = (request.query_len, request.context_len, request.ratio, b.budget)
     known = cuts.get(key)
@@ -79,7 +142,8 @@ def lone_slices(b, slicing: Slicing, every_chunk_gathers: bool) -> LoneSlices:
         b.stable_low, b.stable_high = 0, None
         try:
             alike = runs() if runs is not None else [(s, 1) for s in cut()]
-            known = LoneSlices(alike, b.stable_low, b.stable_high, every_chunk_gathers)
+            known = LoneSlices(alike, b.stable_low, b.stable_high, every_chunk_gathers,
+                               request if growing else None)
         finally:
             b.stable_low, b.stable_high = saved
         _LONE.add(cuts, key, known)

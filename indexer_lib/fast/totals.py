@@ -9,9 +9,9 @@ fields, with the model's constants at hand; ``test_plan_shapes`` holds it to ``c
 from __future__ import annotations
 
 from ..memory.model import INT32_BYTES, DeepgemmTemporaries, Temporaries
-from ..memory.topk_bytes import topk_counter
+from ..memory.topk_bytes import topk_counter, topk_holds_every_row
 from ..plan import Plan
-from .shapes import ChunkShape
+from .shapes import ChunkShape, ShapeRun
 
 
 class ShapeTotals:
@@ -26,6 +26,7 @@ class ShapeTotals:
         model = settings.preset
         self.deepgemm = type(temporaries) is DeepgemmTemporaries
         self.topk_bytes = topk_counter(temporaries.topk)  # the window top-k's temporaries
+        self.topk_grows = topk_holds_every_row(temporaries.topk)  # where they only grow with the width
         self.heads, self.head_dim = model.index_heads, model.head_dim
         self.logits = settings.counters[1]  # what DeepGEMM allocates, padding included
         # a K buffer allocated per gathering chunk (vLLM before 0.13.0)
@@ -53,6 +54,18 @@ class ShapeTotals:
         if not self.deepgemm:
             return logits + metadata + kv_buffer
         return logits + metadata + kv_buffer + max(self.topk_bytes(rows, cols), self.padded_inputs(rows, alloc_rows))
+
+    def total(self, key: ChunkShape | ShapeRun) -> int:
+        """``shape_total`` of a shape; of a causal run (``ShapeRun``), its largest chunk's."""
+        if type(key) is not ShapeRun:
+            return self.shape_total(key)
+        rows, compressed, kv_tokens, gather, start, ratio, count, widest = key
+        # a run's chunks differ only in width: where no term can fall as the width grows (the
+        # logits' padded stride never does; the top-k's block holds every row at the widest), the
+        # widest chunk is the largest; else each is counted
+        if not self.deepgemm or self.topk_grows(rows, widest):
+            return self.shape_total(ChunkShape(rows, widest, compressed, None, kv_tokens, gather))
+        return max(map(self.shape_total, key.shapes()))
 
     def pair_total(self, pair: tuple) -> int:
         before, (rows, cols, compressed, alloc_rows, kv_tokens, gather, alloc_bytes) = pair

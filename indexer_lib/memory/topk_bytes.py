@@ -77,3 +77,19 @@ def topk_counter(k: int, block_bytes: int = DEFAULT_BLOCK_BYTES):
         return 5 * rows * INT64_BYTES + width * INT64_BYTES + r * per_row
 
     return count
+
+
+def topk_holds_every_row(k: int, block_bytes: int = DEFAULT_BLOCK_BYTES):
+    """``holds(rows, width)``: whether one block of ``topk_counter`` holds every row at this width.
+    Up to that width its count only grows with the width (each term does); past it the block's
+    rows shrink as a row's bytes grow, and the count can fall."""
+    if k < 1:
+        return lambda rows, width: False  # the plain function: nothing claimed
+
+    def holds(rows: int, width: int) -> bool:
+        if width <= 0:
+            return True
+        kk = k if k < width else width
+        return rows * _bytes_per_row(width, kk) <= block_bytes
+
+    return holds

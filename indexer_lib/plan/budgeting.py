@@ -7,7 +7,24 @@ stable_high`` (``Plan.budget_stable``: a sweep plans a step once for all the bud
 """
 from __future__ import annotations
 
+import functools
+
 from .settings import PlanSettings
+
+
+@functools.lru_cache(maxsize=1 << 18)  # a causal cut asks it for every slice of a grid's long prompts
+def widest_within(count, budget: int, rows: int, compressed: bool) -> int:
+    """The most columns a logits allocation of ``rows`` rows may take with ``count(rows, cols,
+    compressed)`` at most ``budget`` (-1: not even none).  A count never falls as the width grows
+    and is at least rows x cols x 4 bytes (padding only adds): bisected under that bound."""
+    lo, hi = -1, budget // (4 * rows)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if count(rows, mid, compressed) <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 class Budgeting:
@@ -44,6 +61,12 @@ class Budgeting:
         if self.stable_high is None or nbytes < self.stable_high:
             self.stable_high = nbytes
         return False
+
+    def widest(self, rows: int, compressed: bool = False) -> int:
+        """The most columns ``rows`` rows of logits may take within the budget (-1: not even none):
+        an allocation fits exactly when its width is at most this.  Asks no question: the budget
+        interval is left as it is."""
+        return widest_within(self.counted, self.budget, rows, compressed)
 
     def max_rows(self, cols: int, compressed: bool = False) -> int:
         """Most rows of width ``cols`` within the budget (0 when not even one fits)."""

@@ -58,6 +58,9 @@ class Slicing(NamedTuple):
     # the same slices as runs, (a slice, how many alike from it on, each as many rows): a long
     # prompt cut into equal rows is three runs, however many slices (None: ``cut`` only)
     runs: Callable[[], list[tuple[Slice, int]]] | None = None
+    # the runs' slices after the first each take the next rows and are as wide as their last
+    # row's window (``packing.grown_slices``: a causal cut), instead of all alike
+    growing: bool = False
 
 
 class ChunkBuilder:

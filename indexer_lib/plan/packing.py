@@ -118,82 +118,91 @@ def slice_equal_rows(i: int, build, times: int = 1) -> None:
 
 
 def slice_causal(i: int, build, compressed: bool, times: int = 1) -> None:
-    """Each slice is as wide as its last row's ke (a KV prefix): early slices take more rows."""
+    """Each slice is as wide as its last row's ke (a KV prefix): early slices take more rows.
+
+    The cut comes as runs: a slice found by search, then every slice after it that takes as
+    many rows and still fits, each the next rows and as wide as its own last row's window (a
+    long prompt's widths grow a few columns a slice: dozens fit in a run)."""
     b, r = build.b, build.batch.requests[i]
 
-    def cut() -> list[Slice]:
+    def runs() -> list[tuple[Slice, int]]:
+        end, window = r.query_len, r.window
+        if b.budget is None:
+            return [(Slice(0, end, window(end), True, False, compressed, r.seq_len), 1)]
+        within, count, budget = b.within, b.counted, b.budget  # at hand: a grid asks them millions of times
+
+        def fits(m: int, q0: int) -> bool:
+            """The slice [q0, q0 + m) fits.  Asks no question: the interval stays as it is."""
+            return count(m, window(q0 + m), compressed) <= budget
+
         out = []
-        q0, most = 0, r.query_len
-        within, window = b.within, r.window  # at hand: a million-token prompt asks them millions of times
-        while q0 < r.query_len:
-            # largest m with the slice [q0, q0 + m) of width context + q0 + m within budget; a
-            # slice is wider than the one before, so it takes at most as many rows (bytes never
-            # fall with rows or width): ask for the previous slice's rows first, the usual answer
-            lo, hi = 0, min(most, r.query_len - q0)
-            if within(hi, window(q0 + hi), compressed):
-                lo = hi
-            elif not q0:
-                hi -= 1  # the first slice: no earlier answer to start from, bisect
+        q0, most = 0, end
+        while q0 < end:
+            # the largest m with the slice [q0, q0 + m), as wide as its last row's window, within
+            # budget; a slice is wider than the one before, so it takes at most as many rows
+            # (bytes never fall with rows or width): the previous slice's rows first, the usual answer
+            hi = min(most, end - q0)
+            if fits(hi, q0):
+                m = hi
+                within(m, window(q0 + m), compressed)  # accepted: the question the interval keeps
             else:
-                # the answer is most often a few rows below the previous slice's: step down 1, 2,
-                # 4, ... rows until a slice fits, then bisect between it and the last refused.  The
-                # search ends on the same answer m, with m and m + 1 both asked (the budget
-                # interval is the same)
-                top, gap, hi = hi, 1, hi - 1
-                while top - gap > 0:
-                    if within(top - gap, window(q0 + top - gap), compressed):
-                        lo = top - gap
-                        break
-                    hi, gap = top - gap - 1, 2 * gap
-            while lo < hi:
-                mid = (lo + hi + 1) // 2
-                if within(mid, window(q0 + mid), compressed):
-                    lo = mid
-                else:
-                    hi = mid - 1
-            most = max(lo, 1)
-            q1 = q0 + most
-            out.append(Slice(q0, q1, window(q1), q0 == 0, lo == 0, compressed, r.seq_len))
-            q0 = q1
-            if lo and b.budget is not None:
-                q0 = run_of(q0, lo, out)
+                lo, hi = 0, hi - 1
+                if q0:
+                    # most often a few rows below the previous slice's: step down 1, 2, 4, ... rows
+                    # until a slice fits, then bisect between it and the last that did not
+                    top, gap = hi + 1, 1
+                    while top - gap > 0:
+                        if fits(top - gap, q0):
+                            lo = top - gap
+                            break
+                        hi, gap = top - gap - 1, 2 * gap
+                while lo < hi:  # the first slice: no earlier answer to start from, bisect
+                    mid = (lo + hi + 1) // 2
+                    if fits(mid, q0):
+                        lo = mid
+                    else:
+                        hi = mid - 1
+                m = lo
+                # the interval, as asking slice by slice would leave it: m rows accepted (where one
+                # row fits), m + 1 refused; any other answer is inside these two
+                if m:
+                    within(m, window(q0 + m), compressed)
+                within(m + 1, window(q0 + m + 1), compressed)
+            rows = max(m, 1)
+            q1 = q0 + rows
+            alike = 1 + (run_of(q1, m) if m else 0)
+            out.append((Slice(q0, q1, window(q1), q0 == 0, m == 0, compressed, r.seq_len), alike))
+            q0, most = q1 + (alike - 1) * rows, rows
         return out
 
-    def run_of(q0: int, m: int, out: list) -> int:
-        """The slices from ``q0`` on that take ``m`` rows and still fit, appended at once (a long
-        prompt's widths grow a few columns a slice: dozens fit in a row); where they end.  Each is
-        wider than the one before, so they fit up to the first that does not: found by the count
-        alone, then the last one asked, the question that sets the budget interval as asking each
-        in turn would."""
-        count, budget = b.counted, b.budget
-        room = (r.query_len - q0) // m  # slices of m rows left
-
-        def fits(k: int) -> bool:  # the k-th slice from q0 (k >= 1) fits
-            return count(m, r.window(q0 + k * m), compressed) <= budget
-
-        if not room or not fits(1):
-            return q0
-        good, bad = 1, None  # good fits; bad (None: past room) does not
-        while good < room:
-            probe = min(2 * good, room)
-            if not fits(probe):
-                bad = probe
-                break
-            good = probe
-        if bad is not None:
-            while bad - good > 1:
-                mid = (good + bad) // 2
-                if fits(mid):
-                    good = mid
-                else:
-                    bad = mid
+    def run_of(q0: int, m: int) -> int:
+        """How many slices from ``q0`` on take ``m`` rows and still fit: the k-th is
+        ``(context + q0 + k m) // ratio`` wide, so they fit up to the widest ``m`` rows may take.
+        The widest of them is asked, the question that sets the budget interval as asking each
+        in turn would (the first that does not fit is asked by the next slice's search)."""
+        room = (end_of_request - q0) // m  # slices of m rows left
+        if not room:
+            return 0
+        good = min(room, ((b.widest(m, compressed) + 1) * r.ratio - 1 - r.context_len - q0) // m)
+        if good <= 0:
+            return 0
         b.within(m, r.window(q0 + good * m), compressed)  # the widest of the run: accepted
-        seq_len = r.seq_len
-        out += [Slice(q0 + k * m, q0 + (k + 1) * m, r.window(q0 + (k + 1) * m), False, False, compressed, seq_len)
-                for k in range(good)]
-        return q0 + good * m
+        return good
 
-    build.add_alone(i, Slicing("causal", r, compressed, cut), times)
+    end_of_request = r.query_len
+
+    def cut() -> list[Slice]:
+        return [s for first, alike in runs() for s in grown_slices(first, alike, r.window)]
+
+    build.add_alone(i, Slicing("causal", r, compressed, cut, runs, growing=True), times)
+
+
+def grown_slices(first: Slice, alike: int, window) -> list[Slice]:
+    """A causal run's slices: ``first``, then ``alike - 1`` slices of as many rows, each the next
+    rows and ``window(its end)`` wide (``window``: the request's)."""
+    m = first.q1 - first.q0
+    return [first] + [first._replace(q0=first.q1 + (k - 1) * m, q1=first.q1 + k * m, cols=window(first.q1 + k * m),
+                                     gather=False) for k in range(1, alike)]
 
 
 def split_columns(i: int, build) -> None:
