@@ -9,6 +9,9 @@ planned on the releases whose path for it was read and held to their own code:
   ``seq_len // 4`` entries in pages of 64, in one call or row chunks under the budget read for the
   call (``dsa/dsa_indexer_kpool.py``, ``dsa/kpool_plan.py``), held to the release's own code by
   ``engine_oracles/sglang_kpool_chunks.py``;
+- TensorRT-LLM 1.4.0rc4 (read at its public source, the release assumed to carry the stored
+  code): every context row of the step in one fp32 ``[rows, max_model_len // 4]`` call, no chunks,
+  no budget (``glm_kpool``), held to that restated rule;
 - every other release is refused by name.
 """
 from __future__ import annotations
@@ -41,14 +44,37 @@ def test_the_kpool_kind_is_planned_as_k_compressed_by_its_pool():
     glm = get_model(MODEL)
     assert (glm.kv_ratio, glm.main_kind.pool, glm.pooled, glm.topk, glm.index_heads) == (4, 4, True, 2048, 32)
     assert not get_model("deepseek-v4-flash").pooled
-    assert pooled_kv_engines() == ["sglang==0.5.23", "vllm==0.33.0"]
+    assert pooled_kv_engines() == ["sglang==0.5.23", "trtllm==1.4.0rc4", "vllm==0.33.0"]
 
 
-@pytest.mark.parametrize("engine", [None, "vllm==0.30.0", "sglang==0.5.22", "trtllm==1.4.0rc4"])
+@pytest.mark.parametrize("engine", [None, "vllm==0.30.0", "sglang==0.5.22", "trtllm==1.4.0rc1"])
 def test_a_release_whose_kpool_path_is_not_read_is_refused_by_name(engine):
-    with pytest.raises(BadValue, match=r"K pooled 4 tokens to an entry.*not modelled \(its code not read\); "
-                                       "modelled on: sglang==0.5.23, vllm==0.33.0"):
+    with pytest.raises(BadValue, match=r"K pooled 4 tokens to an entry.*not modelled \(its code not read at this "
+                                       r"release\); modelled on: sglang==0.5.23, trtllm==1.4.0rc4, vllm==0.33.0"):
         settings(engine)
+
+
+def test_trtllm_scores_every_context_row_against_the_whole_pooled_table_in_one_call():
+    """TensorRT-LLM 1.4.0rc4's ``glm_kpool`` path (restated: ``score_pools`` allocates
+    ``torch.empty(rows, ceil(capacity / 4), float32)`` for every context row of the step, the
+    capacity the block table's, here max_model_len): one chunk, 1 MiB a row at 1,048,576 tokens,
+    whatever the requests' lengths, budget or none; no K gathered, no short-sequence skip."""
+    on = settings("trtllm==1.4.0rc4")
+    assert on.profile.pooled_kv and "044d703d" in on.profile.sources["pooled_kv"]
+    cols = get_model(MODEL).max_model_len // 4
+    rng = random.Random("trtllm kpool")
+    for _ in range(60):
+        queries = [rng.randint(1, 3000) for _ in range(rng.randint(1, 6))]
+        batch = StepBatch.from_lengths(queries, [q + rng.choice([0, 7, 2048, 500_000]) for q in queries])
+        for budget in (None, 64 * MIB, 8 * GIB):
+            plan = make_plan(batch, "engine", budget, on)
+            (chunk,) = plan.chunks
+            assert (chunk.num_rows, chunk.logits_cols, chunk.kv_tokens) == (batch.num_rows, cols, 0)
+            assert chunk.logits_bytes == batch.num_rows * cols * 4
+    (chunk,) = make_plan(StepBatch.from_lengths([8192], [8192]), "engine", None, on).chunks
+    assert chunk.logits_bytes == 8 * GIB  # 8,192 rows of a 1M-token table, whatever the prompt
+    short = make_plan(StepBatch.from_lengths([16], [16]), "engine", None, on)
+    assert short.num_chunks == 1  # 16 tokens, under top-k: still scored (no skip read)
 
 
 def vllm_release_source(path: str) -> str:
@@ -205,14 +231,15 @@ def test_the_frontier_and_the_models_of_2026_plan_glm_5_3_flash_where_its_path_i
     from indexer_lib.cli import main
     from indexer_lib.study.models import release_for
 
-    assert [release_for(MODEL, e) for e in ("vllm", "sglang")] == ["vllm==0.33.0", "sglang==0.5.23"]
-    for engine in ("vllm==0.33.0", "sglang==0.5.23"):
+    assert [release_for(MODEL, e) for e in ("vllm", "sglang", "trtllm")] == \
+        ["vllm==0.33.0", "sglang==0.5.23", "trtllm==1.4.0rc4"]
+    for engine in ("vllm==0.33.0", "sglang==0.5.23", "trtllm==1.4.0rc4"):
         out = tmp_path / f"{engine}.csv"
         assert main(["frontier", "--model", MODEL, "--engine", engine, "--concurrency", "1,4", "--isl", "65536",
                      "--osl", "16", "--strategy", "engine", "--temporaries", "deepgemm", "--free-gib", "30",
                      "--workers", "1", "--out", str(out)]) == 0
         assert out.exists()
     capsys.readouterr()
-    assert main(["frontier", "--model", MODEL, "--engine", "trtllm==1.4.0rc4", "--concurrency", "1",
+    assert main(["frontier", "--model", MODEL, "--engine", "trtllm==1.4.0rc1", "--concurrency", "1",
                  "--isl", "65536", "--osl", "16", "--strategy", "engine", "--temporaries", "deepgemm"]) == 2
-    assert "not modelled (its code not read)" in capsys.readouterr().err
+    assert "not modelled (its code not read at this release)" in capsys.readouterr().err

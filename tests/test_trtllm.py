@@ -229,7 +229,7 @@ def test_names_as_people_write_them(given_name, name):
     (["--engine", "trtllm==1.2.0"], "(nearest: trtllm==1.3.0rc15.post1)"),
     (["--engine", "trtllm", "--gpu", "gb10"], "runs DeepGEMM only on CUDA families 9.x, 10.x"),
     (["--engine", BEFORE, "--budget-mb", "100"], "has no logits budget"),
-    (["--engine", "trtllm", "--model", "glm-5.3-flash"], "glm-5.3-flash"),
+    (["--engine", "trtllm==1.4.0rc1", "--model", "glm-5.3-flash"], "glm-5.3-flash"),
 ])
 def test_refusals_are_one_line(argv, message, capsys):
     code, _, err = run(capsys, "plan", "--model", "deepseek-v4-flash", "--query-lens", "8", "--seq-lens", "8",

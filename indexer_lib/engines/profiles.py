@@ -274,6 +274,19 @@ def pooled_kv_engines() -> list[str]:
     return [n for n, p in _load().items() if p.pooled_kv]
 
 
+def engines_for(preset) -> list[str]:
+    """The releases whose indexer path for a model (a ``shapes.ModelPreset``) the project models,
+    oldest first: for compressed K, those with its kind of path (V4.1's kinds, pooled K, QSA, or
+    compressed K); every release for uncompressed K."""
+    from .v41 import PATHS  # V4.1's kinds: the releases whose code for them was read
+
+    if preset.has_candidates:
+        return [n for n in _load() if n in PATHS]
+    if not preset.compressed:
+        return list(_load())
+    return pooled_kv_engines() if preset.pooled else qsa_engines() if preset.qsa else compressed_kv_engines()
+
+
 def releases_text(names: list[str]) -> str:
     """Release names in one short phrase: each run of consecutive releases of an engine (every
     release the profiles know between its first and last) as ``sglang==0.5.12-0.5.23``."""

@@ -45,7 +45,8 @@ def v41_path(model: str, engine: str | None, gpu) -> str:
     if engine not in PATHS:
         on = "no engine release" if engine is None else engine
         raise BadValue("engine", f"{on}: its path for {model}'s indexer kinds (c2, candidate source and "
-                                 f"consumers) is not modelled (its code for them was not read); modelled on: {read}")
+                                 "consumers) is not modelled (its code for them was not read at this release); "
+                                 f"modelled on: {read}")
     family = GPU_FAMILY.get(engine)
     if family is not None and gpu.cuda_family != family:
         raise BadValue("gpu", f"GPU {gpu.name!r}: not planned: {engine} computes {model}'s indexer with "

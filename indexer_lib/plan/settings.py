@@ -12,8 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
-from ..engines import (DEFAULT_ENGINE, EngineProfile, check_gpu, compressed_kv_engines, get_engine, pooled_kv_engines,
-                       qsa_engines)
+from ..engines import DEFAULT_ENGINE, EngineProfile, check_gpu, engines_for, get_engine
 from ..engines.profiles import releases_text
 from ..engines.v41 import v41_path
 from ..padding import DEFAULT_DEEPGEMM_VERSION, PaddingRules, get_rules
@@ -84,22 +83,18 @@ class PlanSettings:
         computes uncompressed indexers only)."""
         compressed = next(k for k in self.preset.indexing_kinds if k.compress_ratio != 1)
         ratio, kind = compressed.compress_ratio, compressed.name
-        if self.preset.pooled and (profile is None or not profile.pooled_kv):
-            modelled = releases_text(pooled_kv_engines())
+        modelled = engines_for(self.preset)
+        if profile is None or profile.name not in modelled:
             on = "no engine release" if profile is None else profile.name
-            raise BadValue("engine", f"{on}: its indexer path for {self.model}'s {kind} layers "
-                                     f"(K pooled {compressed.pool} tokens to an entry) is not modelled "
-                                     f"(its code not read); modelled on: {modelled}")
-        if self.preset.qsa and (profile is None or profile.qsa_path is None):
-            on = "no engine release" if profile is None else profile.name
-            raise BadValue("engine", f"{on}: its prefill path for {self.model}'s QSA indexer ({ratio}x-compressed "
-                                     f"K blocks, weight-free) is not modelled (its code not read); modelled on: "
-                                     f"{releases_text(qsa_engines())}")
-        if profile is None or not profile.compressed_kv:
-            modelled = releases_text(compressed_kv_engines())
-            on = "no engine release" if profile is None else profile.name
-            raise BadValue("engine", f"{on}: its indexer path for {self.model}'s {kind} layers "
-                                     f"({ratio}x-compressed K) is not modelled; modelled on: {modelled}")
+            if self.preset.pooled:
+                path = (f"indexer path for {self.model}'s {kind} layers (K pooled {compressed.pool} tokens to an "
+                        "entry) is not modelled (its code not read at this release)")
+            elif self.preset.qsa:
+                path = (f"prefill path for {self.model}'s QSA indexer ({ratio}x-compressed K blocks, weight-free) "
+                        "is not modelled (its code not read at this release)")
+            else:
+                path = f"indexer path for {self.model}'s {kind} layers ({ratio}x-compressed K) is not modelled"
+            raise BadValue("engine", f"{on}: its {path}; modelled on: {releases_text(modelled)}")
         gpu = self.gpu_preset
         if (profile.engine == "sglang" and gpu.cuda_family == 120
                 and not (self.preset.pooled or self.preset.qsa or self.preset.has_candidates)):

@@ -340,7 +340,7 @@ class Engine(Strategy):
         if settings.preset.qsa:
             raise ValueError(f"{engine.name}'s QSA path chunks every step against a budget: budget_bytes must be > 0")
         pooled = settings.preset.pooled
-        if sglang_c4(engine, batch, pooled) or sglang_kpool(engine, batch, pooled):
+        if sglang_c4(engine, batch, pooled) or sglang_kpool(engine, batch, pooled) or trtllm_kpool(engine, batch, pooled):
             return  # no budget: one call (the release's own None, as in a graph-backed forward)
         gate = engine.chunk_skip_elements
         if engine.chunker == "rows" and gate is not None and batch.num_rows * batch.num_kv_tokens < gate:
@@ -363,6 +363,8 @@ class Engine(Strategy):
             return  # no logits at all: the engine selects every token
         if sglang_kpool(engine, batch, pooled):
             split_sglang_kpool(batch, b, build)
+        elif trtllm_kpool(engine, batch, pooled):
+            split_trtllm_kpool(batch, b, build)
         elif sglang_c4(engine, batch, pooled):
             split_sglang_c4(batch, b, build)
         elif engine.chunker == "workspace":
@@ -475,6 +477,33 @@ def split_sglang_kpool(batch, b, build) -> None:
     per = mqa_logits_row_chunk(b, rows, cols, cols, rows * cols * 4)
     # fp8_mqa_logits without max_seqlen_k: DeepGEMM's [M, N] layout (dsa_indexer_kpool.py:916-967)
     build.add_rows(0, len(batch.requests), rows, per, cols, kv=batch.num_kv_tokens)
+
+
+def trtllm_kpool(engine, batch, pooled: bool) -> bool:
+    """Whether the step goes through TensorRT-LLM's own path for pooled K (GLM-5.3-Flash's
+    ``glm_kpool`` backend, ``GlmKpoolSparseAttention.score_pools``)."""
+    return pooled and batch.kv_ratio != 1 and engine.engine == "trtllm" and engine.pooled_kv
+
+
+def trtllm_kpool_cols(settings) -> int:
+    """The columns of TensorRT-LLM's kpool scores: the block table's pooled capacity,
+    ``ceil(block_tables.shape[1] x tokens_per_block / kpool)``, the table as wide as the model's
+    longest sequence (the KV block size divides max_model_len: any power of two up to 2^20 does
+    for GLM-5.3-Flash's 1,048,576), so ``ceil(max_model_len / kpool)`` whatever the step holds."""
+    preset = settings.preset
+    return -(-preset.max_model_len // preset.kv_ratio)
+
+
+def split_trtllm_kpool(batch, b, build) -> None:
+    """TensorRT-LLM's kpool indexer on a context step (``Glm5NextSparseAttention.forward_prefill``):
+    every context row of the step in one ``kpool_score`` call, ``torch.empty(rows, pools, float32)``
+    with ``pools`` the block table's pooled capacity (``trtllm_kpool_cols``), no row chunks and no
+    element cap; the kernel reads the pooled cache in place (no K gathered).  No budget is read."""
+    rows = batch.num_rows
+    if not rows:
+        return
+    cols = trtllm_kpool_cols(b.settings)
+    build.add_rows(0, len(batch.requests), rows, rows, cols, kv=0, alloc_bytes=lambda n: n * cols * 4)
 
 
 def mqa_logits_row_bytes(cols: int) -> int:
@@ -611,8 +640,8 @@ def skips_logits(engine, batch, topk: int, pooled: bool = False) -> bool:
     most top-k tokens (vLLM ``models/glm5next/nvidia/sparse_indexer.py:280-293``; SGLang
     ``dsa_indexer_kpool.py:1774-1778``)."""
     if pooled:
-        if not (batch.kv_ratio != 1 and engine.pooled_kv):
-            return False
+        if not (batch.kv_ratio != 1 and engine.pooled_kv) or engine.engine == "trtllm":
+            return False  # TensorRT-LLM's kpool path: no skip read (taken as none)
         return batch.longest_tokens <= topk
     at_most_topk = batch.longest <= topk
     vllm_compressed = batch.kv_ratio != 1 and engine.compressed_kv and engine.engine == "vllm"

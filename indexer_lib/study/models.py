@@ -5,7 +5,7 @@ model, with the reason (docs/design.md#models).  Modelled."""
 from __future__ import annotations
 
 from ..checks import BadValue
-from ..engines import compressed_kv_engines, engine_names, get_engine, pooled_kv_engines, qsa_engines
+from ..engines import engine_names, engines_for, get_engine
 from ..shapes import GIB, MIB, get_model, known_models
 from .grid import Grid
 from .sweep import model_rows
@@ -17,14 +17,8 @@ ENGINES = ("vllm", "sglang", "trtllm")
 def release_for(model: str, engine: str = "vllm") -> str:
     """The engine's latest release whose path for the model's indexer is modelled (its latest
     release where none is: planning it then says why)."""
-    preset = get_model(model)
-    if preset.compressed:
-        modelled = (pooled_kv_engines() if preset.pooled else qsa_engines() if preset.qsa
-                    else compressed_kv_engines())
-        compressed = [e for e in modelled if get_engine(e).engine == engine]
-        if compressed:
-            return compressed[-1]
-    return engine_names(engine)[-1]
+    modelled = [e for e in engines_for(get_model(model)) if get_engine(e).engine == engine]
+    return modelled[-1] if modelled else engine_names(engine)[-1]
 
 
 def model_rows_2026(concurrency=(1, 8), free_gib: float = 2.63, engines=ENGINES) -> list[dict]:
