@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import time
 
+from ..engines.budget import SGLANG_MEM_FRACTION_STATIC
 from ..plan import MEASURED_BUDGET, NO_BUDGET, get_strategy
 from ..study.grid import Grid, same_budget
 from ..workload import WORKLOAD_SOURCES
-from .common import UsageError, add_gpu_option, add_scheduler_arguments, engine_arg, finite_float, int_list, number_list, str_list
+from .common import (UsageError, add_gpu_option, add_scheduler_arguments, engine_arg, finite_float, fraction, int_list,
+                     number_list, str_list)
 
 
 def register(subparsers) -> None:
@@ -42,6 +44,10 @@ def register(subparsers) -> None:
                    help="plan on this engine release (vllm==0.19.0, sglang==0.5.23; default: the latest "
                         f"vLLM, {g.engine[0]}); --strategy engine is its own chunker")
     add_gpu_option(f, "each release's scheduler defaults on it, SGLang's budget cap from its memory")
+    f.add_argument("--mem-fraction-static", type=fraction, default=None,
+                   help="SGLang: the server's --mem-fraction-static, which caps the logits budget SGLang "
+                        "measures (f x (1 - it) x the GPU's memory) and, with --kv-cache-tokens auto, sizes its "
+                        f"KV cache (default {SGLANG_MEM_FRACTION_STATIC}: SGLang's own choice on an H200)")
     f.add_argument("--temporaries", default="deepgemm", choices=("deepgemm", "reference", "none"),
                    help="whose per-chunk temporaries the peaks count: the H200 path (deepgemm, default), "
                         "the CPU reference executor, or none (logits and metadata only)")
@@ -78,6 +84,7 @@ def cmd_frontier(args) -> int:
         long_prefill_token_threshold=args.long_prefill_token_threshold, async_scheduling=args.async_scheduling,
         speculative_tokens=args.speculative_tokens, kv_cache_tokens=args.kv_cache_tokens, tp=args.tp,
         gpu_memory_utilization=args.gpu_memory_utilization, kv_cache_dtype=args.kv_cache_dtype,
+        mem_fraction_static=args.mem_fraction_static,
         deepgemm_version=args.deepgemm_version, padded=not args.no_padding,
         workload_source=args.workload_source, engine=args.engine,
         temporaries=None if args.temporaries == "none" else args.temporaries, gpu=args.gpu,

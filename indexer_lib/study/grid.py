@@ -16,6 +16,7 @@ from typing import Iterator
 
 from ..checks import BadValue
 from ..engines import DEFAULT_ENGINE, get_engine, not_default, release_scheduler
+from ..engines.budget import SGLANG_MEM_FRACTION_STATIC
 from ..engines.scheduler import tp_row_shard_refusal
 from ..engines.kv_capacity import KV_CACHE_DTYPES, KvCapacity, deployment_kv_cache
 from ..plan import GIVEN_BUDGET, MEASURED_BUDGET, PlanSettings, get_strategy
@@ -109,6 +110,10 @@ class Grid:
     # server's --kv-cache-dtype
     gpu_memory_utilization: float | None = None
     kv_cache_dtype: str = "auto"
+    # SGLang's --mem-fraction-static: it caps the logits budget SGLang measures (f x (1 - it) x the
+    # GPU's memory) and, with kv_cache_tokens "auto", sizes its KV cache; None: 0.9, SGLang's own
+    # choice on an H200 (named in every row that differs)
+    mem_fraction_static: float | None = None
     # tensor parallelism: named where it is not 1, and it changes no step: every TP rank runs the
     # whole indexer (vLLM's Indexer builds wq_b, wk and weights_proj as ReplicatedLinear over all
     # index heads), so TP only sizes the KV cache per GPU, which kv_cache_tokens gives
@@ -162,6 +167,11 @@ class Grid:
             raise BadValue("kv_cache_dtype", f"kv_cache_dtype {self.kv_cache_dtype!r}: must be one of "
                                              f"{', '.join(KV_CACHE_DTYPES)}")
         check_int("tp", self.tp, 1, 1024)
+        if self.mem_fraction_static is not None:
+            m = self.mem_fraction_static
+            if isinstance(m, bool) or not isinstance(m, (int, float)) or not 0 <= m <= 1:
+                raise BadValue("mem_fraction_static", f"mem_fraction_static {m!r}: must be a fraction in [0, 1] "
+                                                      "(SGLang's --mem-fraction-static)")
         too_long = [n for m in self.mix for _, n in parse_mix(m) if n > longest]
         if too_long:
             raise BadValue("mix", f"mix length {too_long[0]} > max_model_len {longest} of {self.model}")
@@ -189,8 +199,12 @@ class Grid:
         object.__setattr__(self, "engine", tuple(dict.fromkeys(s.engine for s in settings.values())))
         object.__setattr__(self, "_settings", {s.engine: s for s in settings.values()})  # not a field
         # each release's derived KV cache, once (a deployment it cannot derive is refused before any work)
+        sglang = [e for e in self.engine if get_engine(e).engine == "sglang"]
+        if self.mem_fraction_static is not None and not sglang:
+            raise BadValue("mem_fraction_static", "mem_fraction_static is SGLang's --mem-fraction-static: the grid "
+                                                  f"has no SGLang release ({', '.join(self.engine)})")
         object.__setattr__(self, "_kv_caches", {
-            e: deployment_kv_cache(self.kv_cache_tokens, self.model, e, self.gpu, self.tp, self.gpu_memory_utilization,
+            e: deployment_kv_cache(self.kv_cache_tokens, self.model, e, self.gpu, self.tp, self._cache_fraction(e),
                                    self.kv_cache_dtype, self.speculative_tokens) for e in self.engine})
         for e in self.engine:
             for config in self.schedulers(e):
@@ -200,6 +214,24 @@ class Grid:
         # each strategy's settings as it runs them on each release (its layout checked on the build)
         object.__setattr__(self, "_runs", {(e, s): get_strategy(s).runs_under(self.settings(e))
                                            for e in self.engine for s in self.strategy})
+
+    def _cache_fraction(self, engine: str) -> float | None:
+        """The memory fraction that sizes a release's derived KV cache: SGLang's
+        mem_fraction_static (where the cache is derived), else vLLM's gpu_memory_utilization."""
+        if get_engine(engine).engine == "sglang" and self.mem_fraction_static is not None:
+            return self.mem_fraction_static if self.kv_cache_tokens == "auto" else None
+        return self.gpu_memory_utilization
+
+    def mem_fraction_static_on(self, engine: str) -> float | None:
+        """SGLang's --mem-fraction-static on one of the grid's releases (None: its default, or not SGLang)."""
+        return self.mem_fraction_static if get_engine(engine).engine == "sglang" else None
+
+    def deployment_not_default(self, engine: str) -> list[str]:
+        """The deployment's settings on a release that are not its default, beyond the scheduler's."""
+        m = self.mem_fraction_static_on(engine)
+        if m is None or m == SGLANG_MEM_FRACTION_STATIC:
+            return []
+        return [f"mem_fraction_static={m:g} (default {SGLANG_MEM_FRACTION_STATIC:g})"]
 
     def settings(self, engine: str) -> PlanSettings:
         """The plan settings of the grid's points on one of its engine releases."""
@@ -239,6 +271,7 @@ class Grid:
         title or a summary line ('' when every release runs its own defaults)."""
         engines = self.engine if engine is None else (engine,)
         differ = [d for e in engines for c in self.schedulers(e) for d in not_default(e, c, self.gpu, self.kv_cache(e))]
+        differ += [d for e in engines for d in self.deployment_not_default(e)]
         return "; ".join(dict.fromkeys(differ + ([f"tp={self.tp}"] if self.tp != 1 else [])))
 
     def kv_cache(self, engine: str) -> KvCapacity | None:

@@ -123,7 +123,8 @@ def base_row(grid: Grid, task: Task, budget_mb: float | None, free_gib: float, m
         "speculative_tokens": config.speculative_tokens,
         "kv_cache_tokens": config.num_kv_blocks * config.block_size, "tp": grid.tp,
         # the scheduler settings that differ from the release's defaults ('' where none does)
-        "not_default": not_default_text(task.engine, config),
+        "not_default": "; ".join([d for d in [not_default_text(task.engine, config)] if d]
+                                 + grid.deployment_not_default(task.engine)),
         "workload_source": grid.workload_source,
         "deepgemm_version": settings.deepgemm, "padded_budget": settings.padded,
         "temporaries": settings.temporaries or "none", "strategy": task.strategy,
@@ -156,7 +157,8 @@ def worst_step_detail(schedule: frontier.Schedule, w: frontier.WorstStep, settin
 
 def budget_at(grid: Grid, task: Task, budget_mb: float | None, free_gib: float) -> int | None:
     """The logits budget a task's strategy plans with at one budget and free memory."""
-    return get_strategy(task.strategy).budget_bytes(budget_mb, free_gib, grid.settings(task.engine))
+    return get_strategy(task.strategy).budget_bytes(budget_mb, free_gib, grid.settings(task.engine),
+                                                    grid.mem_fraction_static_on(task.engine))
 
 
 def model_task(grid: Grid, task: Task, time_model: TimeModel, prov: dict) -> list[dict]:
