@@ -8,7 +8,6 @@ import sys
 from ..engines import DEFAULT_ENGINE, SGLANG_MEM_FRACTION_STATIC, get_engine, process_budget
 from ..engines.budget import sglang_static_budget
 from ..engines.kv_capacity import KV_CACHE_DTYPES
-from ..engines.v41 import PATHS as V41_PATHS
 from ..padding import DEEPGEMM_RULES
 from ..plan import NO_BUDGET, STRATEGIES, PlanSettings, Strategy, get_strategy, make_plan
 from ..shapes import GPUS, MODELS, budget_bytes_from_mb, free_bytes_from_gib, get_gpu, get_model
@@ -146,7 +145,7 @@ def engine_budget_from_args(args, batch: StepBatch) -> int | None:
     reading = args.free_gib if args.budget_free_gib is None else args.budget_free_gib
     if get_model(args.model).kv_ratio != 1 and engine.compressed_budget_rule == "none":
         return None  # SGLang 0.5.12-0.5.20's C4 indexer: every query row in one call, no budget
-    if get_model(args.model).has_candidates and V41_PATHS.get(engine.name) == "torch":
+    if get_model(args.model).has_candidates and engine.v41_path == "torch":
         return None  # SGLang's torch indexer for DeepSeek-V4.1 reads no budget (engines.v41)
     if get_model(args.model).qsa and engine.qsa_budget_mib is not None:
         return budget_bytes_from_mb(engine.qsa_budget_mib)  # SGLang's QSA path: a constant of its own

@@ -29,6 +29,8 @@ PATHS = (None, "vllm-request-spans", "vllm-chunk-rows", "vllm-row-ends")
 # the release's prefill path for Qwen's QSA indexer (Qwen3.8-Flash-Next), where it was read:
 # vLLM 0.33.0's qsa_select_paged_prefill, SGLang 0.5.23's QSAIndexer.select_prefill_tokens
 QSA_PATHS = (None, "vllm-qsa", "sglang-qsa")
+# DeepSeek-V4.1's kinds (engines.v41): vLLM's dense chunker for every kind, SGLang's torch scores
+V41_PATHS = (None, "dense", "torch")
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,10 @@ class EngineProfile:
     # None: the release's ``budget_env``)
     qsa_path: str | None = None
     qsa_budget_mib: int | None = None
+    # its path for DeepSeek-V4.1's indexer kinds (V41_PATHS; None: not read, and refused), and the
+    # CUDA family it was read for where the release takes another path on others (None: every one)
+    v41_path: str | None = None
+    v41_cuda_family: int | None = None
     workspace_extra_bytes: int = 0  # bytes the profile run adds to the shared workspace (kept)
     # how the scheduler defaults above change with the GPU's memory and kind (``engines.gpus``)
     scheduler_gpu_rule: str = "none"
@@ -140,7 +146,8 @@ class EngineProfile:
                                      ("path", self.path, PATHS),
                                      ("compressed_budget_rule", self.compressed_budget_rule,
                                       COMPRESSED_BUDGET_RULES),
-                                     ("qsa_path", self.qsa_path, QSA_PATHS)):
+                                     ("qsa_path", self.qsa_path, QSA_PATHS),
+                                     ("v41_path", self.v41_path, V41_PATHS)):
             if value not in allowed:
                 raise ValueError(f"engine profile {self.engine}=={self.release}: {name} {value!r} "
                                  f"must be one of {', '.join(allowed)}")
@@ -278,13 +285,16 @@ def engines_for(preset) -> list[str]:
     """The releases whose indexer path for a model (a ``shapes.ModelPreset``) the project models,
     oldest first: for compressed K, those with its kind of path (V4.1's kinds, pooled K, QSA, or
     compressed K); every release for uncompressed K."""
-    from .v41 import PATHS  # V4.1's kinds: the releases whose code for them was read
-
     if preset.has_candidates:
-        return [n for n in _load() if n in PATHS]
+        return v41_engines()
     if not preset.compressed:
         return list(_load())
     return pooled_kv_engines() if preset.pooled else qsa_engines() if preset.qsa else compressed_kv_engines()
+
+
+def v41_engines() -> list[str]:
+    """The releases whose path for DeepSeek-V4.1's indexer kinds the project models (``v41_path``)."""
+    return [n for n, p in _load().items() if p.v41_path is not None]
 
 
 def releases_text(names: list[str]) -> str:

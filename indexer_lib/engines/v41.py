@@ -1,4 +1,5 @@
-"""DeepSeek-V4.1's indexer kinds on the releases whose code for them was read (docs/design.md#models).
+"""DeepSeek-V4.1's indexer kinds on the releases whose code for them was read (docs/design.md#models):
+each release's path is its profile's ``v41_path`` fact (``data/engines/``, with its source).
 
 V4.1 has three kinds that compute an indexer (``data/models/deepseek-v4.1-flash.json``): c2 (K
 compressed by 2, every prefill row), the c1 candidate source and the c1 candidate consumers
@@ -25,11 +26,7 @@ How each release computes them on an H200 (SM90):
 from __future__ import annotations
 
 from ..checks import BadValue
-
-# the release -> its path for V4.1's kinds
-PATHS = {"vllm==0.33.0": "dense", "sglang==0.5.23": "torch"}
-# the CUDA family the path was read for (SGLang takes DeepGEMM's kernels on SM100 and later)
-GPU_FAMILY = {"sglang==0.5.23": 90}
+from .profiles import get_engine, releases_text, v41_engines
 
 # SGLang 0.5.23 v41_indexer/scoring.py:329: the cap on one bf16 [rows, heads, width] score chunk
 TORCH_SCORE_BUDGET_BYTES = 1 << 30
@@ -40,18 +37,19 @@ TORCH_LOGITS_ALIVE = 2
 
 
 def v41_path(model: str, engine: str | None, gpu) -> str:
-    """The release's path for the model's kinds, or BadValue in one line naming what is read."""
-    read = ", ".join(PATHS)
-    if engine not in PATHS:
-        on = "no engine release" if engine is None else engine
+    """The release's path for the model's kinds (its profile's ``v41_path``), or BadValue in one
+    line naming the releases whose code for them was read."""
+    profile = None if engine is None else get_engine(engine)
+    if profile is None or profile.v41_path is None:
+        on = "no engine release" if engine is None else profile.name
         raise BadValue("engine", f"{on}: its path for {model}'s indexer kinds (c2, candidate source and "
                                  "consumers) is not modelled (its code for them was not read at this release); "
-                                 f"modelled on: {read}")
-    family = GPU_FAMILY.get(engine)
+                                 f"modelled on: {releases_text(v41_engines())}")
+    family = profile.v41_cuda_family
     if family is not None and gpu.cuda_family != family:
-        raise BadValue("gpu", f"GPU {gpu.name!r}: not planned: {engine} computes {model}'s indexer with "
+        raise BadValue("gpu", f"GPU {gpu.name!r}: not planned: {profile.name} computes {model}'s indexer with "
                               f"DeepGEMM's kernels there (read: its SM{family} torch path)")
-    return PATHS[engine]
+    return profile.v41_path
 
 
 def torch_width(lc: int) -> int:
