@@ -130,7 +130,7 @@ def static_budget_note(args) -> str | None:
     engine = get_engine(args.engine)
     if get_model(args.model).qsa:
         return None  # QSA's paths read no free memory
-    if (get_model(args.model).kv_ratio == 1 or engine.compressed_budget_rule in (None, "none")
+    if (get_model(args.model).kv_ratio == 1 or engine.compressed_budget_rule is None or engine.compressed_one_call
             or get_model(args.model).has_candidates
             or args.free_gib is not None or args.budget_free_gib is not None
             or args.budget_mb is not None or args.budget_bytes is not None or not get_strategy(args.strategy).own_build):
@@ -143,7 +143,7 @@ def static_budget_note(args) -> str | None:
 def engine_budget_from_args(args, batch: StepBatch) -> int | None:
     engine = get_engine(args.engine)
     reading = args.free_gib if args.budget_free_gib is None else args.budget_free_gib
-    if get_model(args.model).kv_ratio != 1 and engine.compressed_budget_rule == "none":
+    if get_model(args.model).kv_ratio != 1 and engine.compressed_one_call:
         return None  # SGLang 0.5.12-0.5.20's C4 indexer: every query row in one call, no budget
     if get_model(args.model).has_candidates and engine.v41_path == "torch":
         return None  # SGLang's torch indexer for DeepSeek-V4.1 reads no budget (engines.v41)

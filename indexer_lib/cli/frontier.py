@@ -138,7 +138,7 @@ def budget_label(strategy: str, engine: str, model: str | None = None) -> str | 
 
     profile = get_engine(engine)
     if (get_strategy(strategy).own_build and model is not None and get_model(model).kv_ratio != 1
-            and profile.compressed_budget_rule == "none"):
+            and profile.compressed_one_call):
         return "none"
     source = get_strategy(strategy).budget_source(profile)
     return {NO_BUDGET: "none", MEASURED_BUDGET: "measured"}.get(source)

@@ -163,6 +163,12 @@ class EngineProfile:
         return 1 + (speculative_tokens if cap is None else min(speculative_tokens, cap))
 
     @property
+    def compressed_one_call(self) -> bool:
+        """Its own path for compressed K reads no budget: every query row in one call (SGLang
+        0.5.12-0.5.20's C4 path, ``compressed_budget_rule`` "none")."""
+        return self.compressed_budget_rule == "none"
+
+    @property
     def has_budget(self) -> bool:
         return self.budget_rule != "none"
 

@@ -325,7 +325,7 @@ class Engine(Strategy):
         engine = settings.profile
         if settings.v41_path == "torch":
             return  # SGLang's torch scores are capped by a constant: the budget is not read
-        if sglang_c4(engine, batch, settings.preset.pooled) and engine.compressed_budget_rule == "none":
+        if sglang_c4(engine, batch, settings.preset.pooled) and engine.compressed_one_call:
             if budget is not None:
                 raise ValueError(f"{engine.name} has no logits budget on its C4 path (every query row in one "
                                  "call): budget_bytes must be None")

@@ -231,7 +231,7 @@ def engine_candidates(schedules: list[Schedule], settings: PlanSettings, free_by
     knobs = {"fixed-mib": budgets_mb, "fixed-elements": elements, "sglang-cached": fractions}.get(
         profile.budget_rule, (None,))
     compressed = settings.preset.kv_ratio != 1 and profile.compressed_budget_rule is not None
-    if compressed and profile.compressed_budget_rule == "none":
+    if compressed and profile.compressed_one_call:
         knobs = (None,)  # SGLang 0.5.12-0.5.20's C4 indexer: every query row in one call, no budget
     total = get_gpu(gpu).capacity_bytes
     default_reservation = profile_run_logits_bytes(profile, model=settings.preset)
