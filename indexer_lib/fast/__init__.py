@@ -8,12 +8,14 @@ questions for the hundreds of thousands of steps of a grid without making every 
 - ``peak``, ``totals``: a plan's peak from those shapes, each shape counted once, its bytes in a
   few integer operations;
 - ``steps``: each distinct step's outcome at each budget, planned once per budget interval;
+- ``lone``: the steps that hold one request (nearly all of a long-context schedule's), evaluated
+  together with numpy by the same rules;
 - ``features``: a worst step's plan features, made once;
 - ``caches``, ``records``, ``collector``: bounded caches, records made without their
   ``__init__``, and the cyclic collector kept off what the caches hold.
 
 Each shortcut is held to the plain path by the tests (``test_plan_shapes``,
-``test_frontier_reference``): the same chunks, peaks and rows.
+``test_frontier_reference``, ``test_lone_steps``): the same chunks, peaks and rows.
 """
 from .caches import PerSettings
 from .collector import young_only

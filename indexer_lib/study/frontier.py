@@ -7,10 +7,12 @@ is modelled, never measured.
 """
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from ..fast import StepOutcomes
+from ..fast.lone import lone_steps
 from ..plan import PlanSettings, Strategy, get_strategy
 from ..shapes import GIB, MIB, get_model
 from ..workload import ClosedLoopWorkload, SchedulerConfig, StepBatch, scheduled_steps
@@ -68,36 +70,78 @@ class Schedule:
         """The batch of an engine step."""
         return self.by_step[index]
 
+    def alone(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(indices into ``unique``, query lens, context lens) of the distinct steps that hold one
+        request (``fast.lone`` evaluates them together); found once."""
+        found = self.__dict__.get("_alone")
+        if found is None:
+            at = [k for k, batch in enumerate(self.unique) if len(batch.query_lens) == 1 and batch.kv_ratio == 1]
+            requests = [self.unique[k].requests[0] for k in at]
+            found = self.__dict__["_alone"] = (np.array(at, dtype=np.int64),
+                                               np.array([r.query_len for r in requests], dtype=np.int64),
+                                               np.array([r.context_len for r in requests], dtype=np.int64))
+        return found
+
 
 def worst_steps(schedule: list[StepBatch] | Schedule, strategy: str | Strategy, budgets: list[int | None],
-                settings: PlanSettings = PlanSettings(), topk_rows: int | None = None) -> list[WorstStep]:
+                settings: PlanSettings = PlanSettings(), topk_rows: int | None = None,
+                lone: bool = True) -> list[WorstStep]:
     """The worst step over a schedule at each budget: every distinct step planned at each budget
-    (once per budget interval, ``fast.StepOutcomes``), the one with the largest transient peak
-    taken (ties: the earliest).  ``settings.temporaries`` names whose temporaries each chunk adds;
-    ``topk_rows``: rows of the top-k buffer (vLLM: max_num_batched_tokens)."""
+    (once per budget interval, ``fast.StepOutcomes``; the steps of one request together,
+    ``fast.lone``, where it reproduces the settings and ``lone`` is true), the one with the largest
+    transient peak taken (ties: the earliest).  ``settings.temporaries`` names whose temporaries
+    each chunk adds; ``topk_rows``: rows of the top-k buffer (vLLM: max_num_batched_tokens)."""
     schedule = schedule if isinstance(schedule, Schedule) else Schedule(schedule)
     strategy = get_strategy(strategy)
     if settings.kind is None and settings.preset.multi_kind:
         # kinds that see a step differently (DeepSeek-V4.1): a step's peak is the worst over its
         # kinds, so the schedule's worst is the worst kind's worst step (the first kind on a tie)
         per_kind = [[replace(w, layer_kind=k.name)
-                     for w in worst_steps(schedule, strategy, budgets, settings.where(kind=k.name), topk_rows)]
+                     for w in worst_steps(schedule, strategy, budgets, settings.where(kind=k.name), topk_rows, lone)]
                     for k in settings.preset.indexing_kinds]
         return [max(at_budget, key=lambda w: w.peak_transient_bytes) for at_budget in zip(*per_kind)]
     outcomes = StepOutcomes(strategy, settings, topk_rows, schedule.unique[0])
-    per_step = [outcomes.at_budgets(batch, budgets) for batch in schedule.unique]
+    columns = _lone_columns(schedule, strategy, budgets, settings, topk_rows) if lone else None
+    alone = schedule.alone()[0] if columns is not None else np.zeros(0, dtype=np.int64)
+    rest = np.ones(len(schedule.unique), dtype=bool)
+    rest[alone] = False
+    rest = np.flatnonzero(rest).tolist()
+    per_step = [outcomes.at_budgets(schedule.unique[k], budgets) for k in rest]
+    counts = np.array(schedule.count, dtype=np.int64)
     results = []
     for i, budget in enumerate(budgets):
         column = [step[i] for step in per_step]
-        transients = [o.transient for o in column]
-        worst = transients.index(max(transients))
-        batch, outcome = schedule.unique[worst], column[worst]
-        chunks = [o.chunks for o in column]
+        transients = np.zeros(len(schedule.unique), dtype=np.int64)
+        chunks = np.zeros(len(schedule.unique), dtype=np.int64)
+        transients[rest] = [o.transient for o in column]
+        chunks[rest] = [o.chunks for o in column]
+        over = any(o.over_budget for o in column)
+        if columns is not None:
+            found = columns[i]
+            transients[alone], chunks[alone] = found.transient, found.chunks
+            over = over or bool(found.over_budget.any())
+        worst = int(np.argmax(transients))  # the first of the largest
+        batch = schedule.unique[worst]
+        # the worst step's own plan (a step of one request was not planned): its budget interval
+        outcome = outcomes.at_budgets(batch, [budget])[0]
         results.append(WorstStep(strategy.name, budget, batch.step, batch.num_rows, batch.num_kv_tokens,
-                                 outcome.chunks, outcome.peak, outcome.transient, max(chunks),
-                                 sum(map(operator.mul, chunks, schedule.count)),
-                                 any(o.over_budget for o in column), outcome.budget_stable))
+                                 outcome.chunks, outcome.peak, outcome.transient, int(chunks.max()),
+                                 int(chunks @ counts), over, outcome.budget_stable))
     return results
+
+
+def _lone_columns(schedule: Schedule, strategy: Strategy, budgets: list[int | None], settings: PlanSettings,
+                  topk_rows: int | None) -> list | None:
+    """The outcomes of the schedule's steps of one request at each budget (``fast.lone``), or
+    None where it does not reproduce the settings or a budget (the plain path then plans them)."""
+    at, query_lens, context_lens = schedule.alone()
+    if not at.size:
+        return None
+    evaluator = lone_steps(strategy, settings, topk_rows)
+    if evaluator is None:
+        return None
+    columns = [evaluator.at_budget(query_lens, context_lens, budget) for budget in budgets]
+    return None if any(c is None for c in columns) else columns
 
 
 def worst_step(schedule: list[StepBatch] | Schedule, strategy: str | Strategy, budget_bytes: int | None,

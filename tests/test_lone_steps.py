@@ -1,0 +1,134 @@
+"""Steps of one request, evaluated together (``fast.lone``), give what ``StepOutcomes`` gives each
+step, and the frontier's worst step is the same with them as without."""
+import random
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from indexer_lib.checks import BadValue
+from indexer_lib.fast import StepOutcomes
+from indexer_lib.fast.lone import lone_steps
+from indexer_lib.plan import PlanSettings, get_strategy
+from indexer_lib.shapes import GIB, MIB
+from indexer_lib.study import frontier
+from indexer_lib.study.grid import Grid
+from indexer_lib.workload import PrefillRequest, StepBatch
+
+STRATEGIES = ("n-only", "vllm", "per-request", "causal")
+MODELS = ("glm-5", "deepseek-v3.2", "deepseek-v4-flash")
+# test_plan_shapes' settings variants
+SETUPS = [
+    dict(),
+    dict(deepgemm_version="2.1"),
+    dict(engine="vllm==0.33.0"),  # DeepGEMM 2.8: the compressed layout only
+    dict(engine="vllm==0.12.0"),  # a K buffer per chunk
+    dict(engine="vllm==0.19.0", padded=False),
+    dict(engine="sglang==0.5.23"),  # the K workspace and top-k output per call
+    dict(workspace_tokens=200_000),  # small enough that some requests break it
+]
+KIB = 1024
+BUDGETS = [KIB, 16 * MIB, 64 * MIB, 300 * MIB, 2 * GIB]
+
+requests = st.builds(PrefillRequest, context_len=st.integers(0, 1_100_000), query_len=st.integers(1, 9000))
+# short prompts too: few rows against little K, where the cut's many runs and empty widths are
+short = st.builds(PrefillRequest, context_len=st.integers(0, 3000), query_len=st.integers(1, 3000))
+
+
+def plan_settings(model, setup, temporaries):
+    try:
+        return PlanSettings(model, temporaries=temporaries, **setup)
+    except BadValue:  # V4-Flash's compressed K: modelled on some releases only
+        return None
+
+
+def step_by_step(strategy, settings, topk_rows, batches, budget):
+    outcomes = StepOutcomes(strategy, settings, topk_rows, batches[0])
+    return [outcomes.at_budgets(batch, [budget])[0] for batch in batches]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(steps=st.lists(st.one_of(requests, short), min_size=1, max_size=25),
+       strategy=st.sampled_from(STRATEGIES), budget=st.sampled_from(BUDGETS),
+       setup=st.sampled_from(SETUPS), temporaries=st.sampled_from(["deepgemm", None]),
+       model=st.sampled_from(MODELS), topk_rows=st.sampled_from([None, 8192]))
+def test_lone_steps_give_each_steps_outcome(steps, strategy, budget, setup, temporaries, model, topk_rows):
+    plan = plan_settings(model, setup, temporaries)
+    assume(plan is not None)
+    budget = None if strategy == "n-only" else budget
+    evaluator = lone_steps(strategy, plan, topk_rows)
+    assert evaluator is not None  # every one of these settings is reproduced
+    batches = [StepBatch((r,)) for r in steps]
+    got = evaluator.at_budget([r.query_len for r in steps], [r.context_len for r in steps], budget)
+    want = step_by_step(strategy, plan, topk_rows, batches, budget)
+    for k, o in enumerate(want):
+        assert (int(got.transient[k]), int(got.peak[k]), int(got.chunks[k]), bool(got.over_budget[k])) == \
+            (o.transient, o.peak, o.chunks, o.over_budget), steps[k]
+
+
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_long_prompts_chunks_at_every_budget(model, strategy):
+    """A long prompt's chunks against up to a million tokens of context, at the default grid's
+    settings (vllm==0.33.0, the H200 path's temporaries)."""
+    plan = PlanSettings(model, engine="vllm==0.33.0", temporaries="deepgemm")
+    rng = random.Random(7)
+    steps = [PrefillRequest(rng.randrange(0, 1_050_000, 8192), 8192 - rng.randrange(2)) for _ in range(20)]
+    steps += [PrefillRequest(0, 1), PrefillRequest(0, 9000), PrefillRequest(3, 1)]
+    batches = [StepBatch((r,)) for r in steps]
+    evaluator = lone_steps(strategy, plan, 8192)
+    assert evaluator is not None
+    for budget in ([None] if strategy == "n-only" else [KIB] + [mb * MIB for mb in (64, 128, 256, 512, 1024, 2048)]):
+        got = evaluator.at_budget([r.query_len for r in steps], [r.context_len for r in steps], budget)
+        want = step_by_step(strategy, plan, 8192, batches, budget)
+        assert [int(x) for x in got.transient] == [o.transient for o in want]
+        assert [int(x) for x in got.peak] == [o.peak for o in want]
+        assert [int(x) for x in got.chunks] == [o.chunks for o in want]
+        assert [bool(x) for x in got.over_budget] == [o.over_budget for o in want]
+
+
+def test_what_it_does_not_reproduce_is_declined():
+    assert lone_steps("kv-split", PlanSettings("glm-5", temporaries="deepgemm"), None) is None
+    assert lone_steps("fixed-shape", PlanSettings("glm-5", temporaries="deepgemm"), None) is None
+    assert lone_steps("engine", PlanSettings("glm-5", temporaries="deepgemm"), None) is None
+    assert lone_steps("vllm", PlanSettings("glm-5", temporaries="reference"), None) is None
+    # a build without the compressed layout: the plain path says so
+    assert lone_steps(get_strategy("causal", compressed=True), PlanSettings("glm-5", deepgemm_version="2.1"),
+                      None) is None
+    # a budget the strategy refuses: the plain path refuses it
+    evaluator = lone_steps("vllm", PlanSettings("glm-5", temporaries="deepgemm"), None)
+    assert evaluator.at_budget([1], [0], None) is None
+
+
+def schedules():
+    """Steps of one request and of several, some repeated (a schedule's distinct steps recur)."""
+    lone = st.builds(lambda r: (r,), st.one_of(requests, short))
+    many = st.lists(st.one_of(requests, short), min_size=2, max_size=6).map(tuple)
+    return st.lists(st.one_of(lone, lone, many), min_size=1, max_size=30).map(
+        lambda steps: [StepBatch(rs, step=i) for i, rs in enumerate(steps + steps[: len(steps) // 3])])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batches=schedules(), strategy=st.sampled_from(STRATEGIES), setup=st.sampled_from(SETUPS),
+       temporaries=st.sampled_from(["deepgemm", None]), model=st.sampled_from(MODELS),
+       topk_rows=st.sampled_from([None, 8192]))
+def test_the_worst_steps_are_the_same_with_lone_steps_evaluated_together(batches, strategy, setup, temporaries,
+                                                                        model, topk_rows):
+    plan = plan_settings(model, setup, temporaries)
+    assume(plan is not None)
+    budgets = [None] if strategy == "n-only" else [KIB, 16 * MIB, 64 * MIB, 300 * MIB, 2 * GIB]
+    schedule = frontier.Schedule(batches)
+    fast = frontier.worst_steps(schedule, strategy, budgets, plan, topk_rows)
+    plain = frontier.worst_steps(schedule, strategy, budgets, plan, topk_rows, lone=False)
+    assert fast == plain
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_the_default_grids_settings_are_evaluated_together(model):
+    """The default grids (vllm==0.33.0, DeepGEMM 2.8's compressed layout only, the H200 path's
+    temporaries): every one of their field strategies' settings is reproduced, none declined."""
+    grid = Grid(model=model)
+    for engine in grid.engine:
+        for strategy in grid.strategy:
+            if strategy in STRATEGIES:
+                assert lone_steps(strategy, grid.settings(engine), 8192) is not None, (engine, strategy)
