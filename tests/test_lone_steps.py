@@ -132,3 +132,30 @@ def test_the_default_grids_settings_are_evaluated_together(model):
         for strategy in grid.strategy:
             if strategy in STRATEGIES:
                 assert lone_steps(strategy, grid.settings(engine), 8192) is not None, (engine, strategy)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(steps=st.lists(st.one_of(requests, short), min_size=1, max_size=20),
+       strategy=st.sampled_from(STRATEGIES), budget=st.sampled_from(BUDGETS),
+       temporaries=st.sampled_from(["deepgemm", None]), topk_rows=st.sampled_from([None, 8192]))
+def test_deepseek_v4_1s_kinds_are_evaluated_one_at_a_time(steps, strategy, budget, temporaries, topk_rows):
+    """DeepSeek-V4.1 on vLLM 0.33.0's dense path, kind by kind: c2 on K compressed by 2, the c1
+    candidate source and consumers on each request's last 128 rows; SGLang's torch path is declined."""
+    budget = None if strategy == "n-only" else budget
+    model = PlanSettings("deepseek-v4.1-flash", "vllm==0.33.0", temporaries=temporaries)
+    assert lone_steps(strategy, PlanSettings("deepseek-v4.1-flash", "sglang==0.5.23", temporaries=temporaries),
+                      topk_rows) is None
+    batches = [StepBatch((r,)) for r in steps]
+    for kind in model.preset.indexing_kinds:
+        on = model.where(kind=kind.name)
+        evaluator = lone_steps(strategy, on, topk_rows)
+        assert evaluator is not None
+        got = evaluator.at_budget([r.query_len for r in steps], [r.context_len for r in steps], budget)
+        want = step_by_step(strategy, on, topk_rows, batches, budget)
+        for k, o in enumerate(want):
+            assert (int(got.transient[k]), int(got.peak[k]), int(got.chunks[k]), bool(got.over_budget[k])) == \
+                (o.transient, o.peak, o.chunks, o.over_budget), (kind.name, steps[k])
+    schedule = frontier.Schedule([StepBatch((r,), step=i) for i, r in enumerate(steps)])
+    budgets = [budget]
+    assert frontier.worst_steps(schedule, strategy, budgets, model, topk_rows) == \
+        frontier.worst_steps(schedule, strategy, budgets, model, topk_rows, lone=False)

@@ -41,9 +41,10 @@ def lone_steps(strategy: str | Strategy, settings: PlanSettings, topk_rows: int 
     if type(strategy) not in (NOnly, Vllm, PerRequest, Causal):
         return None
     settings = strategy.runs_under(settings)
+    # DeepSeek-V4.1 is taken one kind at a time (``PlanSettings.kind``), on vLLM's dense path
     if (settings.temporaries not in ("deepgemm", None) or strategy.logits_alive(settings) != 1
-            or settings.preset.qsa or settings.v41_path is not None or settings.kind is not None
-            or settings.preset.multi_kind or settings.preset.topk < 1):
+            or settings.preset.qsa or settings.v41_path not in (None, "dense")
+            or (settings.kind is None and settings.preset.multi_kind) or settings.preset.topk < 1):
         return None
     rules = settings.rules
     if type(strategy) is Causal:
@@ -60,6 +61,8 @@ class LoneSteps:
         self.strategy, self.settings, self.topk_rows = strategy, settings, topk_rows
         model, rules = settings.preset, settings.rules
         self.ratio = model.kv_ratio
+        # a V4.1 kind past the last KV source sees each request's last rows only (``StepBatch.tail``)
+        self.tail = model.main_kind.replay_rows if settings.kind is not None else None
         self.padded = settings.padded
         self.row_multiple = rules.row_multiple(model.index_heads)
         self.stride_extra, self.stride_align = rules.stride_extra, rules.stride_align
@@ -162,6 +165,9 @@ class LoneSteps:
             return None
         q = np.asarray(query_lens, dtype=np.int64)
         c = np.asarray(context_lens, dtype=np.int64)
+        if self.tail is not None:  # ``PlanSettings.view``: each request's last rows, at their positions
+            kept = np.minimum(q, self.tail)
+            q, c = kept, c + q - kept
         n = (c + q) // self.ratio  # the request's K as the indexer sees it (``PlanSettings.view``)
         workspace = np.full_like(n, self.settings.workspace) if self.settings.workspace else n
         # packed whole where its K fits the workspace and the strategy lets it join
