@@ -24,6 +24,9 @@ alternating, so machine noise falls on both.  Measured, one process each:
 - the frontier on DeepSeek-V4-Flash's default grid (``indexer-lab frontier --model
   deepseek-v4-flash``: 8 x 9 x 19, its ISL axis up to max_model_len, 1,048,576 tokens), on
   both checkouts where the earlier one knows the model;
+- every model of ``data/models/`` (``frontier-models``): its frontier on its default grid, and
+  (``dashboard-models``, this checkout only) its dashboard on its default axis, each of the budget,
+  the strategy and the free GiB changed 20 times;
 - with ``--main``: the headless main job (``scripts/run_notebooks.py``, default parameters;
   since the default ISL axis reaches max_model_len, the two checkouts run different grids).
 
@@ -53,9 +56,9 @@ GOALS_MS = {"dashboard p95": 150, "dashboard free GiB p95": 60, "frontier defaul
 ISSUE_NOW_MS = {"frontier default grid": 4700, "frontier long-context grid": 35_400}
 ISSUE_BEFORE = "0ab2fb1"  # the code the issue measured
 DEFAULT_ISL = (2048, 4096, 8192, 10240, 16384, 32768)  # issue 15's default grid, 1152 points
-AFTER_ONLY = ("dashboard-max-model-len", "frontier-max-model-len")  # the earlier code takes minutes
+AFTER_ONLY = ("dashboard-max-model-len", "frontier-max-model-len", "dashboard-models")  # the earlier code takes minutes
 KINDS = ("dashboard", "frontier-default", "frontier-long", "dashboard-max-model-len", "frontier-max-model-len",
-         "frontier-v4-flash")
+         "frontier-v4-flash", "frontier-models", "dashboard-models")
 LONG_CONTEXT = dict(model="glm-5", isl=(4096, 16384, 32768, 65536, 131072, 202752),
                     concurrency=(1, 2, 4, 8, 16, 32, 64))
 
@@ -85,6 +88,31 @@ def dashboard(isl):
     return FrontierDashboard(Grid(isl=isl, strategy=("vllm",)), budget_mb=512)
 
 
+def model_dashboards() -> dict:
+    """Every model's frontier dashboard on its default axis (ISL to its max_model_len, the vllm
+    strategy at 512 MiB): each of the budget, the strategy and the free GiB changed 20 times."""
+    from indexer_lib.notebook.widgets import FrontierDashboard
+    from indexer_lib.shapes import known_models
+    from indexer_lib.study.grid import Grid
+
+    moves = {"budget_mb": [64, 128, 256, 512, 1024, 2048], "strategy": ["vllm", "causal", "per-request", "n-only"],
+             "free_gib": [1.0, 2.0, 2.63, 4.0, 8.0, 16.0]}
+    out = {}
+    for model in sorted(known_models()):
+        dash = FrontierDashboard(Grid(model=model, strategy=("vllm",)), budget_mb=512)
+        for name, values in moves.items():
+            control, times = dash.controls[name], []
+            for i in range(20):
+                value = values[i % len(values)]
+                if control.value == value:
+                    value = values[(i + 1) % len(values)]
+                start = time.perf_counter()
+                control.value = value
+                times.append(1e3 * (time.perf_counter() - start))
+            out[f"dashboard {model} {name}"] = times
+    return out
+
+
 def measure(kind: str) -> dict:
     """Runs in a worker process, on whichever checkout PYTHONPATH names."""
     grids = {"frontier-default": ("frontier default grid", dict(isl=DEFAULT_ISL)),
@@ -98,6 +126,20 @@ def measure(kind: str) -> dict:
         except Exception:  # an earlier checkout without the model: nothing to compare
             return {}
         grids[kind] = ("frontier V4-Flash default grid to max_model_len", dict(model="deepseek-v4-flash"))
+    if kind == "frontier-models":
+        from indexer_lib.shapes import known_models
+
+        rows, out = frontier_rows(), {}
+        for model in sorted(known_models()):
+            start = time.perf_counter()
+            try:
+                rows(model=model)
+            except ValueError:  # an earlier checkout that cannot plan the model: nothing to compare
+                continue
+            out[f"frontier {model} default grid"] = [1e3 * (time.perf_counter() - start)]
+        return out
+    if kind == "dashboard-models":
+        return model_dashboards()
     if kind in grids:
         name, axes = grids[kind]
         rows = frontier_rows()
