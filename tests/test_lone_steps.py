@@ -16,7 +16,7 @@ from indexer_lib.study.grid import Grid
 from indexer_lib.workload import PrefillRequest, StepBatch
 
 STRATEGIES = ("n-only", "vllm", "per-request", "causal")
-MODELS = ("glm-5", "deepseek-v3.2", "deepseek-v4-flash")
+MODELS = ("glm-5", "deepseek-v3.2", "deepseek-v4-flash", "qwen3.8-flash-next")
 # test_plan_shapes' settings variants
 SETUPS = [
     dict(),

@@ -43,7 +43,7 @@ def lone_steps(strategy: str | Strategy, settings: PlanSettings, topk_rows: int 
     settings = strategy.runs_under(settings)
     # DeepSeek-V4.1 is taken one kind at a time (``PlanSettings.kind``), on vLLM's dense path
     if (settings.temporaries not in ("deepgemm", None) or strategy.logits_alive(settings) != 1
-            or settings.preset.qsa or settings.v41_path not in (None, "dense")
+            or settings.v41_path not in (None, "dense")
             or (settings.kind is None and settings.preset.multi_kind) or settings.preset.topk < 1):
         return None
     rules = settings.rules
