@@ -213,3 +213,30 @@ def test_a_strategy_without_a_budget_is_planned_traced_and_measured_once():
     assert grid.num_rows == 48 * (1 + 3 * 6) == 912
     grid = Grid()
     assert grid.isl[-3:] == (65536, 131072, 202752) and grid.num_rows == 72 * (1 + 3 * 6)
+
+
+def test_a_sweep_journalled_before_a_setting_existed_resumes_where_it_is_at_its_default(tmp_path):
+    """A store whose spec lacks a setting added since (its header rewritten without it, as an older
+    indexer-lab wrote it) holds the same sweep while the setting is at its default: it resumes
+    and plans nothing again; the setting at another value is a different sweep, named."""
+    from indexer_lib.study.store import _line, _parse
+
+    out = tmp_path / "s.parquet"
+    grid = Grid(**SMALL)
+    first = sweep.run(grid, out, progress=False)
+    out.unlink()  # the journal alone: its header is the one read
+    journal = out.with_name(out.name + ".journal")
+    lines = journal.read_bytes().splitlines(keepends=True)
+    header = _parse(lines[0])
+    for name in ("kv_cache_dtype", "mem_fraction_static"):
+        del header["spec"][name]
+    header.pop("defaults")
+    header["grid_hash"] = sweep.spec_hash(header["spec"])
+    journal.write_bytes(_line(header) + b"".join(lines[1:]))
+    calls = []
+    again = sweep.run(grid, out, progress=False, after_task=calls.append)
+    assert calls == []
+    pd.testing.assert_frame_equal(comparable(first), comparable(again))
+    out.unlink()
+    with pytest.raises(StoreError, match=r"different sweep \(kv_cache_dtype: None there, 'fp8' now, "):
+        sweep.run(Grid(**SMALL, kv_cache_dtype="fp8", kv_cache_tokens="auto", tp=8), out, progress=False)

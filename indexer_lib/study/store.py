@@ -73,6 +73,12 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def without_defaults(spec: dict, defaults: dict) -> dict:
+    """A spec as the hash sees it (64 and 64.0 spelled apart), less the settings at their default."""
+    spelled = {k: json.dumps(v, sort_keys=True) for k, v in spec.items()}
+    return {k: v for k, v in spelled.items() if k not in defaults or v != json.dumps(defaults[k], sort_keys=True)}
+
+
 def describe_difference(stored: dict, wanted: dict) -> str:
     # as the hash sees them: 64 and 64.0 are spelled apart
     names = sorted(k for k in set(stored) | set(wanted)
@@ -166,6 +172,10 @@ class ResultStore:
                              f"version reads and writes {SCHEMA_VERSION}): left as it is "
                              "(choose another output, or move it away to start over)")
         if found.get("grid_hash") != self.header.get("grid_hash"):
+            defaults = self.header.get("defaults", {})
+            stored, wanted = (without_defaults(h.get("spec", {}), defaults) for h in (found, self.header))
+            if stored == wanted:
+                return  # a setting added since it was journalled, at its default: the same sweep
             diff = describe_difference(found.get("spec", {}), self.header.get("spec", {}))
             raise StoreError(f"{where} holds a different sweep ({diff}): refusing to mix them "
                              "(choose another output, or delete it to start over)")

@@ -17,7 +17,7 @@ import datetime
 import functools
 import hashlib
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path
 
 from . import frontier
@@ -65,6 +65,23 @@ def spec_of(grid: Grid, settings: RunSettings) -> dict:
         for k in ("backend", "seed", "repeats"):
             spec.pop(k)
     return spec
+
+
+def spec_defaults() -> dict:
+    """Each grid and run setting's default, spelled as a spec spells it: a store journalled before
+    a setting existed holds the same sweep as one where it is at its default (the store compares
+    them so)."""
+    out = {}
+    for cls in (Grid, RunSettings):
+        for f in fields(cls):
+            if f.default is not MISSING:
+                value = f.default
+            elif f.default_factory is not MISSING:
+                value = f.default_factory()
+            else:
+                continue
+            out[f.name] = list(value) if isinstance(value, tuple) else value
+    return out
 
 
 def spec_hash(spec: dict) -> str:
@@ -395,7 +412,7 @@ def run(grid: Grid, out: str | Path, settings: RunSettings = RunSettings(), exec
         raise ValueError(f"workers {executor.workers}: worker processes compute model sweeps; "
                          f"mode {settings.mode!r} runs here")
     spec = spec_of(grid, settings)
-    header = {"grid_hash": spec_hash(spec), "spec": spec}
+    header = {"grid_hash": spec_hash(spec), "spec": spec, "defaults": spec_defaults()}
     time_model = TimeModel.published()
     total = sum(1 for _ in grid.tasks(settings.mode))
     on_ray_gpus = on_ray and settings.mode == "measure"
