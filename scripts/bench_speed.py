@@ -101,15 +101,21 @@ def model_dashboards() -> dict:
     for model in sorted(known_models()):
         dash = FrontierDashboard(Grid(model=model, strategy=("vllm",)), budget_mb=512)
         for name, values in moves.items():
-            control, times = dash.controls[name], []
-            for i in range(20):
-                value = values[i % len(values)]
-                if control.value == value:
-                    value = values[(i + 1) % len(values)]
-                start = time.perf_counter()
-                control.value = value
-                times.append(1e3 * (time.perf_counter() - start))
-            out[f"dashboard {model} {name}"] = times
+            out[f"dashboard {model} {name}"] = moved(dash.controls[name], values, 20)
+    return out
+
+
+def moved(control, values: list, times: int) -> list[float]:
+    """Milliseconds of each of ``times`` changes of a dashboard control, cycling through ``values``
+    (never setting the value it holds)."""
+    out = []
+    for i in range(times):
+        value = values[i % len(values)]
+        if control.value == value:
+            value = values[(i + 1) % len(values)]
+        start = time.perf_counter()
+        control.value = value
+        out.append(1e3 * (time.perf_counter() - start))
     return out
 
 
@@ -160,18 +166,10 @@ def measure(kind: str) -> dict:
                  "engine": ["sglang==0.5.23", "vllm==0.19.0", "vllm==0.15.1", "vllm==0.33.0"]}
         out = {}
         for name, values in moves.items():
-            times = []
             if name == "engine":
                 dash.controls["budget_mb"].value = 512
                 dash.controls["strategy"].value = "engine"
-            control = dash.controls[name]
-            for i in range(max(20, len(values))):
-                value = values[i % len(values)]
-                if control.value == value:
-                    value = values[(i + 1) % len(values)]
-                start = time.perf_counter()
-                control.value = value
-                times.append(1e3 * (time.perf_counter() - start))
+            times = moved(dash.controls[name], values, max(20, len(values)))
             out[f"{prefix} {'engine (own chunkers)' if name == 'engine' else name}"] = times
         if long_axis:
             return out

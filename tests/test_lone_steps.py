@@ -15,18 +15,10 @@ from indexer_lib.study import frontier
 from indexer_lib.study.grid import Grid
 from indexer_lib.workload import PrefillRequest, StepBatch
 
+from test_plan_shapes import SETUPS  # its settings variants
+
 STRATEGIES = ("n-only", "vllm", "per-request", "causal")
 MODELS = ("glm-5", "deepseek-v3.2", "deepseek-v4-flash", "qwen3.8-flash-next")
-# test_plan_shapes' settings variants
-SETUPS = [
-    dict(),
-    dict(deepgemm_version="2.1"),
-    dict(engine="vllm==0.33.0"),  # DeepGEMM 2.8: the compressed layout only
-    dict(engine="vllm==0.12.0"),  # a K buffer per chunk
-    dict(engine="vllm==0.19.0", padded=False),
-    dict(engine="sglang==0.5.23"),  # the K workspace and top-k output per call
-    dict(workspace_tokens=200_000),  # small enough that some requests break it
-]
 KIB = 1024
 BUDGETS = [KIB, 16 * MIB, 64 * MIB, 300 * MIB, 2 * GIB]
 

@@ -28,7 +28,7 @@ def budget_bytes(strategy, budget_mb, engine=None):
 requests = st.builds(PrefillRequest, context_len=st.integers(0, 300_000), query_len=st.integers(1, 9000))
 batches = st.lists(requests, min_size=1, max_size=40).map(lambda rs: StepBatch(tuple(rs)))
 # the project's DeepGEMM, the compressed-only 2.8, the oldest; engines with each workspace lifetime
-setups = st.sampled_from([
+SETUPS = [
     dict(),
     dict(deepgemm_version="2.1"),
     dict(engine="vllm==0.33.0"),  # DeepGEMM 2.8: the compressed layout only
@@ -36,7 +36,8 @@ setups = st.sampled_from([
     dict(engine="vllm==0.19.0", padded=False),
     dict(engine="sglang==0.5.23"),  # the K workspace and top-k output per call
     dict(workspace_tokens=200_000),  # small enough that some requests break it
-])
+]
+setups = st.sampled_from(SETUPS)
 
 
 def both_ways(batch, strategy, budget_mb, setup, temporaries, model="glm-5"):
@@ -275,6 +276,24 @@ def test_the_topk_counter_is_the_topk_bound(rows, width, k, block_bytes):
     assert topk_counter(k, block_bytes)(rows, width) == topk_temporaries_bytes(rows, width, k, block_bytes)
 
 
+class SlicingCatcher:
+    """A builder that keeps the slicing a strategy hands it for a request cut alone."""
+
+    def __init__(self, batch, b):
+        self.batch, self.b, self.slicing = batch, b, None
+
+    def add_alone(self, i, slicing, times=1):
+        self.slicing = slicing
+
+    def runs_and_cut(self):
+        """The slicing's runs, the budget interval they leave, and its slices, which ask nothing more."""
+        runs = self.slicing.runs()
+        interval = (self.b.stable_low, self.b.stable_high)
+        slices = self.slicing.cut()
+        assert (self.b.stable_low, self.b.stable_high) == interval
+        return runs, interval, slices
+
+
 @settings(max_examples=200, deadline=None)
 @given(request=requests, budget_mb=st.sampled_from([None, 0.01, 1, 16, 64, 2048]), setup=setups)
 def test_equal_rows_runs_are_the_cut_slice_by_slice(request, budget_mb, setup):
@@ -285,21 +304,9 @@ def test_equal_rows_runs_are_the_cut_slice_by_slice(request, budget_mb, setup):
 
     on = PlanSettings("glm-5", **setup)
     budget = None if budget_mb is None else int(budget_mb * MIB)
-    got = {}
-
-    class Catch:
-        batch, b = StepBatch((request,)), Budgeting(on, budget, 10**9)
-
-        def add_alone(self, i, slicing, times=1):
-            got["slicing"] = slicing
-
-    build = Catch()
+    build = SlicingCatcher(StepBatch((request,)), Budgeting(on, budget, 10**9))
     slice_equal_rows(0, build)
-    slicing = got["slicing"]
-    runs = slicing.runs()
-    interval = (build.b.stable_low, build.b.stable_high)
-    slices = slicing.cut()
-    assert (build.b.stable_low, build.b.stable_high) == interval
+    runs, interval, slices = build.runs_and_cut()
     expanded = []
     for s, alike in runs:
         expanded += [s._replace(q0=s.q0 + k * (s.q1 - s.q0), q1=s.q1 + k * (s.q1 - s.q0)) for k in range(alike)]
@@ -368,23 +375,10 @@ def test_causal_runs_are_the_cut_slice_by_slice(request, budget_mb, ratio, setup
     batch = StepBatch((request,)).compressed(ratio)
     r = batch.requests[0]
     budget = None if budget_mb is None else int(budget_mb * MIB)
-    got = {}
-
-    class Catch:
-        b = Budgeting(on, budget, 10**9)
-
-        def add_alone(self, i, slicing, times=1):
-            got["slicing"] = slicing
-
-    Catch.batch = batch
-    build = Catch()
+    build = SlicingCatcher(batch, Budgeting(on, budget, 10**9))
     slice_causal(0, build, compressed=ratio != 1)
-    slicing = got["slicing"]
-    assert slicing.growing
-    runs = slicing.runs()
-    interval = (build.b.stable_low, build.b.stable_high)
-    slices = slicing.cut()
-    assert (build.b.stable_low, build.b.stable_high) == interval
+    assert build.slicing.growing
+    runs, interval, slices = build.runs_and_cut()
     expanded = []
     for first, alike in runs:
         m = first.q1 - first.q0
