@@ -75,6 +75,15 @@ def test_trtllm_scores_every_context_row_against_the_whole_pooled_table_in_one_c
     assert chunk.logits_bytes == 8 * GIB  # 8,192 rows of a 1M-token table, whatever the prompt
     short = make_plan(StepBatch.from_lengths([16], [16]), "engine", None, on)
     assert short.num_chunks == 1  # 16 tokens, under top-k: still scored (no skip read)
+    # it reads no budget: the frontier plans one row without one, whatever the grid's budgets
+    from indexer_lib.study.grid import Grid
+    from indexer_lib.study.sweep import model_rows
+
+    grid = Grid(model=MODEL, engine=("trtllm==1.4.0rc4",), strategy=("engine", "vllm"), concurrency=(1,),
+                isl=(8192,), osl=4)
+    assert grid.budgets("trtllm==1.4.0rc4", "engine") == (None,)
+    rows = [r for r in model_rows(grid) if r["strategy"] == "engine"]
+    assert len(rows) == 1 and rows[0]["budget_bytes"] == -1 and rows[0]["largest_logits_bytes"] == 8 * GIB
 
 
 def vllm_release_source(path: str) -> str:

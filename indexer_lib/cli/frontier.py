@@ -132,13 +132,14 @@ def lengths_phrase(grid: Grid) -> str:
 
 def budget_label(strategy: str, engine: str, model: str | None = None) -> str | None:
     """How a strategy's budget reads when it does not follow the grid's budget_mb axis (SGLang
-    0.5.12-0.5.20 on a compressed-K model: its C4 path reads none)."""
+    0.5.12-0.5.20 on a compressed-K model: its C4 path reads none; TensorRT-LLM's kpool path none)."""
     from ..engines import get_engine
     from ..shapes import get_model
 
     profile = get_engine(engine)
-    if (get_strategy(strategy).own_build and model is not None and get_model(model).kv_ratio != 1
-            and profile.compressed_one_call):
+    preset = None if model is None else get_model(model)
+    if get_strategy(strategy).own_build and preset is not None and preset.kv_ratio != 1 and (
+            (profile.compressed_one_call and not preset.pooled) or (preset.pooled and profile.pooled_one_call)):
         return "none"
     source = get_strategy(strategy).budget_source(profile)
     return {NO_BUDGET: "none", MEASURED_BUDGET: "measured"}.get(source)

@@ -169,6 +169,12 @@ class EngineProfile:
         return self.compressed_budget_rule == "none"
 
     @property
+    def pooled_one_call(self) -> bool:
+        """Its own path for pooled K reads no budget: every context row in one call against the
+        block table's whole pooled width (TensorRT-LLM's ``glm_kpool``)."""
+        return self.engine == "trtllm" and self.pooled_kv
+
+    @property
     def has_budget(self) -> bool:
         return self.budget_rule != "none"
 

@@ -482,7 +482,7 @@ def split_sglang_kpool(batch, b, build) -> None:
 def trtllm_kpool(engine, batch, pooled: bool) -> bool:
     """Whether the step goes through TensorRT-LLM's own path for pooled K (GLM-5.3-Flash's
     ``glm_kpool`` backend, ``GlmKpoolSparseAttention.score_pools``)."""
-    return pooled and batch.kv_ratio != 1 and engine.engine == "trtllm" and engine.pooled_kv
+    return pooled and batch.kv_ratio != 1 and engine.pooled_one_call
 
 
 def trtllm_kpool_cols(settings) -> int:
@@ -640,7 +640,7 @@ def skips_logits(engine, batch, topk: int, pooled: bool = False) -> bool:
     most top-k tokens (vLLM ``models/glm5next/nvidia/sparse_indexer.py:280-293``; SGLang
     ``dsa_indexer_kpool.py:1774-1778``)."""
     if pooled:
-        if not (batch.kv_ratio != 1 and engine.pooled_kv) or engine.engine == "trtllm":
+        if not (batch.kv_ratio != 1 and engine.pooled_kv) or engine.pooled_one_call:
             return False  # TensorRT-LLM's kpool path: no skip read (taken as none)
         return batch.longest_tokens <= topk
     at_most_topk = batch.longest <= topk

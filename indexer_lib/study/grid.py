@@ -244,8 +244,11 @@ class Grid:
     def budgets(self, engine: str, strategy: str) -> tuple[float | None, ...]:
         """The budgets a strategy's rows are computed and stored for: the grid's, or one row with
         budget_mb ``NO_BUDGET_MB`` (None) for a strategy that reads none of them (planned once,
-        shown once): n-only, and an engine's own chunker without a budget or with one it measures."""
-        if get_strategy(strategy).budget_source(get_engine(engine)) == GIVEN_BUDGET:
+        shown once): n-only, and an engine's own chunker without a budget or with one it measures,
+        or whose path for the model reads none (TensorRT-LLM's kpool path)."""
+        profile = get_engine(engine)
+        one_call = get_strategy(strategy).own_build and get_model(self.model).pooled and profile.pooled_one_call
+        if get_strategy(strategy).budget_source(profile) == GIVEN_BUDGET and not one_call:
             return self.budget_mb
         return (NO_BUDGET_MB,)
 

@@ -173,7 +173,10 @@ def worst_step_detail(schedule: frontier.Schedule, w: frontier.WorstStep, settin
 
 
 def budget_at(grid: Grid, task: Task, budget_mb: float | None, free_gib: float) -> int | None:
-    """The logits budget a task's strategy plans with at one budget and free memory."""
+    """The logits budget a task's strategy plans with at one budget and free memory (None: it reads
+    none at all)."""
+    if budget_mb is None and not grid.measures_budget(task.engine, task.strategy):
+        return None
     return get_strategy(task.strategy).budget_bytes(budget_mb, free_gib, grid.settings(task.engine),
                                                     grid.mem_fraction_static_on(task.engine))
 
