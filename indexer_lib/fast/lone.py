@@ -12,6 +12,7 @@ fits (``plan.packing.pack``), else cut into equal rows (``slice_equal_rows``) or
 """
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import numpy as np
@@ -35,6 +36,7 @@ class LoneOutcomes(NamedTuple):
     over_budget: np.ndarray
 
 
+@functools.lru_cache(maxsize=256)  # asked again for every workload of a grid or a dashboard's change
 def lone_steps(strategy: str | Strategy, settings: PlanSettings, topk_rows: int | None) -> "LoneSteps | None":
     """The evaluator for these settings, or None where it would not be exact."""
     strategy = get_strategy(strategy)

@@ -7,6 +7,7 @@ is modelled, never measured.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -15,7 +16,7 @@ from ..fast import StepOutcomes
 from ..fast.lone import lone_steps
 from ..plan import PlanSettings, Strategy, get_strategy
 from ..shapes import GIB, MIB, get_model
-from ..workload import ClosedLoopWorkload, SchedulerConfig, StepBatch, scheduled_steps
+from ..workload import ClosedLoopWorkload, PrefillRequest, SchedulerConfig, StepBatch, scheduled_steps
 
 
 def prefill_batches(workload: ClosedLoopWorkload, config: SchedulerConfig,
@@ -83,6 +84,18 @@ class Schedule:
         return found
 
 
+# a dashboard's change and a grid ask these again for every workload: made once per settings
+@functools.lru_cache(maxsize=256)
+def _kind_settings(settings: PlanSettings, kind: str) -> PlanSettings:
+    return settings.where(kind=kind)
+
+
+@functools.lru_cache(maxsize=256)
+def _step_outcomes(strategy: Strategy, settings: PlanSettings, topk_rows: int | None) -> StepOutcomes:
+    # any step serves as the template: only its settings are read
+    return StepOutcomes(strategy, settings, topk_rows, StepBatch((PrefillRequest(0, 1),)))
+
+
 def worst_steps(schedule: list[StepBatch] | Schedule, strategy: str | Strategy, budgets: list[int | None],
                 settings: PlanSettings = PlanSettings(), topk_rows: int | None = None,
                 lone: bool = True) -> list[WorstStep]:
@@ -97,10 +110,11 @@ def worst_steps(schedule: list[StepBatch] | Schedule, strategy: str | Strategy, 
         # kinds that see a step differently (DeepSeek-V4.1): a step's peak is the worst over its
         # kinds, so the schedule's worst is the worst kind's worst step (the first kind on a tie)
         per_kind = [[replace(w, layer_kind=k.name)
-                     for w in worst_steps(schedule, strategy, budgets, settings.where(kind=k.name), topk_rows, lone)]
+                     for w in worst_steps(schedule, strategy, budgets, _kind_settings(settings, k.name), topk_rows,
+                                          lone)]
                     for k in settings.preset.indexing_kinds]
         return [max(at_budget, key=lambda w: w.peak_transient_bytes) for at_budget in zip(*per_kind)]
-    outcomes = StepOutcomes(strategy, settings, topk_rows, schedule.unique[0])
+    outcomes = _step_outcomes(strategy, settings, topk_rows)
     columns = _lone_columns(schedule, strategy, budgets, settings, topk_rows) if lone else None
     alone = schedule.alone()[0] if columns is not None else np.zeros(0, dtype=np.int64)
     rest = np.ones(len(schedule.unique), dtype=bool)
