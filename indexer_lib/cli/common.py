@@ -143,10 +143,8 @@ def static_budget_note(args) -> str | None:
 def engine_budget_from_args(args, batch: StepBatch) -> int | None:
     engine = get_engine(args.engine)
     reading = args.free_gib if args.budget_free_gib is None else args.budget_free_gib
-    if get_model(args.model).kv_ratio != 1 and engine.compressed_one_call:
-        return None  # SGLang 0.5.12-0.5.20's C4 indexer: every query row in one call, no budget
-    if get_model(args.model).pooled and engine.pooled_one_call:
-        return None  # TensorRT-LLM's kpool indexer: every context row in one call, no budget
+    if engine.one_call_for(get_model(args.model)):
+        return None  # its own path reads no budget: SGLang 0.5.12-0.5.20's C4, TensorRT-LLM's kpool
     if get_model(args.model).has_candidates and engine.v41_path == "torch":
         return None  # SGLang's torch indexer for DeepSeek-V4.1 reads no budget (engines.v41)
     if get_model(args.model).qsa and engine.qsa_budget_mib is not None:

@@ -137,9 +137,7 @@ def budget_label(strategy: str, engine: str, model: str | None = None) -> str | 
     from ..shapes import get_model
 
     profile = get_engine(engine)
-    preset = None if model is None else get_model(model)
-    if get_strategy(strategy).own_build and preset is not None and preset.kv_ratio != 1 and (
-            (profile.compressed_one_call and not preset.pooled) or (preset.pooled and profile.pooled_one_call)):
+    if get_strategy(strategy).own_build and model is not None and profile.one_call_for(get_model(model)):
         return "none"
     source = get_strategy(strategy).budget_source(profile)
     return {NO_BUDGET: "none", MEASURED_BUDGET: "measured"}.get(source)

@@ -174,6 +174,13 @@ class EngineProfile:
         block table's whole pooled width (TensorRT-LLM's ``glm_kpool``)."""
         return self.engine == "trtllm" and self.pooled_kv
 
+    def one_call_for(self, model) -> bool:
+        """Its own path for this model's indexer (a ``shapes.ModelPreset``) reads no budget: every
+        row in one call (SGLang 0.5.12-0.5.20's C4 path, TensorRT-LLM's kpool path)."""
+        if model.kv_ratio == 1:
+            return False
+        return self.pooled_one_call if model.pooled else self.compressed_one_call
+
     @property
     def has_budget(self) -> bool:
         return self.budget_rule != "none"

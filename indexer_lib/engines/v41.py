@@ -26,6 +26,7 @@ How each release computes them on an H200 (SM90):
 from __future__ import annotations
 
 from ..checks import BadValue
+from ..padding import align
 from .profiles import get_engine, releases_text, v41_engines
 
 # SGLang 0.5.23 v41_indexer/scoring.py:329: the cap on one bf16 [rows, heads, width] score chunk
@@ -54,7 +55,7 @@ def v41_path(model: str, engine: str | None, gpu) -> str:
 
 def torch_width(lc: int) -> int:
     """The columns of SGLang 0.5.23's torch scores for a request that sees ``lc`` K positions."""
-    return -(-lc // TORCH_PAD_TO) * TORCH_PAD_TO if lc >= TORCH_PAD_FROM else lc
+    return align(lc, TORCH_PAD_TO) if lc >= TORCH_PAD_FROM else lc
 
 
 def torch_rows_per_chunk(heads: int, width: int) -> int:

@@ -19,8 +19,8 @@ import numpy as np
 
 from ..memory import buffer_bytes
 from ..memory.model import INT32_BYTES
-from ..memory.topk_bytes import BOOL_BYTES, DEFAULT_BLOCK_BYTES, FP32_BYTES, INT64_BYTES
-from ..padding import COMPRESSED_ALIGN
+from ..memory.topk_bytes import DEFAULT_BLOCK_BYTES, FP32_BYTES, INT64_BYTES, _bytes_per_row
+from ..padding import COMPRESSED_ALIGN, align
 from ..plan import PlanSettings, Strategy, get_strategy
 from ..plan.strategies import Causal, NOnly, PerRequest, Vllm
 from ..workload import PrefillRequest, StepBatch
@@ -66,8 +66,11 @@ class LoneSteps:
         # a V4.1 kind past the last KV source sees each request's last rows only (``StepBatch.tail``)
         self.tail = model.main_kind.replay_rows if settings.kind is not None else None
         self.padded = settings.padded
+        self.rules = rules
         self.row_multiple = rules.row_multiple(model.index_heads)
-        self.stride_extra, self.stride_align = rules.stride_extra, rules.stride_align
+        # what a budget is held against and what DeepGEMM allocates (``PaddingRules.counter``: its
+        # arithmetic takes arrays as it takes numbers)
+        self.counted, self.allocated = settings.counters
         self.field_compressed = not rules.full_width  # a field strategy's chunks on a compressed-only build
         if type(strategy) is Causal:
             self.causal = True
@@ -88,54 +91,35 @@ class LoneSteps:
         self.per_token = buffer_bytes(plan, 1, 0, self.topk)
         self.per_row = buffer_bytes(plan, 0, 1, self.topk)
 
-    # -- logits bytes, as ``PaddingRules.counter`` counts them (arrays)
+    # -- logits bytes (arrays)
 
-    def stride(self, cols, compressed: bool):
-        if compressed:
-            return -(-cols // COMPRESSED_ALIGN) * COMPRESSED_ALIGN
-        return -(-(cols + self.stride_extra) // self.stride_align) * self.stride_align
-
-    def allocated(self, rows, cols, compressed: bool):
-        """What DeepGEMM allocates (padding always counted)."""
-        m = self.row_multiple
-        return -(-rows // m) * m * self.stride(cols, compressed) * FP32_BYTES
-
-    def counted(self, rows, cols, compressed: bool):
-        """What the budget is held against (``settings.counters[0]``)."""
-        if not self.padded:
-            return rows * cols * FP32_BYTES
-        return self.allocated(rows, cols, compressed)
+    def row_bytes(self, cols):
+        """(bytes a row of ``cols`` columns is counted at, rows allocated together): ``Budgeting.max_rows``'."""
+        if self.padded:
+            return self.rules.row_stride(cols, self.compressed) * FP32_BYTES, self.row_multiple
+        return cols * FP32_BYTES, 1
 
     def rows_within(self, cols, budget: int, cap):
         """Most rows of width ``cols`` counted within the budget, at most ``cap``."""
-        if self.padded:
-            per_row = self.stride(cols, self.compressed) * FP32_BYTES
-            m = self.row_multiple
-            rows = budget // np.maximum(per_row, 1) // m * m
-        else:
-            per_row = cols * FP32_BYTES
-            rows = budget // np.maximum(per_row, 1)
+        per_row, step = self.row_bytes(cols)
+        rows = budget // np.maximum(per_row, 1) // step * step
         return np.where(per_row == 0, cap, np.minimum(rows, cap))  # no width: any rows
 
     def widest(self, rows, budget: int):
         """``Budgeting.widest``: the most columns ``rows`` rows may take within the budget (-1: none)."""
         if not self.padded:
             return budget // (FP32_BYTES * rows)
-        m = self.row_multiple
-        most = budget // (FP32_BYTES * (-(-rows // m) * m))  # the widest row stride, in elements
+        rules = self.rules
+        most = budget // (FP32_BYTES * align(rows, self.row_multiple))  # the widest row stride, in elements
         if self.compressed:
             return most // COMPRESSED_ALIGN * COMPRESSED_ALIGN
-        return np.maximum(most // self.stride_align * self.stride_align - self.stride_extra, -1)
+        return np.maximum(most // rules.stride_align * rules.stride_align - rules.stride_extra, -1)
 
     # -- a chunk's transient bytes (``ShapeTotals.shape_total``; no padded inputs: no alloc rows)
 
     def topk_row_bytes(self, cols):
-        """``topk_bytes._bytes_per_row``."""
-        kk = np.minimum(self.topk, cols)
-        mask = 2 * cols * BOOL_BYTES
-        select = kk * (FP32_BYTES + INT64_BYTES) + cols * BOOL_BYTES
-        order = kk * (FP32_BYTES + INT64_BYTES + 2 * INT64_BYTES + INT64_BYTES)
-        return np.maximum(np.maximum(mask, select), order)
+        """``topk_bytes._bytes_per_row`` of each width."""
+        return _bytes_per_row(cols, np.minimum(self.topk, cols), np.maximum)
 
     def topk_bytes(self, rows, cols):
         """``topk_bytes.topk_counter``'s count."""
@@ -196,14 +180,8 @@ class LoneSteps:
     def equal_rows(self, q, c, n, budget):
         """``slice_equal_rows``: the first slice (it gathers), the full slices, the rest; all ``n`` wide."""
         compressed = self.compressed
-        if budget is None:
-            per = q
-        elif self.padded:
-            per_row = self.stride(n, compressed) * FP32_BYTES
-            m = self.row_multiple
-            per = budget // np.maximum(per_row, 1) // m * m
-        else:
-            per = budget // (FP32_BYTES * np.maximum(n, 1))
+        # rows at the request's width (a request of no width fits whole, so its rows are not read)
+        per = q if budget is None else self.rows_within(n, budget, q)
         over = per < 1
         per = np.maximum(per, 1)
         first = np.minimum(per, q)

@@ -14,13 +14,14 @@ DEFAULT_BLOCK_BYTES = 128 * 2**20  # bound on one row block's temporaries
 REPAIR_BYTES_PER_ELEMENT = FP32_BYTES + 3 * BOOL_BYTES + INT64_BYTES
 
 
-def _bytes_per_row(width: int, kk: int) -> int:
-    """Most bytes one row of a block holds at once (see ``topk_temporaries_bytes``)."""
+def _bytes_per_row(width: int, kk: int, larger=max) -> int:
+    """Most bytes one row of a block holds at once (see ``topk_temporaries_bytes``); ``larger``
+    (numpy's ``maximum``) takes arrays of widths."""
     mask = 2 * width * BOOL_BYTES  # two [r, width] bool masks
     select = kk * (FP32_BYTES + INT64_BYTES) + width * BOOL_BYTES  # topk result + tie check
     # ordering: the pair, a stable sort's values and int64 permutation, one gathered copy
     order = kk * (FP32_BYTES + INT64_BYTES + 2 * INT64_BYTES + INT64_BYTES)
-    return max(mask, select, order)
+    return larger(larger(mask, select), order)
 
 
 def repair_bytes_per_row(width: int, kk: int) -> int:

@@ -73,7 +73,7 @@ def _plan_kinds(batch: StepBatch, s: Strategy, budget_bytes: int | None, setting
     every kind's plan in ``kind_plans``."""
     if _kind_peak is None:
         raise RuntimeError("no transient peak to rank a multi-kind plan's kinds by: import indexer_lib.memory")
-    plans = [make_plan(batch, s, budget_bytes, settings.where(kind=k.name)) for k in settings.preset.indexing_kinds]
+    plans = [make_plan(batch, s, budget_bytes, settings.of_kind(k.name)) for k in settings.preset.indexing_kinds]
     peaks = [_kind_peak(p) for p in plans]
     worst = plans[peaks.index(max(peaks))]
     kinds = tuple((p.settings.kind, p) for p in plans)

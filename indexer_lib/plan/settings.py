@@ -24,10 +24,6 @@ from ..checks import BadValue, check_int
 TEMPORARIES = ("reference", "deepgemm", "engine", None)
 
 
-def _plain_bytes(rows: int, cols: int, compressed: bool = False) -> int:
-    return rows * cols * 4
-
-
 @dataclass(frozen=True)
 class PlanSettings:
     model: str = "deepseek-v3.2"
@@ -129,7 +125,7 @@ class PlanSettings:
     # what the settings compute from their fields and keep: never pickled (closures, and a hash
     # of strings, which differs from process to process)
     DERIVED = ("_hash", "rules", "counters", "workspace", "own_chunker", "workspace_lifetime", "topk_output",
-               "v41_path")
+               "v41_path", "_kinds")
 
     def __getstate__(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if k not in self.DERIVED}
@@ -173,9 +169,10 @@ class PlanSettings:
     def counters(self):
         """(bytes counted against a budget, bytes DeepGEMM allocates) of a logits allocation, as
         ``count(rows, cols, compressed)`` (``PaddingRules.counter``)."""
-        if self.v41_path == "torch":  # SGLang's torch scores: [rows, width] fp32, no DeepGEMM
-            return _plain_bytes, _plain_bytes
         heads = self.preset.index_heads
+        if self.v41_path == "torch":  # SGLang's torch scores: [rows, width] fp32, no DeepGEMM
+            plain = self.rules.counter(heads, padded=False)
+            return plain, plain
         return self.rules.counter(heads, self.padded), self.rules.counter(heads)
 
     @cached_property
@@ -205,6 +202,15 @@ class PlanSettings:
     def topk_output(self) -> str:
         """Where the top-k output lives: "persistent" (with the model) or per "call"."""
         return "persistent" if self.profile is None else self.profile.topk_output
+
+    def of_kind(self, kind: str) -> "PlanSettings":
+        """These settings narrowed to one of the model's kinds (``kind``), made once and kept: a
+        multi-kind plan and a frontier ask for them at every step."""
+        kept = self.__dict__.setdefault("_kinds", {})
+        narrowed = kept.get(kind)
+        if narrowed is None:
+            narrowed = kept[kind] = self.where(kind=kind)
+        return narrowed
 
     def where(self, **changes) -> "PlanSettings":
         """These settings with some changed (checked again)."""

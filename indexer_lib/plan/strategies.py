@@ -16,6 +16,7 @@ from functools import lru_cache
 from typing import ClassVar
 
 from ..checks import BadValue
+from ..padding import align
 from ..engines import EngineProfile, get_engine, process_budget
 from ..engines.v41 import TORCH_LOGITS_ALIVE, torch_rows_per_chunk, torch_width
 from ..shapes import budget_bytes_from_mb, free_bytes_from_gib
@@ -570,8 +571,7 @@ def vllm_qsa_table_columns(settings) -> int:
     preset = settings.preset
     block, ratio = preset.kv_block, preset.kv_ratio
     blocks = -(-preset.max_model_len // block)
-    align = 128 // math.gcd(128, block)
-    return -(-blocks // align) * align * (block // ratio)
+    return align(blocks, 128 // math.gcd(128, block)) * (block // ratio)
 
 
 def vllm_qsa_width(settings, batch) -> int:
@@ -579,7 +579,7 @@ def vllm_qsa_width(settings, batch) -> int:
     at most the block table's columns (``qsa_select_paged_prefill``)."""
     ratio = batch.kv_ratio
     longest = batch.longest_tokens
-    width = -(-(-(-longest // ratio)) // 64) * 64
+    width = align(-(-longest // ratio), 64)
     return min(max(64, width), vllm_qsa_table_columns(settings))
 
 
@@ -624,11 +624,11 @@ def split_qsa(batch, b, build) -> None:
     if rows <= m:
         b.narrow(0, None)
     elif per == rows:
-        b.narrow(-(-rows // m) * m * per_row, None)
+        b.narrow(align(rows, m) * per_row, None)
     else:
         b.narrow(k * m * per_row if k > 1 else 0, (k + 1) * m * per_row)
     build.add_rows(0, len(batch.requests), rows, per, width, kv=batch.num_kv_tokens,
-                   alloc_bytes=lambda n: -(-n // m) * m * per_row)
+                   alloc_bytes=lambda n: align(n, m) * per_row)
 
 
 def skips_logits(engine, batch, topk: int, pooled: bool = False) -> bool:

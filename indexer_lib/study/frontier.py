@@ -84,12 +84,7 @@ class Schedule:
         return found
 
 
-# a dashboard's change and a grid ask these again for every workload: made once per settings
-@functools.lru_cache(maxsize=256)
-def _kind_settings(settings: PlanSettings, kind: str) -> PlanSettings:
-    return settings.where(kind=kind)
-
-
+# a dashboard's change and a grid ask it again for every workload: made once per settings
 @functools.lru_cache(maxsize=256)
 def _step_outcomes(strategy: Strategy, settings: PlanSettings, topk_rows: int | None) -> StepOutcomes:
     # any step serves as the template: only its settings are read
@@ -110,8 +105,7 @@ def worst_steps(schedule: list[StepBatch] | Schedule, strategy: str | Strategy, 
         # kinds that see a step differently (DeepSeek-V4.1): a step's peak is the worst over its
         # kinds, so the schedule's worst is the worst kind's worst step (the first kind on a tie)
         per_kind = [[replace(w, layer_kind=k.name)
-                     for w in worst_steps(schedule, strategy, budgets, _kind_settings(settings, k.name), topk_rows,
-                                          lone)]
+                     for w in worst_steps(schedule, strategy, budgets, settings.of_kind(k.name), topk_rows, lone)]
                     for k in settings.preset.indexing_kinds]
         return [max(at_budget, key=lambda w: w.peak_transient_bytes) for at_budget in zip(*per_kind)]
     outcomes = _step_outcomes(strategy, settings, topk_rows)

@@ -247,7 +247,7 @@ class Grid:
         shown once): n-only, and an engine's own chunker without a budget or with one it measures,
         or whose path for the model reads none (TensorRT-LLM's kpool path)."""
         profile = get_engine(engine)
-        one_call = get_strategy(strategy).own_build and get_model(self.model).pooled and profile.pooled_one_call
+        one_call = get_strategy(strategy).own_build and profile.one_call_for(get_model(self.model))
         if get_strategy(strategy).budget_source(profile) == GIVEN_BUDGET and not one_call:
             return self.budget_mb
         return (NO_BUDGET_MB,)
