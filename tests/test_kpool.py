@@ -252,3 +252,15 @@ def test_the_frontier_and_the_models_of_2026_plan_glm_5_3_flash_where_its_path_i
     assert main(["frontier", "--model", MODEL, "--engine", "trtllm==1.4.0rc1", "--concurrency", "1",
                  "--isl", "65536", "--osl", "16", "--strategy", "engine", "--temporaries", "deepgemm"]) == 2
     assert "not modelled (its code not read at this release)" in capsys.readouterr().err
+
+
+def test_auto_sets_no_knob_for_a_path_that_reads_none(capsys):
+    """TensorRT-LLM's kpool path reads no budget: ``auto`` has nothing to set there, and names no
+    element budget as if it changed the plan."""
+    from indexer_lib.cli import main
+
+    assert main(["auto", "--model", MODEL, "--engine", "trtllm==1.4.0rc4", "--free-gib", "20",
+                 "--workload", "1x8192x4"]) == 0
+    out = capsys.readouterr().out
+    assert "trtllm==1.4.0rc4: nothing to set" in out and "TLLM_INDEXER_MQA_LOGITS_ELEM_BUDGET=" not in out
+    assert "1 of 1 candidates fit" in out

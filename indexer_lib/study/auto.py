@@ -231,13 +231,14 @@ def engine_candidates(schedules: list[Schedule], settings: PlanSettings, free_by
     knobs = {"fixed-mib": budgets_mb, "fixed-elements": elements, "sglang-cached": fractions}.get(
         profile.budget_rule, (None,))
     compressed = settings.preset.kv_ratio != 1 and profile.compressed_budget_rule is not None
-    if compressed and profile.compressed_one_call:
-        knobs = (None,)  # SGLang 0.5.12-0.5.20's C4 indexer: every query row in one call, no budget
+    one_call = profile.one_call_for(settings.preset)
+    if one_call:
+        knobs = (None,)  # its own path reads no budget: SGLang 0.5.12-0.5.20's C4, TensorRT-LLM's kpool
     total = get_gpu(gpu).capacity_bytes
     default_reservation = profile_run_logits_bytes(profile, model=settings.preset)
     candidates = []
     for setting in knobs:
-        budget = (None if setting is None and compressed else
+        budget = (None if one_call or (setting is None and compressed) else
                   process_budget(profile, free_bytes, total, mem_fraction_static, setting, compressed=compressed))
         *totals, band = _over_schedules(schedules, tm, lambda batch: make_plan(batch, "engine", budget, settings),
                                         _own_peak)
