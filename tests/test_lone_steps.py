@@ -2,6 +2,7 @@
 step, and the frontier's worst step is the same with them as without."""
 import random
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -11,7 +12,7 @@ from indexer_lib.fast import StepOutcomes
 from indexer_lib.fast.lone import lone_steps
 from indexer_lib.plan import PlanSettings, get_strategy
 from indexer_lib.shapes import GIB, MIB
-from indexer_lib.study import frontier
+from indexer_lib.study import frontier, sweep
 from indexer_lib.study.grid import Grid
 from indexer_lib.workload import PrefillRequest, StepBatch
 
@@ -151,3 +152,64 @@ def test_deepseek_v4_1s_kinds_are_evaluated_one_at_a_time(steps, strategy, budge
     budgets = [budget]
     assert frontier.worst_steps(schedule, strategy, budgets, model, topk_rows) == \
         frontier.worst_steps(schedule, strategy, budgets, model, topk_rows, lone=False)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(first=st.lists(st.one_of(requests, short), min_size=1, max_size=15),
+       then=st.lists(st.one_of(requests, short), min_size=1, max_size=15),
+       others=st.lists(st.one_of(requests, short), min_size=0, max_size=5),
+       strategy=st.sampled_from(STRATEGIES), budget=st.sampled_from(BUDGETS), model=st.sampled_from(MODELS),
+       seed=st.integers(0, 1000))
+def test_kept_outcomes_are_looked_up_as_evaluated(first, then, others, strategy, budget, model, seed):
+    """``keep`` evaluates steps once (two calls merge), ``at_budget`` looks any mix of them up in
+    any order, and a step never kept is evaluated."""
+    budget = None if strategy == "n-only" else budget
+    cached = lone_steps(strategy, PlanSettings(model, engine="vllm==0.33.0", temporaries="deepgemm"), 8192)
+    evaluator = type(cached)(cached.strategy, cached.settings, cached.topk_rows)  # its own table
+    evaluator.keep([r.query_len for r in first], [r.context_len for r in first], budget)
+    evaluator.keep([r.query_len for r in then + first[:2]], [r.context_len for r in then + first[:2]], budget)
+    asked = first + then + others
+    random.Random(seed).shuffle(asked)
+    q, c = [r.query_len for r in asked], [r.context_len for r in asked]
+    got = evaluator.at_budget(q, c, budget)
+    want = cached.evaluate(np.array(q), np.array(c), budget)
+    for a, b in zip(got, want):
+        assert a.tolist() == b.tolist()
+    kept = evaluator.kept[budget]
+    assert kept.keys.tolist() == sorted(set(kept.keys.tolist()))  # each step once, in order
+    assert len(kept.keys) == len({(r.query_len, r.context_len) for r in first + then})
+
+
+def test_kept_budgets_are_bounded_oldest_first():
+    evaluator = lone_steps("vllm", PlanSettings("glm-5", temporaries="deepgemm"), None)
+    evaluator = type(evaluator)(evaluator.strategy, evaluator.settings, evaluator.topk_rows)
+    budgets = [MIB * (k + 1) for k in range(evaluator.KEPT_BUDGETS + 3)]
+    for budget in budgets:
+        evaluator.keep([8192], [1000], budget)
+    assert list(evaluator.kept) == budgets[3:]
+    evaluator.keep([1], [0], budgets[3])  # kept again: the newest
+    assert list(evaluator.kept)[-1] == budgets[3]
+    assert evaluator.kept[budgets[3]].keys.size == 2
+
+
+@pytest.mark.parametrize("model", ["deepseek-v4.1-flash", "glm-5"])
+def test_a_grids_rows_are_the_same_with_its_lone_steps_evaluated_first(model, monkeypatch):
+    """``sweep.model_rows`` evaluates each batch of tasks' steps of one request together before
+    planning them: the rows are those of every schedule evaluated on its own."""
+    grid = Grid(model=model, isl=(4096, 65536, 200_000), concurrency=(1, 8), budget_mb=(64, 512))
+    lone_steps.cache_clear()  # no evaluator keeps anything
+    with monkeypatch.context() as m:
+        m.setattr(sweep, "with_lone_steps_evaluated", lambda grid, tasks: tasks)
+        alone = list(sweep.model_rows(grid))
+    assert not any(e.kept for e in _evaluators(grid))
+    together = list(sweep.model_rows(grid))
+    assert any(e.kept for e in _evaluators(grid))  # they were looked up
+    assert together == alone
+
+
+def _evaluators(grid):
+    settings = grid.settings(grid.engine[0])
+    kinds = [settings.of_kind(k.name) for k in settings.preset.indexing_kinds] if settings.preset.multi_kind \
+        else [settings]
+    found = [lone_steps(get_strategy(s), k, 8192) for s in grid.strategy for k in kinds]
+    return [e for e in found if e is not None]

@@ -36,6 +36,40 @@ class LoneOutcomes(NamedTuple):
     over_budget: np.ndarray
 
 
+# a step (query_len, context_len) as one sortable number: both are far below 2^31 tokens
+KEY_SHIFT = 32
+KEY_MASK = (1 << KEY_SHIFT) - 1
+
+
+def step_keys(query_lens: np.ndarray, context_lens: np.ndarray) -> np.ndarray:
+    return (query_lens << KEY_SHIFT) | context_lens
+
+
+class KeptOutcomes(NamedTuple):
+    """Outcomes at one budget, by step key (sorted)."""
+
+    keys: np.ndarray
+    outcomes: LoneOutcomes
+
+    def holds(self, keys: np.ndarray) -> np.ndarray:
+        at = np.minimum(np.searchsorted(self.keys, keys), self.keys.size - 1)
+        return self.keys[at] == keys
+
+    def look_up(self, keys: np.ndarray) -> LoneOutcomes | None:
+        """These steps' outcomes, or None where one of them is not kept."""
+        at = np.minimum(np.searchsorted(self.keys, keys), self.keys.size - 1)
+        if not (self.keys[at] == keys).all():
+            return None
+        return LoneOutcomes(*(a[at] for a in self.outcomes))
+
+    def merged(self, keys: np.ndarray, outcomes: LoneOutcomes) -> "KeptOutcomes":
+        """These kept with more (keys not among them)."""
+        every = np.concatenate([self.keys, keys])
+        order = np.argsort(every, kind="stable")
+        return KeptOutcomes(every[order], LoneOutcomes(*(np.concatenate([a, b])[order]
+                                                         for a, b in zip(self.outcomes, outcomes))))
+
+
 @functools.lru_cache(maxsize=256)  # asked again for every workload of a grid or a dashboard's change
 def lone_steps(strategy: str | Strategy, settings: PlanSettings, topk_rows: int | None) -> "LoneSteps | None":
     """The evaluator for these settings, or None where it would not be exact."""
@@ -90,6 +124,9 @@ class LoneSteps:
         plan = ShapePlanner(strategy, settings).record(StepBatch((PrefillRequest(0, 1),)))
         self.per_token = buffer_bytes(plan, 1, 0, self.topk)
         self.per_row = buffer_bytes(plan, 0, 1, self.topk)
+        self.kept: dict[int | None, KeptOutcomes] = {}  # budget -> the outcomes ``keep`` evaluated
+
+    KEPT_BUDGETS = 32  # budgets whose outcomes are kept (a dashboard's budgets, a grid's)
 
     # -- logits bytes (arrays)
 
@@ -142,15 +179,45 @@ class LoneSteps:
 
     # -- the steps
 
+    def reads(self, budget: int | None) -> bool:
+        """Whether it evaluates at this budget (else the strategy's check refuses it, on the plain path)."""
+        if (budget is None) != (type(self.strategy) is NOnly):
+            return False
+        return budget is None or (type(budget) is int and budget >= 1)
+
     def at_budget(self, query_lens, context_lens, budget: int | None) -> LoneOutcomes | None:
         """The outcomes of steps of one request each, (query_len, context_len), at one budget
-        (None: the strategy's check refuses the budget, on the plain path)."""
-        if (budget is None) != (type(self.strategy) is NOnly):
-            return None
-        if budget is not None and not (type(budget) is int and budget >= 1):
+        (None: the strategy's check refuses the budget, on the plain path): looked up where
+        ``keep`` evaluated them all, else evaluated."""
+        if not self.reads(budget):
             return None
         q = np.asarray(query_lens, dtype=np.int64)
         c = np.asarray(context_lens, dtype=np.int64)
+        kept = self.kept.get(budget)
+        found = kept.look_up(step_keys(q, c)) if kept is not None else None
+        return found if found is not None else self.evaluate(q, c, budget)
+
+    def keep(self, query_lens, context_lens, budget: int | None) -> None:
+        """Evaluates these steps at this budget, each distinct one once, and keeps the outcomes:
+        the many schedules of a grid or a dashboard's change share most of their steps, and one
+        numpy pass over all of them costs little more than one over a schedule's."""
+        if not self.reads(budget):
+            return
+        keys = step_keys(np.asarray(query_lens, dtype=np.int64), np.asarray(context_lens, dtype=np.int64))
+        kept = self.kept.pop(budget, None)  # re-inserted last: the oldest budget goes first
+        if kept is not None:
+            keys = keys[~kept.holds(keys)]
+        keys = np.unique(keys)
+        if keys.size:
+            found = self.evaluate(keys >> KEY_SHIFT, keys & KEY_MASK, budget)
+            kept = KeptOutcomes(keys, found) if kept is None else kept.merged(keys, found)
+        if kept is not None:
+            self.kept[budget] = kept
+        while len(self.kept) > self.KEPT_BUDGETS:
+            self.kept.pop(next(iter(self.kept)))
+
+    def evaluate(self, q: np.ndarray, c: np.ndarray, budget: int | None) -> LoneOutcomes:
+        """``at_budget``, computed."""
         if self.tail is not None:  # ``PlanSettings.view``: each request's last rows, at their positions
             kept = np.minimum(q, self.tail)
             q, c = kept, c + q - kept

@@ -104,9 +104,9 @@ def worst_steps(schedule: list[StepBatch] | Schedule, strategy: str | Strategy, 
     if settings.kind is None and settings.preset.multi_kind:
         # kinds that see a step differently (DeepSeek-V4.1): a step's peak is the worst over its
         # kinds, so the schedule's worst is the worst kind's worst step (the first kind on a tie)
-        per_kind = [[replace(w, layer_kind=k.name)
-                     for w in worst_steps(schedule, strategy, budgets, settings.of_kind(k.name), topk_rows, lone)]
-                    for k in settings.preset.indexing_kinds]
+        per_kind = [[replace(w, layer_kind=kind.kind)
+                     for w in worst_steps(schedule, strategy, budgets, kind, topk_rows, lone)]
+                    for kind in _kinds(settings)]
         return [max(at_budget, key=lambda w: w.peak_transient_bytes) for at_budget in zip(*per_kind)]
     outcomes = _step_outcomes(strategy, settings, topk_rows)
     columns = _lone_columns(schedule, strategy, budgets, settings, topk_rows) if lone else None
@@ -136,6 +136,32 @@ def worst_steps(schedule: list[StepBatch] | Schedule, strategy: str | Strategy, 
                                  outcome.chunks, outcome.peak, outcome.transient, int(chunks.max()),
                                  int(chunks @ counts), over, outcome.budget_stable))
     return results
+
+
+def _kinds(settings: PlanSettings) -> list[PlanSettings]:
+    """The settings a step is planned under: one per layer kind where the kinds see a step
+    differently (DeepSeek-V4.1), else these."""
+    if settings.kind is None and settings.preset.multi_kind:
+        return [settings.of_kind(k.name) for k in settings.preset.indexing_kinds]
+    return [settings]
+
+
+def evaluate_lone_steps_together(jobs) -> None:
+    """Before ``worst_steps`` runs on many schedules, ``jobs`` of (schedule, strategy, budgets,
+    settings, top-k rows): their steps of one request are evaluated together, once per settings
+    and budget (``fast.lone.LoneSteps.keep``), so that each ``worst_steps`` looks them up."""
+    wanted: dict = {}  # (evaluator, budget) -> [(query lens, context lens) of a schedule]
+    for schedule, strategy, budgets, settings, topk_rows in jobs:
+        _, query_lens, context_lens = schedule.alone()
+        if not query_lens.size:
+            continue
+        for kind_settings in _kinds(settings):
+            evaluator = lone_steps(get_strategy(strategy), kind_settings, topk_rows)
+            if evaluator is not None:
+                for budget in budgets:
+                    wanted.setdefault((evaluator, budget), []).append((query_lens, context_lens))
+    for (evaluator, budget), steps in wanted.items():
+        evaluator.keep(np.concatenate([q for q, _ in steps]), np.concatenate([c for _, c in steps]), budget)
 
 
 def _lone_columns(schedule: Schedule, strategy: Strategy, budgets: list[int | None], settings: PlanSettings,

@@ -16,6 +16,7 @@ import contextlib
 import datetime
 import functools
 import hashlib
+import itertools
 import json
 from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path
@@ -181,16 +182,20 @@ def budget_at(grid: Grid, task: Task, budget_mb: float | None, free_gib: float) 
                                                     grid.mem_fraction_static_on(task.engine))
 
 
+def budget_groups(grid: Grid, task: Task) -> list[tuple[tuple[float, ...], list[int | None]]]:
+    """(free GiBs, the budgets planned for them, one per budget MiB) of a task: the grid's budgets
+    serve every free GiB, unless the engine measures its own from free memory."""
+    measured = grid.measures_budget(task.engine, task.strategy)
+    groups = [(f,) for f in task.frees_gib] if measured else [task.frees_gib]
+    return [(group, [budget_at(grid, task, mb, group[0]) for mb in task.budgets_mb]) for group in groups]
+
+
 def model_task(grid: Grid, task: Task, time_model: TimeModel, prov: dict) -> list[dict]:
     """The modelled rows of a task: every budget and free memory of its workload and strategy."""
     schedule = schedule_of(task.workload, task.scheduler, grid.workload_source)
     settings = grid.settings(task.engine)
-    # the grid's budgets serve every free GiB, unless the engine measures its own from free memory
-    measured = grid.measures_budget(task.engine, task.strategy)
-    groups = [(f,) for f in task.frees_gib] if measured else [task.frees_gib]
     rows = []
-    for group in groups:
-        budgets = [budget_at(grid, task, mb, group[0]) for mb in task.budgets_mb]
+    for group, budgets in budget_groups(grid, task):
         outcomes = frontier.worst_steps(schedule, task.strategy, budgets, settings,
                                         topk_rows=task.scheduler.max_num_batched_tokens)
         for mb, w in zip(task.budgets_mb, outcomes):
@@ -356,12 +361,30 @@ def _model_task_rows(grid: Grid, task: Task, time_model: TimeModel, prov: dict) 
         return task.id, model_task(grid, task, time_model, prov)
 
 
+LONE_BATCH = 128  # tasks whose schedules are held at once (``schedule_of`` keeps 256)
+
+
+def with_lone_steps_evaluated(grid: Grid, tasks):
+    """The tasks, each batch of them yielded once its schedules' steps of one request are
+    evaluated together (``frontier.evaluate_lone_steps_together``)."""
+    tasks = iter(tasks)
+    while batch := list(itertools.islice(tasks, LONE_BATCH)):
+        frontier.evaluate_lone_steps_together(
+            (schedule_of(task.workload, task.scheduler, grid.workload_source), task.strategy, budgets,
+             grid.settings(task.engine), task.scheduler.max_num_batched_tokens)
+            for task in batch for _, budgets in budget_groups(grid, task))
+        yield from batch
+
+
 def model_rows(grid: Grid, executor: Local | Ray = Local(), progress=None):
     """The grid's modelled rows, computed in memory without a store (the frontier command, the
     notebooks' small grids, the dashboards), in grid order whatever computes them.
     ``progress``: called with 1 after each task."""
     time_model = TimeModel.published()
-    done = executor.map(_model_task_rows, ((grid, task, time_model, {}) for task in grid.tasks("model")))
+    tasks = grid.tasks("model")
+    if executor == Local():  # in this process: the steps of one request evaluated together first
+        tasks = with_lone_steps_evaluated(grid, tasks)
+    done = executor.map(_model_task_rows, ((grid, task, time_model, {}) for task in tasks))
     for tid, rows in done:
         for row in rows:
             row["task"] = tid
