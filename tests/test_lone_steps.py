@@ -59,6 +59,35 @@ def test_lone_steps_give_each_steps_outcome(steps, strategy, budget, setup, temp
             (o.transient, o.peak, o.chunks, o.over_budget), steps[k]
 
 
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(steps=st.lists(st.tuples(st.one_of(requests, short), st.one_of(requests, short)), min_size=1, max_size=20),
+       strategy=st.sampled_from(STRATEGIES), budget=st.sampled_from(BUDGETS),
+       setup=st.sampled_from(SETUPS), temporaries=st.sampled_from(["deepgemm", None]),
+       model=st.sampled_from(MODELS), topk_rows=st.sampled_from([None, 8192]))
+def test_steps_of_two_requests_give_each_steps_outcome(steps, strategy, budget, setup, temporaries, model,
+                                                       topk_rows):
+    """A step of two requests: packed together where the first fits alone and both fit (the
+    field's monotone packing), else each planned on its own; identical requests too."""
+    plan = plan_settings(model, setup, temporaries)
+    assume(plan is not None)
+    budget = None if strategy == "n-only" else budget
+    steps = steps + [(a, a) for a, _ in steps[:3]]  # a run of two identical requests
+    evaluator = lone_steps(strategy, plan, topk_rows)
+    got = evaluator.at_budget([a.query_len for a, _ in steps], [a.context_len for a, _ in steps], budget,
+                              second=([b.query_len for _, b in steps], [b.context_len for _, b in steps]))
+    want = step_by_step(strategy, plan, topk_rows, [StepBatch(pair) for pair in steps], budget)
+    for k, o in enumerate(want):
+        assert (int(got.transient[k]), int(got.peak[k]), int(got.chunks[k]), bool(got.over_budget[k])) == \
+            (o.transient, o.peak, o.chunks, o.over_budget), steps[k]
+
+
+def test_a_pack_factor_that_weighs_areas_leaves_steps_of_two_to_the_plain_path():
+    evaluator = lone_steps(get_strategy("per-request", pack_factor=2.0), PlanSettings("glm-5", temporaries="deepgemm"),
+                           None)
+    assert evaluator.at_budget([1], [0], 64 * MIB) is not None
+    assert evaluator.at_budget([1], [0], 64 * MIB, second=([1], [0])) is None
+
+
 @pytest.mark.parametrize("model", MODELS)
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_long_prompts_chunks_at_every_budget(model, strategy):
@@ -133,7 +162,8 @@ def test_the_default_grids_settings_are_evaluated_together(model):
        temporaries=st.sampled_from(["deepgemm", None]), topk_rows=st.sampled_from([None, 8192]))
 def test_deepseek_v4_1s_kinds_are_evaluated_one_at_a_time(steps, strategy, budget, temporaries, topk_rows):
     """DeepSeek-V4.1 on vLLM 0.33.0's dense path, kind by kind: c2 on K compressed by 2, the c1
-    candidate source and consumers on each request's last 128 rows; SGLang's torch path is declined."""
+    candidate source and consumers on each request's last 128 rows, in steps of one request and
+    of two; SGLang's torch path is declined."""
     budget = None if strategy == "n-only" else budget
     model = PlanSettings("deepseek-v4.1-flash", "vllm==0.33.0", temporaries=temporaries)
     assert lone_steps(strategy, PlanSettings("deepseek-v4.1-flash", "sglang==0.5.23", temporaries=temporaries),
@@ -148,48 +178,65 @@ def test_deepseek_v4_1s_kinds_are_evaluated_one_at_a_time(steps, strategy, budge
         for k, o in enumerate(want):
             assert (int(got.transient[k]), int(got.peak[k]), int(got.chunks[k]), bool(got.over_budget[k])) == \
                 (o.transient, o.peak, o.chunks, o.over_budget), (kind.name, steps[k])
-    schedule = frontier.Schedule([StepBatch((r,), step=i) for i, r in enumerate(steps)])
+        pairs = list(zip(steps, steps[1:] + steps[:1]))  # and steps of two requests
+        got = evaluator.at_budget([a.query_len for a, _ in pairs], [a.context_len for a, _ in pairs], budget,
+                                  second=([b.query_len for _, b in pairs], [b.context_len for _, b in pairs]))
+        want = step_by_step(strategy, on, topk_rows, [StepBatch(p) for p in pairs], budget)
+        for k, o in enumerate(want):
+            assert (int(got.transient[k]), int(got.peak[k]), int(got.chunks[k]), bool(got.over_budget[k])) == \
+                (o.transient, o.peak, o.chunks, o.over_budget), (kind.name, pairs[k])
+    schedule = frontier.Schedule([StepBatch((r,), step=i) for i, r in enumerate(steps)]
+                                 + [StepBatch(p, step=len(steps) + i) for i, p in enumerate(zip(steps, steps[1:]))])
     budgets = [budget]
     assert frontier.worst_steps(schedule, strategy, budgets, model, topk_rows) == \
         frontier.worst_steps(schedule, strategy, budgets, model, topk_rows, lone=False)
 
 
+pair = st.tuples(st.one_of(requests, short), st.one_of(requests, short))
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(first=st.lists(st.one_of(requests, short), min_size=1, max_size=15),
-       then=st.lists(st.one_of(requests, short), min_size=1, max_size=15),
-       others=st.lists(st.one_of(requests, short), min_size=0, max_size=5),
-       strategy=st.sampled_from(STRATEGIES), budget=st.sampled_from(BUDGETS), model=st.sampled_from(MODELS),
-       seed=st.integers(0, 1000))
-def test_kept_outcomes_are_looked_up_as_evaluated(first, then, others, strategy, budget, model, seed):
+@given(two=st.booleans(), first=st.lists(pair, min_size=1, max_size=15), then=st.lists(pair, min_size=1, max_size=15),
+       others=st.lists(pair, min_size=0, max_size=5), strategy=st.sampled_from(STRATEGIES),
+       budget=st.sampled_from(BUDGETS), model=st.sampled_from(MODELS), seed=st.integers(0, 1000))
+def test_kept_outcomes_are_looked_up_as_evaluated(two, first, then, others, strategy, budget, model, seed):
     """``keep`` evaluates steps once (two calls merge), ``at_budget`` looks any mix of them up in
-    any order, and a step never kept is evaluated."""
+    any order, and a step never kept is evaluated; steps of one request and of two alike."""
     budget = None if strategy == "n-only" else budget
     cached = lone_steps(strategy, PlanSettings(model, engine="vllm==0.33.0", temporaries="deepgemm"), 8192)
     evaluator = type(cached)(cached.strategy, cached.settings, cached.topk_rows)  # its own table
-    evaluator.keep([r.query_len for r in first], [r.context_len for r in first], budget)
-    evaluator.keep([r.query_len for r in then + first[:2]], [r.context_len for r in then + first[:2]], budget)
+
+    def lengths(steps):
+        one = ([a.query_len for a, _ in steps], [a.context_len for a, _ in steps])
+        return one + ((([b.query_len for _, b in steps], [b.context_len for _, b in steps]),) if two else (None,))
+
+    evaluator.keep(*lengths(first)[:2], budget, lengths(first)[2])
+    evaluator.keep(*lengths(then + first[:2])[:2], budget, lengths(then + first[:2])[2])
     asked = first + then + others
     random.Random(seed).shuffle(asked)
-    q, c = [r.query_len for r in asked], [r.context_len for r in asked]
-    got = evaluator.at_budget(q, c, budget)
-    want = cached.evaluate(np.array(q), np.array(c), budget)
+    q, c, second = lengths(asked)
+    got = evaluator.at_budget(q, c, budget, second)
+    want = cached.evaluate(tuple(np.array(x) for x in (q, c) + (tuple(second) if two else ())), budget)
     for a, b in zip(got, want):
         assert a.tolist() == b.tolist()
-    kept = evaluator.kept[budget]
+    kept = evaluator.kept[(budget, 4 if two else 2)]  # two lengths per request
     assert kept.keys.tolist() == sorted(set(kept.keys.tolist()))  # each step once, in order
-    assert len(kept.keys) == len({(r.query_len, r.context_len) for r in first + then})
+    distinct = {(a.query_len, a.context_len) + ((b.query_len, b.context_len) if two else ()) for a, b in first + then}
+    assert len(kept.keys) == len(distinct)
 
 
 def test_kept_budgets_are_bounded_oldest_first():
     evaluator = lone_steps("vllm", PlanSettings("glm-5", temporaries="deepgemm"), None)
     evaluator = type(evaluator)(evaluator.strategy, evaluator.settings, evaluator.topk_rows)
-    budgets = [MIB * (k + 1) for k in range(evaluator.KEPT_BUDGETS + 3)]
+    budgets = [MIB * (k + 1) for k in range(evaluator.KEPT_TABLES + 3)]
     for budget in budgets:
         evaluator.keep([8192], [1000], budget)
-    assert list(evaluator.kept) == budgets[3:]
+    assert list(evaluator.kept) == [(b, 2) for b in budgets[3:]]
     evaluator.keep([1], [0], budgets[3])  # kept again: the newest
-    assert list(evaluator.kept)[-1] == budgets[3]
-    assert evaluator.kept[budgets[3]].keys.size == 2
+    assert list(evaluator.kept)[-1] == (budgets[3], 2)
+    assert evaluator.kept[(budgets[3], 2)].keys.size == 2
+    evaluator.keep([1], [0], budgets[3], second=([5], [9]))  # steps of two: a table of their own
+    assert list(evaluator.kept)[-1] == (budgets[3], 4) and len(evaluator.kept) == evaluator.KEPT_TABLES
 
 
 @pytest.mark.parametrize("model", ["deepseek-v4.1-flash", "glm-5"])

@@ -1,14 +1,16 @@
-"""Steps that hold one request, evaluated for many at once with numpy.
+"""Steps that hold one request or two, evaluated for many at once with numpy.
 
 In a long-context schedule nearly every distinct step holds one request (a prompt's chunk
-against its growing context): a million-token workload has thousands, each planned at every
-budget by every strategy.  ``LoneSteps`` gives what ``StepOutcomes.at_budgets`` gives such a
-step (transient and total peak, chunk count, over budget; not the budget interval) for arrays
-of them at once, by the same rules as the strategies' code: the request packed whole where it
-fits (``plan.packing.pack``), else cut into equal rows (``slice_equal_rows``) or causal runs
-(``slice_causal``), each chunk's bytes as ``fast.totals.ShapeTotals`` counts them.
-``lone_steps`` returns None for the settings it does not reproduce; those take the plain path.
-``test_lone_steps`` holds it to ``StepOutcomes`` step by step.
+against its growing context), and most others two (a prompt's last rows with the next one's
+first): a million-token workload has thousands, each planned at every budget by every
+strategy.  ``LoneSteps`` gives what ``StepOutcomes.at_budgets`` gives such a step (transient
+and total peak, chunk count, over budget; not the budget interval) for arrays of them at once,
+by the same rules as the strategies' code: a request packed whole where it fits
+(``plan.packing.pack``; two together where the first fits alone and both fit), else cut into
+equal rows (``slice_equal_rows``) or causal runs (``slice_causal``), each chunk's bytes as
+``fast.totals.ShapeTotals`` counts them.  ``lone_steps`` returns None for the settings it does
+not reproduce; those take the plain path.  ``test_lone_steps`` holds it to ``StepOutcomes``
+step by step.
 """
 from __future__ import annotations
 
@@ -36,13 +38,34 @@ class LoneOutcomes(NamedTuple):
     over_budget: np.ndarray
 
 
-# a step (query_len, context_len) as one sortable number: both are far below 2^31 tokens
+# a request (query_len, context_len) as one sortable number: both are far below 2^31 tokens;
+# a step of two requests, as a pair of them
 KEY_SHIFT = 32
 KEY_MASK = (1 << KEY_SHIFT) - 1
+PAIR_KEY = np.dtype([("first", np.int64), ("second", np.int64)])
 
 
-def step_keys(query_lens: np.ndarray, context_lens: np.ndarray) -> np.ndarray:
-    return (query_lens << KEY_SHIFT) | context_lens
+def as_lengths(query_lens, context_lens, second=None) -> tuple[np.ndarray, ...]:
+    """(query lens, context lens), and the second requests' where ``second`` names them, as arrays."""
+    lengths = (query_lens, context_lens) + (tuple(second) if second is not None else ())
+    return tuple(np.asarray(x, dtype=np.int64) for x in lengths)
+
+
+def step_keys(*lengths: np.ndarray) -> np.ndarray:
+    """Sortable keys of steps given as ``as_lengths`` gives them."""
+    if len(lengths) == 2:
+        query_lens, context_lens = lengths
+        return (query_lens << KEY_SHIFT) | context_lens
+    keys = np.empty(lengths[0].shape, PAIR_KEY)
+    keys["first"], keys["second"] = step_keys(*lengths[:2]), step_keys(*lengths[2:])
+    return keys
+
+
+def lengths_of(keys: np.ndarray) -> tuple[np.ndarray, ...]:
+    """``step_keys``' lengths again."""
+    if keys.dtype == PAIR_KEY:
+        return lengths_of(keys["first"]) + lengths_of(keys["second"])
+    return keys >> KEY_SHIFT, keys & KEY_MASK
 
 
 class KeptOutcomes(NamedTuple):
@@ -124,9 +147,16 @@ class LoneSteps:
         plan = ShapePlanner(strategy, settings).record(StepBatch((PrefillRequest(0, 1),)))
         self.per_token = buffer_bytes(plan, 1, 0, self.topk)
         self.per_row = buffer_bytes(plan, 0, 1, self.topk)
-        self.kept: dict[int | None, KeptOutcomes] = {}  # budget -> the outcomes ``keep`` evaluated
+        # a packed chunk's question (``may_join``): counted as wide as its longest request where the
+        # chunk is compressed (causal) or a compressed-only build pads it (vllm), else its K
+        self.join = self.compressed if self.causal else self.join_compressed
+        # steps of two requests: field strategies join them where they fit; per-request never does
+        # (at a pack factor of 1; another factor weighs their areas, on the plain path)
+        self.joins = type(strategy) is not PerRequest
+        self.pairs = self.joins or strategy.pack_factor == 1.0
+        self.kept: dict[tuple, KeptOutcomes] = {}  # (budget, lengths per step) -> what ``keep`` evaluated
 
-    KEPT_BUDGETS = 32  # budgets whose outcomes are kept (a dashboard's budgets, a grid's)
+    KEPT_TABLES = 64  # outcomes kept per budget and kind of step (a dashboard's budgets, a grid's)
 
     # -- logits bytes (arrays)
 
@@ -185,56 +215,89 @@ class LoneSteps:
             return False
         return budget is None or (type(budget) is int and budget >= 1)
 
-    def at_budget(self, query_lens, context_lens, budget: int | None) -> LoneOutcomes | None:
+    def at_budget(self, query_lens, context_lens, budget: int | None, second=None) -> LoneOutcomes | None:
         """The outcomes of steps of one request each, (query_len, context_len), at one budget
-        (None: the strategy's check refuses the budget, on the plain path): looked up where
-        ``keep`` evaluated them all, else evaluated."""
-        if not self.reads(budget):
+        (None: the strategy's check refuses the budget, or steps of two that it does not
+        evaluate: the plain path plans them).  ``second``: (query lens, context lens) of each
+        step's second request, for steps of two.  Looked up where ``keep`` evaluated them all,
+        else evaluated."""
+        lengths = as_lengths(query_lens, context_lens, second)
+        if not self.reads(budget) or (len(lengths) == 4 and not self.pairs):
             return None
-        q = np.asarray(query_lens, dtype=np.int64)
-        c = np.asarray(context_lens, dtype=np.int64)
-        kept = self.kept.get(budget)
-        found = kept.look_up(step_keys(q, c)) if kept is not None else None
-        return found if found is not None else self.evaluate(q, c, budget)
+        kept = self.kept.get((budget, len(lengths)))
+        found = kept.look_up(step_keys(*lengths)) if kept is not None else None
+        return found if found is not None else self.evaluate(lengths, budget)
 
-    def keep(self, query_lens, context_lens, budget: int | None) -> None:
+    def keep(self, query_lens, context_lens, budget: int | None, second=None) -> None:
         """Evaluates these steps at this budget, each distinct one once, and keeps the outcomes:
         the many schedules of a grid or a dashboard's change share most of their steps, and one
         numpy pass over all of them costs little more than one over a schedule's."""
-        if not self.reads(budget):
+        lengths = as_lengths(query_lens, context_lens, second)
+        if not self.reads(budget) or (len(lengths) == 4 and not self.pairs):
             return
-        keys = step_keys(np.asarray(query_lens, dtype=np.int64), np.asarray(context_lens, dtype=np.int64))
-        kept = self.kept.pop(budget, None)  # re-inserted last: the oldest budget goes first
+        table = (budget, len(lengths))
+        keys = step_keys(*lengths)
+        kept = self.kept.pop(table, None)  # re-inserted last: the oldest goes first
         if kept is not None:
             keys = keys[~kept.holds(keys)]
         keys = np.unique(keys)
         if keys.size:
-            found = self.evaluate(keys >> KEY_SHIFT, keys & KEY_MASK, budget)
+            found = self.evaluate(lengths_of(keys), budget)
             kept = KeptOutcomes(keys, found) if kept is None else kept.merged(keys, found)
         if kept is not None:
-            self.kept[budget] = kept
-        while len(self.kept) > self.KEPT_BUDGETS:
+            self.kept[table] = kept
+        while len(self.kept) > self.KEPT_TABLES:
             self.kept.pop(next(iter(self.kept)))
 
-    def evaluate(self, q: np.ndarray, c: np.ndarray, budget: int | None) -> LoneOutcomes:
-        """``at_budget``, computed."""
-        if self.tail is not None:  # ``PlanSettings.view``: each request's last rows, at their positions
+    def evaluate(self, lengths: tuple, budget: int | None) -> LoneOutcomes:
+        """``at_budget``, computed: ``lengths`` (query lens, context lens), and for steps of two
+        requests the second's after them."""
+        if len(lengths) == 2:
+            q, c, n = self.seen(*lengths)
+            workspace = self.workspace_of(n)
+            _, chunks, over, largest = self.alone(q, c, n, workspace, budget)
+            return self.outcomes(workspace, q, chunks, over, largest)
+        # two requests, A then B (``plan.packing.pack``): where A fits alone, a monotone packing
+        # asks whether the two fit together (one chunk); else each is planned on its own
+        qa, ca, na = self.seen(*lengths[:2])
+        qb, cb, nb = self.seen(*lengths[2:])
+        kv, longest = na + nb, np.maximum(na, nb)
+        workspace = self.workspace_of(kv)
+        fits_a, chunks_a, over_a, largest_a = self.alone(qa, ca, na, workspace, budget)
+        _, chunks_b, over_b, largest_b = self.alone(qb, cb, nb, workspace, budget)
+        together = fits_a & (kv <= workspace) & self.joins
+        if budget is not None:
+            together &= self.counted(qa + qb, longest if self.join else kv, self.join) <= budget
+        packed = self.total(qa + qb, longest if self.compressed else kv, self.compressed, True, kv)
+        return self.outcomes(workspace, qa + qb, np.where(together, 1, chunks_a + chunks_b),
+                             np.where(together, False, over_a | over_b),
+                             np.where(together, packed, np.maximum(largest_a, largest_b)))
+
+    def seen(self, q, c):
+        """(rows, context, K) of each request as the indexer sees it (``PlanSettings.view``): a
+        kind past the last KV source keeps the last rows, at their positions; K compressed."""
+        if self.tail is not None:
             kept = np.minimum(q, self.tail)
             q, c = kept, c + q - kept
-        n = (c + q) // self.ratio  # the request's K as the indexer sees it (``PlanSettings.view``)
-        workspace = np.full_like(n, self.settings.workspace) if self.settings.workspace else n
-        # packed whole where its K fits the workspace and the strategy lets it join
+        return q, c, (c + q) // self.ratio
+
+    def workspace_of(self, kv):
+        return np.full_like(kv, self.settings.workspace) if self.settings.workspace else kv
+
+    def alone(self, q, c, n, workspace, budget):
+        """(fits whole, chunks, over budget, the largest chunk's bytes) of each request planned on
+        its own: packed whole where its K fits the workspace and the strategy lets it join, else cut."""
         fits = n <= workspace
         if budget is not None:
-            join = self.compressed if self.causal else self.join_compressed
-            fits &= self.counted(q, n, join) <= budget
+            fits &= self.counted(q, n, self.join) <= budget
         packed = self.total(q, n, self.compressed, True, n)
         cut = self.causal_cut if self.causal else self.equal_rows
         chunks, over, largest = cut(q, c, n, budget)
-        chunks = np.where(fits, 1, chunks)
-        over = np.where(fits, False, over | (n > workspace))
-        largest = np.where(fits, packed, largest)
-        rows = q if self.topk_rows is None else np.full_like(q, self.topk_rows)
+        return (fits, np.where(fits, 1, chunks), np.where(fits, False, over | (n > workspace)),
+                np.where(fits, packed, largest))
+
+    def outcomes(self, workspace, rows, chunks, over, largest) -> LoneOutcomes:
+        rows = rows if self.topk_rows is None else np.full_like(rows, self.topk_rows)
         reserved, held = self.buffers(workspace, rows)
         transient = held + largest
         return LoneOutcomes(transient, reserved + transient, chunks, over)

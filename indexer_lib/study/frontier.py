@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..fast import StepOutcomes
-from ..fast.lone import lone_steps
+from ..fast.lone import LoneOutcomes, lone_steps
 from ..plan import PlanSettings, Strategy, get_strategy
 from ..shapes import GIB, MIB, get_model
 from ..workload import ClosedLoopWorkload, PrefillRequest, SchedulerConfig, StepBatch, scheduled_steps
@@ -74,14 +74,27 @@ class Schedule:
     def alone(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(indices into ``unique``, query lens, context lens) of the distinct steps that hold one
         request (``fast.lone`` evaluates them together); found once."""
-        found = self.__dict__.get("_alone")
+        return self._of_few()[0]
+
+    def of_two(self) -> tuple[np.ndarray, ...]:
+        """(indices into ``unique``, then the first request's query and context lens, then the
+        second's) of the distinct steps that hold two requests; found once."""
+        return self._of_few()[1]
+
+    def _of_few(self):
+        found = self.__dict__.get("_few")
         if found is None:
-            at = [k for k, batch in enumerate(self.unique) if len(batch.query_lens) == 1 and batch.kv_ratio == 1]
-            requests = [self.unique[k].requests[0] for k in at]
-            found = self.__dict__["_alone"] = (np.array(at, dtype=np.int64),
-                                               np.array([r.query_len for r in requests], dtype=np.int64),
-                                               np.array([r.context_len for r in requests], dtype=np.int64))
+            found = self.__dict__["_few"] = tuple(self._holding(n) for n in (1, 2))
         return found
+
+    def _holding(self, n: int) -> tuple[np.ndarray, ...]:
+        at = [k for k, batch in enumerate(self.unique) if len(batch.query_lens) == n and batch.kv_ratio == 1]
+        columns = [np.array(at, dtype=np.int64)]
+        for i in range(n):
+            requests = [self.unique[k].requests[i] for k in at]
+            columns += [np.array([r.query_len for r in requests], dtype=np.int64),
+                        np.array([r.context_len for r in requests], dtype=np.int64)]
+        return tuple(columns)
 
 
 # a dashboard's change and a grid ask it again for every workload: made once per settings
@@ -109,10 +122,10 @@ def worst_steps(schedule: list[StepBatch] | Schedule, strategy: str | Strategy, 
                     for kind in _kinds(settings)]
         return [max(at_budget, key=lambda w: w.peak_transient_bytes) for at_budget in zip(*per_kind)]
     outcomes = _step_outcomes(strategy, settings, topk_rows)
-    columns = _lone_columns(schedule, strategy, budgets, settings, topk_rows) if lone else None
-    alone = schedule.alone()[0] if columns is not None else np.zeros(0, dtype=np.int64)
+    few, columns = _lone_columns(schedule, strategy, budgets, settings, topk_rows) if lone else (None, None)
+    few = few if columns is not None else np.zeros(0, dtype=np.int64)
     rest = np.ones(len(schedule.unique), dtype=bool)
-    rest[alone] = False
+    rest[few] = False
     rest = np.flatnonzero(rest).tolist()
     per_step = [outcomes.at_budgets(schedule.unique[k], budgets) for k in rest]
     counts = np.array(schedule.count, dtype=np.int64)
@@ -126,11 +139,11 @@ def worst_steps(schedule: list[StepBatch] | Schedule, strategy: str | Strategy, 
         over = any(o.over_budget for o in column)
         if columns is not None:
             found = columns[i]
-            transients[alone], chunks[alone] = found.transient, found.chunks
+            transients[few], chunks[few] = found.transient, found.chunks
             over = over or bool(found.over_budget.any())
         worst = int(np.argmax(transients))  # the first of the largest
         batch = schedule.unique[worst]
-        # the worst step's own plan (a step of one request was not planned): its budget interval
+        # the worst step's own plan (a step of one or two requests was not planned): its budget interval
         outcome = outcomes.at_budgets(batch, [budget])[0]
         results.append(WorstStep(strategy.name, budget, batch.step, batch.num_rows, batch.num_kv_tokens,
                                  outcome.chunks, outcome.peak, outcome.transient, int(chunks.max()),
@@ -148,34 +161,44 @@ def _kinds(settings: PlanSettings) -> list[PlanSettings]:
 
 def evaluate_lone_steps_together(jobs) -> None:
     """Before ``worst_steps`` runs on many schedules, ``jobs`` of (schedule, strategy, budgets,
-    settings, top-k rows): their steps of one request are evaluated together, once per settings
-    and budget (``fast.lone.LoneSteps.keep``), so that each ``worst_steps`` looks them up."""
-    wanted: dict = {}  # (evaluator, budget) -> [(query lens, context lens) of a schedule]
+    settings, top-k rows): their steps of one request, and of two, are evaluated together, once
+    per settings and budget (``fast.lone.LoneSteps.keep``), so that each ``worst_steps`` looks
+    them up."""
+    wanted: dict = {}  # (evaluator, budget, lengths per step) -> [lengths of a schedule's steps]
     for schedule, strategy, budgets, settings, topk_rows in jobs:
-        _, query_lens, context_lens = schedule.alone()
-        if not query_lens.size:
+        found = [few[1:] for few in (schedule.alone(), schedule.of_two()) if few[0].size]
+        if not found:
             continue
         for kind_settings in _kinds(settings):
             evaluator = lone_steps(get_strategy(strategy), kind_settings, topk_rows)
             if evaluator is not None:
                 for budget in budgets:
-                    wanted.setdefault((evaluator, budget), []).append((query_lens, context_lens))
-    for (evaluator, budget), steps in wanted.items():
-        evaluator.keep(np.concatenate([q for q, _ in steps]), np.concatenate([c for _, c in steps]), budget)
+                    for lengths in found:
+                        wanted.setdefault((evaluator, budget, len(lengths)), []).append(lengths)
+    for (evaluator, budget, _), steps in wanted.items():
+        q, c, *second = (np.concatenate(column) for column in zip(*steps))
+        evaluator.keep(q, c, budget, second or None)
 
 
 def _lone_columns(schedule: Schedule, strategy: Strategy, budgets: list[int | None], settings: PlanSettings,
-                  topk_rows: int | None) -> list | None:
-    """The outcomes of the schedule's steps of one request at each budget (``fast.lone``), or
-    None where it does not reproduce the settings or a budget (the plain path then plans them)."""
-    at, query_lens, context_lens = schedule.alone()
-    if not at.size:
-        return None
+                  topk_rows: int | None) -> tuple[np.ndarray | None, list | None]:
+    """(indices into ``unique``, the outcomes of those steps at each budget) of the schedule's
+    steps of one request and of two (``fast.lone``); (None, None) where it does not reproduce the
+    settings or a budget (the plain path then plans them)."""
     evaluator = lone_steps(strategy, settings, topk_rows)
     if evaluator is None:
-        return None
-    columns = [evaluator.at_budget(query_lens, context_lens, budget) for budget in budgets]
-    return None if any(c is None for c in columns) else columns
+        return None, None
+    parts = [(at, lengths) for at, *lengths in (schedule.alone(), schedule.of_two())
+             if at.size and (len(lengths) == 2 or evaluator.pairs)]
+    if not parts:
+        return None, None
+    columns = []
+    for budget in budgets:
+        found = [evaluator.at_budget(lengths[0], lengths[1], budget, lengths[2:] or None) for _, lengths in parts]
+        if any(f is None for f in found):
+            return None, None
+        columns.append(found[0] if len(found) == 1 else LoneOutcomes(*(np.concatenate(x) for x in zip(*found))))
+    return np.concatenate([at for at, _ in parts]), columns
 
 
 def worst_step(schedule: list[StepBatch] | Schedule, strategy: str | Strategy, budget_bytes: int | None,
