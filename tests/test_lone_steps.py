@@ -260,3 +260,22 @@ def _evaluators(grid):
         else [settings]
     found = [lone_steps(get_strategy(s), k, 8192) for s in grid.strategy for k in kinds]
     return [e for e in found if e is not None]
+
+
+def test_kept_steps_are_bounded_over_every_evaluator(monkeypatch):
+    """Past ``KEPT_STEPS`` steps in all, every evaluator's tables are emptied, and what was asked
+    is still evaluated right."""
+    from indexer_lib.fast import lone
+
+    monkeypatch.setattr(lone, "KEPT_STEPS", 10)
+    monkeypatch.setattr(lone, "_kept", [0])
+    settings = PlanSettings("glm-5", temporaries="deepgemm")
+    made = [lone_steps(s, settings, None) for s in ("vllm", "causal")]
+    one, other = (type(e)(e.strategy, e.settings, e.topk_rows) for e in made)
+    one.keep(list(range(1, 7)), [0] * 6, MIB)
+    other.keep(list(range(1, 5)), [0] * 4, MIB)
+    assert one.kept and other.kept and lone._kept == [10]
+    other.keep([9], [9], MIB)  # the eleventh: every table emptied, this one kept alone
+    assert not one.kept and other.kept[(MIB, 2)].keys.size == 1 and lone._kept == [1]
+    got = one.at_budget([3], [0], MIB)
+    assert got.transient.tolist() == made[0].evaluate((np.array([3]), np.array([0])), MIB).transient.tolist()

@@ -8,8 +8,8 @@ questions for the hundreds of thousands of steps of a grid without making every 
 - ``peak``, ``totals``: a plan's peak from those shapes, each shape counted once, its bytes in a
   few integer operations;
 - ``steps``: each distinct step's outcome at each budget, planned once per budget interval;
-- ``lone``: the steps that hold one request (nearly all of a long-context schedule's), evaluated
-  together with numpy by the same rules;
+- ``lone``: the steps that hold one request or two (nearly all of a long-context schedule's),
+  evaluated together with numpy by the same rules, and kept per budget for a grid's schedules;
 - ``features``: a worst step's plan features, made once;
 - ``caches``, ``records``, ``collector``: bounded caches, records made without their
   ``__init__``, and the cyclic collector kept off what the caches hold.

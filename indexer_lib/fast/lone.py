@@ -15,6 +15,7 @@ step by step.
 from __future__ import annotations
 
 import functools
+import weakref
 from typing import NamedTuple
 
 import numpy as np
@@ -93,6 +94,24 @@ class KeptOutcomes(NamedTuple):
                                                          for a, b in zip(self.outcomes, outcomes))))
 
 
+# every evaluator's kept tables hold at most this many steps in all (about 40 bytes a step):
+# past it they are all emptied, so a long-lived dashboard's memory stays bounded
+KEPT_STEPS = 1 << 22
+_KEEPING: "weakref.WeakSet[LoneSteps]" = weakref.WeakSet()
+_kept = [0]  # steps kept now
+
+
+def _count_kept(steps: int) -> bool:
+    """Counts steps kept (or, negative, let go); True where the limit emptied every table first."""
+    emptied = _kept[0] + steps > KEPT_STEPS
+    if emptied:
+        for evaluator in _KEEPING:
+            evaluator.kept.clear()
+        _kept[0] = 0
+    _kept[0] += steps
+    return emptied
+
+
 @functools.lru_cache(maxsize=256)  # asked again for every workload of a grid or a dashboard's change
 def lone_steps(strategy: str | Strategy, settings: PlanSettings, topk_rows: int | None) -> "LoneSteps | None":
     """The evaluator for these settings, or None where it would not be exact."""
@@ -155,8 +174,9 @@ class LoneSteps:
         self.joins = type(strategy) is not PerRequest
         self.pairs = self.joins or strategy.pack_factor == 1.0
         self.kept: dict[tuple, KeptOutcomes] = {}  # (budget, lengths per step) -> what ``keep`` evaluated
+        _KEEPING.add(self)
 
-    KEPT_TABLES = 64  # outcomes kept per budget and kind of step (a dashboard's budgets, a grid's)
+    KEPT_TABLES = 64  # tables kept, one per budget and kind of step (a dashboard's budgets, a grid's)
 
     # -- logits bytes (arrays)
 
@@ -243,11 +263,13 @@ class LoneSteps:
         keys = np.unique(keys)
         if keys.size:
             found = self.evaluate(lengths_of(keys), budget)
+            if _count_kept(keys.size):  # every table was emptied: this one starts again
+                kept = None
             kept = KeptOutcomes(keys, found) if kept is None else kept.merged(keys, found)
         if kept is not None:
             self.kept[table] = kept
         while len(self.kept) > self.KEPT_TABLES:
-            self.kept.pop(next(iter(self.kept)))
+            _count_kept(-self.kept.pop(next(iter(self.kept))).keys.size)
 
     def evaluate(self, lengths: tuple, budget: int | None) -> LoneOutcomes:
         """``at_budget``, computed: ``lengths`` (query lens, context lens), and for steps of two

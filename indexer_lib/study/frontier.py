@@ -108,8 +108,8 @@ def worst_steps(schedule: list[StepBatch] | Schedule, strategy: str | Strategy, 
                 settings: PlanSettings = PlanSettings(), topk_rows: int | None = None,
                 lone: bool = True) -> list[WorstStep]:
     """The worst step over a schedule at each budget: every distinct step planned at each budget
-    (once per budget interval, ``fast.StepOutcomes``; the steps of one request together,
-    ``fast.lone``, where it reproduces the settings and ``lone`` is true), the one with the largest
+    (once per budget interval, ``fast.StepOutcomes``; the steps of one request and of two
+    together, ``fast.lone``, where it reproduces the settings and ``lone`` is true), the one with the largest
     transient peak taken (ties: the earliest).  ``settings.temporaries`` names whose temporaries
     each chunk adds; ``topk_rows``: rows of the top-k buffer (vLLM: max_num_batched_tokens)."""
     schedule = schedule if isinstance(schedule, Schedule) else Schedule(schedule)
