@@ -119,9 +119,8 @@ def lone_steps(strategy: str | Strategy, settings: PlanSettings, topk_rows: int 
     if type(strategy) not in (NOnly, Vllm, PerRequest, Causal):
         return None
     settings = strategy.runs_under(settings)
-    # DeepSeek-V4.1 is taken one kind at a time (``PlanSettings.kind``), on vLLM's dense path
+    # DeepSeek-V4.1 is taken one kind at a time (``PlanSettings.kind``)
     if (settings.temporaries not in ("deepgemm", None) or strategy.logits_alive(settings) != 1
-            or settings.v41_path not in (None, "dense")
             or (settings.kind is None and settings.preset.multi_kind) or settings.preset.topk < 1):
         return None
     rules = settings.rules
@@ -141,7 +140,10 @@ class LoneSteps:
         self.ratio = model.kv_ratio
         # a V4.1 kind past the last KV source sees each request's last rows only (``StepBatch.tail``)
         self.tail = model.main_kind.replay_rows if settings.kind is not None else None
-        self.padded = settings.padded
+        self.padded = settings.padded  # ``Budgeting.max_rows`` slices at the padded row stride
+        # what the budget is counted at (``PlanSettings.counters``): padded, except SGLang's torch
+        # scores for DeepSeek-V4.1, counted plain; a causal cut's search is bounded by its rows
+        self.counts_padded = self.padded and settings.v41_path != "torch"
         self.rules = rules
         self.row_multiple = rules.row_multiple(model.index_heads)
         # what a budget is held against and what DeepGEMM allocates (``PaddingRules.counter``: its
@@ -180,21 +182,22 @@ class LoneSteps:
 
     # -- logits bytes (arrays)
 
-    def row_bytes(self, cols):
-        """(bytes a row of ``cols`` columns is counted at, rows allocated together): ``Budgeting.max_rows``'."""
-        if self.padded:
+    def row_bytes(self, cols, padded: bool):
+        """(bytes a row of ``cols`` columns takes, rows allocated together), at the padded stride or plain."""
+        if padded:
             return self.rules.row_stride(cols, self.compressed) * FP32_BYTES, self.row_multiple
         return cols * FP32_BYTES, 1
 
-    def rows_within(self, cols, budget: int, cap):
-        """Most rows of width ``cols`` counted within the budget, at most ``cap``."""
-        per_row, step = self.row_bytes(cols)
+    def rows_within(self, cols, budget: int, cap, padded: bool):
+        """Most rows of width ``cols`` within the budget, at most ``cap`` (``Budgeting.max_rows``'
+        where ``padded`` is the settings')."""
+        per_row, step = self.row_bytes(cols, padded)
         rows = budget // np.maximum(per_row, 1) // step * step
         return np.where(per_row == 0, cap, np.minimum(rows, cap))  # no width: any rows
 
     def widest(self, rows, budget: int):
         """``Budgeting.widest``: the most columns ``rows`` rows may take within the budget (-1: none)."""
-        if not self.padded:
+        if not self.counts_padded:
             return budget // (FP32_BYTES * rows)
         rules = self.rules
         most = budget // (FP32_BYTES * align(rows, self.row_multiple))  # the widest row stride, in elements
@@ -333,7 +336,7 @@ class LoneSteps:
         """``slice_equal_rows``: the first slice (it gathers), the full slices, the rest; all ``n`` wide."""
         compressed = self.compressed
         # rows at the request's width (a request of no width fits whole, so its rows are not read)
-        per = q if budget is None else self.rows_within(n, budget, q)
+        per = q if budget is None else self.rows_within(n, budget, q, self.padded)
         over = per < 1
         per = np.maximum(per, 1)
         first = np.minimum(per, q)
@@ -364,8 +367,8 @@ class LoneSteps:
             hi = np.minimum(most[live], end - start)
             # the most rows m <= hi whose slice fits: the count grows with rows and width, so it
             # lies between the rows that fit at the widest window and at the narrowest
-            lo = self.rows_within((ctx + start + hi) // ratio, budget, hi)
-            up = self.rows_within((ctx + start + 1) // ratio, budget, hi)
+            lo = self.rows_within((ctx + start + hi) // ratio, budget, hi, self.counts_padded)
+            up = self.rows_within((ctx + start + 1) // ratio, budget, hi, self.counts_padded)
             while True:
                 open_ = lo < up
                 if not open_.any():
