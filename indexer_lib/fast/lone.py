@@ -25,9 +25,30 @@ from ..memory.model import INT32_BYTES
 from ..memory.topk_bytes import DEFAULT_BLOCK_BYTES, FP32_BYTES, INT64_BYTES, _bytes_per_row
 from ..padding import COMPRESSED_ALIGN, align
 from ..plan import PlanSettings, Strategy, get_strategy
-from ..plan.strategies import Causal, NOnly, PerRequest, Vllm
+from ..plan.strategies import Causal, Engine, NOnly, PerRequest, Vllm, skips_logits, vllm_qsa_table_columns
 from ..workload import PrefillRequest, StepBatch
 from .planner import ShapePlanner
+
+
+class Alone(NamedTuple):
+    """Per request planned on its own (arrays): whether it is packed whole, its chunks, whether
+    one breaks the budget, the largest chunk's transient bytes, its first chunk's rows (as wide
+    as its K, gathering it) and the logits its last chunk leaves alive."""
+
+    fits: np.ndarray
+    chunks: np.ndarray
+    over: np.ndarray
+    largest: np.ndarray
+    first_rows: np.ndarray
+    last_held: np.ndarray
+
+
+class ViewedSteps(NamedTuple):
+    """What ``skips_logits`` reads of steps, for many at once."""
+
+    kv_ratio: int
+    longest: np.ndarray  # K entries of each step's longest request
+    longest_tokens: np.ndarray  # its tokens
 
 
 class LoneOutcomes(NamedTuple):
@@ -116,11 +137,16 @@ def _count_kept(steps: int) -> bool:
 def lone_steps(strategy: str | Strategy, settings: PlanSettings, topk_rows: int | None) -> "LoneSteps | None":
     """The evaluator for these settings, or None where it would not be exact."""
     strategy = get_strategy(strategy)
-    if type(strategy) not in (NOnly, Vllm, PerRequest, Causal):
+    if type(strategy) not in (NOnly, Vllm, PerRequest, Causal, Engine):
         return None
     settings = strategy.runs_under(settings)
-    # DeepSeek-V4.1 is taken one kind at a time (``PlanSettings.kind``)
-    if (settings.temporaries not in ("deepgemm", None) or strategy.logits_alive(settings) != 1
+    if type(strategy) is Engine and packing_of_engine(settings) is None and not vllm_qsa(settings):
+        return None
+    # DeepSeek-V4.1 is taken one kind at a time (``PlanSettings.kind``); two logits alive only on
+    # an engine's equal rows
+    alive = strategy.logits_alive(settings)
+    if (settings.temporaries not in ("deepgemm", None) or alive not in (1, 2)
+            or (alive == 2 and type(strategy) is not Engine)
             or (settings.kind is None and settings.preset.multi_kind) or settings.preset.topk < 1):
         return None
     rules = settings.rules
@@ -131,11 +157,33 @@ def lone_steps(strategy: str | Strategy, settings: PlanSettings, topk_rows: int 
     return LoneSteps(strategy, settings, topk_rows)
 
 
+def packing_of_engine(settings: PlanSettings):
+    """The field strategy a release's own chunker packs a step by, where it is one of them and
+    nothing else of the release's path applies (vLLM's logits budget: ``vllm``; vLLM before
+    it, the workspace only: ``n-only``), else None (the plain path plans it)."""
+    profile = settings.profile
+    if (profile is None or profile.engine != "vllm" or settings.preset.qsa
+            or settings.v41_path not in (None, "dense")):
+        return None
+    return {"logits-budget": Vllm, "workspace": NOnly}.get(profile.chunker)
+
+
+def vllm_qsa(settings: PlanSettings) -> bool:
+    """Whether the release's own path is vLLM's QSA path (``plan.strategies.split_qsa``)."""
+    return settings.preset.qsa and settings.profile is not None and settings.profile.qsa_path == "vllm-qsa"
+
+
 class LoneSteps:
     """``at_budget(query_lens, context_lens, budget)``: the outcomes of steps of one request each."""
 
     def __init__(self, strategy: Strategy, settings: PlanSettings, topk_rows: int | None):
         self.strategy, self.settings, self.topk_rows = strategy, settings, topk_rows
+        # how a step is packed: the strategy's own way, or the release's chunker's (``Engine``)
+        self.engine = type(strategy) is Engine
+        self.qsa = self.engine and vllm_qsa(settings)  # vLLM's QSA path: its own slices (``qsa_steps``)
+        self.packing = (Vllm if self.qsa else packing_of_engine(settings)) if self.engine else type(strategy)
+        # the release's chunker keeps the previous chunk's logits alive while the next is allocated
+        self.alive = strategy.logits_alive(settings)
         model, rules = settings.preset, settings.rules
         self.ratio = model.kv_ratio
         # a V4.1 kind past the last KV source sees each request's last rows only (``StepBatch.tail``)
@@ -150,7 +198,7 @@ class LoneSteps:
         # arithmetic takes arrays as it takes numbers)
         self.counted, self.allocated = settings.counters
         self.field_compressed = not rules.full_width  # a field strategy's chunks on a compressed-only build
-        if type(strategy) is Causal:
+        if self.packing is Causal:
             self.causal = True
             self.compressed = self.field_compressed if strategy.compressed is None else strategy.compressed
         else:
@@ -173,7 +221,7 @@ class LoneSteps:
         self.join = self.compressed if self.causal else self.join_compressed
         # steps of two requests: field strategies join them where they fit; per-request never does
         # (at a pack factor of 1; another factor weighs their areas, on the plain path)
-        self.joins = type(strategy) is not PerRequest
+        self.joins = self.packing is not PerRequest
         self.pairs = self.joins or strategy.pack_factor == 1.0
         self.kept: dict[tuple, KeptOutcomes] = {}  # (budget, lengths per step) -> what ``keep`` evaluated
         _KEEPING.add(self)
@@ -222,19 +270,25 @@ class LoneSteps:
         """``topk_holds_every_row``: up to this width a chunk's bytes only grow with it."""
         return (cols <= 0) | (rows * self.topk_row_bytes(cols) <= DEFAULT_BLOCK_BYTES)
 
-    def total(self, rows, cols, compressed: bool, gather, kv):
+    def total(self, rows, cols, compressed: bool, gather, kv, held=0):
+        """A chunk's transient bytes, ``held``: the logits of the chunk before it still alive
+        (``ShapeTotals.pair_total``: they are freed before the top-k's temporaries take their place)."""
         gathered = np.where(gather, kv, 0)
         total = (self.allocated(rows, cols, compressed) + INT32_BYTES * (2 * rows + gathered)
                  + gathered * self.kv_per_token)
         if self.deepgemm:
-            total = total + self.topk_bytes(rows, cols)
-        return total
+            return total + np.maximum(self.topk_bytes(rows, cols), held)
+        return total + held
+
+    def held_after(self, rows, cols, compressed: bool):
+        """The logits a chunk leaves alive while the next is allocated (none where one is alive)."""
+        return self.allocated(rows, cols, compressed) if self.alive == 2 else 0
 
     # -- the steps
 
     def reads(self, budget: int | None) -> bool:
         """Whether it evaluates at this budget (else the strategy's check refuses it, on the plain path)."""
-        if (budget is None) != (type(self.strategy) is NOnly):
+        if (budget is None) != (self.packing is NOnly):
             return False
         return budget is None or (type(budget) is int and budget >= 1)
 
@@ -277,26 +331,66 @@ class LoneSteps:
     def evaluate(self, lengths: tuple, budget: int | None) -> LoneOutcomes:
         """``at_budget``, computed: ``lengths`` (query lens, context lens), and for steps of two
         requests the second's after them."""
+        if self.qsa:
+            return self.qsa_steps(lengths, budget)
         if len(lengths) == 2:
             q, c, n = self.seen(*lengths)
             workspace = self.workspace_of(n)
-            _, chunks, over, largest = self.alone(q, c, n, workspace, budget)
-            return self.outcomes(workspace, q, chunks, over, largest)
+            a = self.alone(q, c, n, workspace, budget)
+            return self.outcomes(workspace, q, *self.unless_skipped(n, c + q, a.chunks, a.over, a.largest))
         # two requests, A then B (``plan.packing.pack``): where A fits alone, a monotone packing
-        # asks whether the two fit together (one chunk); else each is planned on its own
+        # asks whether the two fit together (one chunk); else each is planned on its own, B's
+        # first chunk after A's last
         qa, ca, na = self.seen(*lengths[:2])
         qb, cb, nb = self.seen(*lengths[2:])
         kv, longest = na + nb, np.maximum(na, nb)
         workspace = self.workspace_of(kv)
-        fits_a, chunks_a, over_a, largest_a = self.alone(qa, ca, na, workspace, budget)
-        _, chunks_b, over_b, largest_b = self.alone(qb, cb, nb, workspace, budget)
-        together = fits_a & (kv <= workspace) & self.joins
+        a = self.alone(qa, ca, na, workspace, budget)
+        b = self.alone(qb, cb, nb, workspace, budget)
+        together = a.fits & (kv <= workspace) & self.joins
         if budget is not None:
             together &= self.counted(qa + qb, longest if self.join else kv, self.join) <= budget
         packed = self.total(qa + qb, longest if self.compressed else kv, self.compressed, True, kv)
-        return self.outcomes(workspace, qa + qb, np.where(together, 1, chunks_a + chunks_b),
-                             np.where(together, False, over_a | over_b),
-                             np.where(together, packed, np.maximum(largest_a, largest_b)))
+        largest = np.maximum(a.largest, b.largest)
+        if self.alive == 2:
+            largest = np.maximum(largest, self.total(b.first_rows, nb, self.compressed, True, nb, a.last_held))
+        chunks, over, largest = self.unless_skipped(longest, np.maximum(ca + qa, cb + qb),
+                                                    np.where(together, 1, a.chunks + b.chunks),
+                                                    np.where(together, False, a.over | b.over),
+                                                    np.where(together, packed, largest))
+        return self.outcomes(workspace, qa + qb, chunks, over, largest)
+
+    def qsa_steps(self, lengths: tuple, budget: int) -> LoneOutcomes:
+        """vLLM 0.33.0's QSA path (``split_qsa``): every row of the step in slices of ``max(1,
+        budget // (W x 4))`` rows against one width W (``vllm_qsa_width``: the step's longest
+        sequence, in blocks), each a view of one workspace of ``max(budget, table columns x 4)``
+        bytes; the paged cache read in place (no K gathered)."""
+        requests = [self.seen(*lengths[k:k + 2]) for k in range(0, len(lengths), 2)]
+        rows = sum(q for q, _, _ in requests)
+        longest_tokens = functools.reduce(np.maximum, [c + q for q, c, _ in requests])
+        columns = vllm_qsa_table_columns(self.settings)
+        width = np.minimum(np.maximum(64, align(-(-longest_tokens // self.ratio), 64)), columns)
+        per = np.maximum(1, budget // (width * FP32_BYTES))
+        workspace_bytes = max(budget, columns * FP32_BYTES) // FP32_BYTES * FP32_BYTES
+        # every slice allocates the workspace, and the rest only grows with rows: the first slice,
+        # of the most rows, is the largest
+        largest = self.qsa_total(np.minimum(per, rows), width, workspace_bytes)
+        kv = sum(n for _, _, n in requests)
+        return self.outcomes(self.workspace_of(kv), rows, -(-rows // per), np.zeros(rows.shape, bool), largest)
+
+    def qsa_total(self, rows, width, workspace_bytes: int):
+        total = workspace_bytes + INT32_BYTES * 2 * rows
+        return total + self.topk_bytes(rows, width) if self.deepgemm else total
+
+    def unless_skipped(self, longest, longest_tokens, chunks, over, largest):
+        """(chunks, over budget, the largest chunk's bytes), none where the release computes no
+        logits for the step (``skips_logits``: vLLM's compressed and pooled indexers at or below
+        top-k); the step's own K (``longest``: entries) and tokens (``longest_tokens``)."""
+        if not self.engine:
+            return chunks, over, largest
+        skipped = skips_logits(self.settings.profile, ViewedSteps(self.ratio, longest, longest_tokens),
+                               self.topk, self.settings.preset.pooled)
+        return np.where(skipped, 0, chunks), np.where(skipped, False, over), np.where(skipped, 0, largest)
 
     def seen(self, q, c):
         """(rows, context, K) of each request as the indexer sees it (``PlanSettings.view``): a
@@ -309,17 +403,21 @@ class LoneSteps:
     def workspace_of(self, kv):
         return np.full_like(kv, self.settings.workspace) if self.settings.workspace else kv
 
-    def alone(self, q, c, n, workspace, budget):
-        """(fits whole, chunks, over budget, the largest chunk's bytes) of each request planned on
-        its own: packed whole where its K fits the workspace and the strategy lets it join, else cut."""
+    def alone(self, q, c, n, workspace, budget) -> "Alone":
+        """Each request planned on its own: packed whole where its K fits the workspace and the
+        strategy lets it join, else cut."""
         fits = n <= workspace
         if budget is not None:
             fits &= self.counted(q, n, self.join) <= budget
         packed = self.total(q, n, self.compressed, True, n)
-        cut = self.causal_cut if self.causal else self.equal_rows
-        chunks, over, largest = cut(q, c, n, budget)
-        return (fits, np.where(fits, 1, chunks), np.where(fits, False, over | (n > workspace)),
-                np.where(fits, packed, largest))
+        if self.causal:  # one logits alive: its first and last chunks are not asked
+            chunks, over, largest = self.causal_cut(q, c, n, budget)
+            first_rows = last_held = np.zeros_like(q)
+        else:
+            chunks, over, largest, first_rows, last_held = self.equal_rows(q, c, n, budget)
+        return Alone(fits, np.where(fits, 1, chunks), np.where(fits, False, over | (n > workspace)),
+                     np.where(fits, packed, largest), np.where(fits, q, first_rows),
+                     np.where(fits, self.held_after(q, n, self.compressed), last_held))
 
     def outcomes(self, workspace, rows, chunks, over, largest) -> LoneOutcomes:
         rows = rows if self.topk_rows is None else np.full_like(rows, self.topk_rows)
@@ -333,7 +431,9 @@ class LoneSteps:
         return ws + topk_out, call
 
     def equal_rows(self, q, c, n, budget):
-        """``slice_equal_rows``: the first slice (it gathers), the full slices, the rest; all ``n`` wide."""
+        """``slice_equal_rows``: the first slice (it gathers), the full slices, the rest; all ``n``
+        wide.  (chunks, over budget, the largest chunk's bytes, the first slice's rows, the
+        logits the last leaves alive)."""
         compressed = self.compressed
         # rows at the request's width (a request of no width fits whole, so its rows are not read)
         per = q if budget is None else self.rows_within(n, budget, q, self.padded)
@@ -343,10 +443,15 @@ class LoneSteps:
         full = (q - first) // per
         rest = q - first - full * per
         gathers = self.every_chunk_gathers
+        # each slice after the one before it (two alive: its logits held while the next is made);
+        # where full slices follow, the first is one of them in rows
+        held_first, held_per = self.held_after(first, n, compressed), self.held_after(per, n, compressed)
         largest = self.total(first, n, compressed, True, n)
-        largest = np.maximum(largest, np.where(full > 0, self.total(per, n, compressed, gathers, n), 0))
-        largest = np.maximum(largest, np.where(rest > 0, self.total(rest, n, compressed, gathers, n), 0))
-        return 1 + full + (rest > 0), over, largest
+        largest = np.maximum(largest, np.where(full > 0, self.total(per, n, compressed, gathers, n, held_per), 0))
+        before_rest = np.where(full > 0, held_per, held_first)
+        largest = np.maximum(largest, np.where(rest > 0, self.total(rest, n, compressed, gathers, n, before_rest), 0))
+        last_held = np.where(rest > 0, self.held_after(rest, n, compressed), np.where(full > 0, held_per, held_first))
+        return 1 + full + (rest > 0), over, largest, first, last_held
 
     def causal_cut(self, q, c, n, budget):
         """``slice_causal``: runs of slices, each the most rows whose logits, as wide as the last

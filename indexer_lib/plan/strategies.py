@@ -643,10 +643,10 @@ def skips_logits(engine, batch, topk: int, pooled: bool = False) -> bool:
         if not (batch.kv_ratio != 1 and engine.pooled_kv) or engine.pooled_one_call:
             return False  # TensorRT-LLM's kpool path: no skip read (taken as none)
         return batch.longest_tokens <= topk
-    at_most_topk = batch.longest <= topk
+    at_most_topk = batch.longest <= topk  # ``&`` below: numpy arrays of many steps' lengths too (``fast.lone``)
     vllm_compressed = batch.kv_ratio != 1 and engine.compressed_kv and engine.engine == "vllm"
-    return at_most_topk and ((engine.skip_logits_at_or_below_topk and not sglang_c4(engine, batch))
-                             or vllm_compressed)
+    return at_most_topk & bool((engine.skip_logits_at_or_below_topk and not sglang_c4(engine, batch))
+                               or vllm_compressed)
 
 
 # the field's strategy before budgets: the unsplit reference that chunk overheads are measured against
