@@ -25,8 +25,9 @@ alternating, so machine noise falls on both.  Measured, one process each:
   deepseek-v4-flash``: 8 x 9 x 19, its ISL axis up to max_model_len, 1,048,576 tokens), on
   both checkouts where the earlier one knows the model;
 - every model of ``data/models/`` (``frontier-models``): its frontier on its default grid, and
-  (``dashboard-models``, this checkout only) its dashboard on its default axis, each of the budget,
-  the strategy and the free GiB changed 20 times;
+  (``dashboard-models``, this checkout only) its dashboard on its default axis, on the vllm
+  strategy and on the release's own chunker, each of the budget, the strategy and the free GiB
+  changed 20 times;
 - with ``--main``: the headless main job (``scripts/run_notebooks.py``, default parameters;
   since the default ISL axis reaches max_model_len, the two checkouts run different grids).
 
@@ -89,19 +90,23 @@ def dashboard(isl):
 
 
 def model_dashboards() -> dict:
-    """Every model's frontier dashboard on its default axis (ISL to its max_model_len, the vllm
-    strategy at 512 MiB): each of the budget, the strategy and the free GiB changed 20 times."""
+    """Every model's frontier dashboard on its default axis (ISL to its max_model_len, 512 MiB),
+    once on the vllm strategy and once on the release's own chunker (``engine``, where notebook
+    01's dashboard opens): each of the budget, the strategy and the free GiB changed 20 times."""
     from indexer_lib.notebook.widgets import FrontierDashboard
     from indexer_lib.shapes import known_models
     from indexer_lib.study.grid import Grid
 
-    moves = {"budget_mb": [64, 128, 256, 512, 1024, 2048], "strategy": ["vllm", "causal", "per-request", "n-only"],
+    moves = {"budget_mb": [64, 128, 256, 512, 1024, 2048],
+             "strategy": ["vllm", "causal", "per-request", "n-only", "engine"],
              "free_gib": [1.0, 2.0, 2.63, 4.0, 8.0, 16.0]}
     out = {}
     for model in sorted(known_models()):
-        dash = FrontierDashboard(Grid(model=model, strategy=("vllm",)), budget_mb=512)
-        for name, values in moves.items():
-            out[f"dashboard {model} {name}"] = moved(dash.controls[name], values, 20)
+        for strategy in ("vllm", "engine"):
+            dash = FrontierDashboard(Grid(model=model, strategy=(strategy,)), budget_mb=512)
+            on = "" if strategy == "vllm" else "engine "
+            for name, values in moves.items():
+                out[f"dashboard {model} {on}{name}"] = moved(dash.controls[name], values, 20)
     return out
 
 
@@ -247,7 +252,7 @@ def main() -> int:
     if factor is not None:
         print(f"this machine ran the code before issue 15 {factor:.2f}x as long as the machine the issue "
               f"measured it on (geometric mean over the two grids); 'goal here' is the goal times that")
-    print(f"{'what':<40} {'before p50/p95 ms':>20} {'after p50/p95 ms':>20} {'ratio p95':>10} {'goal ms':>8} "
+    print(f"{'what':<48} {'before p50/p95 ms':>20} {'after p50/p95 ms':>20} {'ratio p95':>10} {'goal ms':>8} "
           f"{'goal here':>10}")
     for key in results["after"]:
         b, a = results["before"].get(key, []), results["after"][key]
@@ -256,7 +261,7 @@ def main() -> int:
         bp = f"{statistics.median(b):.0f}/{percentile(b, 0.95):.0f}" if b else "-"
         ratio = f"{percentile(b, 0.95) / percentile(a, 0.95):.1f}x" if b else "-"
         here = f"{goal * factor:.0f}" if goal and factor is not None and key != "main job" else "-"
-        print(f"{key:<40} {bp:>20} {statistics.median(a):>10.0f}/{percentile(a, 0.95):<9.0f} {ratio:>10} "
+        print(f"{key:<48} {bp:>20} {statistics.median(a):>10.0f}/{percentile(a, 0.95):<9.0f} {ratio:>10} "
               f"{goal if goal else '-':>8} {here:>10}")
     return 0
 
