@@ -26,8 +26,6 @@ BUDGETS = [KIB, 16 * MIB, 64 * MIB, 300 * MIB, 2 * GIB]
 requests = st.builds(PrefillRequest, context_len=st.integers(0, 1_100_000), query_len=st.integers(1, 9000))
 # short prompts too: few rows against little K, where the cut's many runs and empty widths are
 short = st.builds(PrefillRequest, context_len=st.integers(0, 3000), query_len=st.integers(1, 3000))
-# at or below top-k: where a release computes no logits for a compressed or pooled indexer
-tiny = st.builds(PrefillRequest, context_len=st.integers(0, 1000), query_len=st.integers(1, 200))
 
 
 def plan_settings(model, setup, temporaries):
@@ -92,39 +90,55 @@ def test_a_pack_factor_that_weighs_areas_leaves_steps_of_two_to_the_plain_path()
 
 ENGINE_CASES = [("glm-5", "vllm==0.33.0"), ("glm-5", "vllm==0.19.0"), ("glm-5", "vllm==0.15.1"),
                 ("deepseek-v3.2", "vllm==0.11.0"), ("deepseek-v4-flash", "vllm==0.33.0"),
-                ("glm-5.3-flash", "vllm==0.33.0"), ("glm-5.2", "vllm==0.33.0")]
+                ("glm-5.3-flash", "vllm==0.33.0"), ("glm-5.2", "vllm==0.33.0"), ("glm-5", "sglang==0.5.23"),
+                ("deepseek-v3.2", "sglang==0.5.3"), ("glm-5.2", "sglang==0.5.9")]
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(steps=st.lists(st.tuples(st.one_of(requests, short, tiny), st.one_of(requests, short, tiny)), min_size=1,
-                      max_size=15),
-       case=st.sampled_from(ENGINE_CASES + [("deepseek-v4.1-flash", "vllm==0.33.0"),
-                                            ("qwen3.8-flash-next", "vllm==0.33.0")]),
-       budget=st.sampled_from(BUDGETS), temporaries=st.sampled_from(["deepgemm", None]),
-       topk_rows=st.sampled_from([None, 8192]), kind=st.integers(0, 2))
-def test_vllms_own_chunker_is_evaluated_together(steps, case, budget, temporaries, topk_rows, kind):
+def random_steps(rng: random.Random, count: int) -> list[PrefillRequest]:
+    """Long prompts' chunks against up to a million tokens, short ones, and ones at or below top-k."""
+    def one():
+        kind = rng.randrange(3)
+        if kind == 0:
+            return PrefillRequest(rng.randrange(0, 1_100_000), rng.choice([1, rng.randrange(1, 9000), 8192]))
+        if kind == 1:
+            return PrefillRequest(rng.randrange(0, 3000), rng.randrange(1, 3000))
+        return PrefillRequest(rng.randrange(0, 1000), rng.randrange(1, 200))
+    return [one() for _ in range(count)]
+
+
+@pytest.mark.parametrize("case", ENGINE_CASES + [("deepseek-v4.1-flash", "vllm==0.33.0"),
+                                                 ("qwen3.8-flash-next", "vllm==0.33.0")])
+@pytest.mark.parametrize("temporaries", ["deepgemm", None])
+def test_a_releases_own_chunker_is_evaluated_together(case, temporaries):
     """The ``engine`` strategy on vLLM releases: their chunker packs as ``vllm`` (the logits budget)
     or ``n-only`` (the workspace, before it), the previous chunk's logits alive while the next is
     allocated, and no logits where the release skips them (compressed and pooled K at or below
-    top-k); steps of one request and of two, every DeepSeek-V4.1 kind; and vLLM's QSA path (every
-    row of the step against one width, each slice a view of one workspace)."""
+    top-k); steps of one request and of two, every DeepSeek-V4.1 kind; vLLM's QSA path (every
+    row of the step against one width, each slice a view of one workspace); SGLang's DSA path
+    (the step's rows against all its K, in slices where they break the budget, above the element
+    gate; one call before its budget)."""
     model, engine = case
+    rng = random.Random(f"{model} {engine} {temporaries}")
     plan = PlanSettings(model, engine, temporaries=temporaries)
-    if plan.preset.multi_kind:
-        plan = plan.where(kind=plan.preset.indexing_kinds[kind].name)
-    evaluator = lone_steps("engine", plan, topk_rows)
-    assert evaluator is not None and evaluator.alive == (1 if plan.preset.qsa else 2)
-    budget = None if evaluator.packing.name == "n-only" else budget
-    for batches in ([StepBatch((a,)) for a, _ in steps], [StepBatch(pair) for pair in steps]):
-        second = None
-        if len(batches[0].requests) == 2:
-            second = ([b.requests[1].query_len for b in batches], [b.requests[1].context_len for b in batches])
-        got = evaluator.at_budget([b.requests[0].query_len for b in batches],
-                                  [b.requests[0].context_len for b in batches], budget, second)
-        want = step_by_step("engine", plan, topk_rows, batches, budget)
-        for k, o in enumerate(want):
-            assert (int(got.transient[k]), int(got.peak[k]), int(got.chunks[k]), bool(got.over_budget[k])) == \
-                (o.transient, o.peak, o.chunks, o.over_budget), batches[k].requests
+    kinds = [plan.where(kind=k.name) for k in plan.preset.indexing_kinds] if plan.preset.multi_kind else [plan]
+    for on in kinds:
+        for topk_rows in (None, 8192):
+            evaluator = lone_steps("engine", on, topk_rows)
+            assert evaluator is not None
+            for budget in [None] if evaluator.packing.name == "n-only" else BUDGETS:
+                steps = random_steps(rng, 24)
+                for batches in ([StepBatch((r,)) for r in steps],
+                                [StepBatch(pair) for pair in zip(steps[::2], steps[1::2])]):
+                    requests = list(zip(*(b.requests for b in batches)))
+                    second = None if len(requests) == 1 else ([r.query_len for r in requests[1]],
+                                                              [r.context_len for r in requests[1]])
+                    got = evaluator.at_budget([r.query_len for r in requests[0]],
+                                              [r.context_len for r in requests[0]], budget, second)
+                    want = step_by_step("engine", on, topk_rows, batches, budget)
+                    for k, o in enumerate(want):
+                        assert (int(got.transient[k]), int(got.peak[k]), int(got.chunks[k]),
+                                bool(got.over_budget[k])) == (o.transient, o.peak, o.chunks, o.over_budget), \
+                            (on.kind, topk_rows, budget, batches[k].requests)
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -151,9 +165,10 @@ def test_long_prompts_chunks_at_every_budget(model, strategy):
 def test_what_it_does_not_reproduce_is_declined():
     assert lone_steps("kv-split", PlanSettings("glm-5", temporaries="deepgemm"), None) is None
     assert lone_steps("fixed-shape", PlanSettings("glm-5", temporaries="deepgemm"), None) is None
-    # a release's own chunker other than vLLM's (SGLang's rows against the batch's K, its C4,
-    # kpool and QSA paths, TensorRT-LLM's)
-    assert lone_steps("engine", PlanSettings("glm-5", "sglang==0.5.23", temporaries="deepgemm"), None) is None
+    # a release's own path other than vLLM's and SGLang's DSA (SGLang's C4, kpool and QSA paths,
+    # TensorRT-LLM's chunker)
+    assert lone_steps("engine", PlanSettings("deepseek-v4-flash", "sglang==0.5.23", temporaries="deepgemm"),
+                      None) is None
     assert lone_steps("engine", PlanSettings("glm-5", "trtllm", temporaries="deepgemm"), None) is None
     assert lone_steps("engine", PlanSettings("qwen3.8-flash-next", "sglang==0.5.23", temporaries="deepgemm"),
                       None) is None

@@ -140,7 +140,8 @@ def lone_steps(strategy: str | Strategy, settings: PlanSettings, topk_rows: int 
     if type(strategy) not in (NOnly, Vllm, PerRequest, Causal, Engine):
         return None
     settings = strategy.runs_under(settings)
-    if type(strategy) is Engine and packing_of_engine(settings) is None and not vllm_qsa(settings):
+    if (type(strategy) is Engine and packing_of_engine(settings) is None and not vllm_qsa(settings)
+            and not sglang_rows(settings)):
         return None
     # DeepSeek-V4.1 is taken one kind at a time (``PlanSettings.kind``); two logits alive only on
     # an engine's equal rows
@@ -168,6 +169,15 @@ def packing_of_engine(settings: PlanSettings):
     return {"logits-budget": Vllm, "workspace": NOnly}.get(profile.chunker)
 
 
+def sglang_rows(settings: PlanSettings) -> bool:
+    """Whether the release's own path is SGLang's query rows against the whole step's K
+    (``Engine._split_rows``): its DSA indexer, on K neither compressed nor pooled."""
+    profile, preset = settings.profile, settings.preset
+    return (profile is not None and profile.engine == "sglang" and profile.chunker in ("rows", "none")
+            and preset.kv_ratio == 1 and not preset.pooled and not preset.qsa and settings.v41_path is None
+            and not settings.padded)
+
+
 def vllm_qsa(settings: PlanSettings) -> bool:
     """Whether the release's own path is vLLM's QSA path (``plan.strategies.split_qsa``)."""
     return settings.preset.qsa and settings.profile is not None and settings.profile.qsa_path == "vllm-qsa"
@@ -181,7 +191,14 @@ class LoneSteps:
         # how a step is packed: the strategy's own way, or the release's chunker's (``Engine``)
         self.engine = type(strategy) is Engine
         self.qsa = self.engine and vllm_qsa(settings)  # vLLM's QSA path: its own slices (``qsa_steps``)
-        self.packing = (Vllm if self.qsa else packing_of_engine(settings)) if self.engine else type(strategy)
+        # SGLang's rows against the step's K (``rows_steps``; its 0.5.3-0.5.5 path: one call)
+        self.rows = self.engine and sglang_rows(settings)
+        if not self.engine:
+            self.packing = type(strategy)
+        elif self.qsa or self.rows:  # a budget, unless the release reads none
+            self.packing = NOnly if self.rows and settings.profile.chunker == "none" else Vllm
+        else:
+            self.packing = packing_of_engine(settings)
         # the release's chunker keeps the previous chunk's logits alive while the next is allocated
         self.alive = strategy.logits_alive(settings)
         model, rules = settings.preset, settings.rules
@@ -333,6 +350,8 @@ class LoneSteps:
         requests the second's after them."""
         if self.qsa:
             return self.qsa_steps(lengths, budget)
+        if self.rows:
+            return self.rows_steps(lengths, budget)
         if len(lengths) == 2:
             q, c, n = self.seen(*lengths)
             workspace = self.workspace_of(n)
@@ -378,6 +397,27 @@ class LoneSteps:
         kv = sum(n for _, _, n in requests)
         return self.outcomes(self.workspace_of(kv), rows, -(-rows // per), np.zeros(rows.shape, bool), largest)
 
+    def rows_steps(self, lengths: tuple, budget: int | None) -> LoneOutcomes:
+        """SGLang's DSA indexer (``Engine._split_rows``): one gather of the step's K, its query rows
+        in slices of ``min(max(1, budget // (N x 4)), M)`` against all N columns where the M x N x 4
+        logits break the budget (never below the element gate), none at or below top-k."""
+        requests = [self.seen(*lengths[k:k + 2]) for k in range(0, len(lengths), 2)]
+        rows = sum(q for q, _, _ in requests)
+        kv = sum(n for _, _, n in requests)
+        longest = functools.reduce(np.maximum, [n for _, _, n in requests])
+        gate = self.settings.profile.chunk_skip_elements
+        if budget is None:
+            per = rows
+        else:
+            whole = self.counted(rows, kv, False) <= budget
+            if gate is not None:
+                whole |= rows * kv < gate
+            per = np.where(whole, rows, np.minimum(np.maximum(1, self.rows_within(kv, budget, rows, False)), rows))
+        chunks, largest, _, _ = self.slices(rows, per, kv, False)
+        workspace = self.workspace_of(kv)
+        chunks, over, largest = self.unless_skipped(longest, longest, chunks, kv > workspace, largest)
+        return self.outcomes(workspace, rows, chunks, over, largest)
+
     def qsa_total(self, rows, width, workspace_bytes: int):
         total = workspace_bytes + INT32_BYTES * 2 * rows
         return total + self.topk_bytes(rows, width) if self.deepgemm else total
@@ -414,7 +454,7 @@ class LoneSteps:
             chunks, over, largest = self.causal_cut(q, c, n, budget)
             first_rows = last_held = np.zeros_like(q)
         else:
-            chunks, over, largest, first_rows, last_held = self.equal_rows(q, c, n, budget)
+            over, chunks, largest, first_rows, last_held = self.equal_rows(q, c, n, budget)
         return Alone(fits, np.where(fits, 1, chunks), np.where(fits, False, over | (n > workspace)),
                      np.where(fits, packed, largest), np.where(fits, q, first_rows),
                      np.where(fits, self.held_after(q, n, self.compressed), last_held))
@@ -434,14 +474,18 @@ class LoneSteps:
         """``slice_equal_rows``: the first slice (it gathers), the full slices, the rest; all ``n``
         wide.  (chunks, over budget, the largest chunk's bytes, the first slice's rows, the
         logits the last leaves alive)."""
-        compressed = self.compressed
         # rows at the request's width (a request of no width fits whole, so its rows are not read)
         per = q if budget is None else self.rows_within(n, budget, q, self.padded)
         over = per < 1
-        per = np.maximum(per, 1)
-        first = np.minimum(per, q)
-        full = (q - first) // per
-        rest = q - first - full * per
+        return (over, *self.slices(q, np.maximum(per, 1), n, self.compressed))
+
+    def slices(self, rows, per, n, compressed: bool):
+        """``add_rows``: ``rows`` rows in slices of ``per``, ``n`` wide against ``n`` K tokens: the
+        first (it gathers), the full ones after it, the rest.  (chunks, the largest chunk's bytes,
+        the first slice's rows, the logits the last leaves alive)."""
+        first = np.minimum(per, rows)
+        full = (rows - first) // per
+        rest = rows - first - full * per
         gathers = self.every_chunk_gathers
         # each slice after the one before it (two alive: its logits held while the next is made);
         # where full slices follow, the first is one of them in rows
@@ -451,7 +495,7 @@ class LoneSteps:
         before_rest = np.where(full > 0, held_per, held_first)
         largest = np.maximum(largest, np.where(rest > 0, self.total(rest, n, compressed, gathers, n, before_rest), 0))
         last_held = np.where(rest > 0, self.held_after(rest, n, compressed), np.where(full > 0, held_per, held_first))
-        return 1 + full + (rest > 0), over, largest, first, last_held
+        return 1 + full + (rest > 0), largest, first, last_held
 
     def causal_cut(self, q, c, n, budget):
         """``slice_causal``: runs of slices, each the most rows whose logits, as wide as the last
