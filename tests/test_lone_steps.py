@@ -91,7 +91,9 @@ def test_a_pack_factor_that_weighs_areas_leaves_steps_of_two_to_the_plain_path()
 ENGINE_CASES = [("glm-5", "vllm==0.33.0"), ("glm-5", "vllm==0.19.0"), ("glm-5", "vllm==0.15.1"),
                 ("deepseek-v3.2", "vllm==0.11.0"), ("deepseek-v4-flash", "vllm==0.33.0"),
                 ("glm-5.3-flash", "vllm==0.33.0"), ("glm-5.2", "vllm==0.33.0"), ("glm-5", "sglang==0.5.23"),
-                ("deepseek-v3.2", "sglang==0.5.3"), ("glm-5.2", "sglang==0.5.9")]
+                ("deepseek-v3.2", "sglang==0.5.3"), ("glm-5.2", "sglang==0.5.9"),
+                ("deepseek-v4-flash", "sglang==0.5.23"), ("deepseek-v4-pro", "sglang==0.5.21"),
+                ("deepseek-v4-flash", "sglang==0.5.17"), ("glm-5.3-flash", "sglang==0.5.23")]
 
 
 def random_steps(rng: random.Random, count: int) -> list[PrefillRequest]:
@@ -116,7 +118,9 @@ def test_a_releases_own_chunker_is_evaluated_together(case, temporaries):
     top-k); steps of one request and of two, every DeepSeek-V4.1 kind; vLLM's QSA path (every
     row of the step against one width, each slice a view of one workspace); SGLang's DSA path
     (the step's rows against all its K, in slices where they break the budget, above the element
-    gate; one call before its budget)."""
+    gate; one call before its budget), its C4 path (the page table's width, or one long request's
+    own K; one call before 0.5.21) and its kpool path (every request's pooled K in whole index
+    pages; no logits at or below top-k tokens)."""
     model, engine = case
     rng = random.Random(f"{model} {engine} {temporaries}")
     plan = PlanSettings(model, engine, temporaries=temporaries)
@@ -165,10 +169,10 @@ def test_long_prompts_chunks_at_every_budget(model, strategy):
 def test_what_it_does_not_reproduce_is_declined():
     assert lone_steps("kv-split", PlanSettings("glm-5", temporaries="deepgemm"), None) is None
     assert lone_steps("fixed-shape", PlanSettings("glm-5", temporaries="deepgemm"), None) is None
-    # a release's own path other than vLLM's and SGLang's DSA (SGLang's C4, kpool and QSA paths,
-    # TensorRT-LLM's chunker)
-    assert lone_steps("engine", PlanSettings("deepseek-v4-flash", "sglang==0.5.23", temporaries="deepgemm"),
-                      None) is None
+    # a release's own path other than vLLM's and SGLang's DSA, C4 and kpool paths (SGLang's QSA
+    # and DeepSeek-V4.1 torch paths, TensorRT-LLM's chunker)
+    assert lone_steps("engine", PlanSettings("deepseek-v4.1-flash", "sglang==0.5.23", temporaries="deepgemm",
+                                             kind="c2"), None) is None
     assert lone_steps("engine", PlanSettings("glm-5", "trtllm", temporaries="deepgemm"), None) is None
     assert lone_steps("engine", PlanSettings("qwen3.8-flash-next", "sglang==0.5.23", temporaries="deepgemm"),
                       None) is None

@@ -25,7 +25,8 @@ from ..memory.model import INT32_BYTES
 from ..memory.topk_bytes import DEFAULT_BLOCK_BYTES, FP32_BYTES, INT64_BYTES, _bytes_per_row
 from ..padding import COMPRESSED_ALIGN, align
 from ..plan import PlanSettings, Strategy, get_strategy
-from ..plan.strategies import Causal, Engine, NOnly, PerRequest, Vllm, skips_logits, vllm_qsa_table_columns
+from ..plan.strategies import (KPOOL_INDEX_PAGE_ENTRIES, Causal, Engine, NOnly, PerRequest, Vllm,
+                               mqa_logits_row_bytes, skips_logits, vllm_qsa_table_columns)
 from ..workload import PrefillRequest, StepBatch
 from .planner import ShapePlanner
 
@@ -141,7 +142,7 @@ def lone_steps(strategy: str | Strategy, settings: PlanSettings, topk_rows: int 
         return None
     settings = strategy.runs_under(settings)
     if (type(strategy) is Engine and packing_of_engine(settings) is None and not vllm_qsa(settings)
-            and not sglang_rows(settings)):
+            and not sglang_rows(settings) and not sglang_calls(settings)):
         return None
     # DeepSeek-V4.1 is taken one kind at a time (``PlanSettings.kind``); two logits alive only on
     # an engine's equal rows
@@ -178,6 +179,15 @@ def sglang_rows(settings: PlanSettings) -> bool:
             and not settings.padded)
 
 
+def sglang_calls(settings: PlanSettings) -> bool:
+    """Whether the release's own path is SGLang's C4 or kpool path (every query row of the step
+    against one width, in row chunks: ``split_sglang_c4``, ``split_sglang_kpool``)."""
+    profile, preset = settings.profile, settings.preset
+    if profile is None or profile.engine != "sglang" or preset.kv_ratio == 1 or preset.qsa:
+        return False
+    return settings.v41_path is None and (profile.pooled_kv if preset.pooled else profile.compressed_kv)
+
+
 def vllm_qsa(settings: PlanSettings) -> bool:
     """Whether the release's own path is vLLM's QSA path (``plan.strategies.split_qsa``)."""
     return settings.preset.qsa and settings.profile is not None and settings.profile.qsa_path == "vllm-qsa"
@@ -193,10 +203,14 @@ class LoneSteps:
         self.qsa = self.engine and vllm_qsa(settings)  # vLLM's QSA path: its own slices (``qsa_steps``)
         # SGLang's rows against the step's K (``rows_steps``; its 0.5.3-0.5.5 path: one call)
         self.rows = self.engine and sglang_rows(settings)
+        # SGLang's C4 and kpool paths: every row against one width (``calls_steps``)
+        self.calls = self.engine and sglang_calls(settings)
         if not self.engine:
             self.packing = type(strategy)
-        elif self.qsa or self.rows:  # a budget, unless the release reads none
-            self.packing = NOnly if self.rows and settings.profile.chunker == "none" else Vllm
+        elif self.qsa or self.rows or self.calls:  # a budget, unless the release reads none
+            one_call = (settings.profile.chunker == "none" if self.rows
+                        else settings.profile.one_call_for(settings.preset))
+            self.packing = NOnly if one_call else Vllm
         else:
             self.packing = packing_of_engine(settings)
         # the release's chunker keeps the previous chunk's logits alive while the next is allocated
@@ -352,6 +366,8 @@ class LoneSteps:
             return self.qsa_steps(lengths, budget)
         if self.rows:
             return self.rows_steps(lengths, budget)
+        if self.calls:
+            return self.calls_steps(lengths, budget)
         if len(lengths) == 2:
             q, c, n = self.seen(*lengths)
             workspace = self.workspace_of(n)
@@ -418,6 +434,44 @@ class LoneSteps:
         chunks, over, largest = self.unless_skipped(longest, longest, chunks, kv > workspace, largest)
         return self.outcomes(workspace, rows, chunks, over, largest)
 
+    def calls_steps(self, lengths: tuple, budget: int | None) -> LoneOutcomes:
+        """SGLang's C4 path (``sglang_c4_call``: the page table's width, or one long request's own
+        K rounded to whole pages) and kpool path (``sglang_kpool_cols``: every request's pooled K
+        in whole index pages): every query row against that width, in chunks of ``max(budget //
+        row_bytes, 1)`` rows where the logits break the budget, none below the element gate
+        (``mqa_logits_row_chunk``); the kpool path none at or below top-k tokens."""
+        profile = self.settings.profile
+        requests = [self.seen(*lengths[k:k + 2]) for k in range(0, len(lengths), 2)]
+        rows = sum(q for q, _, _ in requests)
+        kv = sum(n for _, _, n in requests)
+        longest_tokens = functools.reduce(np.maximum, [c + q for q, c, _ in requests])
+        pooled = self.settings.preset.pooled
+        if pooled:
+            cols = sum(-(-n // KPOOL_INDEX_PAGE_ENTRIES) for _, _, n in requests) * KPOOL_INDEX_PAGE_ENTRIES
+            gate_cols, limit = cols, rows * cols * FP32_BYTES
+        else:
+            page = profile.compressed_page_tokens
+            entries = page // self.ratio
+            cols = gate_cols = -(-longest_tokens // page) * entries
+            least, final = profile.compressed_nonpaged_min_rows, longest_tokens // self.ratio
+            limit = rows * cols * FP32_BYTES
+            if least is not None and len(requests) == 1:  # one long request: its own K, not the table's
+                own = (rows >= least) & (final > 0)
+                cols = np.where(own, -(-final // entries) * entries, cols)
+                limit = np.where(own, rows * mqa_logits_row_bytes(cols), limit)
+        per = rows
+        if budget is not None:
+            gate = profile.chunk_skip_elements
+            whole = budget >= limit
+            if gate is not None:
+                whole |= rows * gate_cols < gate
+            per = np.where(whole, rows, np.maximum(budget // np.maximum(mqa_logits_row_bytes(cols), 1), 1))
+        chunks, largest, _, _ = self.slices(rows, per, cols, not pooled, kv)
+        workspace = self.workspace_of(kv)
+        longest = functools.reduce(np.maximum, [n for _, _, n in requests])
+        chunks, over, largest = self.unless_skipped(longest, longest_tokens, chunks, kv > workspace, largest)
+        return self.outcomes(workspace, rows, chunks, over, largest)
+
     def qsa_total(self, rows, width, workspace_bytes: int):
         total = workspace_bytes + INT32_BYTES * 2 * rows
         return total + self.topk_bytes(rows, width) if self.deepgemm else total
@@ -479,10 +533,11 @@ class LoneSteps:
         over = per < 1
         return (over, *self.slices(q, np.maximum(per, 1), n, self.compressed))
 
-    def slices(self, rows, per, n, compressed: bool):
-        """``add_rows``: ``rows`` rows in slices of ``per``, ``n`` wide against ``n`` K tokens: the
-        first (it gathers), the full ones after it, the rest.  (chunks, the largest chunk's bytes,
-        the first slice's rows, the logits the last leaves alive)."""
+    def slices(self, rows, per, n, compressed: bool, kv=None):
+        """``add_rows``: ``rows`` rows in slices of ``per``, ``n`` wide against ``kv`` K tokens (default
+        ``n``): the first (it gathers), the full ones after it, the rest.  (chunks, the largest
+        chunk's bytes, the first slice's rows, the logits the last leaves alive)."""
+        kv = n if kv is None else kv
         first = np.minimum(per, rows)
         full = (rows - first) // per
         rest = rows - first - full * per
@@ -490,10 +545,10 @@ class LoneSteps:
         # each slice after the one before it (two alive: its logits held while the next is made);
         # where full slices follow, the first is one of them in rows
         held_first, held_per = self.held_after(first, n, compressed), self.held_after(per, n, compressed)
-        largest = self.total(first, n, compressed, True, n)
-        largest = np.maximum(largest, np.where(full > 0, self.total(per, n, compressed, gathers, n, held_per), 0))
+        largest = self.total(first, n, compressed, True, kv)
+        largest = np.maximum(largest, np.where(full > 0, self.total(per, n, compressed, gathers, kv, held_per), 0))
         before_rest = np.where(full > 0, held_per, held_first)
-        largest = np.maximum(largest, np.where(rest > 0, self.total(rest, n, compressed, gathers, n, before_rest), 0))
+        largest = np.maximum(largest, np.where(rest > 0, self.total(rest, n, compressed, gathers, kv, before_rest), 0))
         last_held = np.where(rest > 0, self.held_after(rest, n, compressed), np.where(full > 0, held_per, held_first))
         return 1 + full + (rest > 0), largest, first, last_held
 

@@ -457,7 +457,10 @@ def sglang_kpool(engine, batch, pooled: bool) -> bool:
     return pooled and batch.kv_ratio != 1 and engine.engine == "sglang" and engine.pooled_kv
 
 
-def sglang_kpool_cols(batch, page_entries: int = 64) -> int:
+KPOOL_INDEX_PAGE_ENTRIES = 64  # SGLang's index page: 64 pooled entries (dsa_indexer_kpool.py:992)
+
+
+def sglang_kpool_cols(batch, page_entries: int = KPOOL_INDEX_PAGE_ENTRIES) -> int:
     """The columns of SGLang 0.5.23's kpool logits for one step: every request's ``seq_len //
     pool`` pooled entries rounded up to whole pages of ``page_entries`` (the index page of 64
     pooled entries), summed over the step (``kpool_plan._append_local_rows``: ``pool_pages_i =
