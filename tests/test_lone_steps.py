@@ -93,18 +93,25 @@ ENGINE_CASES = [("glm-5", "vllm==0.33.0"), ("glm-5", "vllm==0.19.0"), ("glm-5", 
                 ("glm-5.3-flash", "vllm==0.33.0"), ("glm-5.2", "vllm==0.33.0"), ("glm-5", "sglang==0.5.23"),
                 ("deepseek-v3.2", "sglang==0.5.3"), ("glm-5.2", "sglang==0.5.9"),
                 ("deepseek-v4-flash", "sglang==0.5.23"), ("deepseek-v4-pro", "sglang==0.5.21"),
-                ("deepseek-v4-flash", "sglang==0.5.17"), ("glm-5.3-flash", "sglang==0.5.23")]
+                ("deepseek-v4-flash", "sglang==0.5.17"), ("glm-5.3-flash", "sglang==0.5.23"),
+                ("glm-5", "trtllm==1.4.0rc4"), ("deepseek-v3.2", "trtllm==1.3.0rc27"),
+                ("deepseek-v4-flash", "trtllm==1.3.0rc15.post1")]
 
 
 def random_steps(rng: random.Random, count: int) -> list[PrefillRequest]:
-    """Long prompts' chunks against up to a million tokens, short ones, and ones at or below top-k."""
+    """Long prompts' chunks against up to a million tokens, short ones, ones at or below top-k,
+    and first chunks (nothing cached; a few rows: no compressed K yet)."""
     def one():
-        kind = rng.randrange(3)
+        kind = rng.randrange(5)
         if kind == 0:
             return PrefillRequest(rng.randrange(0, 1_100_000), rng.choice([1, rng.randrange(1, 9000), 8192]))
         if kind == 1:
             return PrefillRequest(rng.randrange(0, 3000), rng.randrange(1, 3000))
-        return PrefillRequest(rng.randrange(0, 1000), rng.randrange(1, 200))
+        if kind == 2:
+            return PrefillRequest(rng.randrange(0, 1000), rng.randrange(1, 200))
+        if kind == 3:
+            return PrefillRequest(0, rng.randrange(1, 9000))
+        return PrefillRequest(0, rng.randrange(1, 4))
     return [one() for _ in range(count)]
 
 
@@ -120,7 +127,9 @@ def test_a_releases_own_chunker_is_evaluated_together(case, temporaries):
     (the step's rows against all its K, in slices where they break the budget, above the element
     gate; one call before its budget), its C4 path (the page table's width, or one long request's
     own K; one call before 0.5.21) and its kpool path (every request's pooled K in whole index
-    pages; no logits at or below top-k tokens)."""
+    pages; no logits at or below top-k tokens); TensorRT-LLM's chunks of query rows (requests
+    packed while they fit, a longer one in blocks against its K up to the block's last row, each
+    tiled at the element cap, one pass for a step of one chunk with nothing cached)."""
     model, engine = case
     rng = random.Random(f"{model} {engine} {temporaries}")
     plan = PlanSettings(model, engine, temporaries=temporaries)
@@ -130,7 +139,10 @@ def test_a_releases_own_chunker_is_evaluated_together(case, temporaries):
             evaluator = lone_steps("engine", on, topk_rows)
             assert evaluator is not None
             for budget in [None] if evaluator.packing.name == "n-only" else BUDGETS:
-                steps = random_steps(rng, 24)
+                # and steps of two requests too long to share a chunk past 512K entries of K: the
+                # second's first tile allocated while the first's last is alive
+                steps = random_steps(rng, 24) + [PrefillRequest(600_000, 800), PrefillRequest(0, 7500),
+                                                 PrefillRequest(900_000, 8192), PrefillRequest(1000, 4000)]
                 for batches in ([StepBatch((r,)) for r in steps],
                                 [StepBatch(pair) for pair in zip(steps[::2], steps[1::2])]):
                     requests = list(zip(*(b.requests for b in batches)))
@@ -169,11 +181,11 @@ def test_long_prompts_chunks_at_every_budget(model, strategy):
 def test_what_it_does_not_reproduce_is_declined():
     assert lone_steps("kv-split", PlanSettings("glm-5", temporaries="deepgemm"), None) is None
     assert lone_steps("fixed-shape", PlanSettings("glm-5", temporaries="deepgemm"), None) is None
-    # a release's own path other than vLLM's and SGLang's DSA, C4 and kpool paths (SGLang's QSA
-    # and DeepSeek-V4.1 torch paths, TensorRT-LLM's chunker)
+    # a release's own path other than vLLM's, SGLang's DSA, C4 and kpool paths and TensorRT-LLM's
+    # chunker (SGLang's DeepSeek-V4.1 torch path, TensorRT-LLM's kpool path)
     assert lone_steps("engine", PlanSettings("deepseek-v4.1-flash", "sglang==0.5.23", temporaries="deepgemm",
                                              kind="c2"), None) is None
-    assert lone_steps("engine", PlanSettings("glm-5", "trtllm", temporaries="deepgemm"), None) is None
+    assert lone_steps("engine", PlanSettings("glm-5.3-flash", "trtllm", temporaries="deepgemm"), None) is None
     assert lone_steps("engine", PlanSettings("qwen3.8-flash-next", "sglang==0.5.23", temporaries="deepgemm"),
                       None) is None
     assert lone_steps("vllm", PlanSettings("glm-5", temporaries="reference"), None) is None

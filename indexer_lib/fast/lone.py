@@ -142,7 +142,7 @@ def lone_steps(strategy: str | Strategy, settings: PlanSettings, topk_rows: int 
         return None
     settings = strategy.runs_under(settings)
     if (type(strategy) is Engine and packing_of_engine(settings) is None and not vllm_qsa(settings)
-            and not sglang_rows(settings) and not sglang_calls(settings)):
+            and not sglang_rows(settings) and not sglang_calls(settings) and not trtllm_tokens(settings)):
         return None
     # DeepSeek-V4.1 is taken one kind at a time (``PlanSettings.kind``); two logits alive only on
     # an engine's equal rows
@@ -188,6 +188,13 @@ def sglang_calls(settings: PlanSettings) -> bool:
     return settings.v41_path is None and (profile.pooled_kv if preset.pooled else profile.compressed_kv)
 
 
+def trtllm_tokens(settings: PlanSettings) -> bool:
+    """Whether the release's own path is TensorRT-LLM's chunks of query rows (``split_tokens``)."""
+    profile, preset = settings.profile, settings.preset
+    return (profile is not None and profile.engine == "trtllm" and profile.chunker == "tokens"
+            and not preset.qsa and not (preset.pooled and profile.pooled_one_call) and settings.v41_path is None)
+
+
 def vllm_qsa(settings: PlanSettings) -> bool:
     """Whether the release's own path is vLLM's QSA path (``plan.strategies.split_qsa``)."""
     return settings.preset.qsa and settings.profile is not None and settings.profile.qsa_path == "vllm-qsa"
@@ -205,11 +212,16 @@ class LoneSteps:
         self.rows = self.engine and sglang_rows(settings)
         # SGLang's C4 and kpool paths: every row against one width (``calls_steps``)
         self.calls = self.engine and sglang_calls(settings)
+        self.tokens = self.engine and trtllm_tokens(settings)  # TensorRT-LLM's chunks (``tokens_steps``)
         if not self.engine:
             self.packing = type(strategy)
-        elif self.qsa or self.rows or self.calls:  # a budget, unless the release reads none
-            one_call = (settings.profile.chunker == "none" if self.rows
-                        else settings.profile.one_call_for(settings.preset))
+        elif self.qsa or self.rows or self.calls or self.tokens:  # a budget, unless the release reads none
+            if self.rows:
+                one_call = settings.profile.chunker == "none"
+            elif self.tokens:
+                one_call = settings.profile.budget_rule == "none"
+            else:
+                one_call = settings.profile.one_call_for(settings.preset)
             self.packing = NOnly if one_call else Vllm
         else:
             self.packing = packing_of_engine(settings)
@@ -368,6 +380,8 @@ class LoneSteps:
             return self.rows_steps(lengths, budget)
         if self.calls:
             return self.calls_steps(lengths, budget)
+        if self.tokens:
+            return self.tokens_steps(lengths, budget)
         if len(lengths) == 2:
             q, c, n = self.seen(*lengths)
             workspace = self.workspace_of(n)
@@ -471,6 +485,53 @@ class LoneSteps:
         longest = functools.reduce(np.maximum, [n for _, _, n in requests])
         chunks, over, largest = self.unless_skipped(longest, longest_tokens, chunks, kv > workspace, largest)
         return self.outcomes(workspace, rows, chunks, over, largest)
+
+    def tokens_steps(self, lengths: tuple, budget: int | None) -> LoneOutcomes:
+        """TensorRT-LLM's chunker (``split_tokens``, ``token_chunks``): the step's requests packed
+        whole while their rows fit the chunk's rows (as many as the step's longest K picks), a
+        longer one cut into blocks of that many; each chunk against the K it needs (a block: its
+        request's K up to its last row; two requests packed: both K), in tiles of at most
+        ``budget // 4 // K`` rows, none where it is the step's one chunk with nothing cached; the
+        previous tile's logits alive while the next is allocated."""
+        profile = self.settings.profile
+        requests = [self.seen(*lengths[k:k + 2]) for k in range(0, len(lengths), 2)]
+        longest = functools.reduce(np.maximum, [n for _, _, n in requests])
+        chunk_rows = np.full_like(longest, profile.chunk_rows)
+        for above, rows in reversed(profile.chunk_rows_by_kv or ()):  # the first threshold passed wins
+            chunk_rows = np.where(longest > above, min(profile.chunk_rows, rows), chunk_rows)
+        # the chunks in order, each (there, rows, K)
+        chunks, together = [], np.zeros(longest.shape, bool)
+        if len(requests) == 2:
+            (qa, _, na), (qb, _, nb) = requests
+            together = (qa <= chunk_rows) & (qb <= chunk_rows) & (qa + qb <= chunk_rows)
+            chunks.append((together, qa + qb, na + nb))
+        for q, c, _ in requests:
+            for j in range(int((-(-q // chunk_rows)).max())):  # its blocks (one where it fits)
+                q0 = j * chunk_rows
+                q1 = np.minimum(q0 + chunk_rows, q)
+                chunks.append((~together & (q0 < q), q1 - q0, (c + q1) // self.ratio))
+        one_pass = (sum(there.astype(np.int64) for there, _, _ in chunks) == 1)
+        for _, c, _ in requests:
+            one_pass &= c == 0
+        workspace = self.workspace_of(sum(n for _, _, n in requests))
+        count = np.zeros_like(longest)
+        over = np.zeros(longest.shape, bool)
+        largest = np.zeros_like(longest)
+        held = np.zeros_like(longest)  # the logits the last tile so far leaves alive
+        for there, rows, kv in chunks:
+            there = there & (kv > 0)  # no K yet: no logits
+            over |= there & (kv > workspace)
+            per = rows
+            if budget is not None:
+                fits = budget // (FP32_BYTES * np.maximum(kv, 1))
+                per = np.where(one_pass, rows, np.maximum(1, np.minimum(rows, fits)))
+                over |= there & ~one_pass & (fits < 1)
+            tiles, top, first, last_held = self.slices(rows, per, kv, False)
+            top = np.maximum(top, self.total(first, kv, False, True, kv, held))  # after the tile before
+            count += np.where(there, tiles, 0)
+            largest = np.maximum(largest, np.where(there, top, 0))
+            held = np.where(there, last_held, held)
+        return self.outcomes(workspace, sum(q for q, _, _ in requests), count, over, largest)
 
     def qsa_total(self, rows, width, workspace_bytes: int):
         total = workspace_bytes + INT32_BYTES * 2 * rows
