@@ -95,7 +95,8 @@ ENGINE_CASES = [("glm-5", "vllm==0.33.0"), ("glm-5", "vllm==0.19.0"), ("glm-5", 
                 ("deepseek-v4-flash", "sglang==0.5.23"), ("deepseek-v4-pro", "sglang==0.5.21"),
                 ("deepseek-v4-flash", "sglang==0.5.17"), ("glm-5.3-flash", "sglang==0.5.23"),
                 ("glm-5", "trtllm==1.4.0rc4"), ("deepseek-v3.2", "trtllm==1.3.0rc27"),
-                ("deepseek-v4-flash", "trtllm==1.3.0rc15.post1")]
+                ("deepseek-v4-flash", "trtllm==1.3.0rc15.post1"), ("glm-5.3-flash", "trtllm==1.4.0rc4"),
+                ("qwen3.8-flash-next", "sglang==0.5.23")]
 
 
 def random_steps(rng: random.Random, count: int) -> list[PrefillRequest]:
@@ -116,6 +117,7 @@ def random_steps(rng: random.Random, count: int) -> list[PrefillRequest]:
 
 
 @pytest.mark.parametrize("case", ENGINE_CASES + [("deepseek-v4.1-flash", "vllm==0.33.0"),
+                                                 ("deepseek-v4.1-flash", "sglang==0.5.23"),
                                                  ("qwen3.8-flash-next", "vllm==0.33.0")])
 @pytest.mark.parametrize("temporaries", ["deepgemm", None])
 def test_a_releases_own_chunker_is_evaluated_together(case, temporaries):
@@ -126,10 +128,13 @@ def test_a_releases_own_chunker_is_evaluated_together(case, temporaries):
     row of the step against one width, each slice a view of one workspace); SGLang's DSA path
     (the step's rows against all its K, in slices where they break the budget, above the element
     gate; one call before its budget), its C4 path (the page table's width, or one long request's
-    own K; one call before 0.5.21) and its kpool path (every request's pooled K in whole index
-    pages; no logits at or below top-k tokens); TensorRT-LLM's chunks of query rows (requests
-    packed while they fit, a longer one in blocks against its K up to the block's last row, each
-    tiled at the element cap, one pass for a step of one chunk with nothing cached)."""
+    own K; one call before 0.5.21), its kpool path (every request's pooled K in whole index
+    pages; no logits at or below top-k tokens), its QSA path (the step's longest K, slices of a
+    multiple of 128 / heads rows) and its torch scores for DeepSeek-V4.1 (request by request,
+    the previous chunk alive); TensorRT-LLM's chunks of query rows (requests packed while they
+    fit, a longer one in blocks against its K up to the block's last row, each tiled at the
+    element cap, one pass for a step of one chunk with nothing cached) and its kpool path (every
+    row in one call as wide as the block table)."""
     model, engine = case
     rng = random.Random(f"{model} {engine} {temporaries}")
     plan = PlanSettings(model, engine, temporaries=temporaries)
@@ -138,7 +143,10 @@ def test_a_releases_own_chunker_is_evaluated_together(case, temporaries):
         for topk_rows in (None, 8192):
             evaluator = lone_steps("engine", on, topk_rows)
             assert evaluator is not None
-            for budget in [None] if evaluator.packing.name == "n-only" else BUDGETS:
+            # a path that reads no budget is asked without one (and, where it reads none at all,
+            # with the budgets too)
+            for budget in [None] if evaluator.budget_read == "none" else BUDGETS + [None] * (
+                    evaluator.budget_read == "any"):
                 # and steps of two requests too long to share a chunk past 512K entries of K: the
                 # second's first tile allocated while the first's last is alive
                 steps = random_steps(rng, 24) + [PrefillRequest(600_000, 800), PrefillRequest(0, 7500),
@@ -178,16 +186,26 @@ def test_long_prompts_chunks_at_every_budget(model, strategy):
         assert [bool(x) for x in got.over_budget] == [o.over_budget for o in want]
 
 
+def test_every_releases_own_path_is_evaluated_together():
+    """Each release the project models a model on has its own path evaluated here (a release
+    added with a path of its own must add it to ``fast.lone.ENGINE_PATHS`` or be declined there)."""
+    from indexer_lib.engines.profiles import engines_for
+    from indexer_lib.fast.lone import engine_path
+    from indexer_lib.shapes import get_model, known_models
+
+    for model in known_models():
+        preset = get_model(model)
+        for engine in engines_for(preset):
+            settings = PlanSettings(model, engine, temporaries="deepgemm")
+            kinds = [settings.where(kind=k.name) for k in preset.indexing_kinds] if preset.multi_kind else [settings]
+            for on in kinds:
+                assert engine_path(on.own_chunker) is not None, (model, engine, on.kind)
+
+
 def test_what_it_does_not_reproduce_is_declined():
     assert lone_steps("kv-split", PlanSettings("glm-5", temporaries="deepgemm"), None) is None
     assert lone_steps("fixed-shape", PlanSettings("glm-5", temporaries="deepgemm"), None) is None
-    # a release's own path other than vLLM's, SGLang's DSA, C4 and kpool paths and TensorRT-LLM's
-    # chunker (SGLang's DeepSeek-V4.1 torch path, TensorRT-LLM's kpool path)
-    assert lone_steps("engine", PlanSettings("deepseek-v4.1-flash", "sglang==0.5.23", temporaries="deepgemm",
-                                             kind="c2"), None) is None
-    assert lone_steps("engine", PlanSettings("glm-5.3-flash", "trtllm", temporaries="deepgemm"), None) is None
-    assert lone_steps("engine", PlanSettings("qwen3.8-flash-next", "sglang==0.5.23", temporaries="deepgemm"),
-                      None) is None
+    assert lone_steps("engine", PlanSettings("glm-5", "sglang==0.5.23", temporaries="reference"), None) is None
     assert lone_steps("vllm", PlanSettings("glm-5", temporaries="reference"), None) is None
     # a build without the compressed layout: the plain path says so
     assert lone_steps(get_strategy("causal", compressed=True), PlanSettings("glm-5", deepgemm_version="2.1"),

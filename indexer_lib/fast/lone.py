@@ -25,8 +25,9 @@ from ..memory.model import INT32_BYTES
 from ..memory.topk_bytes import DEFAULT_BLOCK_BYTES, FP32_BYTES, INT64_BYTES, _bytes_per_row
 from ..padding import COMPRESSED_ALIGN, align
 from ..plan import PlanSettings, Strategy, get_strategy
+from ..engines.v41 import TORCH_PAD_FROM, TORCH_PAD_TO, TORCH_SCORE_BUDGET_BYTES
 from ..plan.strategies import (KPOOL_INDEX_PAGE_ENTRIES, Causal, Engine, NOnly, PerRequest, Vllm,
-                               mqa_logits_row_bytes, skips_logits, vllm_qsa_table_columns)
+                               mqa_logits_row_bytes, skips_logits, trtllm_kpool_cols, vllm_qsa_table_columns)
 from ..workload import PrefillRequest, StepBatch
 from .planner import ShapePlanner
 
@@ -141,8 +142,7 @@ def lone_steps(strategy: str | Strategy, settings: PlanSettings, topk_rows: int 
     if type(strategy) not in (NOnly, Vllm, PerRequest, Causal, Engine):
         return None
     settings = strategy.runs_under(settings)
-    if (type(strategy) is Engine and packing_of_engine(settings) is None and not vllm_qsa(settings)
-            and not sglang_rows(settings) and not sglang_calls(settings) and not trtllm_tokens(settings)):
+    if type(strategy) is Engine and engine_path(settings) is None:
         return None
     # DeepSeek-V4.1 is taken one kind at a time (``PlanSettings.kind``); two logits alive only on
     # an engine's equal rows
@@ -159,45 +159,51 @@ def lone_steps(strategy: str | Strategy, settings: PlanSettings, topk_rows: int 
     return LoneSteps(strategy, settings, topk_rows)
 
 
-def packing_of_engine(settings: PlanSettings):
-    """The field strategy a release's own chunker packs a step by, where it is one of them and
-    nothing else of the release's path applies (vLLM's logits budget: ``vllm``; vLLM before
-    it, the workspace only: ``n-only``), else None (the plain path plans it)."""
-    profile = settings.profile
-    if (profile is None or profile.engine != "vllm" or settings.preset.qsa
-            or settings.v41_path not in (None, "dense")):
+# a release's own path (the ``engine`` strategy), as ``LoneSteps`` evaluates it: (the field's
+# packing it follows, or the method that evaluates it; whether it reads a budget: "given",
+# "none" or "any"), for the paths of ``Engine.split``
+ENGINE_PATHS = {
+    "vllm": ("vllm", "given"),  # vLLM's logits budget: the field's vllm packing
+    "vllm-workspace": ("n-only", "none"),  # vLLM before it: the workspace only
+    "vllm-qsa": ("vllm_qsa_steps", "given"),  # ``split_qsa``, vLLM 0.33.0
+    "sglang-qsa": ("sglang_qsa_steps", "given"),  # ``split_qsa``, SGLang 0.5.23 (its own constant)
+    "sglang-rows": ("sglang_rows_steps", "given"),  # ``Engine._split_rows``
+    "sglang-one-call": ("sglang_rows_steps", "none"),  # SGLang before its budget
+    "sglang-calls": ("sglang_calls_steps", "given"),  # ``split_sglang_c4``, ``split_sglang_kpool``
+    "sglang-calls-one-call": ("sglang_calls_steps", "none"),  # SGLang 0.5.12-0.5.20's C4 path
+    "sglang-v41-torch": ("sglang_v41_torch_steps", "any"),  # ``split_sglang_v41_torch``: no budget read
+    "trtllm-tokens": ("trtllm_tokens_steps", "given"),  # ``split_tokens``
+    "trtllm-tokens-no-cap": ("trtllm_tokens_steps", "none"),  # before the element cap
+    "trtllm-kpool": ("trtllm_kpool_steps", "any"),  # ``split_trtllm_kpool``: one call, no budget read
+}
+
+
+def engine_path(settings: PlanSettings) -> str | None:
+    """The release's own path for these settings (a key of ``ENGINE_PATHS``), None where it is
+    not evaluated here (the plain path plans it)."""
+    profile, preset = settings.profile, settings.preset
+    if profile is None:
         return None
-    return {"logits-budget": Vllm, "workspace": NOnly}.get(profile.chunker)
-
-
-def sglang_rows(settings: PlanSettings) -> bool:
-    """Whether the release's own path is SGLang's query rows against the whole step's K
-    (``Engine._split_rows``): its DSA indexer, on K neither compressed nor pooled."""
-    profile, preset = settings.profile, settings.preset
-    return (profile is not None and profile.engine == "sglang" and profile.chunker in ("rows", "none")
-            and preset.kv_ratio == 1 and not preset.pooled and not preset.qsa and settings.v41_path is None
-            and not settings.padded)
-
-
-def sglang_calls(settings: PlanSettings) -> bool:
-    """Whether the release's own path is SGLang's C4 or kpool path (every query row of the step
-    against one width, in row chunks: ``split_sglang_c4``, ``split_sglang_kpool``)."""
-    profile, preset = settings.profile, settings.preset
-    if profile is None or profile.engine != "sglang" or preset.kv_ratio == 1 or preset.qsa:
-        return False
-    return settings.v41_path is None and (profile.pooled_kv if preset.pooled else profile.compressed_kv)
-
-
-def trtllm_tokens(settings: PlanSettings) -> bool:
-    """Whether the release's own path is TensorRT-LLM's chunks of query rows (``split_tokens``)."""
-    profile, preset = settings.profile, settings.preset
-    return (profile is not None and profile.engine == "trtllm" and profile.chunker == "tokens"
-            and not preset.qsa and not (preset.pooled and profile.pooled_one_call) and settings.v41_path is None)
-
-
-def vllm_qsa(settings: PlanSettings) -> bool:
-    """Whether the release's own path is vLLM's QSA path (``plan.strategies.split_qsa``)."""
-    return settings.preset.qsa and settings.profile is not None and settings.profile.qsa_path == "vllm-qsa"
+    if settings.v41_path == "torch":
+        return "sglang-v41-torch"
+    if settings.v41_path not in (None, "dense"):
+        return None
+    if preset.qsa:
+        return profile.qsa_path if profile.qsa_path in ("vllm-qsa", "sglang-qsa") else None
+    if profile.engine == "vllm":
+        return {"logits-budget": "vllm", "workspace": "vllm-workspace"}.get(profile.chunker)
+    if profile.engine == "sglang":
+        if preset.kv_ratio == 1:
+            return {"rows": "sglang-rows", "none": "sglang-one-call"}.get(profile.chunker)
+        if not (profile.pooled_kv if preset.pooled else profile.compressed_kv):
+            return None
+        return "sglang-calls-one-call" if profile.one_call_for(preset) else "sglang-calls"
+    if profile.engine == "trtllm":
+        if preset.pooled and preset.kv_ratio != 1 and profile.pooled_one_call:
+            return "trtllm-kpool"
+        if profile.chunker == "tokens":
+            return "trtllm-tokens-no-cap" if profile.budget_rule == "none" else "trtllm-tokens"
+    return None
 
 
 class LoneSteps:
@@ -205,26 +211,14 @@ class LoneSteps:
 
     def __init__(self, strategy: Strategy, settings: PlanSettings, topk_rows: int | None):
         self.strategy, self.settings, self.topk_rows = strategy, settings, topk_rows
-        # how a step is packed: the strategy's own way, or the release's chunker's (``Engine``)
+        # how a step is packed: the strategy's own way, or the release's path's (``Engine``)
         self.engine = type(strategy) is Engine
-        self.qsa = self.engine and vllm_qsa(settings)  # vLLM's QSA path: its own slices (``qsa_steps``)
-        # SGLang's rows against the step's K (``rows_steps``; its 0.5.3-0.5.5 path: one call)
-        self.rows = self.engine and sglang_rows(settings)
-        # SGLang's C4 and kpool paths: every row against one width (``calls_steps``)
-        self.calls = self.engine and sglang_calls(settings)
-        self.tokens = self.engine and trtllm_tokens(settings)  # TensorRT-LLM's chunks (``tokens_steps``)
-        if not self.engine:
-            self.packing = type(strategy)
-        elif self.qsa or self.rows or self.calls or self.tokens:  # a budget, unless the release reads none
-            if self.rows:
-                one_call = settings.profile.chunker == "none"
-            elif self.tokens:
-                one_call = settings.profile.budget_rule == "none"
-            else:
-                one_call = settings.profile.one_call_for(settings.preset)
-            self.packing = NOnly if one_call else Vllm
+        if self.engine:
+            self.path, self.budget_read = ENGINE_PATHS[engine_path(settings)]
         else:
-            self.packing = packing_of_engine(settings)
+            self.path, self.budget_read = strategy.name, "none" if type(strategy) is NOnly else "given"
+        # the field's packings (``packing.pack``): a release's chunker packs as one of them
+        self.packing = {"n-only": NOnly, "vllm": Vllm, "per-request": PerRequest, "causal": Causal}.get(self.path)
         # the release's chunker keeps the previous chunk's logits alive while the next is allocated
         self.alive = strategy.logits_alive(settings)
         model, rules = settings.preset, settings.rules
@@ -313,27 +307,32 @@ class LoneSteps:
         """``topk_holds_every_row``: up to this width a chunk's bytes only grow with it."""
         return (cols <= 0) | (rows * self.topk_row_bytes(cols) <= DEFAULT_BLOCK_BYTES)
 
-    def total(self, rows, cols, compressed: bool, gather, kv, held=0):
+    def logits(self, rows, cols, compressed: bool, alloc=None):
+        """The bytes a chunk's logits allocate: the build's layout, or ``alloc(rows)`` where the
+        release's path sizes them its own way (``add_rows``' ``alloc_bytes``)."""
+        return self.allocated(rows, cols, compressed) if alloc is None else alloc(rows)
+
+    def total(self, rows, cols, compressed: bool, gather, kv, held=0, alloc=None):
         """A chunk's transient bytes, ``held``: the logits of the chunk before it still alive
         (``ShapeTotals.pair_total``: they are freed before the top-k's temporaries take their place)."""
         gathered = np.where(gather, kv, 0)
-        total = (self.allocated(rows, cols, compressed) + INT32_BYTES * (2 * rows + gathered)
+        total = (self.logits(rows, cols, compressed, alloc) + INT32_BYTES * (2 * rows + gathered)
                  + gathered * self.kv_per_token)
         if self.deepgemm:
             return total + np.maximum(self.topk_bytes(rows, cols), held)
         return total + held
 
-    def held_after(self, rows, cols, compressed: bool):
+    def held_after(self, rows, cols, compressed: bool, alloc=None):
         """The logits a chunk leaves alive while the next is allocated (none where one is alive)."""
-        return self.allocated(rows, cols, compressed) if self.alive == 2 else 0
+        return self.logits(rows, cols, compressed, alloc) if self.alive == 2 else 0
 
     # -- the steps
 
     def reads(self, budget: int | None) -> bool:
         """Whether it evaluates at this budget (else the strategy's check refuses it, on the plain path)."""
-        if (budget is None) != (self.packing is NOnly):
-            return False
-        return budget is None or (type(budget) is int and budget >= 1)
+        if budget is None:
+            return self.budget_read in ("none", "any")
+        return self.budget_read in ("given", "any") and type(budget) is int and budget >= 1
 
     def at_budget(self, query_lens, context_lens, budget: int | None, second=None) -> LoneOutcomes | None:
         """The outcomes of steps of one request each, (query_len, context_len), at one budget
@@ -374,14 +373,9 @@ class LoneSteps:
     def evaluate(self, lengths: tuple, budget: int | None) -> LoneOutcomes:
         """``at_budget``, computed: ``lengths`` (query lens, context lens), and for steps of two
         requests the second's after them."""
-        if self.qsa:
-            return self.qsa_steps(lengths, budget)
-        if self.rows:
-            return self.rows_steps(lengths, budget)
-        if self.calls:
-            return self.calls_steps(lengths, budget)
-        if self.tokens:
-            return self.tokens_steps(lengths, budget)
+        if self.packing is None:  # a release's own path: every request of the step at once
+            requests = [self.seen(*lengths[k:k + 2]) for k in range(0, len(lengths), 2)]
+            return getattr(self, self.path)(requests, budget)
         if len(lengths) == 2:
             q, c, n = self.seen(*lengths)
             workspace = self.workspace_of(n)
@@ -409,12 +403,11 @@ class LoneSteps:
                                                     np.where(together, packed, largest))
         return self.outcomes(workspace, qa + qb, chunks, over, largest)
 
-    def qsa_steps(self, lengths: tuple, budget: int) -> LoneOutcomes:
+    def vllm_qsa_steps(self, requests: list, budget: int) -> LoneOutcomes:
         """vLLM 0.33.0's QSA path (``split_qsa``): every row of the step in slices of ``max(1,
         budget // (W x 4))`` rows against one width W (``vllm_qsa_width``: the step's longest
         sequence, in blocks), each a view of one workspace of ``max(budget, table columns x 4)``
         bytes; the paged cache read in place (no K gathered)."""
-        requests = [self.seen(*lengths[k:k + 2]) for k in range(0, len(lengths), 2)]
         rows = sum(q for q, _, _ in requests)
         longest_tokens = functools.reduce(np.maximum, [c + q for q, c, _ in requests])
         columns = vllm_qsa_table_columns(self.settings)
@@ -427,11 +420,10 @@ class LoneSteps:
         kv = sum(n for _, _, n in requests)
         return self.outcomes(self.workspace_of(kv), rows, -(-rows // per), np.zeros(rows.shape, bool), largest)
 
-    def rows_steps(self, lengths: tuple, budget: int | None) -> LoneOutcomes:
+    def sglang_rows_steps(self, requests: list, budget: int | None) -> LoneOutcomes:
         """SGLang's DSA indexer (``Engine._split_rows``): one gather of the step's K, its query rows
         in slices of ``min(max(1, budget // (N x 4)), M)`` against all N columns where the M x N x 4
         logits break the budget (never below the element gate), none at or below top-k."""
-        requests = [self.seen(*lengths[k:k + 2]) for k in range(0, len(lengths), 2)]
         rows = sum(q for q, _, _ in requests)
         kv = sum(n for _, _, n in requests)
         longest = functools.reduce(np.maximum, [n for _, _, n in requests])
@@ -448,14 +440,13 @@ class LoneSteps:
         chunks, over, largest = self.unless_skipped(longest, longest, chunks, kv > workspace, largest)
         return self.outcomes(workspace, rows, chunks, over, largest)
 
-    def calls_steps(self, lengths: tuple, budget: int | None) -> LoneOutcomes:
+    def sglang_calls_steps(self, requests: list, budget: int | None) -> LoneOutcomes:
         """SGLang's C4 path (``sglang_c4_call``: the page table's width, or one long request's own
         K rounded to whole pages) and kpool path (``sglang_kpool_cols``: every request's pooled K
         in whole index pages): every query row against that width, in chunks of ``max(budget //
         row_bytes, 1)`` rows where the logits break the budget, none below the element gate
         (``mqa_logits_row_chunk``); the kpool path none at or below top-k tokens."""
         profile = self.settings.profile
-        requests = [self.seen(*lengths[k:k + 2]) for k in range(0, len(lengths), 2)]
         rows = sum(q for q, _, _ in requests)
         kv = sum(n for _, _, n in requests)
         longest_tokens = functools.reduce(np.maximum, [c + q for q, c, _ in requests])
@@ -486,7 +477,7 @@ class LoneSteps:
         chunks, over, largest = self.unless_skipped(longest, longest_tokens, chunks, kv > workspace, largest)
         return self.outcomes(workspace, rows, chunks, over, largest)
 
-    def tokens_steps(self, lengths: tuple, budget: int | None) -> LoneOutcomes:
+    def trtllm_tokens_steps(self, requests: list, budget: int | None) -> LoneOutcomes:
         """TensorRT-LLM's chunker (``split_tokens``, ``token_chunks``): the step's requests packed
         whole while their rows fit the chunk's rows (as many as the step's longest K picks), a
         longer one cut into blocks of that many; each chunk against the K it needs (a block: its
@@ -494,7 +485,6 @@ class LoneSteps:
         ``budget // 4 // K`` rows, none where it is the step's one chunk with nothing cached; the
         previous tile's logits alive while the next is allocated."""
         profile = self.settings.profile
-        requests = [self.seen(*lengths[k:k + 2]) for k in range(0, len(lengths), 2)]
         longest = functools.reduce(np.maximum, [n for _, _, n in requests])
         chunk_rows = np.full_like(longest, profile.chunk_rows)
         for above, rows in reversed(profile.chunk_rows_by_kv or ()):  # the first threshold passed wins
@@ -532,6 +522,50 @@ class LoneSteps:
             largest = np.maximum(largest, np.where(there, top, 0))
             held = np.where(there, last_held, held)
         return self.outcomes(workspace, sum(q for q, _, _ in requests), count, over, largest)
+
+    def sglang_qsa_steps(self, requests: list, budget: int) -> LoneOutcomes:
+        """SGLang 0.5.23's QSA path (``split_qsa``): every row against the step's longest K (in
+        blocks), in slices of ``min(rows, max(m, budget // (W x 4) // m x m))`` rows (m = 128 /
+        heads), each ``[rows rounded up to m, W]`` and freed before the next; the step's K gathered
+        once; none where no request has a whole block."""
+        rows = sum(q for q, _, _ in requests)
+        kv = sum(n for _, _, n in requests)
+        width = functools.reduce(np.maximum, [n for _, _, n in requests])
+        m = max(1, 128 // self.settings.preset.index_heads)
+        per = np.minimum(rows, np.maximum(1, budget // np.maximum(width * FP32_BYTES, 1) // m) * m)
+        chunks, largest, _, _ = self.slices(rows, per, width, False, kv, alloc=lambda r: align(r, m) * width * FP32_BYTES)
+        there = width > 0
+        workspace = self.workspace_of(kv)
+        return self.outcomes(workspace, rows, np.where(there, chunks, 0), there & (kv > workspace),
+                             np.where(there, largest, 0))
+
+    def sglang_v41_torch_steps(self, requests: list, budget) -> LoneOutcomes:
+        """SGLang 0.5.23's torch scores for DeepSeek-V4.1 (``split_sglang_v41_torch``): request by
+        request, its ``lc`` K positions (none: no scores), ``torch_width(lc)`` wide, its rows in
+        chunks of ``torch_rows_per_chunk``; the previous chunk's scores alive; no budget read."""
+        heads = self.settings.preset.index_heads
+        count = over = largest = held = 0
+        workspace = self.workspace_of(sum(n for _, _, n in requests))
+        for q, _, lc in requests:
+            width = np.where(lc >= TORCH_PAD_FROM, align(lc, TORCH_PAD_TO), lc)
+            per = np.maximum(1, TORCH_SCORE_BUDGET_BYTES // np.maximum(heads * width * 2, 1))
+            chunks, top, first, last_held = self.slices(q, per, width, self.ratio != 1, lc)
+            top = np.maximum(top, self.total(first, width, self.ratio != 1, True, lc, held))  # after the one before
+            there = lc > 0
+            count = count + np.where(there, chunks, 0)
+            over = over | (there & (lc > workspace))
+            largest = np.maximum(largest, np.where(there, top, 0))
+            held = np.where(there, last_held, held)
+        return self.outcomes(workspace, sum(q for q, _, _ in requests), count, over, largest)
+
+    def trtllm_kpool_steps(self, requests: list, budget) -> LoneOutcomes:
+        """TensorRT-LLM's kpool path (``split_trtllm_kpool``): every row of the step in one call,
+        ``rows x`` the block table's pooled capacity of fp32, the cache read in place; no budget read."""
+        rows = sum(q for q, _, _ in requests)
+        cols = trtllm_kpool_cols(self.settings)
+        largest = self.total(rows, cols, False, True, 0, alloc=lambda r: r * cols * FP32_BYTES)
+        workspace = self.workspace_of(sum(n for _, _, n in requests))
+        return self.outcomes(workspace, rows, np.ones_like(rows), np.zeros(rows.shape, bool), largest)
 
     def qsa_total(self, rows, width, workspace_bytes: int):
         total = workspace_bytes + INT32_BYTES * 2 * rows
@@ -594,10 +628,11 @@ class LoneSteps:
         over = per < 1
         return (over, *self.slices(q, np.maximum(per, 1), n, self.compressed))
 
-    def slices(self, rows, per, n, compressed: bool, kv=None):
+    def slices(self, rows, per, n, compressed: bool, kv=None, alloc=None):
         """``add_rows``: ``rows`` rows in slices of ``per``, ``n`` wide against ``kv`` K tokens (default
-        ``n``): the first (it gathers), the full ones after it, the rest.  (chunks, the largest
-        chunk's bytes, the first slice's rows, the logits the last leaves alive)."""
+        ``n``), each allocating ``alloc(rows)`` bytes where given: the first (it gathers), the full
+        ones after it, the rest.  (chunks, the largest chunk's bytes, the first slice's rows, the
+        logits the last leaves alive)."""
         kv = n if kv is None else kv
         first = np.minimum(per, rows)
         full = (rows - first) // per
@@ -605,12 +640,16 @@ class LoneSteps:
         gathers = self.every_chunk_gathers
         # each slice after the one before it (two alive: its logits held while the next is made);
         # where full slices follow, the first is one of them in rows
-        held_first, held_per = self.held_after(first, n, compressed), self.held_after(per, n, compressed)
-        largest = self.total(first, n, compressed, True, kv)
-        largest = np.maximum(largest, np.where(full > 0, self.total(per, n, compressed, gathers, kv, held_per), 0))
+        held_first = self.held_after(first, n, compressed, alloc)
+        held_per = self.held_after(per, n, compressed, alloc)
+        largest = self.total(first, n, compressed, True, kv, alloc=alloc)
+        largest = np.maximum(largest, np.where(full > 0, self.total(per, n, compressed, gathers, kv, held_per, alloc),
+                                               0))
         before_rest = np.where(full > 0, held_per, held_first)
-        largest = np.maximum(largest, np.where(rest > 0, self.total(rest, n, compressed, gathers, kv, before_rest), 0))
-        last_held = np.where(rest > 0, self.held_after(rest, n, compressed), np.where(full > 0, held_per, held_first))
+        largest = np.maximum(largest, np.where(rest > 0, self.total(rest, n, compressed, gathers, kv, before_rest,
+                                                                    alloc), 0))
+        last_held = np.where(rest > 0, self.held_after(rest, n, compressed, alloc),
+                             np.where(full > 0, held_per, held_first))
         return 1 + full + (rest > 0), largest, first, last_held
 
     def causal_cut(self, q, c, n, budget):
@@ -680,3 +719,4 @@ class LoneSteps:
             np.maximum.at(most, owner, totals)
             largest[each] = most
         return largest
+
