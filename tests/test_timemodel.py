@@ -156,3 +156,58 @@ def test_budget_cost_in_time_to_first_token():
     assert small["added_ttft_p50_ms"] > large["added_ttft_p50_ms"] >= 0
     assert small["added_per_output_token_ms"] > 0
     assert all(r["time_source"] == "modelled" for r in rows)
+
+
+def random_plans(seed: int, count: int):
+    """Plans of many strategies, engines and models under budgets small and large (from 1 to
+    hundreds of chunks; kv-split's column ranges among them)."""
+    import random
+
+    from indexer_lib.shapes import MIB
+
+    rng = random.Random(seed)
+    while count:
+        model = rng.choice(["glm-5", "deepseek-v4-flash", "glm-5.3-flash", "glm-5.2", "qwen3.8-flash-next"])
+        engine = rng.choice(["vllm==0.33.0", "sglang==0.5.23", "trtllm==1.4.0rc4"])
+        strategy = rng.choice(["vllm", "causal", "per-request", "engine", "kv-split"])
+        requests = tuple(PrefillRequest(rng.choice([0, rng.randrange(0, 300_000)]), rng.randrange(1, 5000))
+                         for _ in range(rng.randrange(1, 5)))
+        try:
+            plan = make_plan(StepBatch(requests), strategy, rng.choice([MIB, 16 * MIB, 256 * MIB]),
+                             PlanSettings(model, engine))
+        except ValueError:  # a strategy this model's K or this build has no layout for
+            continue
+        count -= 1
+        yield plan
+
+
+def test_a_plans_chunks_work_counted_together_is_each_chunks_own():
+    """``chunk_work`` takes every row's window once for the step and every chunk's query blocks
+    at once: the same row lengths, block tiles and cells as each chunk's own windows give."""
+    from indexer_lib.plan.work import _chunk_work_alone
+    from indexer_lib.padding import get_rules
+
+    seen = 0
+    for plan in random_plans(1, 120):
+        rules = get_rules(plan.deepgemm_version)
+        for got, c in zip(chunk_work(plan), plan.chunks, strict=True):
+            want = _chunk_work_alone(plan.batch, c, plan.settings.preset.index_heads, rules)
+            assert (got.rows, got.logits_cols, got.outside_cells, got.gathered_tokens) == \
+                (want.rows, want.logits_cols, want.outside_cells, want.gathered_tokens)
+            assert np.array_equal(got.row_lens, want.row_lens) and np.array_equal(got.block_tiles, want.block_tiles)
+            seen += 1
+    assert seen > 5000  # many plans of many chunks
+
+
+def test_the_kernels_of_many_chunks_timed_together_are_each_chunks_own():
+    """``logits_us_each`` and ``topk_us_each`` give each chunk the time ``logits_us`` and
+    ``topk_us`` give it alone, to the last bit (the same sums in the same order)."""
+    for plan in random_plans(2, 60):
+        work = chunk_work(plan)
+        for name in ("h200", "h100", "h20"):
+            gpu, fit = kr.gpu_rates(name), kr.fitted()
+            assert kr.logits_us_each([w.block_tiles for w in work], gpu, fit).tolist() == \
+                [kr.logits_us(w.block_tiles, gpu, fit) for w in work]
+            topk = plan.settings.preset.topk
+            assert kr.topk_us_each([w.row_lens for w in work], topk, gpu, fit).tolist() == \
+                [kr.topk_us(w.row_lens, topk, gpu, fit) for w in work]

@@ -103,6 +103,21 @@ def _busiest(per_block: np.ndarray, ctas: int) -> float:
     return float(grid.sum(axis=0).max())
 
 
+def logits_us_each(tiles: list[np.ndarray], gpu: GpuRates, fit: "KernelFit") -> np.ndarray:
+    """``logits_us`` of many calls at once (a plan's chunks): each call's blocks go round-robin
+    to its own CTAs, summed in the same order, so each time is the one ``logits_us`` gives."""
+    counts = np.array([len(t) for t in tiles], dtype=np.int64)
+    if not counts.any():
+        return np.zeros(len(tiles))
+    ctas = gpu.sm_count
+    per_block = fit.logits_block_us + np.concatenate(tiles) * fit.logits_tile_us
+    call = np.repeat(np.arange(counts.size), counts)
+    local = np.arange(call.size) - np.repeat(np.cumsum(counts) - counts, counts)
+    per_cta = np.bincount(call * ctas + local % ctas, weights=per_block, minlength=counts.size * ctas)
+    busiest = per_cta.reshape(counts.size, ctas).max(axis=1)
+    return np.where(counts > 0, fit.logits_launch_us + busiest / gpu.sm_speed, 0.0)
+
+
 def clean_us(outside_cells: int, gpu: GpuRates, fit: "KernelFit") -> float:
     """DeepGEMM's clean_logits: -inf written to every cell outside the windows."""
     return fit.clean_launch_us + 4 * outside_cells / (fit.clean_bandwidth_share * gpu.hbm_tbps * 1e6)
@@ -120,6 +135,30 @@ def topk_us(row_lens: np.ndarray, topk: int, gpu: GpuRates, fit: "KernelFit") ->
     latency = float(waves.max(axis=1).sum()) * fit.topk_ns_per_element * 1e-3
     traffic = fit.topk_passes * 4 * float(long_rows.sum()) / (gpu.hbm_tbps * 1e6)
     return fit.topk_launch_us + max(latency, traffic)
+
+
+def topk_us_each(row_lens: list[np.ndarray], topk: int, gpu: GpuRates, fit: "KernelFit") -> np.ndarray:
+    """``topk_us`` of many calls at once (a plan's chunks), each from its own rows' waves."""
+    counts = np.array([len(r) for r in row_lens], dtype=np.int64)
+    if not counts.any():
+        return np.zeros(len(row_lens))
+    resident = gpu.sm_count * int(constant("topk_ctas_per_sm"))
+    rows = np.concatenate(row_lens)
+    long_rows = np.where(rows > topk, rows, 0)
+    first = np.cumsum(counts) - counts
+    waves = -(-counts // resident)  # each call's waves of resident rows (its last one padded)
+    call = np.repeat(np.arange(counts.size), waves)
+    wave = np.arange(call.size) - np.repeat(np.cumsum(waves) - waves, waves)
+    longest = np.maximum.reduceat(long_rows, first[call] + wave * resident)
+    there = counts > 0
+    at = (np.cumsum(waves) - waves)[there]
+    latency_elements = np.zeros(counts.size, dtype=np.int64)
+    latency_elements[there] = np.add.reduceat(longest, at)
+    read = np.zeros(counts.size, dtype=np.int64)
+    read[there] = np.add.reduceat(long_rows, first[there])
+    latency = latency_elements.astype(np.float64) * fit.topk_ns_per_element * 1e-3
+    traffic = fit.topk_passes * 4 * read.astype(np.float64) / (gpu.hbm_tbps * 1e6)
+    return np.where(there, fit.topk_launch_us + np.maximum(latency, traffic), 0.0)
 
 
 def gather_us(tokens: int, bytes_per_token: int, gpu: GpuRates) -> float:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from ..plan import Plan, PlanSettings, plan_at
 from ..plan.features import plan_features
-from ..plan.work import chunk_work
+from ..plan.work import FEW_CHUNKS, chunk_work
 from ..refdata import data_path
 from ..workload import PrefillRequest, StepBatch
 from . import kernel_rates as kr
@@ -96,15 +96,21 @@ class TimeModel:
                    indexer_layers: int = 1) -> LayerTime:
         gpu, fit = kr.gpu_rates(self.gpu), kr.fitted()
         host_call = kr.constant("host_us_per_call")
+        if len(work) > FEW_CHUNKS:  # a plan under a small budget: its chunks' kernels at once
+            logits = kr.logits_us_each([w.block_tiles for w in work], gpu, fit).tolist()
+            topks = kr.topk_us_each([w.row_lens for w in work], topk, gpu, fit).tolist()
+        else:
+            logits = [kr.logits_us(w.block_tiles, gpu, fit) for w in work]
+            topks = [kr.topk_us(w.row_lens, topk, gpu, fit) for w in work]
         chunks = []
-        for w in work:
+        for w, logits_us, topk_us in zip(work, logits, topks):
             kernels = {}
             if w.gathered_tokens:
                 kernels["gather"] = kr.gather_us(w.gathered_tokens, k_bytes_per_token, gpu)
-            kernels["logits"] = kr.logits_us(w.block_tiles, gpu, fit)
+            kernels["logits"] = logits_us
             if clean:
                 kernels["clean"] = kr.clean_us(w.outside_cells, gpu, fit)
-            kernels["topk"] = kr.topk_us(w.row_lens, topk, gpu, fit)
+            kernels["topk"] = topk_us
             chunks.append(ChunkTime(kernels, host_call * len(kernels)))
         return LayerTime(tuple(chunks), indexer_layers, self.scale, kr.error_band())
 
