@@ -207,7 +207,9 @@ def engine_path(settings: PlanSettings) -> str | None:
 
 
 class LoneSteps:
-    """``at_budget(query_lens, context_lens, budget)``: the outcomes of steps of one request each."""
+    """``at_budget(query_lens, context_lens, budget, second)``: the outcomes of steps of one request
+    each, or of two, planned by a field strategy's packing or by a release's own path
+    (``ENGINE_PATHS``)."""
 
     def __init__(self, strategy: Strategy, settings: PlanSettings, topk_rows: int | None):
         self.strategy, self.settings, self.topk_rows = strategy, settings, topk_rows
