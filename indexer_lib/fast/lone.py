@@ -46,11 +46,15 @@ class Alone(NamedTuple):
 
 
 class ViewedSteps(NamedTuple):
-    """What ``skips_logits`` reads of steps, for many at once."""
+    """Steps as the indexer sees them (arrays, one entry a step): each request's (rows, context,
+    K), and what ``skips_logits`` and the releases' own paths read of the whole step."""
 
+    requests: list  # (query rows, context tokens, K entries) of the first request, then the second's
     kv_ratio: int
-    longest: np.ndarray  # K entries of each step's longest request
-    longest_tokens: np.ndarray  # its tokens
+    rows: np.ndarray  # the step's query rows
+    kv: np.ndarray  # its K entries
+    longest: np.ndarray  # K entries of its longest request
+    longest_tokens: np.ndarray  # tokens of its longest request
 
 
 class LoneOutcomes(NamedTuple):
@@ -243,9 +247,6 @@ class LoneSteps:
         else:
             self.causal = False
             self.compressed = self.field_compressed
-        # vllm's packed chunk is counted at its padded compressed width only on a compressed-only
-        # build with padding (``_within_packed``)
-        self.join_compressed = self.field_compressed and self.padded
         self.every_chunk_gathers = settings.workspace_lifetime == "chunk"
         self.kv_per_token = model.k_bytes_per_token if self.every_chunk_gathers else 0
         self.deepgemm = settings.temporaries == "deepgemm"
@@ -256,8 +257,9 @@ class LoneSteps:
         self.per_token = buffer_bytes(plan, 1, 0, self.topk)
         self.per_row = buffer_bytes(plan, 0, 1, self.topk)
         # a packed chunk's question (``may_join``): counted as wide as its longest request where the
-        # chunk is compressed (causal) or a compressed-only build pads it (vllm), else its K
-        self.join = self.compressed if self.causal else self.join_compressed
+        # chunk is compressed (causal), or on a compressed-only build with padding (vllm's
+        # ``_within_packed``), else as wide as its K
+        self.join = self.compressed if self.causal else self.field_compressed and self.padded
         # steps of two requests: field strategies join them where they fit; per-request never does
         # (at a pack factor of 1; another factor weighs their areas, on the plain path)
         self.joins = self.packing is not PerRequest
@@ -375,21 +377,18 @@ class LoneSteps:
     def evaluate(self, lengths: tuple, budget: int | None) -> LoneOutcomes:
         """``at_budget``, computed: ``lengths`` (query lens, context lens), and for steps of two
         requests the second's after them."""
+        step = self.viewed(lengths)
         if self.packing is None:  # a release's own path: every request of the step at once
-            requests = [self.seen(*lengths[k:k + 2]) for k in range(0, len(lengths), 2)]
-            return getattr(self, self.path)(requests, budget)
-        if len(lengths) == 2:
-            q, c, n = self.seen(*lengths)
-            workspace = self.workspace_of(n)
-            a = self.alone(q, c, n, workspace, budget)
-            return self.outcomes(workspace, q, *self.unless_skipped(n, c + q, a.chunks, a.over, a.largest))
+            return getattr(self, self.path)(step, budget)
+        workspace = self.workspace_of(step.kv)
+        if len(step.requests) == 1:
+            a = self.alone(*step.requests[0], workspace, budget)
+            return self.outcomes(workspace, step.rows, *self.unless_skipped(step, a.chunks, a.over, a.largest))
         # two requests, A then B (``plan.packing.pack``): where A fits alone, a monotone packing
         # asks whether the two fit together (one chunk); else each is planned on its own, B's
         # first chunk after A's last
-        qa, ca, na = self.seen(*lengths[:2])
-        qb, cb, nb = self.seen(*lengths[2:])
-        kv, longest = na + nb, np.maximum(na, nb)
-        workspace = self.workspace_of(kv)
+        (qa, ca, na), (qb, cb, nb) = step.requests
+        kv, longest = step.kv, step.longest
         a = self.alone(qa, ca, na, workspace, budget)
         b = self.alone(qb, cb, nb, workspace, budget)
         together = a.fits & (kv <= workspace) & self.joins
@@ -399,36 +398,38 @@ class LoneSteps:
         largest = np.maximum(a.largest, b.largest)
         if self.alive == 2:
             largest = np.maximum(largest, self.total(b.first_rows, nb, self.compressed, True, nb, a.last_held))
-        chunks, over, largest = self.unless_skipped(longest, np.maximum(ca + qa, cb + qb),
-                                                    np.where(together, 1, a.chunks + b.chunks),
+        chunks, over, largest = self.unless_skipped(step, np.where(together, 1, a.chunks + b.chunks),
                                                     np.where(together, False, a.over | b.over),
                                                     np.where(together, packed, largest))
-        return self.outcomes(workspace, qa + qb, chunks, over, largest)
+        return self.outcomes(workspace, step.rows, chunks, over, largest)
 
-    def vllm_qsa_steps(self, requests: list, budget: int) -> LoneOutcomes:
+    def viewed(self, lengths: tuple) -> ViewedSteps:
+        """The steps of these lengths (``evaluate``'s) as the indexer sees them."""
+        requests = [self.seen(*lengths[k:k + 2]) for k in range(0, len(lengths), 2)]
+        return ViewedSteps(requests, self.ratio, sum(q for q, _, _ in requests), sum(n for _, _, n in requests),
+                           functools.reduce(np.maximum, [n for _, _, n in requests]),
+                           functools.reduce(np.maximum, [c + q for q, c, _ in requests]))
+
+    def vllm_qsa_steps(self, step: ViewedSteps, budget: int) -> LoneOutcomes:
         """vLLM 0.33.0's QSA path (``split_qsa``): every row of the step in slices of ``max(1,
         budget // (W x 4))`` rows against one width W (``vllm_qsa_width``: the step's longest
         sequence, in blocks), each a view of one workspace of ``max(budget, table columns x 4)``
         bytes; the paged cache read in place (no K gathered)."""
-        rows = sum(q for q, _, _ in requests)
-        longest_tokens = functools.reduce(np.maximum, [c + q for q, c, _ in requests])
+        rows = step.rows
         columns = vllm_qsa_table_columns(self.settings)
-        width = np.minimum(np.maximum(64, align(-(-longest_tokens // self.ratio), 64)), columns)
+        width = np.minimum(np.maximum(64, align(-(-step.longest_tokens // self.ratio), 64)), columns)
         per = np.maximum(1, budget // (width * FP32_BYTES))
         workspace_bytes = max(budget, columns * FP32_BYTES) // FP32_BYTES * FP32_BYTES
         # every slice allocates the workspace, and the rest only grows with rows: the first slice,
-        # of the most rows, is the largest
-        largest = self.qsa_total(np.minimum(per, rows), width, workspace_bytes)
-        kv = sum(n for _, _, n in requests)
-        return self.outcomes(self.workspace_of(kv), rows, -(-rows // per), np.zeros(rows.shape, bool), largest)
+        # of the most rows, is the largest (no K gathered)
+        largest = self.total(np.minimum(per, rows), width, False, True, 0, alloc=lambda r: workspace_bytes)
+        return self.outcomes(self.workspace_of(step.kv), rows, -(-rows // per), np.zeros(rows.shape, bool), largest)
 
-    def sglang_rows_steps(self, requests: list, budget: int | None) -> LoneOutcomes:
+    def sglang_rows_steps(self, step: ViewedSteps, budget: int | None) -> LoneOutcomes:
         """SGLang's DSA indexer (``Engine._split_rows``): one gather of the step's K, its query rows
         in slices of ``min(max(1, budget // (N x 4)), M)`` against all N columns where the M x N x 4
         logits break the budget (never below the element gate), none at or below top-k."""
-        rows = sum(q for q, _, _ in requests)
-        kv = sum(n for _, _, n in requests)
-        longest = functools.reduce(np.maximum, [n for _, _, n in requests])
+        rows, kv = step.rows, step.kv
         gate = self.settings.profile.chunk_skip_elements
         if budget is None:
             per = rows
@@ -439,22 +440,20 @@ class LoneSteps:
             per = np.where(whole, rows, np.minimum(np.maximum(1, self.rows_within(kv, budget, rows, False)), rows))
         chunks, largest, _, _ = self.slices(rows, per, kv, False)
         workspace = self.workspace_of(kv)
-        chunks, over, largest = self.unless_skipped(longest, longest, chunks, kv > workspace, largest)
+        chunks, over, largest = self.unless_skipped(step, chunks, kv > workspace, largest)
         return self.outcomes(workspace, rows, chunks, over, largest)
 
-    def sglang_calls_steps(self, requests: list, budget: int | None) -> LoneOutcomes:
+    def sglang_calls_steps(self, step: ViewedSteps, budget: int | None) -> LoneOutcomes:
         """SGLang's C4 path (``sglang_c4_call``: the page table's width, or one long request's own
         K rounded to whole pages) and kpool path (``sglang_kpool_cols``: every request's pooled K
         in whole index pages): every query row against that width, in chunks of ``max(budget //
         row_bytes, 1)`` rows where the logits break the budget, none below the element gate
         (``mqa_logits_row_chunk``); the kpool path none at or below top-k tokens."""
         profile = self.settings.profile
-        rows = sum(q for q, _, _ in requests)
-        kv = sum(n for _, _, n in requests)
-        longest_tokens = functools.reduce(np.maximum, [c + q for q, c, _ in requests])
+        rows, kv, longest_tokens = step.rows, step.kv, step.longest_tokens
         pooled = self.settings.preset.pooled
         if pooled:
-            cols = sum(-(-n // KPOOL_INDEX_PAGE_ENTRIES) for _, _, n in requests) * KPOOL_INDEX_PAGE_ENTRIES
+            cols = sum(-(-n // KPOOL_INDEX_PAGE_ENTRIES) for _, _, n in step.requests) * KPOOL_INDEX_PAGE_ENTRIES
             gate_cols, limit = cols, rows * cols * FP32_BYTES
         else:
             page = profile.compressed_page_tokens
@@ -462,7 +461,7 @@ class LoneSteps:
             cols = gate_cols = -(-longest_tokens // page) * entries
             least, final = profile.compressed_nonpaged_min_rows, longest_tokens // self.ratio
             limit = rows * cols * FP32_BYTES
-            if least is not None and len(requests) == 1:  # one long request: its own K, not the table's
+            if least is not None and len(step.requests) == 1:  # one long request: its own K, not the table's
                 own = (rows >= least) & (final > 0)
                 cols = np.where(own, -(-final // entries) * entries, cols)
                 limit = np.where(own, rows * mqa_logits_row_bytes(cols), limit)
@@ -475,19 +474,17 @@ class LoneSteps:
             per = np.where(whole, rows, np.maximum(budget // np.maximum(mqa_logits_row_bytes(cols), 1), 1))
         chunks, largest, _, _ = self.slices(rows, per, cols, not pooled, kv)
         workspace = self.workspace_of(kv)
-        longest = functools.reduce(np.maximum, [n for _, _, n in requests])
-        chunks, over, largest = self.unless_skipped(longest, longest_tokens, chunks, kv > workspace, largest)
+        chunks, over, largest = self.unless_skipped(step, chunks, kv > workspace, largest)
         return self.outcomes(workspace, rows, chunks, over, largest)
 
-    def trtllm_tokens_steps(self, requests: list, budget: int | None) -> LoneOutcomes:
+    def trtllm_tokens_steps(self, step: ViewedSteps, budget: int | None) -> LoneOutcomes:
         """TensorRT-LLM's chunker (``split_tokens``, ``token_chunks``): the step's requests packed
         whole while their rows fit the chunk's rows (as many as the step's longest K picks), a
         longer one cut into blocks of that many; each chunk against the K it needs (a block: its
         request's K up to its last row; two requests packed: both K), in tiles of at most
         ``budget // 4 // K`` rows, none where it is the step's one chunk with nothing cached; the
         previous tile's logits alive while the next is allocated."""
-        profile = self.settings.profile
-        longest = functools.reduce(np.maximum, [n for _, _, n in requests])
+        profile, requests, longest = self.settings.profile, step.requests, step.longest
         chunk_rows = np.full_like(longest, profile.chunk_rows)
         for above, rows in reversed(profile.chunk_rows_by_kv or ()):  # the first threshold passed wins
             chunk_rows = np.where(longest > above, min(profile.chunk_rows, rows), chunk_rows)
@@ -505,7 +502,7 @@ class LoneSteps:
         one_pass = (sum(there.astype(np.int64) for there, _, _ in chunks) == 1)
         for _, c, _ in requests:
             one_pass &= c == 0
-        workspace = self.workspace_of(sum(n for _, _, n in requests))
+        workspace = self.workspace_of(step.kv)
         count = np.zeros_like(longest)
         over = np.zeros(longest.shape, bool)
         largest = np.zeros_like(longest)
@@ -523,16 +520,14 @@ class LoneSteps:
             count += np.where(there, tiles, 0)
             largest = np.maximum(largest, np.where(there, top, 0))
             held = np.where(there, last_held, held)
-        return self.outcomes(workspace, sum(q for q, _, _ in requests), count, over, largest)
+        return self.outcomes(workspace, step.rows, count, over, largest)
 
-    def sglang_qsa_steps(self, requests: list, budget: int) -> LoneOutcomes:
+    def sglang_qsa_steps(self, step: ViewedSteps, budget: int) -> LoneOutcomes:
         """SGLang 0.5.23's QSA path (``split_qsa``): every row against the step's longest K (in
         blocks), in slices of ``min(rows, max(m, budget // (W x 4) // m x m))`` rows (m = 128 /
         heads), each ``[rows rounded up to m, W]`` and freed before the next; the step's K gathered
         once; none where no request has a whole block."""
-        rows = sum(q for q, _, _ in requests)
-        kv = sum(n for _, _, n in requests)
-        width = functools.reduce(np.maximum, [n for _, _, n in requests])
+        rows, kv, width = step.rows, step.kv, step.longest
         m = max(1, 128 // self.settings.preset.index_heads)
         per = np.minimum(rows, np.maximum(1, budget // np.maximum(width * FP32_BYTES, 1) // m) * m)
         chunks, largest, _, _ = self.slices(rows, per, width, False, kv, alloc=lambda r: align(r, m) * width * FP32_BYTES)
@@ -541,14 +536,14 @@ class LoneSteps:
         return self.outcomes(workspace, rows, np.where(there, chunks, 0), there & (kv > workspace),
                              np.where(there, largest, 0))
 
-    def sglang_v41_torch_steps(self, requests: list, budget) -> LoneOutcomes:
+    def sglang_v41_torch_steps(self, step: ViewedSteps, budget) -> LoneOutcomes:
         """SGLang 0.5.23's torch scores for DeepSeek-V4.1 (``split_sglang_v41_torch``): request by
         request, its ``lc`` K positions (none: no scores), ``torch_width(lc)`` wide, its rows in
         chunks of ``torch_rows_per_chunk``; the previous chunk's scores alive; no budget read."""
         heads = self.settings.preset.index_heads
         count = over = largest = held = 0
-        workspace = self.workspace_of(sum(n for _, _, n in requests))
-        for q, _, lc in requests:
+        workspace = self.workspace_of(step.kv)
+        for q, _, lc in step.requests:
             width = np.where(lc >= TORCH_PAD_FROM, align(lc, TORCH_PAD_TO), lc)
             per = np.maximum(1, TORCH_SCORE_BUDGET_BYTES // np.maximum(heads * width * 2, 1))
             chunks, top, first, last_held = self.slices(q, per, width, self.ratio != 1, lc)
@@ -558,29 +553,23 @@ class LoneSteps:
             over = over | (there & (lc > workspace))
             largest = np.maximum(largest, np.where(there, top, 0))
             held = np.where(there, last_held, held)
-        return self.outcomes(workspace, sum(q for q, _, _ in requests), count, over, largest)
+        return self.outcomes(workspace, step.rows, count, over, largest)
 
-    def trtllm_kpool_steps(self, requests: list, budget) -> LoneOutcomes:
+    def trtllm_kpool_steps(self, step: ViewedSteps, budget) -> LoneOutcomes:
         """TensorRT-LLM's kpool path (``split_trtllm_kpool``): every row of the step in one call,
         ``rows x`` the block table's pooled capacity of fp32, the cache read in place; no budget read."""
-        rows = sum(q for q, _, _ in requests)
-        cols = trtllm_kpool_cols(self.settings)
+        rows, cols = step.rows, trtllm_kpool_cols(self.settings)
         largest = self.total(rows, cols, False, True, 0, alloc=lambda r: r * cols * FP32_BYTES)
-        workspace = self.workspace_of(sum(n for _, _, n in requests))
+        workspace = self.workspace_of(step.kv)
         return self.outcomes(workspace, rows, np.ones_like(rows), np.zeros(rows.shape, bool), largest)
 
-    def qsa_total(self, rows, width, workspace_bytes: int):
-        total = workspace_bytes + INT32_BYTES * 2 * rows
-        return total + self.topk_bytes(rows, width) if self.deepgemm else total
-
-    def unless_skipped(self, longest, longest_tokens, chunks, over, largest):
+    def unless_skipped(self, step: ViewedSteps, chunks, over, largest):
         """(chunks, over budget, the largest chunk's bytes), none where the release computes no
-        logits for the step (``skips_logits``: vLLM's compressed and pooled indexers at or below
-        top-k); the step's own K (``longest``: entries) and tokens (``longest_tokens``)."""
+        logits for the step (``skips_logits``: vLLM's compressed and pooled indexers, SGLang's DSA
+        and kpool paths, at or below top-k)."""
         if not self.engine:
             return chunks, over, largest
-        skipped = skips_logits(self.settings.profile, ViewedSteps(self.ratio, longest, longest_tokens),
-                               self.topk, self.settings.preset.pooled)
+        skipped = skips_logits(self.settings.profile, step, self.topk, self.settings.preset.pooled)
         return np.where(skipped, 0, chunks), np.where(skipped, False, over), np.where(skipped, 0, largest)
 
     def seen(self, q, c):
