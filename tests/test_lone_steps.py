@@ -40,6 +40,14 @@ def step_by_step(strategy, settings, topk_rows, batches, budget):
     return [outcomes.at_budgets(batch, [budget])[0] for batch in batches]
 
 
+def assert_each_step(got, want, labels):
+    """The evaluated outcomes (``LoneOutcomes``' arrays) are the plain path's, step by step."""
+    assert len(want) == len(got.transient)
+    for k, o in enumerate(want):
+        assert (int(got.transient[k]), int(got.peak[k]), int(got.chunks[k]), bool(got.over_budget[k])) == \
+            (o.transient, o.peak, o.chunks, o.over_budget), labels[k]
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(steps=st.lists(st.one_of(requests, short), min_size=1, max_size=25),
        strategy=st.sampled_from(STRATEGIES), budget=st.sampled_from(BUDGETS),
@@ -53,10 +61,7 @@ def test_lone_steps_give_each_steps_outcome(steps, strategy, budget, setup, temp
     assert evaluator is not None  # every one of these settings is reproduced
     batches = [StepBatch((r,)) for r in steps]
     got = evaluator.at_budget([r.query_len for r in steps], [r.context_len for r in steps], budget)
-    want = step_by_step(strategy, plan, topk_rows, batches, budget)
-    for k, o in enumerate(want):
-        assert (int(got.transient[k]), int(got.peak[k]), int(got.chunks[k]), bool(got.over_budget[k])) == \
-            (o.transient, o.peak, o.chunks, o.over_budget), steps[k]
+    assert_each_step(got, step_by_step(strategy, plan, topk_rows, batches, budget), steps)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -75,10 +80,7 @@ def test_steps_of_two_requests_give_each_steps_outcome(steps, strategy, budget, 
     evaluator = lone_steps(strategy, plan, topk_rows)
     got = evaluator.at_budget([a.query_len for a, _ in steps], [a.context_len for a, _ in steps], budget,
                               second=([b.query_len for _, b in steps], [b.context_len for _, b in steps]))
-    want = step_by_step(strategy, plan, topk_rows, [StepBatch(pair) for pair in steps], budget)
-    for k, o in enumerate(want):
-        assert (int(got.transient[k]), int(got.peak[k]), int(got.chunks[k]), bool(got.over_budget[k])) == \
-            (o.transient, o.peak, o.chunks, o.over_budget), steps[k]
+    assert_each_step(got, step_by_step(strategy, plan, topk_rows, [StepBatch(pair) for pair in steps], budget), steps)
 
 
 def test_a_pack_factor_that_weighs_areas_leaves_steps_of_two_to_the_plain_path():
@@ -158,11 +160,8 @@ def test_a_releases_own_chunker_is_evaluated_together(case, temporaries):
                                                               [r.context_len for r in requests[1]])
                     got = evaluator.at_budget([r.query_len for r in requests[0]],
                                               [r.context_len for r in requests[0]], budget, second)
-                    want = step_by_step("engine", on, topk_rows, batches, budget)
-                    for k, o in enumerate(want):
-                        assert (int(got.transient[k]), int(got.peak[k]), int(got.chunks[k]),
-                                bool(got.over_budget[k])) == (o.transient, o.peak, o.chunks, o.over_budget), \
-                            (on.kind, topk_rows, budget, batches[k].requests)
+                    assert_each_step(got, step_by_step("engine", on, topk_rows, batches, budget),
+                                     [(on.kind, topk_rows, budget, b.requests) for b in batches])
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -179,11 +178,7 @@ def test_long_prompts_chunks_at_every_budget(model, strategy):
     assert evaluator is not None
     for budget in ([None] if strategy == "n-only" else [KIB] + [mb * MIB for mb in (64, 128, 256, 512, 1024, 2048)]):
         got = evaluator.at_budget([r.query_len for r in steps], [r.context_len for r in steps], budget)
-        want = step_by_step(strategy, plan, 8192, batches, budget)
-        assert [int(x) for x in got.transient] == [o.transient for o in want]
-        assert [int(x) for x in got.peak] == [o.peak for o in want]
-        assert [int(x) for x in got.chunks] == [o.chunks for o in want]
-        assert [bool(x) for x in got.over_budget] == [o.over_budget for o in want]
+        assert_each_step(got, step_by_step(strategy, plan, 8192, batches, budget), steps)
 
 
 def test_every_releases_own_path_is_evaluated_together():
@@ -267,17 +262,13 @@ def test_deepseek_v4_1s_kinds_are_evaluated_one_at_a_time(steps, strategy, budge
         evaluator = lone_steps(strategy, on, topk_rows)
         assert evaluator is not None
         got = evaluator.at_budget([r.query_len for r in steps], [r.context_len for r in steps], budget)
-        want = step_by_step(strategy, on, topk_rows, batches, budget)
-        for k, o in enumerate(want):
-            assert (int(got.transient[k]), int(got.peak[k]), int(got.chunks[k]), bool(got.over_budget[k])) == \
-                (o.transient, o.peak, o.chunks, o.over_budget), (kind.name, steps[k])
+        assert_each_step(got, step_by_step(strategy, on, topk_rows, batches, budget),
+                         [(kind.name, r) for r in steps])
         pairs = list(zip(steps, steps[1:] + steps[:1]))  # and steps of two requests
         got = evaluator.at_budget([a.query_len for a, _ in pairs], [a.context_len for a, _ in pairs], budget,
                                   second=([b.query_len for _, b in pairs], [b.context_len for _, b in pairs]))
-        want = step_by_step(strategy, on, topk_rows, [StepBatch(p) for p in pairs], budget)
-        for k, o in enumerate(want):
-            assert (int(got.transient[k]), int(got.peak[k]), int(got.chunks[k]), bool(got.over_budget[k])) == \
-                (o.transient, o.peak, o.chunks, o.over_budget), (kind.name, pairs[k])
+        assert_each_step(got, step_by_step(strategy, on, topk_rows, [StepBatch(p) for p in pairs], budget),
+                         [(kind.name, p) for p in pairs])
     schedule = frontier.Schedule([StepBatch((r,), step=i) for i, r in enumerate(steps)]
                                  + [StepBatch(p, step=len(steps) + i) for i, p in enumerate(zip(steps, steps[1:]))])
     budgets = [budget]

@@ -530,7 +530,8 @@ class LoneSteps:
         rows, kv, width = step.rows, step.kv, step.longest
         m = max(1, 128 // self.settings.preset.index_heads)
         per = np.minimum(rows, np.maximum(1, budget // np.maximum(width * FP32_BYTES, 1) // m) * m)
-        chunks, largest, _, _ = self.slices(rows, per, width, False, kv, alloc=lambda r: align(r, m) * width * FP32_BYTES)
+        chunks, largest, _, _ = self.slices(rows, per, width, False, kv,
+                                            alloc=lambda r: align(r, m) * width * FP32_BYTES)
         there = width > 0
         workspace = self.workspace_of(kv)
         return self.outcomes(workspace, rows, np.where(there, chunks, 0), there & (kv > workspace),
