@@ -365,8 +365,8 @@ LONE_BATCH = 128  # tasks whose schedules are held at once (``schedule_of`` keep
 
 
 def with_lone_steps_evaluated(grid: Grid, tasks):
-    """The tasks, each batch of them yielded once its schedules' steps of one request are
-    evaluated together (``frontier.evaluate_lone_steps_together``)."""
+    """The tasks, each batch of them yielded once its schedules' steps of one request and of two
+    are evaluated together (``frontier.evaluate_lone_steps_together``)."""
     tasks = iter(tasks)
     while batch := list(itertools.islice(tasks, LONE_BATCH)):
         frontier.evaluate_lone_steps_together(
@@ -382,7 +382,7 @@ def model_rows(grid: Grid, executor: Local | Ray = Local(), progress=None):
     ``progress``: called with 1 after each task."""
     time_model = TimeModel.published()
     tasks = grid.tasks("model")
-    if executor == Local():  # in this process: the steps of one request evaluated together first
+    if executor == Local():  # in this process: the steps of one request or two evaluated together first
         tasks = with_lone_steps_evaluated(grid, tasks)
     done = executor.map(_model_task_rows, ((grid, task, time_model, {}) for task in tasks))
     for tid, rows in done:
