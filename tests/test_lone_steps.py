@@ -1,5 +1,6 @@
-"""Steps of one request, evaluated together (``fast.lone``), give what ``StepOutcomes`` gives each
-step, and the frontier's worst step is the same with them as without."""
+"""Steps of one request or two, evaluated together (``fast.lone``) by the field's strategies and by
+every release's own path, give what ``StepOutcomes`` gives each step, and the frontier's worst
+step and a grid's rows are the same with them as without."""
 import random
 
 import numpy as np
