@@ -7,10 +7,9 @@ moves, redraws what that touches over saved copies of the rest (blitting): the O
 of the time panel and its legend (kept per set of crosses: they change only where a candidate
 starts or stops fitting), the free-memory line, its panel's frame and legend, and the title.
 A figure shown before is not drawn again: its PNG is kept.  Every call returns PNG bytes equal
-to a full draw of the figure made afresh for the same rows and free memory.  Measured in
-chromium (``scripts/bench_dashboard_browser.py``, two runs), a free-memory move is painted in
-73-79/82-87 ms (p50/p95) this way, 130-132/144-170 ms with the figure drawn whole and 219/287 ms
-with a new figure each time.
+to a full draw of the figure made afresh for the same rows and free memory
+(``scripts/bench_dashboard_browser.py`` times a free-memory move in chromium, this way and drawn
+whole).
 """
 from __future__ import annotations
 

@@ -12,11 +12,8 @@ drawing again.  Every call returns the figure as PNG bytes (``png_bands``: only 
 change touched are compressed again), equal pixel for pixel to the whole figure drawn afresh;
 the figure says what ``frontier_heatmap`` says for the same rows.
 
-Measured in chromium, control change to new image painted (``scripts/bench_dashboard_browser.py``,
-the default axis, three runs), a change that needs no planning takes 48-65 ms (p50; p95 51-79 ms)
-this way, 97-108 ms (p95 105-156 ms) with the figure drawn whole and Pillow's PNG, and 162-191 ms
-(p95 174-255 ms, two runs) with a new figure each time: without the regions a change misses
-150 ms at the 95th percentile now and then.
+``scripts/bench_dashboard_browser.py`` measures a change in chromium, from the control to the
+new image painted, this way and with the figure drawn whole (docs/design.md#planning-a-grid-fast).
 """
 from __future__ import annotations
 

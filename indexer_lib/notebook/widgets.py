@@ -162,7 +162,7 @@ class FrontierDashboard:
         """Per concurrency: the largest ISL without OOM and the worst-step peak there."""
         import pandas as pd
 
-        # plain loops over the columns: a few dozen rows, and pandas' groupby costs a change ~8 ms
+        # plain loops over the columns: a few dozen rows, where pandas' groupby is a change's largest cost
         best: dict = {}  # concurrency -> (largest ISL without OOM, peak there GiB, OOM points)
         for conc, isl, oom, gib in zip(frame["concurrency"].tolist(), frame["isl"].tolist(),
                                        frame["oom"].astype(bool).tolist(), frame["peak_transient_gib"].tolist()):

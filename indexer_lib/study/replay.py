@@ -142,7 +142,7 @@ def _request(profile: EngineProfile, model: str, steps, budget_mb, max_num_batch
 
 
 class ReplayProcess:
-    """A running replay driver for one release: vLLM is imported once (6-8 s), then each request
+    """A running replay driver for one release: vLLM is imported once (a slow import), then each request
     is one line in and one line out.  ``with ReplayProcess("vllm==0.33.0") as p: replay_steps(...,
     process=p)``; a sweep keeps one per release for all its points."""
 

@@ -101,7 +101,7 @@ def _import_vllm():
 
 @lru_cache(maxsize=1)
 def vllm_modules() -> dict:
-    """vLLM's scheduler classes and configs, imported once (about 5-10 s)."""
+    """vLLM's scheduler classes and configs, imported once (a slow import)."""
     return _import_vllm()
 
 
