@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .checks import BadValue
-
-FP32_BYTES = 4
+from .dtypes import FP32_BYTES
+from .elementwise import maximum, minimum, where
 # the compressed layout's width, max_seqlen_k, is aligned to DeepGEMM's block of KV columns
 COMPRESSED_ALIGN = 256
 
@@ -43,29 +43,54 @@ class PaddingRules:
 
         ``cols`` is N (full layout) or max_seqlen_k (compressed layout).
         """
-        if compressed:
-            return align(cols, COMPRESSED_ALIGN)
-        return align(cols + self.stride_extra, self.stride_align)
+        return _row_stride(cols, compressed, self.stride_extra, self.stride_align)
 
     def logits_bytes(self, rows: int, cols: int, heads: int, compressed: bool = False) -> int:
-        return self.rows_allocated(rows, heads) * self.row_stride(cols, compressed) * FP32_BYTES
+        """The bytes DeepGEMM allocates for ``rows`` x ``cols`` logits (``counter``'s count)."""
+        return self.counter(heads)(rows, cols, compressed)
 
     def counter(self, heads: int, padded: bool = True) -> Callable[[int, int, bool], int]:
         """``count(rows, cols, compressed)``: the bytes a logits allocation is counted at, with
         this build's padding (``logits_bytes``) or, unpadded, as the engines count it (M x N x 4).
-        A closure with the constants at hand: planners ask it millions of times in a sweep."""
+        A closure with the constants at hand: planners ask it millions of times in a sweep.  It
+        takes numbers or numpy arrays of them, and carries its two inverses under a budget:
+        ``count.widest(rows, budget, compressed)``, the most columns ``rows`` rows may take (-1:
+        not even none), and ``count.tallest(cols, budget, compressed, cap)``, the most rows of
+        ``cols`` columns (at most ``cap``; ``cap`` where a row of no width costs nothing)."""
         if not padded:
-            return lambda rows, cols, compressed=False: rows * cols * FP32_BYTES
+            return unpadded_logits_bytes
         m, extra, stride_align = self.row_multiple(heads), self.stride_extra, self.stride_align
 
-        def count(rows: int, cols: int, compressed: bool = False) -> int:
-            if compressed:
-                stride = -(-cols // COMPRESSED_ALIGN) * COMPRESSED_ALIGN
-            else:
-                stride = -(-(cols + extra) // stride_align) * stride_align
-            return -(-rows // m) * m * stride * FP32_BYTES
+        def count(rows, cols, compressed=False):
+            return -(-rows // m) * m * _row_stride(cols, compressed, extra, stride_align) * FP32_BYTES
 
+        def widest(rows, budget: int, compressed: bool = False):
+            most = budget // (FP32_BYTES * (-(-rows // m) * m))  # the widest row stride, in elements
+            if compressed:
+                return most // COMPRESSED_ALIGN * COMPRESSED_ALIGN
+            return maximum(most // stride_align * stride_align - extra, -1)
+
+        count.widest = widest
+        count.tallest = lambda cols, budget, compressed, cap: _rows_within(
+            _row_stride(cols, compressed, extra, stride_align) * FP32_BYTES, m, budget, cap)
         return count
+
+
+def _row_stride(cols, compressed: bool, extra: int, stride_align: int):
+    """A row's stride in fp32 elements: ``cols`` aligned to DeepGEMM's block of KV columns in the
+    compressed layout, else ``cols + extra`` aligned to the build's stride."""
+    if compressed:
+        return -(-cols // COMPRESSED_ALIGN) * COMPRESSED_ALIGN
+    return -(-(cols + extra) // stride_align) * stride_align
+
+
+def _rows_within(row_bytes, multiple: int, budget: int, cap):
+    """The most rows, in whole ``multiple``s, of ``row_bytes`` each within ``budget``, at most
+    ``cap`` (``cap`` where a row takes nothing)."""
+    if type(row_bytes) is int and row_bytes == 0:
+        return cap
+    rows = budget // maximum(row_bytes, 1) // multiple * multiple
+    return where(row_bytes == 0, cap, minimum(rows, cap))
 
 
 # Keys are the version names users pass on the command line.
@@ -93,6 +118,11 @@ def get_rules(version: str) -> PaddingRules:
                        f"unknown DeepGEMM version {version!r}: must be one of {', '.join(DEEPGEMM_RULES)}") from None
 
 
-def unpadded_logits_bytes(rows: int, cols: int) -> int:
-    """vLLM's budget arithmetic: plain M x N x 4 bytes."""
+def unpadded_logits_bytes(rows, cols, compressed: bool = False):
+    """vLLM's budget arithmetic: plain M x N x 4 bytes (the layout does not matter); the unpadded
+    ``PaddingRules.counter``, with its inverses."""
     return rows * cols * FP32_BYTES
+
+
+unpadded_logits_bytes.widest = lambda rows, budget, compressed=False: budget // (FP32_BYTES * rows)
+unpadded_logits_bytes.tallest = lambda cols, budget, compressed, cap: _rows_within(FP32_BYTES * cols, 1, budget, cap)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from ..checks import BadValue
+from ..elementwise import where
 from ..refdata import data_path
 
 ENGINES = ("vllm", "sglang", "trtllm")
@@ -202,13 +203,14 @@ class EngineProfile:
             return self.budget_default * 4 / 2**20
         return None
 
-    def chunk_rows_for(self, longest_kv: int) -> int:
+    def chunk_rows_for(self, longest_kv):
         """TensorRT-LLM's query rows per indexer chunk for a step whose longest (compressed) K is
-        ``longest_kv`` entries: the configured rows, lowered (never raised) past each threshold."""
-        for above, rows in self.chunk_rows_by_kv or ():
-            if longest_kv > above:
-                return min(self.chunk_rows, rows)
-        return self.chunk_rows
+        ``longest_kv`` entries (a number, or an array of them): the configured rows, lowered (never
+        raised) past the first threshold it passes."""
+        rows = self.chunk_rows
+        for above, fewer in reversed(self.chunk_rows_by_kv or ()):  # the first threshold passed wins
+            rows = where(longest_kv > above, min(self.chunk_rows, fewer), rows)
+        return rows
 
     def deploy_line(self, value) -> str:
         """The setting that selects a budget, as one deploys it (the env var and its value)."""

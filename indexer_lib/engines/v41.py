@@ -26,6 +26,8 @@ How each release computes them on an H200 (SM90):
 from __future__ import annotations
 
 from ..checks import BadValue
+from ..dtypes import BF16_BYTES
+from ..elementwise import maximum, where
 from ..padding import align
 from .profiles import get_engine, releases_text, v41_engines
 
@@ -53,11 +55,12 @@ def v41_path(model: str, engine: str | None, gpu) -> str:
     return profile.v41_path
 
 
-def torch_width(lc: int) -> int:
-    """The columns of SGLang 0.5.23's torch scores for a request that sees ``lc`` K positions."""
-    return align(lc, TORCH_PAD_TO) if lc >= TORCH_PAD_FROM else lc
+def torch_width(lc):
+    """The columns of SGLang 0.5.23's torch scores for a request that sees ``lc`` K positions (a
+    number, or an array of them)."""
+    return where(lc >= TORCH_PAD_FROM, align(lc, TORCH_PAD_TO), lc)
 
 
-def torch_rows_per_chunk(heads: int, width: int) -> int:
+def torch_rows_per_chunk(heads: int, width):
     """``_score_chunks``' rows per chunk: the bf16 [rows, heads, width] scores under 1 GiB."""
-    return max(1, TORCH_SCORE_BUDGET_BYTES // (heads * width * 2))
+    return maximum(1, TORCH_SCORE_BUDGET_BYTES // maximum(heads * width * BF16_BYTES, 1))
