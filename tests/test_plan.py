@@ -344,7 +344,8 @@ def test_packing_the_rest_at_once_gives_the_request_by_request_plan(monkeypatch,
     pack = strategies.pack
     with monkeypatch.context() as m:  # the same planners, packing request by request
         m.setattr(strategies, "pack",
-                  lambda batch, b, packing, build: pack(batch, b, packing._replace(monotone=False), build))
+                  lambda batch, b, packing, build, among=True: pack(batch, b, packing._replace(monotone=False),
+                                                                    build, among))
         slow = plan()
     assert fast.chunks == slow.chunks and fast.budget_stable == slow.budget_stable
 

@@ -178,16 +178,16 @@ def test_one_planner_and_one_peak_counter_serve_many_steps_and_budgets(steps, st
 
 
 def test_a_request_sliced_alone_is_remembered_with_its_budget_interval():
-    # the memo of lone slicings serves the shape path (make_plan cuts every request afresh)
+    # the memo of cuts serves the shape path (make_plan cuts every request afresh)
     rng = random.Random(7)
     steps = [StepBatch(tuple(PrefillRequest(rng.choice([0, 4096, 131072]), rng.choice([256, 8192]))
                              for _ in range(rng.randint(1, 12)))) for _ in range(60)]
     budgets = [int(mb * MIB) for mb in (16, 64, 256)]
     on = PlanSettings("glm-5")
     for strategy in ("vllm", "causal"):
-        fast_shapes._LONE.clear()
+        fast_shapes._CUTS.clear()
         cold = [plan_shapes(s, strategy, b, on) for s in steps for b in budgets]
-        assert fast_shapes._LONE.entries < len(steps) * len(budgets)  # the same requests came back
+        assert fast_shapes._CUTS.entries < len(steps) * len(budgets)  # the same requests came back
         warm = [plan_shapes(s, strategy, b, on) for s in steps for b in budgets]
         assert warm == cold
         assert [p.plan.budget_stable for p in warm] == [p.plan.budget_stable for p in cold]
@@ -198,7 +198,7 @@ def test_a_request_sliced_alone_is_remembered_with_its_budget_interval():
         for shaped, plan in zip(warm[:40], plain):
             low, high = shaped.plan.budget_stable
             for budget in (max(low, 1), 4 * low + 1 if high is None else high - 1):
-                fast_shapes._LONE.clear()
+                fast_shapes._CUTS.clear()
                 again = plan_shapes(plan.batch, strategy, budget, on)
                 assert (again.num_chunks, again.over_budget, again.shapes) == \
                     (shaped.num_chunks, shaped.over_budget, shaped.shapes)
@@ -253,8 +253,9 @@ def test_runs_of_identical_requests_planned_at_once_give_the_request_by_request_
                                  st.one_of(st.none(), st.integers(1, 9000)), st.integers(1, 1_100_000),
                                  st.booleans()), min_size=1, max_size=4))
 def test_a_shapes_fast_total_is_the_memory_models(setup, temporaries, model, shapes):
-    """``ShapeTotals`` (the frontier's sum of a chunk's bytes) gives ``chunk_memory``'s total for any
-    shape, alone and after any other shape whose logits are still alive."""
+    """``memory.ChunkBytes`` (a chunk's bytes from its shape, what the frontier sums) gives
+    ``chunk_memory``'s total for any shape, alone and after any other shape whose logits are still
+    alive."""
     if model == "deepseek-v4-flash":  # its compressed indexer is modelled on these releases only
         setup = dict(engine="sglang==0.5.23" if setup.get("engine", "").startswith("sglang") else "vllm==0.33.0")
     on = PlanSettings(model, temporaries=temporaries, **setup)
@@ -282,7 +283,7 @@ class SlicingCatcher:
     def __init__(self, batch, b):
         self.batch, self.b, self.slicing = batch, b, None
 
-    def add_alone(self, i, slicing, times=1):
+    def add_alone(self, i, slicing, times=1, among=True):
         self.slicing = slicing
 
     def runs_and_cut(self):
@@ -294,27 +295,39 @@ class SlicingCatcher:
         return runs, interval, slices
 
 
+class RowsCatcher:
+    """A builder that keeps the row slices a strategy hands it for a request cut alone."""
+
+    def __init__(self, batch, b):
+        self.batch, self.b, self.run = batch, b, None
+
+    def add_rows(self, run, times=1, among=True):
+        self.run = run
+
+
 @settings(max_examples=200, deadline=None)
 @given(request=requests, budget_mb=st.sampled_from([None, 0.01, 1, 16, 64, 2048]), setup=setups)
-def test_equal_rows_runs_are_the_cut_slice_by_slice(request, budget_mb, setup):
-    """vLLM's equal rows, given as runs (``Slicing.runs``, what the frontier reads) and slice by
-    slice (``Slicing.cut``, what a plan records): slices of the same rows from the top, the first
-    gathering, and the same budget interval either way."""
+def test_equal_rows_are_one_run_of_row_slices_read_alike_by_every_builder(request, budget_mb, setup):
+    """vLLM's equal rows, given as one run of row slices (``RowSlices``): a plan records it slice
+    by slice, slices of the same rows from the top, the first gathering; the frontier's builders
+    read it as its first slice, its full slices and the rest (``equal_slices``), the same slices."""
+    from indexer_lib.plan import ChunkBuilder, equal_slices
     from indexer_lib.plan.packing import slice_equal_rows
 
     on = PlanSettings("glm-5", **setup)
     budget = None if budget_mb is None else int(budget_mb * MIB)
-    build = SlicingCatcher(StepBatch((request,)), Budgeting(on, budget, 10**9))
+    batch = StepBatch((request,))
+    build = RowsCatcher(batch, Budgeting(on, budget, 10**9))
     slice_equal_rows(0, build)
-    runs, interval, slices = build.runs_and_cut()
-    expanded = []
-    for s, alike in runs:
-        expanded += [s._replace(q0=s.q0 + k * (s.q1 - s.q0), q1=s.q1 + k * (s.q1 - s.q0)) for k in range(alike)]
-    assert expanded == slices
-    per = slices[0].q1
-    assert [s.q0 for s in slices] == list(range(0, request.query_len, per))
-    assert slices[-1].q1 == request.query_len and all(s.q1 - s.q0 == per for s in slices[:-1])
-    assert [s.gather for s in slices] == [True] + [False] * (len(slices) - 1)
+    plan = ChunkBuilder(batch, Budgeting(on, budget, 10**9))
+    plan.add_rows(build.run)
+    slices = plan.result()
+    first, full, rest = equal_slices(build.run.rows, build.run.per)
+    assert [c.num_rows for c in slices] == [first] + [build.run.per] * full + ([rest] if rest else [])
+    per = slices[0].rows[1]
+    assert [c.rows[0] for c in slices] == list(range(0, request.query_len, per))
+    assert slices[-1].rows[1] == request.query_len and all(c.num_rows == per for c in slices[:-1])
+    assert [c.gather for c in slices] == [True] + [plan.every_chunk_gathers] * (len(slices) - 1)
 
 
 @settings(max_examples=150, deadline=None)
@@ -336,7 +349,7 @@ def test_a_causal_cut_takes_the_most_rows_that_fit_and_holds_over_its_interval(r
         class Catch:
             b = Budgeting(on, budget, 10**9)
 
-            def add_alone(self, i, slicing, times=1):
+            def add_alone(self, i, slicing, times=1, among=True):
                 got["slices"] = slicing.cut()
 
         Catch.batch = batch
@@ -367,7 +380,7 @@ def test_a_causal_cut_takes_the_most_rows_that_fit_and_holds_over_its_interval(r
 def test_causal_runs_are_the_cut_slice_by_slice(request, budget_mb, ratio, setup, every_chunk_gathers):
     """A causal cut as runs (``Slicing.runs``, each run's slices the next rows and as wide as their
     last row's window) is its cut slice by slice, with the same budget interval; the frontier's
-    record of it (``LoneSlices``: a run of three or more as one ``ShapeRun``) gives back its
+    record of it (``CutShapes``: a run of three or more as one ``ShapeRun``) gives back its
     shapes in order, its first and last shape and its neighbouring pairs."""
     from indexer_lib.plan.packing import slice_causal
 
@@ -385,14 +398,14 @@ def test_causal_runs_are_the_cut_slice_by_slice(request, budget_mb, ratio, setup
         expanded += [first] + [first._replace(q0=first.q0 + k * m, q1=first.q1 + k * m, cols=r.window(first.q1 + k * m),
                                               gather=False) for k in range(1, alike)]
     assert expanded == slices
-    lone = fast_shapes.LoneSlices(runs, *interval, every_chunk_gathers, r)
+    cut = fast_shapes.CutShapes(runs, *interval, every_chunk_gathers, r)
     shapes = [fast_shapes.ChunkShape(s.q1 - s.q0, s.cols, s.compressed, None, s.kv_tokens,
                                      s.gather or every_chunk_gathers) for s in slices]
     # distinct in order (a run may repeat a width: four rows or fewer of a 4-to-1 compressed K)
-    assert list(dict.fromkeys(fast_shapes.expand(lone.shapes))) == list(dict.fromkeys(shapes))
-    assert lone.count == len(slices) and (lone.first, lone.last) == (shapes[0], shapes[-1])
-    assert list(lone.pairs) == list(dict.fromkeys(zip(shapes, shapes[1:])))
-    assert any(type(k) is fast_shapes.ShapeRun for k in lone.shapes) == any(alike > 2 for _, alike in runs)
+    assert list(dict.fromkeys(fast_shapes.expand(cut.shapes))) == list(dict.fromkeys(shapes))
+    assert cut.count == len(slices) and (cut.first, cut.last) == (shapes[0], shapes[-1])
+    assert list(cut.pairs) == list(dict.fromkeys(zip(shapes, shapes[1:])))
+    assert any(type(k) is fast_shapes.ShapeRun for k in cut.shapes) == any(alike > 2 for _, alike in runs)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

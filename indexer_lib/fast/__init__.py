@@ -5,17 +5,20 @@ questions for the hundreds of thousands of steps of a grid without making every 
 
 - ``shapes``, ``planner``: a step planned into its chunk count and distinct chunk shapes by the
   strategies' own code (a request cut alone is cut once, wherever it appears);
-- ``peak``, ``totals``: a plan's peak from those shapes, each shape counted once, its bytes in a
-  few integer operations;
+- ``peak``: a plan's peak from those shapes, each shape's bytes (``memory.ChunkBytes``) counted
+  once and kept;
 - ``steps``: each distinct step's outcome at each budget, planned once per budget interval;
-- ``lone``: the steps that hold one request or two (nearly all of a long-context schedule's),
-  evaluated together with numpy by the same rules, and kept per budget for a grid's schedules;
+- ``step_table``: the steps that hold one request or two (nearly all of a long-context
+  schedule's), evaluated together with numpy by the strategy's own code, and kept per budget for
+  a grid's schedules;
 - ``features``: a worst step's plan features, made once;
 - ``caches``, ``records``, ``collector``: bounded caches, records made without their
   ``__init__``, and the cyclic collector kept off what the caches hold.
 
-Each shortcut is held to the plain path by the tests (``test_plan_shapes``,
-``test_frontier_reference``, ``test_lone_steps``): the same chunks, peaks and rows.
+No rule of a release or a byte formula is written here: each shortcut runs ``plan``'s and
+``memory``'s own code and keeps what it gives.  The tests hold them to the plain path
+(``test_plan_shapes``, ``test_frontier_reference``, ``test_step_table``): the same chunks, peaks
+and rows.
 """
 from .caches import PerSettings
 from .collector import young_only

@@ -3,13 +3,12 @@ once per set of settings and kept: what ``memory_report`` gives the whole plan, 
 bytes depend on its shape alone (or on its shape and its neighbour's)."""
 from __future__ import annotations
 
-from ..memory import buffer_bytes, chunk_memory, logits_bytes, temporaries_of
+from ..memory import ChunkBytes, buffer_bytes, chunk_memory, logits_bytes, temporaries_of
 from ..plan import Chunk, Plan
 from .caches import PerSettings
 from .planner import PlanShapes
 from .records import made_fast
-from .shapes import ChunkShape
-from .totals import ShapeTotals
+from .shapes import ChunkShape, ShapeRun
 
 # temporaries that depend on a chunk's shape alone (the reference executor's read its windows)
 SHAPE_TEMPORARIES = ("deepgemm", None)
@@ -37,8 +36,7 @@ class ShapesPeak:
         self.topk = plan.settings.preset.topk
         self.temporaries = temporaries_of(plan, plan.settings.temporaries, self.topk)
         self.totals = _TOTALS.of((plan.settings, plan.logits_alive))
-        totals = ShapeTotals(plan, self.temporaries)  # chunk_memory's sum, made fast
-        self._shape_total, self._pair_total = totals.total, totals.pair_total  # shapes and causal runs
+        self.bytes = ChunkBytes(plan.settings, plan.settings.temporaries == "deepgemm", self.topk)
 
     def __call__(self, shapes: tuple, pairs: tuple | None, workspace_tokens: int, topk_rows: int) -> tuple[int, int]:
         """(transient peak, peak) of a plan of these settings with these distinct shapes (and pairs
@@ -57,13 +55,27 @@ class ShapesPeak:
                 total = _TOTALS.add(totals, key, total_of(key))
             if total > largest:
                 largest = total
-        workspace, topk_out, call = buffer_bytes(self.plan, workspace_tokens, topk_rows, self.topk)
+        workspace, topk_out, call = buffer_bytes(self.plan.settings, workspace_tokens, topk_rows, self.topk)
         transient = call + largest
         return transient, workspace + topk_out + transient
 
+    def _shape_total(self, key) -> int:
+        """A shape's transient bytes with nothing held; a growing run's (``ShapeRun``) largest chunk's."""
+        if type(key) is ShapeRun:
+            rows, compressed, kv_tokens, gather, start, ratio, count, _ = key
+            return self.bytes.run_largest(rows, start, count, ratio, compressed, gather, kv_tokens)
+        rows, cols, compressed, alloc_rows, kv_tokens, gather, alloc_bytes = key
+        return self.bytes.total(rows, cols, compressed, gather, kv_tokens, 0, alloc_rows, alloc_bytes)
+
+    def _pair_total(self, pair: tuple) -> int:
+        """A shape's transient bytes after a chunk of the shape before it (None: nothing held)."""
+        before, (rows, cols, compressed, alloc_rows, kv_tokens, gather, alloc_bytes) = pair
+        held = 0 if before is None else self.bytes.logits(before[0], before[1], before[2], before[3], before[6])
+        return self.bytes.total(rows, cols, compressed, gather, kv_tokens, held, alloc_rows, alloc_bytes)
+
     def memory_total(self, pair: tuple) -> int:
         """Transient bytes of a chunk of one shape after a chunk of another (None: the plan's first
-        chunk), by the memory model itself: what ``ShapeTotals`` is held to."""
+        chunk), by the memory model's per-chunk count (``chunk_memory``): what ``ChunkBytes`` is held to."""
         before, shape = pair
         held = 0 if before is None else logits_bytes(_chunk(before), self.plan)
         return chunk_memory(self.plan, _chunk(shape), held, False, self.temporaries).total

@@ -7,14 +7,14 @@ alive while the next chunk's are allocated, on its shape and its neighbour's
 strategy code as ``plan.ChunkBuilder``.
 
 A request cut alone is cut the same way wherever it appears (its lengths and the budget
-decide, not its neighbours): ``LoneSlices`` keeps each cut, with the budget interval over which
+decide, not its neighbours): ``CutShapes`` keeps each cut, with the budget interval over which
 it holds, across steps, workloads and budgets.
 """
 from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..plan import Piece, Slicing
+from ..plan import Piece, RowSlices, Slicing, equal_slices
 from ..workload import StepBatch
 from .caches import PerSettings
 
@@ -32,10 +32,11 @@ class ChunkShape(NamedTuple):
 
 
 class ShapeRun(NamedTuple):
-    """A causal cut's run as one key: ``count`` chunks of ``rows`` rows, the j-th (j = 1..count)
+    """A growing run of a cut (``Slicing.growing``: each slice the next rows, as wide as its last
+    row's window) as one key: ``count`` chunks of ``rows`` rows, the j-th (j = 1..count)
     ``(start + j * rows) // ratio`` columns wide, the widest ``last_cols``.  A long prompt's
     cut is a few runs of hundreds of slices, each slice a shape of its own; the peak reads a
-    run's widest chunk where the bytes cannot fall as the width grows (``fast.totals``), and
+    run's widest chunk where the bytes cannot fall as the width grows (``memory.ChunkBytes.run_largest``), and
     only otherwise each of them.  Eight fields: never equal to a ``ChunkShape``."""
 
     rows: int
@@ -61,8 +62,8 @@ def expand(shapes) -> list[ChunkShape]:
     return out
 
 
-class LoneSlices:
-    """A request's slices as shapes (a causal run as one ``ShapeRun``), and the budget interval
+class CutShapes:
+    """A request's slices as shapes (a growing run as one ``ShapeRun``), and the budget interval
     over which the cut holds."""
 
     __slots__ = ("count", "low", "high", "first", "last", "shapes", "over", "kv_tokens", "_cut", "_pairs")
@@ -127,14 +128,14 @@ class LoneSlices:
 
 # per (cut, layout, padding, DeepGEMM version, row multiple, K per chunk): the cuts by (rows,
 # context, budget); bounded for a long-lived dashboard (the long-context grid holds about 10,000)
-_LONE = PerSettings(limit=100_000)
+_CUTS = PerSettings(limit=100_000)
 
 
-def lone_slices(b, slicing: Slicing, every_chunk_gathers: bool) -> LoneSlices:
+def cut_shapes(b, slicing: Slicing, every_chunk_gathers: bool) -> CutShapes:
     """``slicing``'s cut of its request, made once per request shape and budget (``b``, a
     ``Budgeting``); ``b``'s budget interval is narrowed as if the cut had asked it again."""
     kind, request, compressed, cut, runs, growing = slicing
-    cuts = _LONE.of((kind, compressed, b.padded, b.rules.version, b.row_multiple, every_chunk_gathers))
+    cuts = _CUTS.of((kind, compressed, b.padded, b.rules.version, b.row_multiple, every_chunk_gathers))
     key = (request.query_len, request.context_len, request.ratio, b.budget)
     known = cuts.get(key)
     if known is None:
@@ -142,11 +143,11 @@ def lone_slices(b, slicing: Slicing, every_chunk_gathers: bool) -> LoneSlices:
         b.stable_low, b.stable_high = 0, None
         try:
             alike = runs() if runs is not None else [(s, 1) for s in cut()]
-            known = LoneSlices(alike, b.stable_low, b.stable_high, every_chunk_gathers,
+            known = CutShapes(alike, b.stable_low, b.stable_high, every_chunk_gathers,
                                request if growing else None)
         finally:
             b.stable_low, b.stable_high = saved
-        _LONE.add(cuts, key, known)
+        _CUTS.add(cuts, key, known)
     b.narrow(known.low, known.high)
     return known
 
@@ -162,7 +163,9 @@ class ShapeBuilder:
         self.num_chunks = 0
         self.over_budget = False
 
-    def add(self, piece: Piece, times: int = 1) -> ChunkShape:
+    def add(self, piece: Piece, times: int = 1, among=True) -> ChunkShape:
+        if not among:
+            return None
         r0, r1, q0, q1, cols, gather, over, compressed, kv_tokens, kv_start, alloc_rows, alloc_bytes = piece
         if kv_start:
             raise ValueError("a column-split chunk's memory depends on its neighbours: "
@@ -176,28 +179,33 @@ class ShapeBuilder:
         self.over_budget = self.over_budget or over or n > self.b.workspace
         return shape
 
-    def add_rows(self, r0: int, r1: int, rows: int, per: int, cols: int, q0: int = 0, kv: int | None = None,
-                 over: bool = False, compressed: bool = False, alloc_bytes=None) -> None:
-        """``ChunkBuilder.add_rows``: the first slice, the full slices after it at once, the rest."""
+    def add_rows(self, run: RowSlices, times: int = 1, among=True) -> None:
+        """``ChunkBuilder.add_rows``: the first slice, the full slices after it at once, the rest;
+        for each of the ``times`` equal groups of requests."""
+        if not among:
+            return
+        r0, r1, rows, per, cols, q0, kv, over, compressed, alloc_bytes = run
         kv = cols if kv is None else kv
         size = (lambda n: None) if alloc_bytes is None else alloc_bytes
-        first = min(per, rows)
-        self.add(Piece(r0, r1, q0, q0 + first, cols, True, over, compressed, kv_tokens=kv, alloc_bytes=size(first)))
-        full = (rows - first) // per
-        if full:
-            self.add(Piece(r0, r1, q0 + first, q0 + first + per, cols, False, over, compressed, kv_tokens=kv,
-                           alloc_bytes=size(per)), times=full)
-        last = rows - first - full * per
-        if last > 0:
-            self.add(Piece(r0, r1, q0 + first + full * per, q0 + rows, cols, False, over, compressed, kv_tokens=kv,
-                           alloc_bytes=size(last)))
+        first, full, last = equal_slices(rows, per)
+        for _ in range(times):
+            self.add(Piece(r0, r1, q0, q0 + first, cols, True, over, compressed, kv_tokens=kv,
+                           alloc_bytes=size(first)))
+            if full:
+                self.add(Piece(r0, r1, q0 + first, q0 + first + per, cols, False, over, compressed, kv_tokens=kv,
+                               alloc_bytes=size(per)), times=full)
+            if last > 0:
+                self.add(Piece(r0, r1, q0 + first + full * per, q0 + rows, cols, False, over, compressed,
+                               kv_tokens=kv, alloc_bytes=size(last)))
 
-    def add_alone(self, i: int, slicing: Slicing, times: int = 1) -> LoneSlices:
-        lone = lone_slices(self.b, slicing, self.every_chunk_gathers)
-        self.shapes.update(lone.shapes)
-        self.num_chunks += lone.count * times
-        self.over_budget = self.over_budget or lone.over or lone.kv_tokens > self.b.workspace
-        return lone
+    def add_alone(self, i: int, slicing: Slicing, times: int = 1, among=True) -> CutShapes | None:
+        if not among:
+            return None
+        cut = cut_shapes(self.b, slicing, self.every_chunk_gathers)
+        self.shapes.update(cut.shapes)
+        self.num_chunks += cut.count * times
+        self.over_budget = self.over_budget or cut.over or cut.kv_tokens > self.b.workspace
+        return cut
 
 
 class NeighbourShapeBuilder(ShapeBuilder):
@@ -209,20 +217,24 @@ class NeighbourShapeBuilder(ShapeBuilder):
         self.pairs: dict[tuple, None] = {}  # (previous shape or None, shape), in order of appearance
         self.last: ChunkShape | None = None
 
-    def add(self, piece: Piece, times: int = 1) -> ChunkShape:
-        shape = super().add(piece, times)
+    def add(self, piece: Piece, times: int = 1, among=True) -> ChunkShape:
+        shape = super().add(piece, times, among)
+        if shape is None:
+            return None
         self.pairs[(self.last, shape)] = None
         if times > 1:
             self.pairs[(shape, shape)] = None
         self.last = shape
         return shape
 
-    def add_alone(self, i: int, slicing: Slicing, times: int = 1) -> LoneSlices:
-        lone = super().add_alone(i, slicing, times)
-        first, last = lone.first, lone.last
+    def add_alone(self, i: int, slicing: Slicing, times: int = 1, among=True) -> CutShapes | None:
+        cut = super().add_alone(i, slicing, times, among)
+        if cut is None:
+            return None
+        first, last = cut.first, cut.last
         self.pairs[(self.last, first)] = None
-        self.pairs.update(lone.pairs)
+        self.pairs.update(cut.pairs)
         if times > 1:
             self.pairs[(last, first)] = None
         self.last = last
-        return lone
+        return cut

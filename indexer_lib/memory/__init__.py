@@ -2,6 +2,9 @@
 
 - ``model``: ``memory_report`` (persistent buffers, and per chunk the padded logits,
   metadata and the temporaries of what runs it), ``peak_bytes``, ``fits``;
+- ``chunk_bytes``: a chunk's transient bytes, each term written once, for one chunk or arrays of
+  them (``ChunkBytes``: from a chunk's shape);
+- ``steps``: ``StepsMemory``, arrays of steps planned at once into their peaks;
 - ``tiling``, ``topk_bytes``: the temporaries of the reference backend's tiles and of
   the window top-k, by formula (the tracer checks them against real allocations);
 - ``engine_path``: what an engine release's own path allocates (replayed from its code);
@@ -10,13 +13,15 @@
 DeepGEMM's padding rules, which the planners need too, sit below every layer in
 ``indexer_lib.padding``.
 """
-from .model import (FROM_SETTINGS, INT32_BYTES, NAMED_TEMPORARIES, ChunkMemory, MemoryReport, Temporaries,
+from .chunk_bytes import ChunkBytes
+from .steps import StepPeaks, StepsMemory
+from .model import (FROM_SETTINGS, NAMED_TEMPORARIES, ChunkMemory, MemoryReport, Temporaries,
                     buffer_bytes, chunk_memory, deepgemm_temporaries_bytes, fits, logits_bytes, memory_report,
                     metadata_bytes, padded_inputs_bytes, peak_bytes, running_topk_bytes, temporaries_of,
                     topk_buffer_bytes, workspace_bytes)
 
 __all__ = [
-    "FROM_SETTINGS", "INT32_BYTES", "NAMED_TEMPORARIES", "ChunkMemory", "MemoryReport", "Temporaries",
+    "ChunkBytes", "StepPeaks", "StepsMemory", "FROM_SETTINGS", "NAMED_TEMPORARIES", "ChunkMemory", "MemoryReport", "Temporaries",
     "buffer_bytes", "chunk_memory", "deepgemm_temporaries_bytes", "fits", "logits_bytes", "memory_report",
     "metadata_bytes", "padded_inputs_bytes", "peak_bytes", "running_topk_bytes", "temporaries_of",
     "topk_buffer_bytes", "workspace_bytes",

@@ -22,10 +22,9 @@ top-k workspace).
 """
 from __future__ import annotations
 
+from ..dtypes import INT32_BYTES
 from ..engines import EngineProfile, get_engine, replayed_engines
 from ..plan import Chunk, Plan
-
-INT32_BYTES = 4
 
 
 def engine_path(plan: Plan) -> EngineProfile:

@@ -26,14 +26,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..dtypes import INT32_BYTES
 from ..padding import unpadded_logits_bytes
-from ..plan import Chunk, Plan, merged_chunks
+from ..plan import Chunk, Plan, PlanSettings, merged_chunks
 from ..shapes import ModelPreset
+from .chunk_bytes import (deepgemm_phases, kv_bytes_per_gathered_token, logits_alloc, metadata_bytes_of,
+                          padded_inputs_of, transient_total)
 from .engine_path import call_metadata_bytes, chunk_path_bytes, engine_path, workspace_path_bytes
 from .tiling import merge_temporaries_bytes, reference_phase_bytes, reference_temporaries_bytes
-from .topk_bytes import topk_temporaries_bytes
+from .topk_bytes import topk_counter
 
-INT32_BYTES = 4
 FROM_SETTINGS = "the plan's settings"  # memory_report's default: the temporaries the plan names
 
 
@@ -41,23 +43,16 @@ def logits_bytes(chunk: Chunk, plan: Plan, count_padding: bool = True) -> int:
     """The chunk's logits allocation: ``logits_rows`` (a fixed-shape chunk's padded rows, else
     its rows) x its width, with DeepGEMM's padding unless ``count_padding`` is False; a chunk whose
     allocation is not rows x cols (QSA's paths: ``Chunk.alloc_bytes``) takes that."""
-    if chunk.alloc_bytes is not None:
-        return chunk.alloc_bytes
-    if not count_padding:
+    if chunk.alloc_bytes is None and not count_padding:
         return unpadded_logits_bytes(chunk.logits_rows, chunk.logits_cols)
     # what the kernel allocates: DeepGEMM's padded layout (SGLang's torch scores for DeepSeek-V4.1: plain)
-    return plan.settings.counters[1](chunk.logits_rows, chunk.logits_cols, chunk.compressed)
+    return logits_alloc(plan.settings.counters[1], chunk.num_rows, chunk.logits_cols, chunk.compressed,
+                        chunk.alloc_rows, chunk.alloc_bytes)
 
 
 def padded_inputs_bytes(chunk: Chunk, model: ModelPreset) -> int:
-    """DeepGEMM allocates its own logits, so a fixed-shape chunk pads its inputs instead:
-    q ``[R, H, D]`` fp8, weights ``[R, H]`` fp32 and ks/ke ``[R]`` int32 with R = alloc_rows
-    (the extra rows have empty windows).  0 for a chunk that is not padded."""
-    rows = chunk.alloc_rows
-    if rows is None or rows <= chunk.num_rows:
-        return 0
-    h, d = model.index_heads, model.head_dim
-    return rows * h * d + 4 * rows * h + 2 * INT32_BYTES * rows
+    """A fixed-shape chunk's inputs padded up to its rows (``chunk_bytes.padded_inputs_of``)."""
+    return padded_inputs_of(chunk.num_rows, chunk.alloc_rows, model.index_heads, model.head_dim)
 
 
 def running_topk_bytes(rows: int, topk: int) -> int:
@@ -69,30 +64,31 @@ def running_topk_bytes(rows: int, topk: int) -> int:
 
 def metadata_bytes(chunk: Chunk) -> int:
     """ks and ke per row; when the chunk gathers, one cache slot per gathered KV token."""
-    gathered = chunk.kv_tokens if chunk.gather else 0
-    return INT32_BYTES * (2 * chunk.num_rows + gathered)
+    return metadata_bytes_of(chunk.num_rows, chunk.kv_tokens if chunk.gather else 0)
 
 
-def workspace_bytes(plan: Plan, workspace_tokens: int | None = None) -> int:
-    """fp8 K + fp32 scale per token (default: the plan's workspace, as vLLM reserves it)."""
-    tokens = plan.workspace_tokens if workspace_tokens is None else workspace_tokens
-    return tokens * plan.settings.preset.k_bytes_per_token
+def workspace_bytes(settings: PlanSettings, workspace_tokens) -> int:
+    """fp8 K + fp32 scale per token of the K workspace (a number, or an array of them)."""
+    return workspace_tokens * settings.preset.k_bytes_per_token
 
 
-def topk_buffer_bytes(plan: Plan, topk_rows: int | None = None, topk: int | None = None) -> int:
-    rows = plan.batch.num_rows if topk_rows is None else topk_rows
-    k = plan.settings.preset.topk if topk is None else topk
-    return rows * k * INT32_BYTES
+def topk_buffer_bytes(topk_rows, k: int) -> int:
+    """The top-k output: ``topk_rows`` rows of ``k`` int32 indices (numbers or arrays)."""
+    return topk_rows * k * INT32_BYTES
 
 
 def deepgemm_temporaries_bytes(chunk: Chunk, model: ModelPreset, topk: int,
                                block_bytes: int | None = None) -> int:
-    """The deepgemm backend's temporaries for one chunk: DeepGEMM keeps its work on
-    chip, so the window top-k's bound, or a fixed-shape chunk's padded inputs (they
-    are not alive at the same time).  ``block_bytes``: the top-k's row block (default
-    the backend's)."""
-    args = (chunk.num_rows, chunk.logits_cols, topk) + (() if block_bytes is None else (block_bytes,))
-    return max(topk_temporaries_bytes(*args), padded_inputs_bytes(chunk, model))
+    """The deepgemm backend's temporaries for one chunk at their peak (``deepgemm_phases``: the
+    window top-k's bound, or a fixed-shape chunk's padded inputs, never alive at the same time).
+    ``block_bytes``: the top-k's row block (default the backend's)."""
+    return max(_deepgemm_phases(chunk, model, topk, block_bytes))
+
+
+def _deepgemm_phases(chunk: Chunk, model: ModelPreset, topk: int, block_bytes: int | None = None) -> tuple[int, int]:
+    count = topk_counter(topk) if block_bytes is None else topk_counter(topk, block_bytes)
+    return deepgemm_phases(chunk.num_rows, chunk.logits_cols, chunk.alloc_rows, model.index_heads, model.head_dim,
+                           count)
 
 
 class Temporaries:
@@ -137,8 +133,7 @@ class DeepgemmTemporaries(Temporaries):
         return deepgemm_temporaries_bytes(chunk, self.model, self.topk)
 
     def phases(self, chunk):
-        return (padded_inputs_bytes(chunk, self.model),
-                topk_temporaries_bytes(chunk.num_rows, chunk.logits_cols, self.topk))
+        return _deepgemm_phases(chunk, self.model, self.topk)
 
 
 class BackendTemporaries(Temporaries):
@@ -184,8 +179,8 @@ class ChunkMemory:
 
     @property
     def total(self) -> int:
-        return (self.logits + self.metadata + self.running + self.kv_buffer
-                + max(self.temporaries, self.held + self.held_with))
+        return transient_total(self.logits, self.metadata, self.temporaries, self.running, self.kv_buffer,
+                               self.held, self.held_with)
 
 
 def chunk_memory(plan: Plan, chunk: Chunk, held: int, merged: bool, temporaries: Temporaries,
@@ -201,8 +196,7 @@ def chunk_memory(plan: Plan, chunk: Chunk, held: int, merged: bool, temporaries:
         running = running_topk_bytes(chunk.num_rows, k)
         if temporaries.counts:
             tmp = max(tmp, merge_temporaries_bytes(chunk.num_rows, k))
-    per_chunk_kv = plan.settings.workspace_lifetime == "chunk" and chunk.gather
-    kv_buffer = chunk.kv_tokens * plan.settings.preset.k_bytes_per_token if per_chunk_kv else 0
+    kv_buffer = chunk.kv_tokens * kv_bytes_per_gathered_token(plan.settings) if chunk.gather else 0
     held_with = temporaries.phases(chunk)[0] if held else 0
     return ChunkMemory(logits_bytes(chunk, plan, count_padding), metadata_bytes(chunk), tmp, running,
                        kv_buffer, held, held_with)
@@ -228,15 +222,16 @@ class MemoryReport:
         return self.persistent + self.peak_transient
 
 
-def buffer_bytes(plan: Plan, workspace_tokens: int, topk_rows: int, k: int) -> tuple[int, int, int]:
-    """(workspace reserved once, top-k output reserved once, bytes held through the call)."""
-    lifetime = plan.settings.workspace_lifetime
-    workspace = 0 if lifetime == "chunk" else workspace_bytes(plan, workspace_tokens)
-    topk_out = topk_buffer_bytes(plan, topk_rows, k)
+def buffer_bytes(settings: PlanSettings, workspace_tokens, topk_rows, k: int) -> tuple:
+    """(workspace reserved once, top-k output reserved once, bytes held through the call) under
+    these settings (numbers, or arrays of them)."""
+    lifetime = settings.workspace_lifetime
+    workspace = 0 if lifetime == "chunk" else workspace_bytes(settings, workspace_tokens)
+    topk_out = topk_buffer_bytes(topk_rows, k)
     call = 0
     if lifetime == "call":
         workspace, call = 0, call + workspace
-    if plan.settings.topk_output == "call":
+    if settings.topk_output == "call":
         topk_out, call = 0, call + topk_out
     return workspace, topk_out, call
 
@@ -275,7 +270,7 @@ def memory_report(plan: Plan, topk_rows: int | None = None, temporaries=FROM_SET
                 known[key] = memory
         chunks.append(memory)
         previous = memory.logits
-    workspace, topk_out, call = buffer_bytes(plan, tokens, rows, k)
+    workspace, topk_out, call = buffer_bytes(plan.settings, tokens, rows, k)
     return MemoryReport(workspace, topk_out, tuple(chunks), call)
 
 
@@ -295,7 +290,7 @@ def _engine_report(plan: Plan, topk_rows: int, k: int, workspace_tokens: int, co
         previous = logits
     workspace = workspace_path_bytes(profile, workspace_tokens, model.head_dim,
                                      model.k_bytes_per_token - model.head_dim)
-    return MemoryReport(workspace, topk_rows * k * INT32_BYTES, tuple(chunks),
+    return MemoryReport(workspace, topk_buffer_bytes(topk_rows, k), tuple(chunks),
                         call=call_metadata_bytes(plan, profile.path))
 
 

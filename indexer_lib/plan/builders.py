@@ -1,18 +1,21 @@
 """Where a strategy puts the chunks it decides on.
 
 A strategy decides; a builder records.  ``ChunkBuilder`` records every chunk (the plan
-the executor, the memory model and the JSON read).  The frontier's builders in
-``indexer_lib.fast`` record only what it asks of a step (the chunk count and the chunks'
-distinct shapes) from the same strategy code, so the two cannot drift.
+the executor, the memory model and the JSON read).  The frontier's builders record only what
+it asks of a step: ``fast.ShapeBuilder`` the chunk count and the chunks' distinct shapes,
+``memory.StepsMemory`` the count and the largest chunk's bytes of arrays of steps at once.
+All take the same calls from the same strategy code, so they cannot drift.
 
 A builder takes three calls: ``add`` (one chunk, and the same chunk of equal groups of
 requests after it), ``add_alone`` (a request that alone breaks a limit, cut into row
-slices) and ``add_rows`` (a run of equal row slices of the same requests).
+slices) and ``add_rows`` (a run of equal row slices of the same requests).  Each takes
+``among``, the steps it applies to (a bool planning one step, a mask planning arrays of them).
 """
 from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
+from ..elementwise import minimum
 from ..workload import PrefillRequest, StepBatch
 from .chunks import Chunk
 
@@ -63,6 +66,33 @@ class Slicing(NamedTuple):
     growing: bool = False
 
 
+class RowSlices(NamedTuple):
+    """The rows [q0, q0 + rows) of requests [r0, r1) in slices of ``per`` rows, each ``cols`` wide
+    against ``kv`` gathered K tokens (None: ``cols``); ``over``: no split meets the budget;
+    ``compressed``: logits in DeepGEMM's max_seqlen_k layout (width aligned to 256);
+    ``alloc_bytes``: a slice's logits allocation from its rows, where it is not rows x cols
+    (QSA's paths).  Lengths are numbers, or arrays of them for arrays of steps."""
+
+    r0: int
+    r1: int
+    rows: int
+    per: int
+    cols: int
+    q0: int = 0
+    kv: int | None = None
+    over: bool = False
+    compressed: bool = False
+    alloc_bytes: Callable | None = None
+
+
+def equal_slices(rows, per):
+    """``rows`` rows in slices of ``per``: (the first slice's rows, how many full slices follow it,
+    the rows of the last, shorter one or 0).  Numbers or arrays of them."""
+    first = minimum(per, rows)
+    full = (rows - first) // per
+    return first, full, rows - first - full * per
+
+
 class ChunkBuilder:
     """Records every chunk, with the absolute row offsets of the batch."""
 
@@ -75,9 +105,11 @@ class ChunkBuilder:
         self.every_chunk_gathers = b.settings.workspace_lifetime == "chunk"
         self.chunks: list[Chunk] = []
 
-    def add(self, piece: Piece, times: int = 1) -> None:
+    def add(self, piece: Piece, times: int = 1, among=True) -> None:
         """The chunk, and the same chunk of each of the ``times - 1`` equal groups of requests
         that follow its own."""
+        if not among:
+            return
         r0, r1, q0, q1 = piece.r0, piece.r1, piece.q0, piece.q1
         n = sum(self.batch.seq_lens[r0:r1]) if piece.kv_tokens is None else piece.kv_tokens
         rows = q1 - q0 if piece.alloc_rows is None else piece.alloc_rows
@@ -100,23 +132,28 @@ class ChunkBuilder:
                 alloc_bytes=piece.alloc_bytes,
             ))
 
-    def add_alone(self, i: int, slicing: Slicing, times: int = 1) -> None:
+    def add_alone(self, i: int, slicing: Slicing, times: int = 1, among=True) -> None:
         """Request i cut into row slices, and the ``times - 1`` identical requests after it."""
+        if not among:
+            return
         slices = slicing.cut()
         for k in range(i, i + times):
             for s in slices:
                 self.add(Piece(k, k + 1, s.q0, s.q1, s.cols, s.gather, s.over, s.compressed, s.kv_tokens))
 
-    def add_rows(self, r0: int, r1: int, rows: int, per: int, cols: int, q0: int = 0, kv: int | None = None,
-                 over: bool = False, compressed: bool = False, alloc_bytes=None) -> None:
-        """The rows [q0, q0 + rows) of requests [r0, r1) in slices of ``per`` rows, each ``cols`` wide
-        against ``kv`` gathered K tokens (default: ``cols``); the first gathers it, the others reuse it.
-        ``compressed``: logits ``cols`` wide in DeepGEMM's max_seqlen_k layout (width aligned to 256).
-        ``alloc_bytes``: a slice's logits allocation from its rows, where it is not rows x cols (QSA's paths)."""
+    def add_rows(self, run: "RowSlices", times: int = 1, among=True) -> None:
+        """A run of row slices (``RowSlices``): the first gathers the K, the others reuse it; then
+        the same for each of the ``times - 1`` equal groups of requests after its own."""
+        if not among:
+            return
+        r0, r1, rows, per, cols, q0, kv, over, compressed, alloc_bytes = run
         kv = cols if kv is None else kv
-        for q in range(0, rows, per):
-            self.add(Piece(r0, r1, q0 + q, q0 + min(q + per, rows), cols, q == 0, over, compressed, kv_tokens=kv,
-                           alloc_bytes=None if alloc_bytes is None else alloc_bytes(min(q + per, rows) - q)))
+        size = r1 - r0
+        for k in range(r0, r0 + times * size, size):
+            for q in range(0, rows, per):
+                end = min(q + per, rows)
+                self.add(Piece(k, k + size, q0 + q, q0 + end, cols, q == 0, over, compressed, kv_tokens=kv,
+                               alloc_bytes=None if alloc_bytes is None else alloc_bytes(end - q)))
 
     def result(self) -> list[Chunk]:
         return self.chunks

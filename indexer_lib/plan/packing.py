@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
+from ..elementwise import any_of, maximum, minimum, not_, where
 from ..workload import StepBatch
 from .budgeting import Budgeting
-from .builders import Piece, Slice, Slicing
+from .builders import Piece, RowSlices, Slice, Slicing
+from .settings import PlanSettings
 
 KV_SPLIT_ALIGN = 256  # column ranges start at multiples of 256 tokens: K-scale slices stay 16-byte aligned
 
@@ -15,15 +17,15 @@ KV_SPLIT_ALIGN = 256  # column ranges start at multiples of 256 tokens: K-scale 
 class Packing(NamedTuple):
     """What a strategy's packing allows.
 
-    ``may_join(b, r0, r1, rows, kv, longest)``: whether requests [r0, r1) may share a chunk under
-    the budgeting ``b``
-    (``longest``: their longest sequence, kept as the chunk grows, so a compressed width costs
-    nothing to ask); ``slice_alone(i, build, times)``: how a request that alone breaks a limit
-    is cut, with the ``times - 1`` identical requests after it; ``width(r0, r1, kv, longest)``:
-    a packed chunk's logits width (None: all its K); ``alloc_rows``: the rows a packed chunk's
-    logits are padded up to (fixed-shape); ``over``: the packed chunks break the budget
-    whatever the split (fixed-shape: not one row fits).  ``monotone``: whenever [r0, r1) may
-    join, so may any [r0, r1') with r1' < r1 (more rows and columns only add bytes).
+    ``may_join(b, r0, r1, rows, kv, longest, among)``: whether requests [r0, r1) may share a chunk
+    under the budgeting ``b`` (``longest``: their longest sequence, kept as the chunk grows, so a
+    compressed width costs nothing to ask; ``among``: the steps that ask); ``slice_alone(i, build,
+    times, among)``: how a request that alone breaks a limit is cut, with the ``times - 1``
+    identical requests after it; ``width(r0, r1, kv, longest)``: a packed chunk's logits width
+    (None: all its K); ``alloc_rows``: the rows a packed chunk's logits are padded up to
+    (fixed-shape); ``over``: the packed chunks break the budget whatever the split (fixed-shape:
+    not one row fits).  ``monotone``: whenever [r0, r1) may join, so may any [r0, r1') with r1' <
+    r1 (more rows and columns only add bytes).
     """
 
     may_join: Callable
@@ -35,166 +37,194 @@ class Packing(NamedTuple):
     monotone: bool = False
 
 
-def pack(batch: StepBatch, b: Budgeting, packing: Packing, build) -> None:
-    """Greedy packing in order; a request that alone breaks a limit is sliced together with
-    the identical requests that follow it (whether a request fits alone depends on its
-    lengths only), and a group of identical requests is repeated while the run lasts
-    (``StepBatch.repeats``: schedulers send runs of equal chunks).
+def join_always(b, r0, r1, m, n, longest, among=True) -> bool:
+    """``may_join`` of a packing bounded by the workspace alone (n-only, vLLM before its budget)."""
+    return True
 
-    A monotone packing slices a request that alone breaks a limit without asking more, and
-    asks for the rest of the batch in one question when the request fits: most steps are
-    packed whole.  The chunks and the budget interval are those of packing request by request
-    (a refusal of the rest is never below the refusal that stops the request-by-request
-    packing); ``test_plan`` holds the two together.
+
+def within_packed(settings: PlanSettings):
+    """``may_join`` of a packed chunk against the budget: counted with its longest request's width
+    on a compressed-only build's padded bytes, else with its K (vLLM's M x N x 4, and every full
+    layout)."""
+    if not settings.rules.full_width and settings.padded:
+        return lambda b, r0, r1, m, n, longest, among=True: b.within(m, longest, True, among)
+    return lambda b, r0, r1, m, n, longest, among=True: b.within(m, n, False, among)
+
+
+def field_packing(settings: PlanSettings, may_join, monotone: bool = True) -> Packing:
+    """The field's packing (n-only, vllm, per-request): all of a chunk's K, or, on a
+    compressed-only build, as wide as its longest request; a request alone cut into equal rows."""
+    if settings.rules.full_width:
+        return Packing(may_join, slice_equal_rows, None, False, None, False, monotone)
+    return Packing(may_join, slice_equal_rows, _as_wide_as_longest, True, None, False, monotone)
+
+
+def _as_wide_as_longest(r0, r1, n, longest):
+    return longest
+
+
+def pack(batch, b: Budgeting, packing: Packing, build, among=True) -> None:
+    """Greedy packing in order: each request joins the chunk being packed while the packing lets
+    it, else the chunk is recorded and the request starts the next; a request that alone breaks a
+    limit is sliced.  ``batch``: one step (a ``StepBatch``) or arrays of steps of as many requests
+    (a ``StepArrays``), each step packed on its own; ``among``: the steps packed.
+
+    Planning one step, what schedulers repeat is decided at once: a request that alone breaks a
+    limit is sliced together with the identical requests that follow it, and a chunk of identical
+    requests is repeated while the run lasts (``StepBatch.repeats``).  A monotone packing asks for
+    the rest of the step in one question where a request fits alone: most steps are packed whole.
+    The chunks and the budget interval are those of packing request by request (a refusal of the
+    rest is never below the refusal that stops the request-by-request packing); ``test_plan``
+    holds the two together.
     """
     query_lens, seq_lens = batch.query_lens, batch.seq_lens
     n_req, workspace = len(query_lens), b.workspace
-    repeats = batch.repeats
-    may_join, slice_alone, width_of, compressed, alloc_rows, over, monotone = packing
+    repeats = batch.repeats  # one step: its runs of identical requests
+    may_join, slice_alone = packing.may_join, packing.slice_alone
+    # the chunk being packed, where ``open`` holds: requests [first, i), their rows, K and longest
+    open_, first, rows, kv, longest = False, 0, 0, 0, 0
     i = 0
     while i < n_req:
-        j, rows, kv, longest = i, 0, 0, 0
-        if monotone:
-            q, s = query_lens[i], seq_lens[i]
-            if not (s <= workspace and may_join(b, i, i + 1, q, s, s)):
-                slice_alone(i, build, repeats[i])  # alone it breaks a limit: with the rest, too
-                i += repeats[i]
+        q, s = query_lens[i], seq_lens[i]
+        joins = open_ & (kv + s <= workspace)
+        if any_of(joins):
+            joins = joins & may_join(b, first, i + 1, rows + q, kv + s, maximum(longest, s), joins)
+        close = open_ & not_(joins)
+        if any_of(close):
+            groups = _record(batch, (first, rows, kv, longest), i, packing, build, close)
+            if groups > 1:  # one step: the next groups of identical requests are recorded too
+                i, open_ = first + groups * (i - first), False
                 continue
-            j, rows, kv, longest = i + 1, q, s, s
-            if j < n_req:
-                rest_rows, rest_kv, rest_longest = batch.totals_from(i)
-                if rest_kv <= workspace and may_join(b, i, n_req, rest_rows, rest_kv, rest_longest):
-                    j, rows, kv, longest = n_req, rest_rows, rest_kv, rest_longest
-        while j < n_req:
-            q, s = query_lens[j], seq_lens[j]
-            wider = s if s > longest else longest
-            if kv + s <= workspace and may_join(b, i, j + 1, rows + q, kv + s, wider):
-                rows, kv, longest, j = rows + q, kv + s, wider, j + 1
-            else:
-                break
-        if j == i:
-            slice_alone(i, build, repeats[i])
-            i += repeats[i]
+        starts = not_(joins) & among
+        if not any_of(starts):  # it joins the chunk everywhere
+            rows, kv, longest = rows + q, kv + s, maximum(longest, s)
+            i += 1
             continue
-        width = kv if width_of is None else width_of(i, j, kv, longest)
-        size, groups = j - i, 1
-        if j < n_req and repeats[i] > size:
-            # the group stopped at a request identical to its own: while g + 1 identical
-            # requests follow, the next group asks the same questions and gets the same
-            # answers (a monotone packing's rest holds those g + 1: it is refused too)
-            while repeats[i + groups * size] > size:
-                groups += 1
-        # the record made by tuple's own constructor: packing runs for every step of a grid
-        build.add(tuple.__new__(Piece, (i, j, 0, rows, width, True, over, compressed, kv, 0, alloc_rows, None)), groups)
-        i += groups * size
+        fits = starts & (s <= workspace)
+        if any_of(fits):
+            fits = fits & may_join(b, i, i + 1, q, s, s, fits)
+        sliced = starts & not_(fits)
+        if any_of(sliced):
+            times = 1 if repeats is None else repeats[i]
+            slice_alone(i, build, times, sliced)
+            if repeats is not None:  # one step: alone it breaks a limit, and so do its twins
+                i, open_ = i + times, False
+                continue
+        if packing.monotone and repeats is not None and i + 1 < n_req:
+            rest_rows, rest_kv, rest_longest = batch.totals_from(i)
+            if rest_kv <= workspace and may_join(b, i, n_req, rest_rows, rest_kv, rest_longest):
+                open_, first, rows, kv, longest, i = True, i, rest_rows, rest_kv, rest_longest, n_req
+                break
+        open_, first = joins | fits, where(joins, first, i)
+        rows, kv, longest = where(joins, rows + q, q), where(joins, kv + s, s), where(joins, maximum(longest, s), s)
+        i += 1
+    if any_of(open_):
+        _record(batch, (first, rows, kv, longest), n_req, packing, build, open_)
 
 
-def slice_equal_rows(i: int, build, times: int = 1) -> None:
+def _record(batch, group: tuple, end, packing: Packing, build, among) -> int:
+    """Records the packed chunk of requests [first, end) (``group``: first, rows, K, longest), and,
+    planning one step where it stopped at a request identical to its own first, the same chunk
+    of each following group of identical requests; returns how many groups it recorded."""
+    first, rows, kv, longest = group
+    size, groups = end - first, 1
+    repeats = batch.repeats
+    if repeats is not None and end < len(batch.query_lens) and repeats[first] > size:
+        # while g + 1 identical requests follow, the next group asks the same questions and gets
+        # the same answers (a monotone packing's rest holds those g + 1: it is refused too)
+        while repeats[first + groups * size] > size:
+            groups += 1
+    width = kv if packing.width is None else packing.width(first, end, kv, longest)
+    # the record made by tuple's own constructor: packing runs for every step of a grid
+    build.add(tuple.__new__(Piece, (first, end, 0, rows, width, True, packing.over, packing.compressed, kv, 0,
+                                    packing.alloc_rows, None)), groups, among)
+    return groups
+
+
+def slice_equal_rows(i: int, build, times: int = 1, among=True) -> None:
     """vLLM: slices of max(1, rows-within-budget) rows at the request's full width (its own
     seq_len wide in the compressed layout)."""
     b, r = build.b, build.batch.requests[i]
     compressed = b.compressed_only
-
-    def runs() -> list[tuple[Slice, int]]:
-        """The first slice (it gathers), the full slices after it, the rest."""
-        n, q = r.seq_len, r.query_len
-        per = q if b.budget is None else b.max_rows(n, compressed)
-        over = per < 1
-        per = max(1, per)
-        first = min(per, q)
-        out = [(Slice(0, first, n, True, over, compressed, n), 1)]
-        full = (q - first) // per
-        if full:
-            out.append((Slice(first, first + per, n, False, over, compressed, n), full))
-        if first + full * per < q:
-            out.append((Slice(first + full * per, q, n, False, over, compressed, n), 1))
-        return out
-
-    def cut() -> list[Slice]:
-        return [s._replace(q0=s.q0 + k * (s.q1 - s.q0), q1=s.q1 + k * (s.q1 - s.q0))
-                for s, alike in runs() for k in range(alike)]
-
-    build.add_alone(i, Slicing("equal rows", r, compressed, cut, runs), times)
+    n, q = r.seq_len, r.query_len
+    per = q if b.budget is None else b.max_rows(n, compressed, among)
+    build.add_rows(RowSlices(i, i + 1, q, maximum(per, 1), n, 0, n, per < 1, compressed), times, among)
 
 
-def slice_causal(i: int, build, compressed: bool, times: int = 1) -> None:
-    """Each slice is as wide as its last row's ke (a KV prefix): early slices take more rows.
-
-    The cut comes as runs: a slice found by search, then every slice after it that takes as
-    many rows and still fits, each the next rows and as wide as its own last row's window (a
-    long prompt's widths grow a few columns a slice: dozens fit in a run)."""
+def slice_causal(i: int, build, compressed: bool, times: int = 1, among=True) -> None:
+    """Each slice is as wide as its last row's ke (a KV prefix): early slices take more rows
+    (``causal_runs``)."""
     b, r = build.b, build.batch.requests[i]
 
-    def runs() -> list[tuple[Slice, int]]:
-        end, window = r.query_len, r.window
-        if b.budget is None:
-            return [(Slice(0, end, window(end), True, False, compressed, r.seq_len), 1)]
-        within, count, budget = b.within, b.counted, b.budget  # at hand: a grid asks them millions of times
-
-        def fits(m: int, q0: int) -> bool:
-            """The slice [q0, q0 + m) fits.  Asks no question: the interval stays as it is."""
-            return count(m, window(q0 + m), compressed) <= budget
-
-        out = []
-        q0, most = 0, end
-        while q0 < end:
-            # the largest m with the slice [q0, q0 + m), as wide as its last row's window, within
-            # budget; a slice is wider than the one before, so it takes at most as many rows
-            # (bytes never fall with rows or width): the previous slice's rows first, the usual answer
-            hi = min(most, end - q0)
-            if fits(hi, q0):
-                m = hi
-                within(m, window(q0 + m), compressed)  # accepted: the question the interval keeps
-            else:
-                lo, hi = 0, hi - 1
-                if q0:
-                    # most often a few rows below the previous slice's: step down 1, 2, 4, ... rows
-                    # until a slice fits, then bisect between it and the last that did not
-                    top, gap = hi + 1, 1
-                    while top - gap > 0:
-                        if fits(top - gap, q0):
-                            lo = top - gap
-                            break
-                        hi, gap = top - gap - 1, 2 * gap
-                while lo < hi:  # the first slice: no earlier answer to start from, bisect
-                    mid = (lo + hi + 1) // 2
-                    if fits(mid, q0):
-                        lo = mid
-                    else:
-                        hi = mid - 1
-                m = lo
-                # the interval, as asking slice by slice would leave it: m rows accepted (where one
-                # row fits), m + 1 refused; any other answer is inside these two
-                if m:
-                    within(m, window(q0 + m), compressed)
-                within(m + 1, window(q0 + m + 1), compressed)
-            rows = max(m, 1)
-            q1 = q0 + rows
-            alike = 1 + (run_of(q1, m) if m else 0)
-            out.append((Slice(q0, q1, window(q1), q0 == 0, m == 0, compressed, r.seq_len), alike))
-            q0, most = q1 + (alike - 1) * rows, rows
-        return out
-
-    def run_of(q0: int, m: int) -> int:
-        """How many slices from ``q0`` on take ``m`` rows and still fit: the k-th is
-        ``(context + q0 + k m) // ratio`` wide, so they fit up to the widest ``m`` rows may take.
-        The widest of them is asked, the question that sets the budget interval as asking each
-        in turn would (the first that does not fit is asked by the next slice's search)."""
-        room = (end_of_request - q0) // m  # slices of m rows left
-        if not room:
-            return 0
-        good = min(room, ((b.widest(m, compressed) + 1) * r.ratio - 1 - r.context_len - q0) // m)
-        if good <= 0:
-            return 0
-        b.within(m, r.window(q0 + good * m), compressed)  # the widest of the run: accepted
-        return good
-
-    end_of_request = r.query_len
+    def runs():
+        return causal_runs(r, b, compressed, among)
 
     def cut() -> list[Slice]:
         return [s for first, alike in runs() for s in grown_slices(first, alike, r.window)]
 
-    build.add_alone(i, Slicing("causal", r, compressed, cut, runs, growing=True), times)
+    build.add_alone(i, Slicing("causal", r, compressed, cut, runs, growing=True), times, among)
+
+
+def causal_runs(r, b: Budgeting, compressed: bool, among=True) -> list[tuple[Slice, object]]:
+    """A request's causal cut as runs: each a slice of the most rows whose logits, as wide as its
+    last row's window, fit (one row where none does), then how many slices from it on take as
+    many rows and still fit (``alike``), each the next rows and as wide as its own last row's
+    window (a long prompt's widths grow a few columns a slice: dozens fit in a run).  ``r``: one
+    request, or arrays of requests (one a step): then every step advances one run at a time, and
+    a run a step does not have counts ``alike`` 0."""
+    end, window = r.query_len, r.window
+    if b.budget is None:
+        return [(Slice(0, end, window(end), True, False, compressed, r.seq_len), where(among, 1, 0))]
+    count, budget = b.counted, b.budget  # at hand: a grid asks them millions of times
+    out = []
+    q0, most = 0 * end, end
+    live = among & (q0 < end)
+    while any_of(live):
+        # the largest m <= hi whose slice [q0, q0 + m) fits; a slice is wider than the one before,
+        # so it takes at most as many rows (bytes never fall with rows or width): the previous
+        # slice's rows first, the usual answer
+        hi = minimum(most, end - q0)
+        whole = count(hi, window(q0 + hi), compressed) <= budget
+        m, short = hi, live & not_(whole)
+        if any_of(short):
+            m = where(whole, hi, _most_rows_fitting(b, r, compressed, q0, hi, short))
+        if b.tracks and live:
+            # the interval, as asking slice by slice would leave it: m rows accepted (where one
+            # row fits), m + 1 refused where fewer than the previous slice's rows fit
+            if m:
+                b.within(m, window(q0 + m), compressed)
+            if not whole:
+                b.within(m + 1, window(q0 + m + 1), compressed)
+        rows = maximum(m, 1)
+        q1 = q0 + rows
+        # the slices after it of as many rows that still fit: the k-th is (context + q1 + k m) //
+        # ratio wide, so they fit up to the widest m rows may take; where not one row fits, every
+        # row left is a slice of its own, over budget
+        fitting = ((b.widest(rows, compressed) + 1) * r.ratio - 1 - r.context_len - q1) // rows
+        good = maximum(minimum((end - q1) // rows, fitting), 0)
+        alike = where(m > 0, 1 + good, end - q0)
+        if b.tracks and live and m and good:
+            b.within(m, window(q1 + good * m), compressed)  # the widest of the run: accepted
+        out.append((Slice(q0, q1, window(q1), q0 == 0, m == 0, compressed, r.seq_len), where(live, alike, 0)))
+        q0, most = where(live, q1 + (alike - 1) * rows, q0), where(live, rows, most)
+        live = live & (q0 < end)
+    return out
+
+
+def _most_rows_fitting(b: Budgeting, r, compressed: bool, q0, hi, among):
+    """The most rows m < ``hi`` whose slice [q0, q0 + m), as wide as its last row's window, fits
+    the budget (0: not one row).  The count grows with rows and width, so m lies between the rows
+    that fit at the widest window and at the narrowest: bisected between them."""
+    window = r.window
+    lo = b.tallest(window(q0 + hi), compressed, hi)
+    up = minimum(hi - 1, b.tallest(window(q0 + 1), compressed, hi))
+    open_ = among & (lo < up)
+    while any_of(open_):
+        mid = (lo + up + 1) // 2
+        fit = b.counted(mid, window(q0 + mid), compressed) <= b.budget
+        lo, up = where(open_ & fit, mid, lo), where(open_ & not_(fit), mid - 1, up)
+        open_ = open_ & (lo < up)
+    return lo
 
 
 def grown_slices(first: Slice, alike: int, window) -> list[Slice]:

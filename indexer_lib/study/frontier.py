@@ -13,7 +13,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..fast import StepOutcomes
-from ..fast.lone import LoneOutcomes, lone_steps
+from ..fast.step_table import step_table
+from ..memory import StepPeaks
 from ..plan import PlanSettings, Strategy, get_strategy
 from ..shapes import GIB, MIB, get_model
 from ..workload import ClosedLoopWorkload, PrefillRequest, SchedulerConfig, StepBatch, scheduled_steps
@@ -73,7 +74,7 @@ class Schedule:
 
     def alone(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(indices into ``unique``, query lens, context lens) of the distinct steps that hold one
-        request (``fast.lone`` evaluates them together); found once."""
+        request (``fast.step_table`` evaluates them together); found once."""
         return self._of_few()[0]
 
     def of_two(self) -> tuple[np.ndarray, ...]:
@@ -106,10 +107,11 @@ def _step_outcomes(strategy: Strategy, settings: PlanSettings, topk_rows: int | 
 
 def worst_steps(schedule: list[StepBatch] | Schedule, strategy: str | Strategy, budgets: list[int | None],
                 settings: PlanSettings = PlanSettings(), topk_rows: int | None = None,
-                lone: bool = True) -> list[WorstStep]:
+                tables: bool = True) -> list[WorstStep]:
     """The worst step over a schedule at each budget: every distinct step planned at each budget
     (once per budget interval, ``fast.StepOutcomes``; the steps of one request and of two
-    together, ``fast.lone``, where it reproduces the settings and ``lone`` is true), the one with the largest
+    together, ``fast.step_table``, where the strategy evaluates arrays of steps and ``tables`` is
+    true), the one with the largest
     transient peak taken (ties: the earliest).  ``settings.temporaries`` names whose temporaries
     each chunk adds; ``topk_rows``: rows of the top-k buffer (vLLM: max_num_batched_tokens)."""
     schedule = schedule if isinstance(schedule, Schedule) else Schedule(schedule)
@@ -118,11 +120,11 @@ def worst_steps(schedule: list[StepBatch] | Schedule, strategy: str | Strategy, 
         # kinds that see a step differently (DeepSeek-V4.1): a step's peak is the worst over its
         # kinds, so the schedule's worst is the worst kind's worst step (the first kind on a tie)
         per_kind = [[replace(w, layer_kind=kind.kind)
-                     for w in worst_steps(schedule, strategy, budgets, kind, topk_rows, lone)]
+                     for w in worst_steps(schedule, strategy, budgets, kind, topk_rows, tables)]
                     for kind in _kinds(settings)]
         return [max(at_budget, key=lambda w: w.peak_transient_bytes) for at_budget in zip(*per_kind)]
     outcomes = _step_outcomes(strategy, settings, topk_rows)
-    few, columns = _lone_columns(schedule, strategy, budgets, settings, topk_rows) if lone else (None, None)
+    few, columns = _table_columns(schedule, strategy, budgets, settings, topk_rows) if tables else (None, None)
     few = few if columns is not None else np.zeros(0, dtype=np.int64)
     rest = np.ones(len(schedule.unique), dtype=bool)
     rest[few] = False
@@ -159,10 +161,10 @@ def _kinds(settings: PlanSettings) -> list[PlanSettings]:
     return [settings]
 
 
-def evaluate_lone_steps_together(jobs) -> None:
+def evaluate_steps_together(jobs) -> None:
     """Before ``worst_steps`` runs on many schedules, ``jobs`` of (schedule, strategy, budgets,
     settings, top-k rows): their steps of one request, and of two, are evaluated together, once
-    per settings and budget (``fast.lone.LoneSteps.keep``), so that each ``worst_steps`` looks
+    per settings and budget (``fast.step_table.StepTable.keep``), so that each ``worst_steps`` looks
     them up."""
     wanted: dict = {}  # (evaluator, budget, lengths per step) -> [lengths of a schedule's steps]
     for schedule, strategy, budgets, settings, topk_rows in jobs:
@@ -170,7 +172,7 @@ def evaluate_lone_steps_together(jobs) -> None:
         if not found:
             continue
         for kind_settings in _kinds(settings):
-            evaluator = lone_steps(get_strategy(strategy), kind_settings, topk_rows)
+            evaluator = step_table(get_strategy(strategy), kind_settings, topk_rows)
             if evaluator is not None:
                 for budget in budgets:
                     for lengths in found:
@@ -180,16 +182,16 @@ def evaluate_lone_steps_together(jobs) -> None:
         evaluator.keep(q, c, budget, second or None)
 
 
-def _lone_columns(schedule: Schedule, strategy: Strategy, budgets: list[int | None], settings: PlanSettings,
-                  topk_rows: int | None) -> tuple[np.ndarray | None, list | None]:
+def _table_columns(schedule: Schedule, strategy: Strategy, budgets: list[int | None], settings: PlanSettings,
+                   topk_rows: int | None) -> tuple[np.ndarray | None, list | None]:
     """(indices into ``unique``, the outcomes of those steps at each budget) of the schedule's
-    steps of one request and of two (``fast.lone``); (None, None) where it does not reproduce the
-    settings or a budget (the plain path then plans them)."""
-    evaluator = lone_steps(strategy, settings, topk_rows)
+    steps of one request and of two (``fast.step_table``); (None, None) where the strategy does not
+    evaluate arrays of steps under the settings or reads no such budget (the plain path then plans
+    them)."""
+    evaluator = step_table(strategy, settings, topk_rows)
     if evaluator is None:
         return None, None
-    parts = [(at, lengths) for at, *lengths in (schedule.alone(), schedule.of_two())
-             if at.size and (len(lengths) == 2 or evaluator.pairs)]
+    parts = [(at, lengths) for at, *lengths in (schedule.alone(), schedule.of_two()) if at.size]
     if not parts:
         return None, None
     columns = []
@@ -197,7 +199,7 @@ def _lone_columns(schedule: Schedule, strategy: Strategy, budgets: list[int | No
         found = [evaluator.at_budget(lengths[0], lengths[1], budget, lengths[2:] or None) for _, lengths in parts]
         if any(f is None for f in found):
             return None, None
-        columns.append(found[0] if len(found) == 1 else LoneOutcomes(*(np.concatenate(x) for x in zip(*found))))
+        columns.append(found[0] if len(found) == 1 else StepPeaks(*(np.concatenate(x) for x in zip(*found))))
     return np.concatenate([at for at, _ in parts]), columns
 
 

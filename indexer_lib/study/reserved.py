@@ -23,7 +23,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from ..memory.allocator import AllocatorOutOfMemory, CachingAllocatorModel, replay
-from ..memory import INT32_BYTES, MemoryReport, memory_report
+from ..dtypes import INT32_BYTES
+from ..memory import MemoryReport, memory_report
 from ..plan import Plan, PlanSettings, Strategy, get_strategy, merged_chunks, plan_at
 from ..shapes import get_model
 from ..workload import PrefillRequest, StepBatch, check_int

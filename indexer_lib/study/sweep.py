@@ -314,7 +314,7 @@ class Measurer:
         import torch
 
         dev = self.dev
-        persistent = workspace_bytes(plan) + topk_buffer_bytes(plan, topk_rows)
+        persistent = workspace_bytes(plan.settings, plan.workspace_tokens) + topk_buffer_bytes(topk_rows, plan.settings.preset.topk)
         free_now, _ = dev.mem_get_info()
         ballast_bytes = free_now - free_bytes_from_gib(free_gib) - persistent
         if ballast_bytes < 0:
@@ -361,15 +361,15 @@ def _model_task_rows(grid: Grid, task: Task, time_model: TimeModel, prov: dict) 
         return task.id, model_task(grid, task, time_model, prov)
 
 
-LONE_BATCH = 128  # tasks whose schedules are held at once (``schedule_of`` keeps 256)
+STEPS_BATCH = 128  # tasks whose schedules are held at once (``schedule_of`` keeps 256)
 
 
-def with_lone_steps_evaluated(grid: Grid, tasks):
+def with_steps_evaluated(grid: Grid, tasks):
     """The tasks, each batch of them yielded once its schedules' steps of one request and of two
-    are evaluated together (``frontier.evaluate_lone_steps_together``)."""
+    are evaluated together (``frontier.evaluate_steps_together``)."""
     tasks = iter(tasks)
-    while batch := list(itertools.islice(tasks, LONE_BATCH)):
-        frontier.evaluate_lone_steps_together(
+    while batch := list(itertools.islice(tasks, STEPS_BATCH)):
+        frontier.evaluate_steps_together(
             (schedule_of(task.workload, task.scheduler, grid.workload_source), task.strategy, budgets,
              grid.settings(task.engine), task.scheduler.max_num_batched_tokens)
             for task in batch for _, budgets in budget_groups(grid, task))
@@ -383,7 +383,7 @@ def model_rows(grid: Grid, executor: Local | Ray = Local(), progress=None):
     time_model = TimeModel.published()
     tasks = grid.tasks("model")
     if executor == Local():  # in this process: the steps of one request or two evaluated together first
-        tasks = with_lone_steps_evaluated(grid, tasks)
+        tasks = with_steps_evaluated(grid, tasks)
     done = executor.map(_model_task_rows, ((grid, task, time_model, {}) for task in tasks))
     for tid, rows in done:
         for row in rows:

@@ -1,6 +1,7 @@
-"""Steps of one request or two, evaluated together (``fast.lone``) by the field's strategies and by
-every release's own path, give what ``StepOutcomes`` gives each step, and the frontier's worst
-step and a grid's rows are the same with them as without."""
+"""Steps of one request or two, evaluated together (``fast.step_table``: the strategy's own split on
+arrays of steps) by the field's strategies and by every release's own path, give what
+``StepOutcomes`` gives each step, and the frontier's worst step and a grid's rows are the same
+with them as without."""
 import random
 
 import numpy as np
@@ -10,7 +11,7 @@ from hypothesis import strategies as st
 
 from indexer_lib.checks import BadValue
 from indexer_lib.fast import StepOutcomes
-from indexer_lib.fast.lone import lone_steps
+from indexer_lib.fast.step_table import step_table
 from indexer_lib.plan import PlanSettings, get_strategy
 from indexer_lib.shapes import GIB, MIB
 from indexer_lib.study import frontier, sweep
@@ -54,11 +55,11 @@ def assert_each_step(got, want, labels):
        strategy=st.sampled_from(STRATEGIES), budget=st.sampled_from(BUDGETS),
        setup=st.sampled_from(SETUPS), temporaries=st.sampled_from(["deepgemm", None]),
        model=st.sampled_from(MODELS), topk_rows=st.sampled_from([None, 8192]))
-def test_lone_steps_give_each_steps_outcome(steps, strategy, budget, setup, temporaries, model, topk_rows):
+def test_steps_of_one_request_give_each_steps_outcome(steps, strategy, budget, setup, temporaries, model, topk_rows):
     plan = plan_settings(model, setup, temporaries)
     assume(plan is not None)
     budget = None if strategy == "n-only" else budget
-    evaluator = lone_steps(strategy, plan, topk_rows)
+    evaluator = step_table(strategy, plan, topk_rows)
     assert evaluator is not None  # every one of these settings is reproduced
     batches = [StepBatch((r,)) for r in steps]
     got = evaluator.at_budget([r.query_len for r in steps], [r.context_len for r in steps], budget)
@@ -78,17 +79,16 @@ def test_steps_of_two_requests_give_each_steps_outcome(steps, strategy, budget, 
     assume(plan is not None)
     budget = None if strategy == "n-only" else budget
     steps = steps + [(a, a) for a, _ in steps[:3]]  # a run of two identical requests
-    evaluator = lone_steps(strategy, plan, topk_rows)
+    evaluator = step_table(strategy, plan, topk_rows)
     got = evaluator.at_budget([a.query_len for a, _ in steps], [a.context_len for a, _ in steps], budget,
                               second=([b.query_len for _, b in steps], [b.context_len for _, b in steps]))
     assert_each_step(got, step_by_step(strategy, plan, topk_rows, [StepBatch(pair) for pair in steps], budget), steps)
 
 
-def test_a_pack_factor_that_weighs_areas_leaves_steps_of_two_to_the_plain_path():
-    evaluator = lone_steps(get_strategy("per-request", pack_factor=2.0), PlanSettings("glm-5", temporaries="deepgemm"),
-                           None)
-    assert evaluator.at_budget([1], [0], 64 * MIB) is not None
-    assert evaluator.at_budget([1], [0], 64 * MIB, second=([1], [0])) is None
+def test_a_pack_factor_that_weighs_areas_is_left_to_the_plain_path():
+    """A pack factor above 1 weighs each chunk's areas request by request: planned one step at a time."""
+    assert step_table(get_strategy("per-request", pack_factor=2.0), PlanSettings("glm-5", temporaries="deepgemm"),
+                      None) is None
 
 
 ENGINE_CASES = [("glm-5", "vllm==0.33.0"), ("glm-5", "vllm==0.19.0"), ("glm-5", "vllm==0.15.1"),
@@ -144,7 +144,7 @@ def test_a_releases_own_chunker_is_evaluated_together(case, temporaries):
     kinds = [plan.where(kind=k.name) for k in plan.preset.indexing_kinds] if plan.preset.multi_kind else [plan]
     for on in kinds:
         for topk_rows in (None, 8192):
-            evaluator = lone_steps("engine", on, topk_rows)
+            evaluator = step_table("engine", on, topk_rows)
             assert evaluator is not None
             # a path that reads no budget is asked without one (and, where it reads none at all,
             # with the budgets too)
@@ -175,7 +175,7 @@ def test_long_prompts_chunks_at_every_budget(model, strategy):
     steps = [PrefillRequest(rng.randrange(0, 1_050_000, 8192), 8192 - rng.randrange(2)) for _ in range(20)]
     steps += [PrefillRequest(0, 1), PrefillRequest(0, 9000), PrefillRequest(3, 1)]
     batches = [StepBatch((r,)) for r in steps]
-    evaluator = lone_steps(strategy, plan, 8192)
+    evaluator = step_table(strategy, plan, 8192)
     assert evaluator is not None
     for budget in ([None] if strategy == "n-only" else [KIB] + [mb * MIB for mb in (64, 128, 256, 512, 1024, 2048)]):
         got = evaluator.at_budget([r.query_len for r in steps], [r.context_len for r in steps], budget)
@@ -183,10 +183,10 @@ def test_long_prompts_chunks_at_every_budget(model, strategy):
 
 
 def test_every_releases_own_path_is_evaluated_together():
-    """Each release the project models a model on has its own path evaluated here (a release
-    added with a path of its own must add it to ``fast.lone.ENGINE_PATHS`` or be declined there)."""
+    """Each release the project models a model on has its own path (``plan.release_path``), and
+    every path is evaluated for arrays of steps."""
     from indexer_lib.engines.profiles import engines_for
-    from indexer_lib.fast.lone import engine_path
+    from indexer_lib.plan import release_path
     from indexer_lib.shapes import get_model, known_models
 
     for model in known_models():
@@ -195,27 +195,28 @@ def test_every_releases_own_path_is_evaluated_together():
             settings = PlanSettings(model, engine, temporaries="deepgemm")
             kinds = [settings.where(kind=k.name) for k in preset.indexing_kinds] if preset.multi_kind else [settings]
             for on in kinds:
-                assert engine_path(on.own_chunker) is not None, (model, engine, on.kind)
+                assert release_path(on.own_chunker) is not None, (model, engine, on.kind)
+                assert step_table("engine", on, None) is not None, (model, engine, on.kind)
 
 
 def test_what_it_does_not_reproduce_is_declined():
-    assert lone_steps("kv-split", PlanSettings("glm-5", temporaries="deepgemm"), None) is None
-    assert lone_steps("fixed-shape", PlanSettings("glm-5", temporaries="deepgemm"), None) is None
-    assert lone_steps("engine", PlanSettings("glm-5", "sglang==0.5.23", temporaries="reference"), None) is None
-    assert lone_steps("vllm", PlanSettings("glm-5", temporaries="reference"), None) is None
+    assert step_table("kv-split", PlanSettings("glm-5", temporaries="deepgemm"), None) is None
+    assert step_table("fixed-shape", PlanSettings("glm-5", temporaries="deepgemm"), None) is None
+    assert step_table("engine", PlanSettings("glm-5", "sglang==0.5.23", temporaries="reference"), None) is None
+    assert step_table("vllm", PlanSettings("glm-5", temporaries="reference"), None) is None
     # a build without the compressed layout: the plain path says so
-    assert lone_steps(get_strategy("causal", compressed=True), PlanSettings("glm-5", deepgemm_version="2.1"),
+    assert step_table(get_strategy("causal", compressed=True), PlanSettings("glm-5", deepgemm_version="2.1"),
                       None) is None
     # a budget the strategy refuses: the plain path refuses it
-    evaluator = lone_steps("vllm", PlanSettings("glm-5", temporaries="deepgemm"), None)
+    evaluator = step_table("vllm", PlanSettings("glm-5", temporaries="deepgemm"), None)
     assert evaluator.at_budget([1], [0], None) is None
 
 
 def schedules():
     """Steps of one request and of several, some repeated (a schedule's distinct steps recur)."""
-    lone = st.builds(lambda r: (r,), st.one_of(requests, short))
+    one = st.builds(lambda r: (r,), st.one_of(requests, short))
     many = st.lists(st.one_of(requests, short), min_size=2, max_size=6).map(tuple)
-    return st.lists(st.one_of(lone, lone, many), min_size=1, max_size=30).map(
+    return st.lists(st.one_of(one, one, many), min_size=1, max_size=30).map(
         lambda steps: [StepBatch(rs, step=i) for i, rs in enumerate(steps + steps[: len(steps) // 3])])
 
 
@@ -223,14 +224,14 @@ def schedules():
 @given(batches=schedules(), strategy=st.sampled_from(STRATEGIES), setup=st.sampled_from(SETUPS),
        temporaries=st.sampled_from(["deepgemm", None]), model=st.sampled_from(MODELS),
        topk_rows=st.sampled_from([None, 8192]))
-def test_the_worst_steps_are_the_same_with_lone_steps_evaluated_together(batches, strategy, setup, temporaries,
+def test_the_worst_steps_are_the_same_with_steps_evaluated_together(batches, strategy, setup, temporaries,
                                                                         model, topk_rows):
     plan = plan_settings(model, setup, temporaries)
     assume(plan is not None)
     budgets = [None] if strategy == "n-only" else [KIB, 16 * MIB, 64 * MIB, 300 * MIB, 2 * GIB]
     schedule = frontier.Schedule(batches)
     fast = frontier.worst_steps(schedule, strategy, budgets, plan, topk_rows)
-    plain = frontier.worst_steps(schedule, strategy, budgets, plan, topk_rows, lone=False)
+    plain = frontier.worst_steps(schedule, strategy, budgets, plan, topk_rows, tables=False)
     assert fast == plain
 
 
@@ -242,7 +243,7 @@ def test_the_default_grids_settings_are_evaluated_together(model):
     for engine in grid.engine:
         for strategy in grid.strategy:
             if strategy in STRATEGIES:
-                assert lone_steps(strategy, grid.settings(engine), 8192) is not None, (engine, strategy)
+                assert step_table(strategy, grid.settings(engine), 8192) is not None, (engine, strategy)
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -260,7 +261,7 @@ def test_deepseek_v4_1s_kinds_are_evaluated_one_at_a_time(steps, strategy, budge
     batches = [StepBatch((r,)) for r in steps]
     for kind in model.preset.indexing_kinds:
         on = model.where(kind=kind.name)
-        evaluator = lone_steps(strategy, on, topk_rows)
+        evaluator = step_table(strategy, on, topk_rows)
         assert evaluator is not None
         got = evaluator.at_budget([r.query_len for r in steps], [r.context_len for r in steps], budget)
         assert_each_step(got, step_by_step(strategy, on, topk_rows, batches, budget),
@@ -274,7 +275,7 @@ def test_deepseek_v4_1s_kinds_are_evaluated_one_at_a_time(steps, strategy, budge
                                  + [StepBatch(p, step=len(steps) + i) for i, p in enumerate(zip(steps, steps[1:]))])
     budgets = [budget]
     assert frontier.worst_steps(schedule, strategy, budgets, model, topk_rows) == \
-        frontier.worst_steps(schedule, strategy, budgets, model, topk_rows, lone=False)
+        frontier.worst_steps(schedule, strategy, budgets, model, topk_rows, tables=False)
 
 
 pair = st.tuples(st.one_of(requests, short), st.one_of(requests, short))
@@ -288,7 +289,7 @@ def test_kept_outcomes_are_looked_up_as_evaluated(two, first, then, others, stra
     """``keep`` evaluates steps once (two calls merge), ``at_budget`` looks any mix of them up in
     any order, and a step never kept is evaluated; steps of one request and of two alike."""
     budget = None if strategy == "n-only" else budget
-    cached = lone_steps(strategy, PlanSettings(model, engine="vllm==0.33.0", temporaries="deepgemm"), 8192)
+    cached = step_table(strategy, PlanSettings(model, engine="vllm==0.33.0", temporaries="deepgemm"), 8192)
     evaluator = type(cached)(cached.strategy, cached.settings, cached.topk_rows)  # its own table
 
     def lengths(steps):
@@ -311,7 +312,7 @@ def test_kept_outcomes_are_looked_up_as_evaluated(two, first, then, others, stra
 
 
 def test_kept_budgets_are_bounded_oldest_first():
-    evaluator = lone_steps("vllm", PlanSettings("glm-5", temporaries="deepgemm"), None)
+    evaluator = step_table("vllm", PlanSettings("glm-5", temporaries="deepgemm"), None)
     evaluator = type(evaluator)(evaluator.strategy, evaluator.settings, evaluator.topk_rows)
     budgets = [MIB * (k + 1) for k in range(evaluator.KEPT_TABLES + 3)]
     for budget in budgets:
@@ -325,13 +326,13 @@ def test_kept_budgets_are_bounded_oldest_first():
 
 
 @pytest.mark.parametrize("model", ["deepseek-v4.1-flash", "glm-5"])
-def test_a_grids_rows_are_the_same_with_its_lone_steps_evaluated_first(model, monkeypatch):
+def test_a_grids_rows_are_the_same_with_its_steps_evaluated_first(model, monkeypatch):
     """``sweep.model_rows`` evaluates each batch of tasks' steps of one request together before
     planning them: the rows are those of every schedule evaluated on its own."""
     grid = Grid(model=model, isl=(4096, 65536, 200_000), concurrency=(1, 8), budget_mb=(64, 512))
-    lone_steps.cache_clear()  # no evaluator keeps anything
+    step_table.cache_clear()  # no evaluator keeps anything
     with monkeypatch.context() as m:
-        m.setattr(sweep, "with_lone_steps_evaluated", lambda grid, tasks: tasks)
+        m.setattr(sweep, "with_steps_evaluated", lambda grid, tasks: tasks)
         alone = list(sweep.model_rows(grid))
     assert not any(e.kept for e in _evaluators(grid))
     together = list(sweep.model_rows(grid))
@@ -343,24 +344,24 @@ def _evaluators(grid):
     settings = grid.settings(grid.engine[0])
     kinds = [settings.of_kind(k.name) for k in settings.preset.indexing_kinds] if settings.preset.multi_kind \
         else [settings]
-    found = [lone_steps(get_strategy(s), k, 8192) for s in grid.strategy for k in kinds]
+    found = [step_table(get_strategy(s), k, 8192) for s in grid.strategy for k in kinds]
     return [e for e in found if e is not None]
 
 
 def test_kept_steps_are_bounded_over_every_evaluator(monkeypatch):
     """Past ``KEPT_STEPS`` steps in all, every evaluator's tables are emptied, and what was asked
     is still evaluated right."""
-    from indexer_lib.fast import lone
+    from indexer_lib.fast import step_table as tables
 
-    monkeypatch.setattr(lone, "KEPT_STEPS", 10)
-    monkeypatch.setattr(lone, "_kept", [0])
+    monkeypatch.setattr(tables, "KEPT_STEPS", 10)
+    monkeypatch.setattr(tables, "_kept", [0])
     settings = PlanSettings("glm-5", temporaries="deepgemm")
-    made = [lone_steps(s, settings, None) for s in ("vllm", "causal")]
+    made = [step_table(s, settings, None) for s in ("vllm", "causal")]
     one, other = (type(e)(e.strategy, e.settings, e.topk_rows) for e in made)
     one.keep(list(range(1, 7)), [0] * 6, MIB)
     other.keep(list(range(1, 5)), [0] * 4, MIB)
-    assert one.kept and other.kept and lone._kept == [10]
+    assert one.kept and other.kept and tables._kept == [10]
     other.keep([9], [9], MIB)  # the eleventh: every table emptied, this one kept alone
-    assert not one.kept and other.kept[(MIB, 2)].keys.size == 1 and lone._kept == [1]
+    assert not one.kept and other.kept[(MIB, 2)].keys.size == 1 and tables._kept == [1]
     got = one.at_budget([3], [0], MIB)
     assert got.transient.tolist() == made[0].evaluate((np.array([3]), np.array([0])), MIB).transient.tolist()

@@ -1,0 +1,124 @@
+"""A chunk's transient bytes, each term written once, for one chunk or for arrays of them.
+
+A chunk allocates its logits (DeepGEMM's padded layout, or what a release's own path sizes), its
+metadata (ks and ke per row, and one cache slot per K token it gathers), a K buffer of its own
+where the engine allocates one per chunk, and the temporaries of what runs it; the previous
+chunk's logits may still be alive while its logits are computed.  ``chunk_memory`` counts a
+plan's chunks with these terms, ``ChunkBytes`` counts a chunk from its shape alone (the frontier's
+planned shapes, and arrays of steps at once: ``memory.steps``).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..dtypes import FP32_BYTES, INT32_BYTES
+from ..elementwise import is_array, maximum, where
+from .topk_bytes import topk_counter, topk_holds_every_row
+
+
+def transient_total(logits, metadata, temporaries, running=0, kv_buffer=0, held=0, held_with=0):
+    """A chunk's transient bytes: its logits, metadata, a column range's merge state
+    (``running``) and its own K buffer, with the larger of its temporaries and what lives
+    during its logits call next to the previous chunk's logits (``held``; ``held_with``: its own
+    temporaries then)."""
+    return logits + metadata + running + kv_buffer + maximum(temporaries, held + held_with)
+
+
+def metadata_bytes_of(rows, gathered):
+    """ks and ke per row; one cache slot per K token the chunk gathers (``gathered``: those tokens)."""
+    return INT32_BYTES * (2 * rows + gathered)
+
+
+def padded_inputs_of(rows: int, alloc_rows: int | None, heads: int, head_dim: int) -> int:
+    """DeepGEMM allocates its own logits, so a fixed-shape chunk pads its inputs instead: q ``[R,
+    H, D]`` fp8, weights ``[R, H]`` fp32 and ks/ke ``[R]`` int32 with R = ``alloc_rows`` (the extra
+    rows have empty windows).  0 for a chunk that is not padded."""
+    if alloc_rows is None or alloc_rows <= rows:
+        return 0
+    return alloc_rows * heads * head_dim + FP32_BYTES * alloc_rows * heads + 2 * INT32_BYTES * alloc_rows
+
+
+def kv_bytes_per_gathered_token(settings) -> int:
+    """The bytes of a chunk's own K buffer per token it gathers: fp8 K + fp32 scale where the
+    engine allocates one per chunk (vLLM before 0.13.0), else none (the workspace holds them)."""
+    return settings.preset.k_bytes_per_token if settings.workspace_lifetime == "chunk" else 0
+
+
+def deepgemm_phases(rows, cols, alloc_rows, heads: int, head_dim: int, topk_bytes):
+    """The H200 path's temporaries of a chunk, (during its logits call, during its top-k):
+    DeepGEMM computes on chip, so a fixed-shape chunk's padded inputs live through the call, then
+    the window top-k's (``topk_bytes(rows, cols)``) take their place."""
+    return padded_inputs_of(rows, alloc_rows, heads, head_dim), topk_bytes(rows, cols)
+
+
+def logits_alloc(allocated, rows, cols, compressed: bool, alloc_rows=None, alloc_bytes=None):
+    """A chunk's logits allocation: ``allocated(rows, cols, compressed)`` (the build's layout,
+    ``PlanSettings.counters``) at its padded rows where it has them, or ``alloc_bytes`` where the
+    release's path sizes them its own way."""
+    if alloc_bytes is not None:
+        return alloc_bytes
+    return allocated(rows if alloc_rows is None else alloc_rows, cols, compressed)
+
+
+class ChunkBytes:
+    """A chunk's transient bytes from its shape, under one set of plan settings, with the H200
+    path's temporaries (``deepgemm``: the window top-k's, or a fixed-shape chunk's padded inputs)
+    or none counted.  Numbers or numpy arrays of them."""
+
+    def __init__(self, settings, deepgemm: bool, topk: int):
+        model = settings.preset
+        self.deepgemm = deepgemm
+        self.allocated = settings.counters[1]  # what DeepGEMM allocates, padding included
+        self.topk_bytes = topk_counter(topk)  # the window top-k's temporaries
+        self.topk_grows = topk_holds_every_row(topk)  # where they only grow with the width
+        self.heads, self.head_dim = model.index_heads, model.head_dim
+        self.kv_per_token = kv_bytes_per_gathered_token(settings)
+
+    def logits(self, rows, cols, compressed: bool, alloc_rows=None, alloc_bytes=None):
+        return logits_alloc(self.allocated, rows, cols, compressed, alloc_rows, alloc_bytes)
+
+    def total(self, rows, cols, compressed: bool, gather, kv, held=0, alloc_rows=None, alloc_bytes=None):
+        """The chunk's transient bytes, ``held``: the logits of the chunk before it still alive
+        (freed before the top-k's temporaries take their place)."""
+        gathered = where(gather, kv, 0)
+        tmp = held_with = 0
+        if self.deepgemm:
+            during_logits, during_topk = deepgemm_phases(rows, cols, alloc_rows, self.heads, self.head_dim,
+                                                         self.topk_bytes)
+            tmp, held_with = maximum(during_logits, during_topk), where(held > 0, during_logits, 0)
+        return transient_total(self.logits(rows, cols, compressed, alloc_rows, alloc_bytes),
+                               metadata_bytes_of(rows, gathered), tmp, 0, gathered * self.kv_per_token, held,
+                               held_with)
+
+    def run_largest(self, rows, start, count, ratio: int, compressed: bool, gather, kv):
+        """The largest of a causal run's ``count`` chunks of ``rows`` rows, the j-th (j = 1..count)
+        ``(start + j x rows) // ratio`` wide (0 for none): its widest where no term can fall as the
+        width grows (the logits' padded stride never does; the top-k's block holds every row at the
+        widest), else each counted."""
+        widest = (start + count * rows) // ratio
+        largest = where(count > 0, self.total(rows, widest, compressed, gather, kv), 0)
+        if not self.deepgemm:
+            return largest
+        each = (count > 0) & (self.topk_grows(rows, widest) ^ True)
+        if not is_array(each):
+            if not each:
+                return largest
+            j = np.arange(1, count + 1)
+            return int(self.total(rows, (start + j * rows) // ratio, compressed, gather, kv).max())
+        at = np.flatnonzero(each)
+        if at.size:
+            counts = count[at]
+            owner = np.repeat(np.arange(at.size), counts)
+            j = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts) + 1
+            r = _at(rows, at)[owner]
+            totals = self.total(r, (_at(start, at)[owner] + j * r) // ratio, compressed, _at(gather, at)[owner],
+                                _at(kv, at)[owner])
+            most = np.zeros(at.size, dtype=np.int64)
+            np.maximum.at(most, owner, totals)
+            largest[at] = most
+        return largest
+
+
+def _at(x, at):
+    """``x`` at the positions ``at``, where ``x`` is an array (a number: itself, broadcast)."""
+    return x[at] if is_array(x) else np.full(at.size, x)

@@ -1,0 +1,104 @@
+"""Arrays of steps planned at once, as the frontier reads them: a builder (``plan.builders``) that
+records, per step, its chunk count, whether a chunk breaks a limit and its largest chunk's
+transient bytes (``chunk_bytes.ChunkBytes``), from the same strategy and release-path code that
+plans one step into chunks (``Strategy.split`` on a ``workload.StepArrays``).
+
+``StepsMemory.outcomes`` adds each step's buffers (``buffer_bytes``): per step, what
+``memory_report`` says of its plan's peak.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from ..elementwise import any_of, maximum, where
+from ..plan import Budgeting, Piece, RowSlices, Slicing, equal_slices
+from .chunk_bytes import ChunkBytes
+from .model import buffer_bytes
+
+
+class StepPeaks(NamedTuple):
+    """Per step (arrays, one entry a step): what ``memory_report`` says of its plan's peak."""
+
+    transient: np.ndarray
+    peak: np.ndarray
+    chunks: np.ndarray
+    over_budget: np.ndarray
+
+
+class StepsMemory:
+    """Records arrays of steps' chunks (``add``, ``add_rows``, ``add_alone``) into their counts and
+    largest chunk, each chunk after the logits the chunk before it left alive where the plan keeps
+    two chunks' logits (``logits_alive`` 2)."""
+
+    def __init__(self, batch, b: Budgeting, chunk_bytes: ChunkBytes, logits_alive: int):
+        self.batch, self.b, self.bytes = batch, b, chunk_bytes
+        self.alive = logits_alive
+        self.every_chunk_gathers = b.settings.workspace_lifetime == "chunk"  # a K buffer per chunk
+        size = batch.size
+        self.count = np.zeros(size, dtype=np.int64)
+        self.over = np.zeros(size, dtype=bool)
+        self.largest = np.zeros(size, dtype=np.int64)
+        self.held = np.zeros(size, dtype=np.int64)  # the logits the last chunk so far leaves alive
+
+    def _chunks(self, among, rows, cols, compressed: bool, gather, kv, times=1, alloc_rows=None, alloc_bytes=None):
+        """``times`` alike chunks where ``among`` holds: the first after what is held, each after it
+        after the one before."""
+        gather = gather | self.every_chunk_gathers
+        total = self.bytes.total(rows, cols, compressed, gather, kv, self.held, alloc_rows, alloc_bytes)
+        logits = self.bytes.logits(rows, cols, compressed, alloc_rows, alloc_bytes) if self.alive > 1 else 0
+        if self.alive > 1 and any_of(among & (times > 1)):
+            total = maximum(total, self.bytes.total(rows, cols, compressed, gather, kv, logits, alloc_rows,
+                                                    alloc_bytes))
+        self.largest = where(among, maximum(self.largest, total), self.largest)
+        self.count += where(among, times, 0)
+        self.held = where(among, logits, self.held)
+
+    def _over(self, among, over, kv) -> None:
+        self.over |= among & (over | (kv > self.b.workspace))
+
+    def add(self, piece: Piece, times: int = 1, among=True) -> None:
+        r0, r1, q0, q1, cols, gather, over, compressed, kv, kv_start, alloc_rows, alloc_bytes = piece
+        if kv is None or kv_start:
+            raise ValueError("arrays of steps record chunks with their K given and no column split")
+        self._over(among, over, kv)
+        self._chunks(among, q1 - q0, cols, compressed, gather, kv, times, alloc_rows, alloc_bytes)
+
+    def add_rows(self, run: RowSlices, times: int = 1, among=True) -> None:
+        r0, r1, rows, per, cols, q0, kv, over, compressed, alloc_bytes = run
+        kv = cols if kv is None else kv
+        size = (lambda n: None) if alloc_bytes is None else alloc_bytes
+        first, full, rest = equal_slices(rows, per)
+        self._over(among, over, kv)
+        for _ in range(times):
+            self._chunks(among, first, cols, compressed, True, kv, alloc_bytes=size(first))
+            self._chunks(among & (full > 0), per, cols, compressed, False, kv, full, alloc_bytes=size(per))
+            self._chunks(among & (rest > 0), rest, cols, compressed, False, kv, alloc_bytes=size(rest))
+
+    def add_alone(self, i: int, slicing: Slicing, times: int = 1, among=True) -> None:
+        """A request cut into runs of growing slices (``Slicing.growing``: a causal cut)."""
+        if not slicing.growing or self.alive > 1:
+            raise ValueError("arrays of steps record causal cuts, with one chunk's logits alive at once")
+        r, compressed = slicing.request, slicing.compressed
+        for _ in range(times):
+            for (q0, q1, cols, gather, over, _, kv), alike in slicing.runs():
+                there = among & (alike > 0)
+                if not any_of(there):
+                    continue
+                self._over(there, over, kv)
+                self._chunks(there, q1 - q0, cols, compressed, gather, kv)
+                # the run after it: alike - 1 slices of as many rows, each as wide as its last row's window
+                grown = there & (alike > 1)
+                if any_of(grown):
+                    total = self.bytes.run_largest(q1 - q0, r.context_len + q1, alike - 1, r.ratio, compressed,
+                                                   self.every_chunk_gathers, kv)
+                    self.largest = where(grown, maximum(self.largest, total), self.largest)
+                    self.count += where(grown, alike - 1, 0)
+
+    def outcomes(self, topk_rows, topk: int) -> StepPeaks:
+        """Each step's peaks, with its top-k output ``topk_rows`` rows (None: the step's own rows)."""
+        rows = self.batch.num_rows if topk_rows is None else topk_rows
+        workspace, topk_out, call = buffer_bytes(self.b.settings, self.b.workspace, rows, topk)
+        transient = call + self.largest
+        return StepPeaks(transient, workspace + topk_out + transient, self.count, self.over)
