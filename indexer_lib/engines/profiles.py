@@ -84,7 +84,7 @@ class EngineProfile:
     # the release's path for a pooled indexer (GLM-5.3-Flash's kpool: pools of ``pool`` tokens are
     # its compressed entries) is modelled: vLLM 0.33.0 runs the compressed chunker on it and skips
     # the logits while the longest prefill is at most top-k tokens; SGLang 0.5.23 has a path of its
-    # own (``plan.strategies.split_sglang_kpool``)
+    # own (``plan.paths.SglangKpool``)
     pooled_kv: bool = False
     # SGLang's own path for compressed K (DeepSeek-V4's C4 indexer, sglang 0.5.12-0.5.23
     # layers/attention/dsv4/, the sglang-dsv4- files in data/engines/): its budget rule

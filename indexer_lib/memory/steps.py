@@ -42,9 +42,11 @@ class StepsMemory:
         self.largest = np.zeros(size, dtype=np.int64)
         self.held = np.zeros(size, dtype=np.int64)  # the logits the last chunk so far leaves alive
 
-    def _chunks(self, among, rows, cols, compressed: bool, gather, kv, times=1, alloc_rows=None, alloc_bytes=None):
-        """``times`` alike chunks where ``among`` holds: the first after what is held, each after it
-        after the one before."""
+    def _chunks(self, among, shape: tuple, times=1):
+        """``times`` alike chunks of this ``shape`` (rows, cols, compressed, alloc rows, K, gather,
+        alloc bytes) where ``among`` holds: the first after what is held, each after it after the
+        one before."""
+        rows, cols, compressed, alloc_rows, kv, gather, alloc_bytes = shape
         gather = gather | self.every_chunk_gathers
         total = self.bytes.total(rows, cols, compressed, gather, kv, self.held, alloc_rows, alloc_bytes)
         logits = self.bytes.logits(rows, cols, compressed, alloc_rows, alloc_bytes) if self.alive > 1 else 0
@@ -63,7 +65,7 @@ class StepsMemory:
         if kv is None or kv_start:
             raise ValueError("arrays of steps record chunks with their K given and no column split")
         self._over(among, over, kv)
-        self._chunks(among, q1 - q0, cols, compressed, gather, kv, times, alloc_rows, alloc_bytes)
+        self._chunks(among, (q1 - q0, cols, compressed, alloc_rows, kv, gather, alloc_bytes), times)
 
     def add_rows(self, run: RowSlices, times: int = 1, among=True) -> None:
         r0, r1, rows, per, cols, q0, kv, over, compressed, alloc_bytes = run
@@ -72,9 +74,9 @@ class StepsMemory:
         first, full, rest = equal_slices(rows, per)
         self._over(among, over, kv)
         for _ in range(times):
-            self._chunks(among, first, cols, compressed, True, kv, alloc_bytes=size(first))
-            self._chunks(among & (full > 0), per, cols, compressed, False, kv, full, alloc_bytes=size(per))
-            self._chunks(among & (rest > 0), rest, cols, compressed, False, kv, alloc_bytes=size(rest))
+            self._chunks(among, (first, cols, compressed, None, kv, True, size(first)))
+            self._chunks(among & (full > 0), (per, cols, compressed, None, kv, False, size(per)), full)
+            self._chunks(among & (rest > 0), (rest, cols, compressed, None, kv, False, size(rest)))
 
     def add_alone(self, i: int, slicing: Slicing, times: int = 1, among=True) -> None:
         """A request cut into runs of growing slices (``Slicing.growing``: a causal cut)."""
@@ -87,7 +89,7 @@ class StepsMemory:
                 if not any_of(there):
                     continue
                 self._over(there, over, kv)
-                self._chunks(there, q1 - q0, cols, compressed, gather, kv)
+                self._chunks(there, (q1 - q0, cols, compressed, None, kv, gather, None))
                 # the run after it: alike - 1 slices of as many rows, each as wide as its last row's window
                 grown = there & (alike > 1)
                 if any_of(grown):
