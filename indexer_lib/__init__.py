@@ -5,8 +5,8 @@ Data flows one way, one subpackage per layer (docs/design.md#architecture):
 -> ``cli``, with ``shapes``, ``padding`` and ``refdata`` below them all.  Each layer imports only
 from the layers below it.
 """
-from .plan import STRATEGIES, Chunk, Plan, PlanSettings, get_strategy, make_plan
-from . import memory  # noqa: F401  (registers the peak a multi-kind plan ranks its kinds by)
+from .plan import STRATEGIES, Chunk, Plan, PlanSettings, get_strategy
+from .memory import make_plan
 from .workload import ClosedLoopWorkload, PrefillRequest, SchedulerConfig, StepBatch, simulate
 
 __all__ = [

@@ -16,7 +16,8 @@ from indexer_lib.study.executors import Local
 from indexer_lib.study.frontier import prefill_batches
 from indexer_lib.study.grid import Grid
 from indexer_lib.study.sweep import model_rows
-from indexer_lib.plan import BASELINE, make_plan, strategy_names
+from indexer_lib.plan import BASELINE, strategy_names
+from indexer_lib.memory import make_plan
 from indexer_lib.shapes import MIB
 from indexer_lib.workload import ClosedLoopWorkload, PrefillRequest, SchedulerConfig, StepBatch
 

@@ -15,8 +15,8 @@ import torch
 
 from indexer_lib.study.frontier import prefill_batches
 from indexer_lib.run.inputs import make_inputs
-from indexer_lib.memory import memory_report
-from indexer_lib.plan import BASELINE, make_plan, strategy_names
+from indexer_lib.memory import make_plan, memory_report
+from indexer_lib.plan import BASELINE, strategy_names
 from indexer_lib.run.executor import execute
 from indexer_lib.shapes import MIB, get_model
 from indexer_lib.study.timemodel import chunk_useful_elements

@@ -25,8 +25,8 @@ sys.path.insert(0, str(REPO))
 
 from indexer_lib.study.replay import engine_python, replay_cases  # noqa: E402
 from indexer_lib.study.replay_cases import field_cases, random_cases  # noqa: E402
-from indexer_lib.memory import memory_report  # noqa: E402
-from indexer_lib.plan import PlanSettings, make_plan  # noqa: E402
+from indexer_lib.memory import make_plan, memory_report  # noqa: E402
+from indexer_lib.plan import PlanSettings  # noqa: E402
 from indexer_lib.workload import StepBatch  # noqa: E402
 
 RELEASES = ("vllm==0.33.0", "vllm==0.30.0", "vllm==0.20.0", "vllm==0.19.0", "vllm==0.15.1")

@@ -3,8 +3,7 @@ budget interval and peak that the full planner and the memory model give it."""
 from __future__ import annotations
 
 from indexer_lib.fast import plan_shapes, shapes_peak
-from indexer_lib.memory import memory_report
-from indexer_lib.plan import make_plan
+from indexer_lib.memory import make_plan, memory_report
 
 
 def shapes_agree(batch, budget, settings, topk_rows: int = 8192) -> int:

@@ -5,8 +5,8 @@ from deploy_check import memory_needed
 from indexer_lib.engines import engine_names, get_engine
 from indexer_lib.study.auto import recommend
 from indexer_lib.study.frontier import prefill_batches
-from indexer_lib.memory import memory_report
-from indexer_lib.plan import PlanSettings, make_plan
+from indexer_lib.memory import make_plan, memory_report
+from indexer_lib.plan import PlanSettings
 from indexer_lib.shapes import GIB, budget_bytes_from_mb, free_bytes_from_gib
 from indexer_lib.study.timemodel import TimeModel
 from indexer_lib.workload import ClosedLoopWorkload, SchedulerConfig

@@ -8,7 +8,8 @@ from fake_deepgemm import exact_logits, install, make_fake
 from naive_indexer import causal_windows, rank
 from indexer_lib.run.kernels import deepgemm as dg
 from indexer_lib.memory.topk_bytes import rows_per_block
-from indexer_lib.plan import PlanSettings, get_strategy, make_plan
+from indexer_lib.plan import PlanSettings, get_strategy
+from indexer_lib.memory import make_plan
 from indexer_lib.workload import StepBatch
 
 

@@ -11,7 +11,8 @@ import torch
 from indexer_lib.run.inputs import make_inputs
 from indexer_lib.run.kernels.checks import InputCheckError
 from indexer_lib.run.metadata import chunk_windows, kv_slots
-from indexer_lib.plan import PlanSettings, make_plan
+from indexer_lib.plan import PlanSettings
+from indexer_lib.memory import make_plan
 from indexer_lib.workload import StepBatch
 
 pytestmark = pytest.mark.gpu

@@ -9,9 +9,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from indexer_lib.run.inputs import make_inputs
-from indexer_lib.memory import memory_report
+from indexer_lib.memory import make_plan, memory_report
 from indexer_lib.padding import get_rules
-from indexer_lib.plan import PlanSettings, get_strategy, make_plan, strategy_names
+from indexer_lib.plan import PlanSettings, get_strategy, strategy_names
 from indexer_lib.run.executor import execute
 from indexer_lib.workload import StepBatch
 

@@ -13,9 +13,9 @@ from fake_deepgemm import make_fake
 from indexer_lib.run.inputs import make_inputs
 from indexer_lib.run.kernels.deepgemm import DeepGemmBackend
 from indexer_lib.run.kernels.merge import merge_running_topk
-from indexer_lib.memory import memory_report, padded_inputs_bytes
+from indexer_lib.memory import make_plan, memory_report, padded_inputs_bytes
 from indexer_lib.padding import get_rules
-from indexer_lib.plan import KV_SPLIT_ALIGN, PlanSettings, get_strategy, make_plan, merged_chunks
+from indexer_lib.plan import KV_SPLIT_ALIGN, PlanSettings, get_strategy, merged_chunks
 from indexer_lib.run.executor import execute
 from indexer_lib.shapes import MIB, get_model
 from indexer_lib.run.tracer import trace

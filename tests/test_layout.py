@@ -217,7 +217,7 @@ def test_the_reference_check_catches_what_it_should():
                  "[x](../data/missing.csv)", "[y](design.md#nowhere)"):
         assert dangling_references(here, line), line
     for line in ("`indexer_lib/plan/strategies.py`", "docs/design.md#time-model", "data/field/",
-                 "`indexer_lib.plan.make_plan`", "`indexer_lib.run.kernels.deepgemm`",
+                 "`indexer_lib.memory.make_plan`", "`indexer_lib.run.kernels.deepgemm`",
                  "[r](../data/README.md)", "vllm/v1/attention/backends/mla/indexer.py",
                  "results/default/tables/", "https://github.com/x/y/blob/main/docs/z.md"):
         assert not dangling_references(here, line), line

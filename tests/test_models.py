@@ -9,7 +9,8 @@ import pytest
 from indexer_lib.checks import BadValue
 from indexer_lib.cli.main import main
 from indexer_lib.engines import get_engine
-from indexer_lib.plan import PlanSettings, make_plan
+from indexer_lib.plan import PlanSettings
+from indexer_lib.memory import make_plan
 from indexer_lib.refdata import data_path
 from indexer_lib.shapes import MODELS, get_model, known_models
 from indexer_lib.workload import StepBatch

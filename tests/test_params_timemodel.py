@@ -6,7 +6,8 @@ import pytest
 
 from indexer_lib.study import timemodel
 from indexer_lib.notebook.params import ParameterError, ParameterHandler, check_values
-from indexer_lib.plan import PlanSettings, make_plan
+from indexer_lib.plan import PlanSettings
+from indexer_lib.memory import make_plan
 from indexer_lib.study.reported import published_cases, reproduce, reproductions
 from indexer_lib.workload import PrefillRequest, StepBatch
 

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from indexer_lib.engines import get_engine
 from indexer_lib.fast import ShapeBuilder, ShapePlanner, ShapesPeak, plan_shapes, shapes_peak
 from indexer_lib.fast import shapes as fast_shapes
-from indexer_lib.memory import memory_report
-from indexer_lib.plan import STRATEGIES, Budgeting, Piece, PlanSettings, get_strategy, make_plan, strategy_names
+from indexer_lib.memory import make_plan, memory_report
+from indexer_lib.plan import STRATEGIES, Budgeting, Piece, PlanSettings, get_strategy, strategy_names
 from indexer_lib.shapes import MIB
 from indexer_lib.workload import PrefillRequest, StepBatch
 

@@ -18,8 +18,8 @@ import torch
 from indexer_lib.cli import main
 from indexer_lib.engines import get_engine, qsa_engines
 from indexer_lib.fast import plan_shapes, shapes_peak
-from indexer_lib.memory import memory_report
-from indexer_lib.plan import PlanSettings, get_strategy, make_plan
+from indexer_lib.memory import make_plan, memory_report
+from indexer_lib.plan import PlanSettings, get_strategy
 from indexer_lib.plan.paths import vllm_qsa_table_columns
 from indexer_lib.shapes import MIB, get_model
 from indexer_lib.workload import PrefillRequest, StepBatch

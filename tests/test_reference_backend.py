@@ -10,7 +10,8 @@ from indexer_lib.run.inputs import make_inputs
 from indexer_lib.run.kernels import BACKENDS, get_backend
 from indexer_lib.run.kernels.reference import ReferenceBackend
 from indexer_lib.run.metadata import chunk_windows
-from indexer_lib.plan import PlanSettings, get_strategy, make_plan
+from indexer_lib.plan import PlanSettings, get_strategy
+from indexer_lib.memory import make_plan
 from indexer_lib.workload import StepBatch
 
 from naive_indexer import naive_row_logits, rank

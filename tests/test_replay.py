@@ -15,8 +15,8 @@ from indexer_lib.cli.main import main
 from indexer_lib.study.replay import (ProfileRunReplay, engine_python, replay_cases, replay_profile_run,
                                         replay_steps, replayable)
 from indexer_lib.study.replay_cases import field_cases, random_cases
-from indexer_lib.memory import memory_report
-from indexer_lib.plan import PlanSettings, make_plan
+from indexer_lib.memory import make_plan, memory_report
+from indexer_lib.plan import PlanSettings
 from indexer_lib.workload import StepBatch
 
 RELEASES = ("vllm==0.33.0", "vllm==0.30.0", "vllm==0.20.0", "vllm==0.19.0", "vllm==0.15.1")

@@ -5,8 +5,8 @@ import pytest
 
 from indexer_lib.cli import devicecheck as dc
 from indexer_lib.notebook import plots
-from indexer_lib.memory import memory_report
-from indexer_lib.plan import PlanSettings, make_plan
+from indexer_lib.memory import make_plan, memory_report
+from indexer_lib.plan import PlanSettings
 from indexer_lib.study.reserved import long_prompt_steps, plan_events, reserved_curve, reserved_table
 from indexer_lib.shapes import GIB, MIB
 

@@ -7,7 +7,8 @@ import pickle
 import pytest
 
 from indexer_lib.checks import BadValue
-from indexer_lib.plan import STRATEGIES, PlanSettings, get_strategy, make_plan, strategy_names
+from indexer_lib.plan import STRATEGIES, PlanSettings, get_strategy, strategy_names
+from indexer_lib.memory import make_plan
 from indexer_lib.study.executors import Local
 from indexer_lib.study.grid import Grid
 from indexer_lib.study.sweep import model_rows

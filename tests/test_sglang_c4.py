@@ -19,7 +19,8 @@ import pytest
 
 from indexer_lib.cli import main
 from indexer_lib.engines import EngineBudget, compressed_kv_engines, get_engine, process_budget
-from indexer_lib.plan import PlanSettings, make_plan
+from indexer_lib.plan import PlanSettings
+from indexer_lib.memory import make_plan
 from indexer_lib.plan.paths import sglang_c4_call
 from indexer_lib.shapes import GIB
 from indexer_lib.workload import StepBatch

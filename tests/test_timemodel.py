@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from indexer_lib.cli.main import main
-from indexer_lib.plan import PlanSettings, make_plan
+from indexer_lib.plan import PlanSettings
+from indexer_lib.memory import make_plan
 from indexer_lib.plan.features import chunk_useful_elements
 from indexer_lib.plan.work import block_tiles, chunk_work
 from indexer_lib.refdata import read_rows

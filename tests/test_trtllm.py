@@ -11,7 +11,8 @@ from hypothesis import given, settings as hsettings, strategies as st
 
 from indexer_lib.cli.main import main
 from indexer_lib.engines import EngineBudget, engine_names, get_engine, process_budget
-from indexer_lib.plan import PlanSettings, make_plan
+from indexer_lib.plan import PlanSettings
+from indexer_lib.memory import make_plan
 from indexer_lib.refdata import data_path
 from indexer_lib.workload import PrefillRequest, StepBatch
 

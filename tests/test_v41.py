@@ -23,7 +23,8 @@ import pytest
 from indexer_lib.checks import BadValue
 from indexer_lib.cli import main
 from indexer_lib.engines.v41 import TORCH_SCORE_BUDGET_BYTES, torch_rows_per_chunk, torch_width
-from indexer_lib.plan import PlanSettings, make_plan
+from indexer_lib.plan import PlanSettings
+from indexer_lib.memory import make_plan
 from indexer_lib.shapes import MIB
 from indexer_lib.workload import StepBatch
 

@@ -5,8 +5,7 @@ step of the plain simulator planned in full (``make_plan``) and counted by the m
 (``memory_report``), the worst step taken by hand."""
 from __future__ import annotations
 
-from indexer_lib.memory import memory_report
-from indexer_lib.plan import make_plan
+from indexer_lib.memory import make_plan, memory_report
 from indexer_lib.shapes import free_bytes_from_gib
 from indexer_lib.study.grid import Grid
 from indexer_lib.study.sweep import budget_at, model_rows

@@ -9,7 +9,8 @@ from ..engines import DEFAULT_ENGINE, SGLANG_MEM_FRACTION_STATIC, get_engine, pr
 from ..engines.budget import sglang_static_budget
 from ..engines.kv_capacity import KV_CACHE_DTYPES
 from ..padding import DEEPGEMM_RULES
-from ..plan import NO_BUDGET, STRATEGIES, PlanSettings, Strategy, get_strategy, make_plan
+from ..plan import NO_BUDGET, STRATEGIES, PlanSettings, Strategy, get_strategy
+from ..memory import make_plan
 from ..shapes import GPUS, MODELS, budget_bytes_from_mb, free_bytes_from_gib, get_gpu, get_model
 from ..study.frontier import format_bytes
 from ..workload import StepBatch

@@ -104,8 +104,8 @@ def plan_difference(r, max_num_batched_tokens: int) -> str:
     """What ``indexer-lab plan`` shows for the same step, and why it differs from the replay:
     plan adds the project's reference executor's temporaries where the replay runs the engine's
     own path, and sizes the top-k buffer by the step's rows."""
-    from ..memory import memory_report
-    from ..plan import PlanSettings, make_plan
+    from ..memory import make_plan, memory_report
+    from ..plan import PlanSettings
     from ..shapes import MIB
     from ..workload import StepBatch
 

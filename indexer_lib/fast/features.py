@@ -3,7 +3,8 @@ budget interval (the plan is the same for every budget inside it): the same wors
 across the budgets and workloads of a grid."""
 from __future__ import annotations
 
-from ..plan import PlanSettings, Strategy, make_plan
+from ..plan import PlanSettings, Strategy
+from ..memory import make_plan
 from ..plan.features import plan_features
 from ..workload import StepBatch
 from .caches import PerSettings

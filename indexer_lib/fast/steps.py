@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..memory import memory_report
-from ..plan import PlanSettings, Strategy, get_strategy, make_plan
+from ..memory import make_plan, memory_report
+from ..plan import PlanSettings, Strategy, get_strategy
 from ..workload import StepBatch
 from .caches import PerSettings
 from .peak import SHAPE_TEMPORARIES, ShapesPeak

@@ -10,8 +10,8 @@ from ..engines import DEFAULT_ENGINE, get_engine, not_default_text, release_sche
 from ..study.auto import choose, engine_candidates, evaluate_candidates
 from ..study.budget_policy import FixedPolicy, FreshPolicy, SglangPolicy, run_policy, shrinking_free_memory
 from ..study.frontier import Schedule, prefill_batches
-from ..memory import memory_report
-from ..plan import MEASURED_BUDGET, PlanSettings, get_strategy, plan_at
+from ..memory import memory_report, plan_at
+from ..plan import MEASURED_BUDGET, PlanSettings, get_strategy
 from ..shapes import GIB, MIB, free_bytes_from_gib, get_gpu
 from ..study.timemodel import TimeModel, plan_features
 from ..workload import ClosedLoopWorkload, PrefillRequest, SchedulerConfig, StepBatch

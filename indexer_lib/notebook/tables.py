@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import math
 
-from ..memory import memory_report
-from ..plan import BASELINE, PlanSettings, plan_at
+from ..memory import memory_report, plan_at
+from ..plan import BASELINE, PlanSettings
 from ..shapes import GIB, free_bytes_from_gib
 from ..study.timemodel import plan_features
 

@@ -9,12 +9,12 @@
 - ``paths``: each engine release's own path, one object each, chosen by ``release_path``;
 - ``builders``: where a strategy records its chunks;
 - ``chunks``: ``Chunk`` and ``Plan`` records, the runs of rows per request;
-- ``make``: ``make_plan``.
+- ``make``: ``split_step`` (``memory.make_plan`` ranks a multi-kind model's kinds).
 """
 from .budgeting import Budgeting
 from .builders import ChunkBuilder, Piece, RowSlices, Slice, Slicing, equal_slices
 from .chunks import Chunk, Plan, Run, chunk_runs, merged_chunks
-from .make import make_plan, plan_at, step_budgeting
+from .make import split_step, step_budgeting
 from .packing import KV_SPLIT_ALIGN
 from .paths import release_path
 from .settings import TEMPORARIES, PlanSettings
@@ -23,6 +23,6 @@ from .strategies import (BASELINE, GIVEN_BUDGET, MEASURED_BUDGET, NO_BUDGET, STR
 
 __all__ = [
     "Budgeting", "ChunkBuilder", "Piece", "RowSlices", "Slice", "Slicing", "equal_slices", "release_path", "Chunk", "Plan", "Run", "chunk_runs",
-    "merged_chunks", "make_plan", "plan_at", "step_budgeting", "KV_SPLIT_ALIGN", "TEMPORARIES", "PlanSettings",
+    "merged_chunks", "split_step", "step_budgeting", "KV_SPLIT_ALIGN", "TEMPORARIES", "PlanSettings",
     "BASELINE", "GIVEN_BUDGET", "MEASURED_BUDGET", "NO_BUDGET", "STRATEGIES", "Strategy", "get_strategy", "strategy_names",
 ]

@@ -16,8 +16,8 @@ from dataclasses import dataclass, replace
 
 from ..engines import SGLANG_MEM_FRACTION_STATIC, get_engine, process_budget, profile_run_logits_bytes, release_scheduler
 from .frontier import Schedule, prefill_batches
-from ..memory import memory_report
-from ..plan import GIVEN_BUDGET, PlanSettings, get_strategy, make_plan, strategy_names
+from ..memory import make_plan, memory_report
+from ..plan import GIVEN_BUDGET, PlanSettings, get_strategy, strategy_names
 from ..shapes import MIB, budget_bytes_from_mb, free_bytes_from_gib, get_gpu
 from .timemodel import TimeModel, plan_features
 from ..workload import ClosedLoopWorkload, SchedulerConfig

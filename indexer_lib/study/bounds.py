@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..padding import get_rules
-from ..plan import PlanSettings, make_plan
+from ..plan import PlanSettings
+from ..memory import make_plan
 from ..workload import ClosedLoopWorkload, SchedulerConfig
 from ..workload.lengths import ORDERS
 from .frontier import Schedule, prefill_batches, worst_step

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..engines import EngineBudget
-from ..memory import memory_report
-from ..plan import PlanSettings, make_plan
+from ..memory import make_plan, memory_report
+from ..plan import PlanSettings
 from ..shapes import budget_bytes_from_mb
 from ..workload import StepBatch, check_int
 

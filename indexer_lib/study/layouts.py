@@ -5,7 +5,8 @@ One call, no budget: what the step's logits take before any chunker splits them.
 from __future__ import annotations
 
 from ..engines import get_engine
-from ..plan import PlanSettings, make_plan
+from ..plan import PlanSettings
+from ..memory import make_plan
 from ..workload import StepBatch
 
 FULL, COMPRESSED = "vllm==0.32.0", "vllm==0.33.0"

@@ -26,9 +26,9 @@ from ..refdata import DATA_DIR
 from ..shapes import get_model
 from ..workload import StepBatch
 from ..engines import EngineProfile, get_engine, profile_run_logits_bytes, replayed_engines
-from ..memory import memory_report
+from ..memory import make_plan, memory_report
 from ..memory.engine_path import workspace_path_bytes
-from ..plan import PlanSettings, make_plan
+from ..plan import PlanSettings
 
 DRIVER = Path(__file__).resolve().parent.parent / "engines" / "vllm_replay.py"
 REPO = DATA_DIR.parent

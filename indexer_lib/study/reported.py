@@ -21,7 +21,8 @@ from .frontier import Schedule, prefill_batches, worst_step
 from .releases import deployment_scheduler
 from ..engines import EngineBudget, get_engine, process_budget, release_scheduler
 from ..padding import get_rules, unpadded_logits_bytes
-from ..plan import PlanSettings, make_plan
+from ..plan import PlanSettings
+from ..memory import make_plan
 from ..refdata import number, read_rows
 from ..shapes import GIB, MIB, get_model
 from ..workload import ClosedLoopWorkload, PrefillRequest, SchedulerConfig, StepBatch

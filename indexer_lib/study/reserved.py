@@ -24,8 +24,8 @@ from dataclasses import asdict, dataclass
 
 from ..memory.allocator import AllocatorOutOfMemory, CachingAllocatorModel, replay
 from ..dtypes import INT32_BYTES
-from ..memory import MemoryReport, memory_report
-from ..plan import Plan, PlanSettings, Strategy, get_strategy, merged_chunks, plan_at
+from ..memory import MemoryReport, memory_report, plan_at
+from ..plan import Plan, PlanSettings, Strategy, get_strategy, merged_chunks
 from ..shapes import get_model
 from ..workload import PrefillRequest, StepBatch, check_int
 

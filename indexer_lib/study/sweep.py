@@ -22,11 +22,11 @@ from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path
 
 from . import frontier
-from ..memory import topk_buffer_bytes, workspace_bytes
+from ..memory import make_plan, topk_buffer_bytes, workspace_bytes
 from ..runmode import headless
 from ..engines import get_engine, not_default_text
 from ..fast import step_features, young_only
-from ..plan import MEASURED_BUDGET, get_strategy, make_plan
+from ..plan import MEASURED_BUDGET, get_strategy
 from ..shapes import GIB, free_bytes_from_gib
 from .executors import Local, Ray
 from .grid import MODES, Grid, Task

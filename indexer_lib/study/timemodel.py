@@ -20,7 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ..plan import Plan, PlanSettings, plan_at
+from ..plan import Plan, PlanSettings
+from ..memory import plan_at
 from ..plan.features import plan_features
 from ..plan.work import FEW_CHUNKS, chunk_work
 from ..refdata import data_path

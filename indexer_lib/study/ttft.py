@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..plan import PlanSettings, make_plan
+from ..plan import PlanSettings
+from ..memory import make_plan
 from ..plan.strategies import get_strategy
 from ..workload import ClosedLoopWorkload, SchedulerConfig
 from ..workload.simulator import simulate

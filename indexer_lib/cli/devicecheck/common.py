@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ...memory import memory_report
-from ...plan import NO_BUDGET, get_strategy, make_plan
+from ...memory import make_plan, memory_report
+from ...plan import NO_BUDGET, get_strategy
 from ...shapes import MIB
 from .config import TOPK, Config, Step
 

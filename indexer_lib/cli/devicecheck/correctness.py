@@ -8,7 +8,7 @@ import math
 
 import torch
 
-from ...plan import make_plan
+from ...memory import make_plan
 from ...run.inputs import make_inputs
 from ...run.kernels.reference import ReferenceBackend
 from ...run.metadata import chunk_windows, kv_slots

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from ...memory import memory_report
-from ...plan import make_plan
+from ...memory import make_plan, memory_report
 from ...run.executor import execute
 from ...run.inputs import make_inputs
 from ...shapes import MIB
