@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..dtypes import INT32_BYTES
+from ..dtypes import FP32_BYTES, INT32_BYTES
 from ..padding import unpadded_logits_bytes
 from ..plan import Chunk, Plan, PlanSettings, merged_chunks
 from ..shapes import ModelPreset
@@ -59,7 +59,7 @@ def running_topk_bytes(rows: int, topk: int) -> int:
     """A column-split chunk's merge state: the running float32 values ``[rows, k]``
     and the range's int32 candidate indices ``[rows, k]`` (the running indices are
     the persistent top-k buffer's rows)."""
-    return 2 * 4 * rows * topk
+    return (FP32_BYTES + INT32_BYTES) * rows * topk
 
 
 def metadata_bytes(chunk: Chunk) -> int:

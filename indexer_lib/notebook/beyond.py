@@ -49,7 +49,7 @@ def chunk_table(steps: dict, strategies, budgets_mb, settings: PlanSettings, tim
                              "over_budget": plan.over_budget,
                              "peak_transient_bytes": memory_report(plan, temporaries="deepgemm").peak_transient,
                              "allocated_logits_bytes": f["allocated_logits_bytes"],
-                             "useful_logits_bytes": 4 * f["useful_elements"],
+                             "useful_logits_bytes": f["useful_logits_bytes"],
                              "gathers": f["gathers"], "time_ms": tm.features_ms(f),
                              "mode": "model", "time_source": tm.source})
     return pd.DataFrame(rows)

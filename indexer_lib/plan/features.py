@@ -2,6 +2,7 @@
 its rows really score, the logits it allocates and the K it gathers (``study.timemodel``)."""
 from __future__ import annotations
 
+from ..dtypes import FP32_BYTES
 from ..workload import StepBatch
 from .chunks import Chunk, Plan
 from .packing import window_sum
@@ -46,6 +47,7 @@ def plan_features(plan: Plan) -> dict:
         "chunks": plan.num_chunks,
         "gathers": plan.num_gathers,
         "useful_elements": useful,
+        "useful_logits_bytes": FP32_BYTES * useful,  # as fp32 logits
         "allocated_logits_bytes": sum(c.logits_bytes for c in plan.chunks),
         "largest_logits_bytes": plan.largest_logits_bytes,
         "gathered_kv_tokens": sum(c.kv_tokens for c in plan.chunks if c.gather),

@@ -7,6 +7,7 @@ as the long one.  A mix is one schedule: the long prompts meet the short ones in
 """
 from __future__ import annotations
 
+from ..dtypes import FP32_BYTES
 from ..engines import get_engine
 from ..shapes import GIB
 from ..workload import ClosedLoopWorkload
@@ -38,5 +39,5 @@ def long_among_short(model: str, engine: str, free_gib: float, concurrency: int 
     frame["largest_logits_gib"] = frame["largest_logits_bytes"] / GIB
     frame["worst_allocated_logits_gib"] = frame["worst_allocated_logits_bytes"] / GIB
     # share of the worst step's allocated logits a row's own window needs
-    frame["worst_useful_share"] = frame["worst_useful_elements"] * 4 / frame["worst_allocated_logits_bytes"]
+    frame["worst_useful_share"] = frame["worst_useful_elements"] * FP32_BYTES / frame["worst_allocated_logits_bytes"]
     return frame

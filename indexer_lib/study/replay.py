@@ -26,7 +26,7 @@ from ..refdata import DATA_DIR
 from ..shapes import get_model
 from ..workload import StepBatch
 from ..engines import EngineProfile, get_engine, profile_run_logits_bytes, replayed_engines
-from ..memory import make_plan, memory_report
+from ..memory import make_plan, memory_report, topk_buffer_bytes
 from ..memory.engine_path import workspace_path_bytes
 from ..plan import PlanSettings
 
@@ -284,7 +284,7 @@ def replay_profile_run(engine, model: str, budget_mb: int | None = None,
     preset = get_model(model)
     reserved = (workspace_path_bytes(profile, profile.workspace_tokens(preset.max_model_len),
                                      preset.head_dim, preset.k_bytes_per_token - preset.head_dim)
-                + max_num_batched_tokens * preset.topk * 4)
+                + topk_buffer_bytes(max_num_batched_tokens, preset.topk))
     logits = profile_run_logits_bytes(profile, budget) if budget is not None else 0
     return ProfileRunReplay(profile.name, model, budget, r["profile_run"]["peak_bytes"],
                             r["profile_run"]["reserved_bytes"], reserved + logits, reserved)

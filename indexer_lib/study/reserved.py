@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from ..memory.allocator import AllocatorOutOfMemory, CachingAllocatorModel, replay
-from ..dtypes import INT32_BYTES
+from ..dtypes import FP32_BYTES, INT32_BYTES
 from ..memory import MemoryReport, memory_report, plan_at
 from ..plan import Plan, PlanSettings, Strategy, get_strategy, merged_chunks
 from ..shapes import get_model
@@ -62,13 +62,13 @@ def plan_events(plan: Plan, report: MemoryReport, key: str, inputs: bool = False
         m = get_model(plan.model)
         rows, tokens = plan.batch.num_rows, plan.batch.num_kv_tokens
         for name, nbytes in (("q", rows * m.index_heads * m.head_dim),
-                             ("weights", 4 * rows * m.index_heads),
-                             ("k_cache", tokens * m.head_dim), ("k_scale", 4 * tokens)):
+                             ("weights", FP32_BYTES * rows * m.index_heads),
+                             ("k_cache", tokens * m.head_dim), ("k_scale", FP32_BYTES * tokens)):
             malloc(name, nbytes)
     d = get_model(plan.model).head_dim
-    tokens = report.workspace // (d + 4)
+    tokens = report.workspace // (d + FP32_BYTES)
     malloc("workspace_k", tokens * d)
-    malloc("workspace_scale", tokens * 4)
+    malloc("workspace_scale", tokens * FP32_BYTES)
     malloc("topk", report.topk_buffer)
     merged = merged_chunks(plan.chunks)
     for i, (c, mem) in enumerate(zip(plan.chunks, report.chunks)):

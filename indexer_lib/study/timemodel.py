@@ -198,7 +198,7 @@ def overhead_table(batch: StepBatch, strategies, budgets_mb, settings: PlanSetti
                 "gathers": f["gathers"],
                 "peak_transient_bytes": memory_report(plan).peak_transient,
                 "allocated_logits_bytes": f["allocated_logits_bytes"],
-                "useful_logits_bytes": 4 * f["useful_elements"],
+                "useful_logits_bytes": f["useful_logits_bytes"],
                 "time_ms": t.total_us * 1e-3, "time_low_ms": low * 1e-3, "time_high_ms": high * 1e-3,
                 **{f"{k}_ms": t.kernel_us(k) * 1e-3 for k in kr.KERNELS},
                 "host_ms": t.host_us * 1e-3, "bound": t.bound,
