@@ -45,6 +45,11 @@ def any_of(mask) -> bool:
     return bool(mask.any()) if type(mask) is np.ndarray else bool(mask)
 
 
+def all_of(mask) -> bool:
+    """Whether the mask holds everywhere."""
+    return bool(mask.all()) if type(mask) is np.ndarray else bool(mask)
+
+
 def largest(x):
     """The largest value of an array (a number: itself)."""
     return x.max().item() if type(x) is np.ndarray else x

@@ -393,7 +393,8 @@ def test_causal_runs_are_the_cut_slice_by_slice(request, budget_mb, ratio, setup
     assert build.slicing.growing
     runs, interval, slices = build.runs_and_cut()
     expanded = []
-    for first, alike in runs:
+    for first, alike, at in runs:
+        assert at is None  # one step
         m = first.q1 - first.q0
         expanded += [first] + [first._replace(q0=first.q0 + k * m, q1=first.q1 + k * m, cols=r.window(first.q1 + k * m),
                                               gather=False) for k in range(1, alike)]
@@ -405,7 +406,7 @@ def test_causal_runs_are_the_cut_slice_by_slice(request, budget_mb, ratio, setup
     assert list(dict.fromkeys(fast_shapes.expand(cut.shapes))) == list(dict.fromkeys(shapes))
     assert cut.count == len(slices) and (cut.first, cut.last) == (shapes[0], shapes[-1])
     assert list(cut.pairs) == list(dict.fromkeys(zip(shapes, shapes[1:])))
-    assert any(type(k) is fast_shapes.ShapeRun for k in cut.shapes) == any(alike > 2 for _, alike in runs)
+    assert any(type(k) is fast_shapes.ShapeRun for k in cut.shapes) == any(alike > 2 for _, alike, _ in runs)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -296,8 +296,8 @@ def test_kept_outcomes_are_looked_up_as_evaluated(two, first, then, others, stra
         one = ([a.query_len for a, _ in steps], [a.context_len for a, _ in steps])
         return one + ((([b.query_len for _, b in steps], [b.context_len for _, b in steps]),) if two else (None,))
 
-    evaluator.keep(*lengths(first)[:2], budget, lengths(first)[2])
-    evaluator.keep(*lengths(then + first[:2])[:2], budget, lengths(then + first[:2])[2])
+    evaluator.keep(*lengths(first)[:2], [budget], lengths(first)[2])
+    evaluator.keep(*lengths(then + first[:2])[:2], [budget], lengths(then + first[:2])[2])
     asked = first + then + others
     random.Random(seed).shuffle(asked)
     q, c, second = lengths(asked)
@@ -311,17 +311,42 @@ def test_kept_outcomes_are_looked_up_as_evaluated(two, first, then, others, stra
     assert len(kept.keys) == len(distinct)
 
 
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(steps=st.lists(st.one_of(requests, short), min_size=1, max_size=15), two=st.booleans(),
+       strategy=st.sampled_from(STRATEGIES + ("engine",)), setup=st.sampled_from(SETUPS),
+       model=st.sampled_from(MODELS), budgets=st.lists(st.sampled_from(BUDGETS + [None]), min_size=1, max_size=4))
+def test_budgets_evaluated_together_are_each_budget_evaluated_alone(steps, two, strategy, setup, model, budgets):
+    """``keep`` evaluates every budget it is given in one pass (the budget an array, a step's
+    copy for each): each budget's outcomes are those of evaluating it alone."""
+    on = plan_settings(model, setup, "deepgemm")
+    assume(on is not None)
+    table = step_table(strategy, on, 8192)
+    assume(table is not None)
+    table = type(table)(table.strategy, table.settings, table.topk_rows)  # its own kept tables
+    second = ([r.query_len for r in reversed(steps)], [r.context_len for r in reversed(steps)]) if two else None
+    q, c = [r.query_len for r in steps], [r.context_len for r in steps]
+    table.keep(q, c, budgets, second)
+    for budget in budgets:
+        got = table.at_budget(q, c, budget, second)
+        if not table.reads(budget):
+            assert got is None
+            continue
+        lengths = tuple(np.array(x) for x in (q, c) + (tuple(second) if two else ()))
+        for a, b in zip(got, table.evaluate(lengths, budget)):
+            assert a.tolist() == b.tolist()
+
+
 def test_kept_budgets_are_bounded_oldest_first():
     evaluator = step_table("vllm", PlanSettings("glm-5", temporaries="deepgemm"), None)
     evaluator = type(evaluator)(evaluator.strategy, evaluator.settings, evaluator.topk_rows)
     budgets = [MIB * (k + 1) for k in range(evaluator.KEPT_TABLES + 3)]
     for budget in budgets:
-        evaluator.keep([8192], [1000], budget)
+        evaluator.keep([8192], [1000], [budget])
     assert list(evaluator.kept) == [(b, 2) for b in budgets[3:]]
-    evaluator.keep([1], [0], budgets[3])  # kept again: the newest
+    evaluator.keep([1], [0], [budgets[3]])  # kept again: the newest
     assert list(evaluator.kept)[-1] == (budgets[3], 2)
     assert evaluator.kept[(budgets[3], 2)].keys.size == 2
-    evaluator.keep([1], [0], budgets[3], second=([5], [9]))  # steps of two: a table of their own
+    evaluator.keep([1], [0], [budgets[3]], second=([5], [9]))  # steps of two: a table of their own
     assert list(evaluator.kept)[-1] == (budgets[3], 4) and len(evaluator.kept) == evaluator.KEPT_TABLES
 
 
@@ -358,10 +383,10 @@ def test_kept_steps_are_bounded_over_every_evaluator(monkeypatch):
     settings = PlanSettings("glm-5", temporaries="deepgemm")
     made = [step_table(s, settings, None) for s in ("vllm", "causal")]
     one, other = (type(e)(e.strategy, e.settings, e.topk_rows) for e in made)
-    one.keep(list(range(1, 7)), [0] * 6, MIB)
-    other.keep(list(range(1, 5)), [0] * 4, MIB)
+    one.keep(list(range(1, 7)), [0] * 6, [MIB])
+    other.keep(list(range(1, 5)), [0] * 4, [MIB])
     assert one.kept and other.kept and tables._kept == [10]
-    other.keep([9], [9], MIB)  # the eleventh: every table emptied, this one kept alone
+    other.keep([9], [9], [MIB])  # the eleventh: every table emptied, this one kept alone
     assert not one.kept and other.kept[(MIB, 2)].keys.size == 1 and tables._kept == [1]
     got = one.at_budget([3], [0], MIB)
     assert got.transient.tolist() == made[0].evaluate((np.array([3]), np.array([0])), MIB).transient.tolist()

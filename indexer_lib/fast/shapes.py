@@ -69,15 +69,15 @@ class CutShapes:
     __slots__ = ("count", "low", "high", "first", "last", "shapes", "over", "kv_tokens", "_cut", "_pairs")
 
     def __init__(self, runs, low: int, high: int | None, every_chunk_gathers: bool, request=None):
-        """``runs``: the slices as (slice, how many from it on) (``Slicing.runs``): alike, or, given
-        the ``request`` of a growing cut (``Slicing.growing``), each the next rows, as wide as its
-        last row's window."""
+        """``runs``: the slices as (slice, how many from it on, None) (``Slicing.runs`` of one
+        step): alike, or, given the ``request`` of a growing cut (``Slicing.growing``), each the
+        next rows, as wide as its last row's window."""
         self.low, self.high = low, high
         # one pass, records made by tuple's own constructor: a million-token prompt's cuts make
         # millions of slices over a grid
         count, over, kv_most, last = 0, False, 0, None
         shapes = {}  # distinct shapes (and runs), in order
-        for (q0, q1, cols, gather, slice_over, compressed, kv_tokens), alike in runs:
+        for (q0, q1, cols, gather, slice_over, compressed, kv_tokens), alike, _ in runs:
             shape = tuple.__new__(ChunkShape, (q1 - q0, cols, compressed, None, kv_tokens,
                                                gather or every_chunk_gathers, None))
             shapes[shape] = None
@@ -109,7 +109,7 @@ class CutShapes:
         if self._pairs is None:
             runs, every_chunk_gathers, request = self._cut
             pairs, last = {}, None
-            for (q0, q1, cols, gather, slice_over, compressed, kv_tokens), alike in runs:
+            for (q0, q1, cols, gather, slice_over, compressed, kv_tokens), alike, _ in runs:
                 shape = ChunkShape(q1 - q0, cols, compressed, None, kv_tokens, gather or every_chunk_gathers)
                 if last is not None:
                     pairs[(last, shape)] = None
@@ -142,7 +142,7 @@ def cut_shapes(b, slicing: Slicing, every_chunk_gathers: bool) -> CutShapes:
         saved = b.stable_low, b.stable_high
         b.stable_low, b.stable_high = 0, None
         try:
-            alike = runs() if runs is not None else [(s, 1) for s in cut()]
+            alike = runs() if runs is not None else [(s, 1, None) for s in cut()]
             known = CutShapes(alike, b.stable_low, b.stable_high, every_chunk_gathers,
                                request if growing else None)
         finally:

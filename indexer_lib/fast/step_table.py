@@ -143,32 +143,48 @@ class StepTable:
         found = kept.look_up(step_keys(*lengths)) if kept is not None else None
         return found if found is not None else self.evaluate(lengths, budget)
 
-    def keep(self, query_lens, context_lens, budget: int | None, second=None) -> None:
-        """Evaluates these steps at this budget, each distinct one once, and keeps the outcomes:
-        the many schedules of a grid or a dashboard's change share most of their steps, and one
-        numpy pass over all of them costs little more than one over a schedule's."""
+    def keep(self, query_lens, context_lens, budgets, second=None) -> None:
+        """Evaluates these steps at each of these budgets, each distinct step once per budget, and
+        keeps the outcomes: the many schedules of a grid or a dashboard's change share most of their
+        steps, and one numpy pass over all of them, at every budget at once, costs little more
+        than one over a schedule's at one budget."""
         lengths = as_lengths(query_lens, context_lens, second)
-        if not self.reads(budget):
-            return
-        table = (budget, len(lengths))
-        keys = step_keys(*lengths)
+        keys = np.unique(step_keys(*lengths))
+        asked = []  # (budget, the keys not kept at it)
+        for budget in dict.fromkeys(budgets):
+            table = (budget, len(lengths))
+            kept = self.kept.pop(table, None)
+            if kept is not None:
+                self.kept[table] = kept  # asked again: the newest
+            new = keys if kept is None else keys[~kept.holds(keys)]
+            if self.reads(budget) and new.size:
+                asked.append((budget, new))
+        together = [(b, k) for b, k in asked if b is not None]  # one pass for every budget given
+        alone = [(b, k) for b, k in asked if b is None]
+        for part in (together, alone):
+            if not part:
+                continue
+            every = np.concatenate([k for _, k in part])
+            budget = part[0][0] if len(part) == 1 else np.repeat([b for b, _ in part], [k.size for _, k in part])
+            found = self.evaluate(lengths_of(every), budget)
+            start = 0
+            for b, k in part:
+                self._keep((b, len(lengths)), k, StepPeaks(*(a[start:start + k.size] for a in found)))
+                start += k.size
+
+    def _keep(self, table: tuple, keys: np.ndarray, found: StepPeaks) -> None:
+        """Keeps these steps' outcomes in one table (keys not kept there yet), the newest last."""
         kept = self.kept.pop(table, None)  # re-inserted last: the oldest goes first
-        if kept is not None:
-            keys = keys[~kept.holds(keys)]
-        keys = np.unique(keys)
-        if keys.size:
-            found = self.evaluate(lengths_of(keys), budget)
-            if _count_kept(keys.size):  # every table was emptied: this one starts again
-                kept = None
-            kept = KeptOutcomes(keys, found) if kept is None else kept.merged(keys, found)
-        if kept is not None:
-            self.kept[table] = kept
+        if _count_kept(keys.size):  # every table was emptied: this one starts again
+            kept = None
+        self.kept[table] = KeptOutcomes(keys, found) if kept is None else kept.merged(keys, found)
         while len(self.kept) > self.KEPT_TABLES:
             _count_kept(-self.kept.pop(next(iter(self.kept))).keys.size)
 
-    def evaluate(self, lengths: tuple, budget: int | None) -> StepPeaks:
+    def evaluate(self, lengths: tuple, budget) -> StepPeaks:
         """``at_budget``, computed: the strategy's split of the steps, as the indexer sees them
-        (``PlanSettings.view``), into ``StepsMemory``."""
+        (``PlanSettings.view``), into ``StepsMemory``.  ``budget``: one for every step, or an array
+        of them, one a step."""
         settings = self.settings
         steps = settings.view(StepArrays.from_lengths(*lengths))
         b = Budgeting(settings, budget, settings.workspace or steps.num_kv_tokens, tracks=False)

@@ -18,6 +18,11 @@ from .chunk_bytes import ChunkBytes
 from .model import buffer_bytes
 
 
+def _at(x, at: np.ndarray):
+    """``x`` at positions ``at`` where it is an array (a number holds for every step)."""
+    return x[at] if type(x) is np.ndarray else x
+
+
 class StepPeaks(NamedTuple):
     """Per step (arrays, one entry a step): what ``memory_report`` says of its plan's peak."""
 
@@ -46,16 +51,23 @@ class StepsMemory:
         """``times`` alike chunks of this ``shape`` (rows, cols, compressed, alloc rows, K, gather,
         alloc bytes) where ``among`` holds: the first after what is held, each after it after the
         one before."""
+        at = np.flatnonzero(np.broadcast_to(among, self.count.shape))
+        if at.size:
+            self._chunks_at(at, tuple(_at(x, at) for x in shape), _at(times, at))
+
+    def _chunks_at(self, at: np.ndarray, shape: tuple, times=1):
+        """``_chunks`` for the steps at positions ``at``, the shape's lengths given for those."""
         rows, cols, compressed, alloc_rows, kv, gather, alloc_bytes = shape
         gather = gather | self.every_chunk_gathers
-        total = self.bytes.total(rows, cols, compressed, gather, kv, self.held, alloc_rows, alloc_bytes)
+        held = self.held[at]
+        total = self.bytes.total(rows, cols, compressed, gather, kv, held, alloc_rows, alloc_bytes)
         logits = self.bytes.logits(rows, cols, compressed, alloc_rows, alloc_bytes) if self.alive > 1 else 0
-        if self.alive > 1 and any_of(among & (times > 1)):
+        if self.alive > 1 and any_of(times > 1):
             total = maximum(total, self.bytes.total(rows, cols, compressed, gather, kv, logits, alloc_rows,
                                                     alloc_bytes))
-        self.largest = where(among, maximum(self.largest, total), self.largest)
-        self.count += where(among, times, 0)
-        self.held = where(among, logits, self.held)
+        self.largest[at] = maximum(self.largest[at], total)
+        self.count[at] += times
+        self.held[at] = logits
 
     def _over(self, among, over, kv) -> None:
         self.over |= among & (over | (kv > self.b.workspace))
@@ -79,24 +91,25 @@ class StepsMemory:
             self._chunks(among & (rest > 0), (rest, cols, compressed, None, kv, False, size(rest)))
 
     def add_alone(self, i: int, slicing: Slicing, times: int = 1, among=True) -> None:
-        """A request cut into runs of growing slices (``Slicing.growing``: a causal cut)."""
+        """A request cut into runs of growing slices (``Slicing.growing``: a causal cut), each run's
+        lengths given for the steps that have it."""
         if not slicing.growing or self.alive > 1:
             raise ValueError("arrays of steps record causal cuts, with one chunk's logits alive at once")
-        r, compressed = slicing.request, slicing.compressed
+        compressed, ratio = slicing.compressed, slicing.request.ratio
+        context = slicing.request.context_len
         for _ in range(times):
-            for (q0, q1, cols, gather, over, _, kv), alike in slicing.runs():
-                there = among & (alike > 0)
-                if not any_of(there):
-                    continue
-                self._over(there, over, kv)
-                self._chunks(there, (q1 - q0, cols, compressed, None, kv, gather, None))
+            for (q0, q1, cols, gather, over, _, kv), alike, at in slicing.runs():
+                self.over[at] |= over | (kv > _at(self.b.workspace, at))
+                self._chunks_at(at, (q1 - q0, cols, compressed, None, kv, gather, None))
                 # the run after it: alike - 1 slices of as many rows, each as wide as its last row's window
-                grown = there & (alike > 1)
-                if any_of(grown):
-                    total = self.bytes.run_largest(q1 - q0, r.context_len + q1, alike - 1, r.ratio, compressed,
-                                                   self.every_chunk_gathers, kv)
-                    self.largest = where(grown, maximum(self.largest, total), self.largest)
-                    self.count += where(grown, alike - 1, 0)
+                grown = np.flatnonzero(np.broadcast_to(alike > 1, at.shape))
+                if grown.size:
+                    g = at[grown]
+                    total = self.bytes.run_largest(_at(q1 - q0, grown), context[g] + _at(q1, grown),
+                                                   _at(alike, grown) - 1, ratio, compressed,
+                                                   self.every_chunk_gathers, _at(kv, grown))
+                    self.largest[g] = maximum(self.largest[g], total)
+                    self.count[g] += _at(alike, grown) - 1
 
     def outcomes(self, topk_rows, topk: int) -> StepPeaks:
         """Each step's peaks, with its top-k output ``topk_rows`` rows (None: the step's own rows)."""

@@ -58,9 +58,10 @@ class Slicing(NamedTuple):
     request: PrefillRequest
     compressed: bool
     cut: Callable[[], list[Slice]]
-    # the same slices as runs, (a slice, how many alike from it on, each as many rows): a long
-    # prompt cut into equal rows is three runs, however many slices (None: ``cut`` only)
-    runs: Callable[[], list[tuple[Slice, int]]] | None = None
+    # the same slices as runs, (a slice, how many alike from it on, each as many rows, where): a
+    # long prompt's cut is a few runs, however many slices (None: ``cut`` only); ``where``: None
+    # for one step, else the positions of the steps whose lengths the run's arrays hold
+    runs: Callable[[], list[tuple]] | None = None
     # the runs' slices after the first each take the next rows and are as wide as their last
     # row's window (``packing.grown_slices``: a causal cut), instead of all alike
     growing: bool = False

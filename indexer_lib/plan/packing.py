@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
-from ..elementwise import any_of, maximum, minimum, not_, where
+import numpy as np
+
+from ..elementwise import all_of, any_of, is_array, maximum, minimum, not_, where
 from ..workload import StepBatch
 from .budgeting import Budgeting
 from .builders import Piece, RowSlices, Slice, Slicing
@@ -160,35 +162,36 @@ def slice_causal(i: int, build, compressed: bool, times: int = 1, among=True) ->
         return causal_runs(r, b, compressed, among)
 
     def cut() -> list[Slice]:
-        return [s for first, alike in runs() for s in grown_slices(first, alike, r.window)]
+        return [s for first, alike, _ in runs() for s in grown_slices(first, alike, r.window)]
 
     build.add_alone(i, Slicing("causal", r, compressed, cut, runs, growing=True), times, among)
 
 
-def causal_runs(r, b: Budgeting, compressed: bool, among=True) -> list[tuple[Slice, object]]:
-    """A request's causal cut as runs: each a slice of the most rows whose logits, as wide as its
-    last row's window, fit (one row where none does), then how many slices from it on take as
-    many rows and still fit (``alike``), each the next rows and as wide as its own last row's
-    window (a long prompt's widths grow a few columns a slice: dozens fit in a run).  ``r``: one
-    request, or arrays of requests (one a step): then every step advances one run at a time, and
-    a run a step does not have counts ``alike`` 0."""
+def causal_runs(r, b: Budgeting, compressed: bool, among=True) -> list[tuple]:
+    """A request's causal cut as runs ``(slice, alike, at)``: each a slice of the most rows whose
+    logits, as wide as its last row's window, fit (one row where none does), then how many slices
+    from it on take as many rows and still fit (``alike``), each the next rows and as wide as its
+    own last row's window (a long prompt's widths grow a few columns a slice: dozens fit in a
+    run).  ``r``: one request (``at`` None), or arrays of requests (one a step): then every step
+    advances one run at a time, each run's lengths given for the steps that have it, at the
+    positions ``at``."""
+    count, budget, at = b.counted, b.budget, None  # at hand: a grid asks them millions of times
+    if is_array(r.query_len):  # the steps that still have a run, and their lengths
+        at = np.flatnonzero(np.broadcast_to(among, r.query_len.shape))
+        r, budget = r.at(at), budget[at] if is_array(budget) else budget
     end, window = r.query_len, r.window
-    if b.budget is None:
-        return [(Slice(0, end, window(end), True, False, compressed, r.seq_len), where(among, 1, 0))]
-    count, budget = b.counted, b.budget  # at hand: a grid asks them millions of times
+    if budget is None:
+        return [(Slice(0, end, window(end), True, False, compressed, r.seq_len), 1, at)]
     out = []
     q0, most = 0 * end, end
-    live = among & (q0 < end)
-    while any_of(live):
+    while any_of(q0 < end):
         # the largest m <= hi whose slice [q0, q0 + m) fits; a slice is wider than the one before,
         # so it takes at most as many rows (bytes never fall with rows or width): the previous
         # slice's rows first, the usual answer
         hi = minimum(most, end - q0)
         whole = count(hi, window(q0 + hi), compressed) <= budget
-        m, short = hi, live & not_(whole)
-        if any_of(short):
-            m = where(whole, hi, _most_rows_fitting(b, r, compressed, q0, hi, short))
-        if b.tracks and live:
+        m = hi if all_of(whole) else where(whole, hi, _most_rows_fitting(count, budget, r, compressed, q0, hi))
+        if b.tracks and among:
             # the interval, as asking slice by slice would leave it: m rows accepted (where one
             # row fits), m + 1 refused where fewer than the previous slice's rows fit
             if m:
@@ -200,30 +203,34 @@ def causal_runs(r, b: Budgeting, compressed: bool, among=True) -> list[tuple[Sli
         # the slices after it of as many rows that still fit: the k-th is (context + q1 + k m) //
         # ratio wide, so they fit up to the widest m rows may take; where not one row fits, every
         # row left is a slice of its own, over budget
-        fitting = ((b.widest(rows, compressed) + 1) * r.ratio - 1 - r.context_len - q1) // rows
+        fitting = ((count.widest(rows, budget, compressed) + 1) * r.ratio - 1 - r.context_len - q1) // rows
         good = maximum(minimum((end - q1) // rows, fitting), 0)
         alike = where(m > 0, 1 + good, end - q0)
-        if b.tracks and live and m and good:
+        if b.tracks and among and m and good:
             b.within(m, window(q1 + good * m), compressed)  # the widest of the run: accepted
-        out.append((Slice(q0, q1, window(q1), q0 == 0, m == 0, compressed, r.seq_len), where(live, alike, 0)))
-        q0, most = where(live, q1 + (alike - 1) * rows, q0), where(live, rows, most)
-        live = live & (q0 < end)
+        out.append((Slice(q0, q1, window(q1), q0 == 0, m == 0, compressed, r.seq_len), alike, at))
+        q0, most = q1 + (alike - 1) * rows, rows
+        if at is not None:  # the steps whose cut goes on
+            going = q0 < end
+            at, r, q0, most = at[going], r.at(going), q0[going], most[going]
+            budget = budget[going] if is_array(budget) else budget
+            end, window = r.query_len, r.window
     return out
 
 
-def _most_rows_fitting(b: Budgeting, r, compressed: bool, q0, hi, among):
+def _most_rows_fitting(count, budget, r, compressed: bool, q0, hi):
     """The most rows m < ``hi`` whose slice [q0, q0 + m), as wide as its last row's window, fits
     the budget (0: not one row).  The count grows with rows and width, so m lies between the rows
     that fit at the widest window and at the narrowest: bisected between them."""
     window = r.window
-    lo = b.tallest(window(q0 + hi), compressed, hi)
-    up = minimum(hi - 1, b.tallest(window(q0 + 1), compressed, hi))
-    open_ = among & (lo < up)
+    lo = count.tallest(window(q0 + hi), budget, compressed, hi)
+    up = minimum(hi - 1, count.tallest(window(q0 + 1), budget, compressed, hi))
+    open_ = lo < up
     while any_of(open_):
         mid = (lo + up + 1) // 2
-        fit = b.counted(mid, window(q0 + mid), compressed) <= b.budget
+        fit = count(mid, window(q0 + mid), compressed) <= budget
         lo, up = where(open_ & fit, mid, lo), where(open_ & not_(fit), mid - 1, up)
-        open_ = open_ & (lo < up)
+        open_ = lo < up
     return lo
 
 

@@ -363,7 +363,7 @@ class VllmQsa(ReleasePath):
             # for every budget from rows x row up; the workspace is the budget itself above the table
             b.narrow(per * row if per > 1 else 0, (per + 1) * row if per < rows else None)
             b.narrow(budget, budget + 1) if budget >= table else b.narrow(0, table)
-        workspace = max(budget, table) // FP32_BYTES * FP32_BYTES  # q.new_empty(budget_bytes // 4, float32)
+        workspace = maximum(budget, table) // FP32_BYTES * FP32_BYTES  # q.new_empty(budget_bytes // 4, float32)
         build.add_rows(RowSlices(0, len(batch.requests), rows, per, width, kv=0, alloc_bytes=lambda n: workspace),
                        among=among & (rows > 0))
 

@@ -166,20 +166,21 @@ def evaluate_steps_together(jobs) -> None:
     settings, top-k rows): their steps of one request, and of two, are evaluated together, once
     per settings and budget (``fast.step_table.StepTable.keep``), so that each ``worst_steps`` looks
     them up."""
-    wanted: dict = {}  # (evaluator, budget, lengths per step) -> [lengths of a schedule's steps]
+    wanted: dict = {}  # (table, lengths per step) -> (budgets, [lengths of a schedule's steps])
     for schedule, strategy, budgets, settings, topk_rows in jobs:
         found = [few[1:] for few in (schedule.alone(), schedule.of_two()) if few[0].size]
         if not found:
             continue
         for kind_settings in _kinds(settings):
-            evaluator = step_table(get_strategy(strategy), kind_settings, topk_rows)
-            if evaluator is not None:
-                for budget in budgets:
-                    for lengths in found:
-                        wanted.setdefault((evaluator, budget, len(lengths)), []).append(lengths)
-    for (evaluator, budget, _), steps in wanted.items():
+            table = step_table(get_strategy(strategy), kind_settings, topk_rows)
+            if table is not None:
+                for lengths in found:
+                    asked, steps = wanted.setdefault((table, len(lengths)), ({}, []))
+                    asked.update(dict.fromkeys(budgets))
+                    steps.append(lengths)
+    for (table, _), (budgets, steps) in wanted.items():
         q, c, *second = (np.concatenate(column) for column in zip(*steps))
-        evaluator.keep(q, c, budget, second or None)
+        table.keep(q, c, list(budgets), second or None)
 
 
 def _table_columns(schedule: Schedule, strategy: Strategy, budgets: list[int | None], settings: PlanSettings,

@@ -30,6 +30,10 @@ class RequestArrays:
         """K entries the row ``rows - 1`` scores (``PrefillRequest.window``)."""
         return (self.context_len + rows) // self.ratio
 
+    def at(self, where) -> "RequestArrays":
+        """These requests at some steps only (``where``: their positions, or a mask)."""
+        return RequestArrays(self.context_len[where], self.query_len[where], self.ratio)
+
 
 class StepArrays:
     """Steps of the same number of requests (``requests``: one ``RequestArrays`` per position), in
