@@ -66,14 +66,14 @@ def test_refusals_name_the_value_and_the_way_out():
 
 
 def test_grid_derives_per_release_and_names_where_the_cache_comes_from():
-    grid = Grid(model="glm-5", concurrency=(48,), isl=(10240,), osl=(64,), engine=("vllm==0.16.0", "vllm==0.33.0"),
+    grid = Grid.of(model="glm-5", concurrency=(48,), isl=(10240,), osl=(64,), engine=("vllm==0.16.0", "vllm==0.33.0"),
                 strategy=("engine",), tp=8, kv_cache_tokens="auto", async_scheduling=False)
     assert grid.kv_cache_tokens_on("vllm==0.16.0") != grid.kv_cache_tokens_on("vllm==0.33.0")  # 0.9 vs 0.92
     (config,) = grid.schedulers("vllm==0.33.0")
     assert config.num_kv_blocks * config.block_size == grid.kv_cache("vllm==0.33.0").tokens
     assert "tokens per GPU (derived: gpu_memory_utilization 0.92" in grid.not_default("vllm==0.33.0")
     with pytest.raises(BadValue, match="only with kv_cache_tokens auto"):
-        Grid(model="glm-5", concurrency=(1,), isl=(1024,), kv_cache_dtype="fp8")
+        Grid.of(model="glm-5", concurrency=(1,), isl=(1024,), kv_cache_dtype="fp8")
 
 
 def test_frontier_with_a_derived_cache_runs_and_names_it(tmp_path, capsys):

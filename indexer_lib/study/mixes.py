@@ -25,7 +25,7 @@ def long_among_short(model: str, engine: str, free_gib: float, concurrency: int 
     same_isl = round(sum(lens) / len(lens))
     rows = []
     for isl, m in ((short_isl, mix), (same_isl, "")):
-        grid = Grid(model=model, concurrency=(concurrency,), isl=(isl,), osl=(osl,), mix=(m,), length_seed=seed,
+        grid = Grid.of(model=model, concurrency=(concurrency,), isl=(isl,), osl=(osl,), mix=(m,), length_seed=seed,
                     budget_mb=(budget_mb,), strategy=tuple(strategies), free_gib=(free_gib,), engine=(engine,))
         rows += model_rows(grid)
     frame = to_frame(rows)
