@@ -117,9 +117,10 @@ def test_auto_runs_a_mix_as_one_schedule(capsys):
 
 
 def test_the_compressed_layouts_worst_case_costs_more_than_one_length():
-    from indexer_lib.study.mixes import long_among_short
+    from indexer_lib.study.mixes import CASE, long_among_short
 
-    table = long_among_short("glm-5", "vllm==0.33.0", 2.63).set_index(["mix", "strategy"])
+    case = Grid.of(model="glm-5", engine="vllm==0.33.0", free_gib=2.63, **CASE)
+    table = long_among_short(case).set_index(["mix", "strategy"])
     mixed, plain = "0.01x131072", ""
     assert table.loc[(mixed, "engine"), "prompt_tokens"] == table.loc[(plain, "engine"), "prompt_tokens"]
     # without a budget, a long prompt's chunk makes every short row as wide as itself
