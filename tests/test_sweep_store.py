@@ -228,7 +228,7 @@ def test_a_sweep_journalled_before_a_setting_existed_resumes_where_it_is_at_its_
     journal = out.with_name(out.name + ".journal")
     lines = journal.read_bytes().splitlines(keepends=True)
     header = _parse(lines[0])
-    for name in ("kv_cache_dtype", "mem_fraction_static"):
+    for name in ("kv_cache_dtype", "mem_fraction_static", "indexer_tp_shard_min_rows"):
         del header["spec"][name]
     header.pop("defaults")
     header["grid_hash"] = sweep.spec_hash(header["spec"])

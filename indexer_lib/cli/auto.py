@@ -104,7 +104,6 @@ def register(subparsers) -> None:
 def cmd_auto(args) -> int:
     from ..plan import GIVEN_BUDGET, PlanSettings, get_strategy
     from ..engines.kv_capacity import deployment_kv_cache
-    from ..engines.scheduler import tp_row_shard_refusal
     from ..study.auto import recommend
     from ..study.timemodel import MEASURED_DIR, TimeModel
 
@@ -134,10 +133,15 @@ def cmd_auto(args) -> int:
     (scheduler,) = part_from_args(SchedulerSettings, args).configs(
         settings.engine, settings.preset.kv_block, settings.gpu, args.speculative_tokens,
         kv_cache.tokens if kv_cache else args.kv_cache_tokens)
-    why = tp_row_shard_refusal(settings.profile, scheduler, args.tp)
+    # the deployment's settings as the frontier takes them; SGLang's fraction is auto's own option
+    # (default 0.9), which sizes its budget and cache above
+    deployment = part_from_args(Deployment, args).where(mem_fraction_static=None)
+    deployment.check_engines((settings.engine,))
+    why = deployment.tp_refusal(settings.engine, scheduler)
     if why:
         raise UsageError(f"--tp {args.tp}: {why}")
     differs = "; ".join(filter(None, [not_default_text(settings.profile, scheduler, settings.gpu, kv_cache),
+                                      *deployment.not_default(settings.engine),
                                       f"tp={args.tp}" if args.tp != 1 else ""]))
     rec = recommend(workloads, args.free_gib, settings, scheduler, strategies, tuple(args.budgets_mb),
                     TimeModel.from_data(args.data_dir or MEASURED_DIR), args.mem_fraction_static)

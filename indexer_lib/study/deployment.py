@@ -1,13 +1,15 @@
 """``Deployment``: how a grid's server is deployed, beyond its scheduler: draft tokens, the KV
-cache and the memory fractions that size it, tensor parallelism."""
+cache and the memory fractions that size it, tensor parallelism and where TP splits rows."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from ..checks import BadValue, check_int
-from ..engines import DEFAULT_ENGINE, get_engine
+from ..engines import DEFAULT_ENGINE, engine_names, get_engine
 from ..engines.budget import SGLANG_MEM_FRACTION_STATIC
 from ..engines.kv_capacity import KV_CACHE_DTYPES, KvCapacity, deployment_kv_cache
+from ..engines.scheduler import tp_row_shard_refusal
+from ..workload import SchedulerConfig
 from ..workload.simulator import MAX_SPECULATIVE_TOKENS
 from .setting import Settings, setting
 
@@ -52,6 +54,15 @@ class Deployment(Settings):
         1, "tensor-parallel size, named next to the numbers; it changes no step: every rank runs the whole "
            "indexer (all its heads), and TP only sizes the KV cache per GPU, which --kv-cache-tokens gives "
            "(default: 1)", read="int")
+    # vLLM 0.33.0's attention config indexer_tp_shard_min_rows: at TP > 1 a step of at least this
+    # many prefill rows is split over the ranks, which is not modelled (``engines.tp_row_shard_refusal``);
+    # None: the release's own (``tp_prefill_row_shard_min_rows`` in data/engines/)
+    indexer_tp_shard_min_rows: int | None = setting(
+        None, lambda: "vLLM: the server's attention config indexer_tp_shard_min_rows (--attention-config), the "
+                      "prefill rows from which a step is split over the TP ranks, not modelled: a TP grid whose "
+                      "batched tokens reach it is refused (default: the release's: "
+                      f"{', '.join(f'{_shard_rows(e)} for {e}' for e in engine_names() if _shard_rows(e))}; "
+                      "the others never split)", read="int")
 
     def check(self) -> None:
         check_int("speculative_tokens", self.speculative_tokens, 0, MAX_SPECULATIVE_TOKENS)
@@ -61,6 +72,8 @@ class Deployment(Settings):
             raise BadValue("kv_cache_dtype", f"kv_cache_dtype {self.kv_cache_dtype!r}: must be one of "
                                              f"{', '.join(KV_CACHE_DTYPES)}")
         check_int("tp", self.tp, 1, 1024)
+        if self.indexer_tp_shard_min_rows is not None:
+            check_int("indexer_tp_shard_min_rows", self.indexer_tp_shard_min_rows, 1)
         m = self.mem_fraction_static
         if m is not None and (isinstance(m, bool) or not isinstance(m, (int, float)) or not 0 <= m <= 1):
             raise BadValue("mem_fraction_static", f"mem_fraction_static {m!r}: must be a fraction in [0, 1] "
@@ -71,6 +84,14 @@ class Deployment(Settings):
         if self.mem_fraction_static is not None and not any(get_engine(e).engine == "sglang" for e in engines):
             raise BadValue("mem_fraction_static", "mem_fraction_static is SGLang's --mem-fraction-static: the grid "
                                                   f"has no SGLang release ({', '.join(engines)})")
+        if self.indexer_tp_shard_min_rows is not None and not any(_shard_rows(e) for e in engines):
+            raise BadValue("indexer_tp_shard_min_rows", "indexer_tp_shard_min_rows is vLLM 0.33.0's attention "
+                                                        "config: no release of the grid splits prefill rows over TP "
+                                                        f"({', '.join(engines)})")
+
+    def tp_refusal(self, engine: str, config: SchedulerConfig) -> str | None:
+        """Why the deployment is not planned on this release's scheduler (one line), or None."""
+        return tp_row_shard_refusal(engine, config, self.tp, self.indexer_tp_shard_min_rows)
 
     def kv_cache(self, model: str, engine: str, gpu: str) -> KvCapacity | None:
         """The KV cache ``kv_cache_tokens`` "auto" derives on one release (None: a number of tokens given)."""
@@ -91,7 +112,16 @@ class Deployment(Settings):
     def not_default(self, engine: str) -> list[str]:
         """The deployment's settings on a release that are not its default, beyond the scheduler's
         (which ``engines.not_default`` names)."""
+        differ = []
         m = self.mem_fraction_static_on(engine)
-        if m is None or m == SGLANG_MEM_FRACTION_STATIC:
-            return []
-        return [f"mem_fraction_static={m:g} (default {SGLANG_MEM_FRACTION_STATIC:g})"]
+        if m is not None and m != SGLANG_MEM_FRACTION_STATIC:
+            differ.append(f"mem_fraction_static={m:g} (default {SGLANG_MEM_FRACTION_STATIC:g})")
+        rows, default = self.indexer_tp_shard_min_rows, _shard_rows(engine)
+        if rows is not None and default is not None and rows != default:
+            differ.append(f"indexer_tp_shard_min_rows={rows} (default {default})")
+        return differ
+
+
+def _shard_rows(engine: str) -> int | None:
+    """The prefill rows from which a release splits a step over its TP ranks (None: it never does)."""
+    return get_engine(engine).tp_prefill_row_shard_min_rows

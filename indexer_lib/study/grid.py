@@ -23,7 +23,6 @@ from typing import ClassVar, Iterator
 from ..checks import BadValue
 from ..engines import get_engine, not_default
 from ..engines.kv_capacity import KvCapacity
-from ..engines.scheduler import tp_row_shard_refusal
 from ..plan import GIVEN_BUDGET, MEASURED_BUDGET, PlanSettings, get_strategy
 from ..shapes import get_model
 from ..workload import ClosedLoopWorkload, SchedulerConfig
@@ -103,7 +102,7 @@ def release_schedulers(plan: GridPlan, scheduler: SchedulerSettings,
                                 caches[e].tokens if caches[e] else deployment.kv_cache_tokens) for e in plan.engine}
     for e, configs in out.items():
         for config in configs:
-            why = tp_row_shard_refusal(e, config, deployment.tp)
+            why = deployment.tp_refusal(e, config)
             if why:
                 raise BadValue("tp", why)
     return out
