@@ -112,3 +112,20 @@ def test_the_frontier_command_has_an_option_for_every_setting_and_builds_the_gri
                            padded=False, temporaries=None, gpu="h100")
     default = grid_from_args(parser.parse_args(["frontier"]))
     assert default == Grid.of()  # each option's default is its setting's
+
+
+def test_a_dashboard_move_makes_again_only_the_part_its_control_is_in():
+    from indexer_lib.notebook.widgets import FrontierDashboard
+
+    dash = FrontierDashboard(Grid.of(concurrency=(1, 16), isl=(2048, 10240), strategy=("vllm",)), budget_mb=512)
+    first = dash.grid
+    dash.controls["budget_mb"].value = 1024
+    moved = dash.grid
+    assert (moved.plan, moved.scheduler, moved.deployment) == (first.plan, first.scheduler, first.deployment)
+    assert moved.plan is first.plan and moved.scheduler is first.scheduler and moved.deployment is first.deployment
+    assert moved.budget_mb == (1024.0,) and set(dash.frame["budget_mb"]) == {1024.0}
+    dash.controls["max_num_batched_tokens"].value = 4096
+    assert dash.grid.plan is first.plan and dash.grid.scheduler is not first.scheduler
+    assert set(dash.frame["max_num_batched_tokens"]) == {4096}
+    dash.controls["engine"].value = "vllm==0.19.0"
+    assert dash.grid.plan is not first.plan and set(dash.frame["engine"]) == {"vllm==0.19.0"}

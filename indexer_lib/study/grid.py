@@ -157,6 +157,7 @@ class Grid:
 
     PARTS: ClassVar[dict[str, type]] = {"plan": GridPlan, "scheduler": SchedulerSettings,
                                         "deployment": Deployment, "axes": Axes}
+    HOLDER: ClassVar[dict[str, str]] = {name: part for part, kind in PARTS.items() for name in kind.names()}
 
     def __post_init__(self):
         if self.axes.isl is None:
@@ -184,15 +185,14 @@ class Grid:
         """Settings by name, grouped by the part that holds each."""
         out = {name: {} for name in cls.PARTS}
         for name, value in settings.items():
-            part = next((p for p, kind in cls.PARTS.items() if name in kind.names()), None)
-            if part is None:
+            if name not in cls.HOLDER:
                 raise TypeError(f"Grid has no setting {name!r}")
-            out[part][name] = value
+            out[cls.HOLDER[name]][name] = value
         return out
 
     @classmethod
     def setting_names(cls) -> tuple[str, ...]:
-        return tuple(name for part in cls.PARTS.values() for name in part.names())
+        return tuple(cls.HOLDER)
 
     @classmethod
     def defaults(cls) -> dict:
@@ -205,13 +205,10 @@ class Grid:
 
     def __getattr__(self, name: str):
         # a setting read by its name (grid.model, grid.isl): from the part that holds it
-        if name.startswith("_") or name in self.PARTS:
-            raise AttributeError(name)
-        for part in self.PARTS:
-            values = object.__getattribute__(self, part)
-            if name in type(values).__dataclass_fields__:
-                return getattr(values, name)
-        raise AttributeError(f"Grid has no setting or attribute {name!r}")
+        part = self.HOLDER.get(name)
+        if part is None:
+            raise AttributeError(f"Grid has no setting or attribute {name!r}")
+        return getattr(object.__getattribute__(self, part), name)
 
     def mem_fraction_static_on(self, engine: str) -> float | None:
         """SGLang's --mem-fraction-static on one of the grid's releases (None: its default, or not SGLang)."""

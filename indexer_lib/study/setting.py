@@ -6,6 +6,7 @@ its own values once, when it is made; ``where`` gives it with some settings chan
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import field, fields, replace
 
 from ..checks import BadValue
@@ -19,6 +20,12 @@ def setting(default, help="", *, read: str | None = None, flag: str | None = Non
     it is not --NAME."""
     return field(default=default, metadata={"help": help, "read": read, "flag": flag, "metavar": metavar,
                                             "choices": choices})
+
+
+@functools.cache
+def declared(part: type) -> dict:
+    """A part's fields by name, looked up once per class (a dashboard move reads them)."""
+    return {f.name: f for f in fields(part)}
 
 
 def is_tuple(f) -> bool:
@@ -39,7 +46,7 @@ class Settings:
     spells them, then checked by ``check``, once."""
 
     def __post_init__(self):
-        for f in fields(self):
+        for f in declared(type(self)).values():
             value = as_value(f, getattr(self, f.name))
             if is_tuple(f) and value is not None and not value:
                 raise BadValue(f.name, f"{f.name} is empty: the grid needs at least one value")
@@ -53,7 +60,7 @@ class Settings:
     def where(self, **changes):
         """This part with ``changes``, made and checked again; itself where every change holds
         the value it has (so what was derived from it is kept)."""
-        known = {f.name: f for f in fields(self)}
+        known = declared(type(self))
         unknown = [name for name in changes if name not in known]
         if unknown:
             raise TypeError(f"{type(self).__name__} has no setting {unknown[0]!r}")
@@ -63,12 +70,12 @@ class Settings:
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in fields(cls))
+        return tuple(declared(cls))
 
     def values(self) -> dict:
         """Each setting's value by name."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return {name: getattr(self, name) for name in declared(type(self))}
 
     @classmethod
     def defaults(cls) -> dict:
-        return {f.name: f.default for f in fields(cls)}
+        return {name: f.default for name, f in declared(cls).items()}
