@@ -15,7 +15,7 @@ from indexer_lib.study import grid as grid_module
 from indexer_lib.study.grid import Grid
 from indexer_lib.study.sweep import spec_defaults, spec_of, RunSettings
 
-# every setting a grid had before it was composed, by the name tables, journals and notebooks use
+# the settings by the names the tables, the journals and the notebooks' parameters use
 FLAT_NAMES = {"model", "concurrency", "isl", "osl", "budget_mb", "strategy", "free_gib", "shared_prefix",
               "random_range_ratio", "mix", "length_seed", "max_num_batched_tokens", "max_num_seqs",
               "long_prefill_token_threshold", "async_scheduling", "speculative_tokens", "kv_cache_tokens",
@@ -37,7 +37,7 @@ def test_the_grid_is_four_parts_and_every_setting_is_in_one_of_them():
         grid.budget
 
 
-def test_the_journal_spec_names_the_settings_flat_as_before():
+def test_the_journal_spec_names_each_setting_flat():
     grid = Grid.of(concurrency=(1,), isl=(2048,), strategy=("vllm",))
     spec = spec_of(grid, RunSettings())
     # every setting by name, the default GPU left out (older journals)
