@@ -42,7 +42,7 @@ def main() -> None:
         chunks = make_plan(step, strategy, budget).num_chunks
         print(f"  {strategy:>12}: {t * 1e6:8.1f} us  ({chunks} chunks)")
 
-    grid = Grid()
+    grid = Grid.of()
     print(f"\ndefault frontier grid: {len(grid.concurrency)} concurrencies x {len(grid.isl)} ISLs "
           f"x {len(grid.budget_mb)} budgets x {len(grid.strategy)} strategies, full schedules "
           f"(OSL {', '.join(map(str, grid.osl))}), temporaries of the {grid.temporaries} path (goal < 10 s):")

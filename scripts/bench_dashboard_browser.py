@@ -104,7 +104,7 @@ dash.update()
 SETUP = '''
 from indexer_lib.notebook.widgets import FrontierDashboard
 from indexer_lib.study.grid import Grid
-dash = FrontierDashboard(Grid(strategy=("vllm",)), budget_mb=512)  # the default axis
+dash = FrontierDashboard(Grid.of(strategy=("vllm",)), budget_mb=512)  # the default axis
 '''
 
 # what a person changes, in order: (control, kind, moves): a slider's handle one notch right or

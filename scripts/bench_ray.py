@@ -29,13 +29,13 @@ from indexer_lib.study.grid import Grid  # noqa: E402
 
 # 16 x 10 x 2 workloads x 4 strategies x 6 budgets x 13 free GiB = 99,840 points, 1,280 model tasks;
 # n-only reads no budget, so its rows are one per workload and free GiB: 79,040 rows
-GRID = Grid(concurrency=(1, 2, 4, 8, 12, 16, 20, 24, 28, 32, 40, 48, 56, 64, 96, 128),
+GRID = Grid.of(concurrency=(1, 2, 4, 8, 12, 16, 20, 24, 28, 32, 40, 48, 56, 64, 96, 128),
             isl=(1024, 2048, 3072, 4096, 6144, 8192, 10240, 12288, 16384, 32768), osl=(64, 256),
             budget_mb=(64, 128, 256, 512, 1024, 2048),
             free_gib=(0.5, 1, 1.5, 2, 2.63, 3, 4, 6, 8, 12, 16, 24, 32))
-SMALL = Grid(concurrency=(4, 16, 64), isl=(2048, 8192), free_gib=(1, 2.63, 8))
+SMALL = Grid.of(concurrency=(4, 16, 64), isl=(2048, 8192), free_gib=(1, 2.63, 8))
 # 16 measured points on the emulated device (8 GiB): vLLM's own chunker and n-only, 0.18.1
-MEASURE_GRID = Grid(concurrency=(1, 8, 32, 64), isl=(4096, 10240), budget_mb=(512,),
+MEASURE_GRID = Grid.of(concurrency=(1, 8, 32, 64), isl=(4096, 10240), budget_mb=(512,),
                     strategy=("n-only", "vllm"), free_gib=(2.63,), engine=("vllm==0.18.1",))
 MEASURE = sweep.RunSettings(mode="measure", repeats=1)
 

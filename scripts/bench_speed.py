@@ -75,7 +75,13 @@ def frontier_rows():
         from indexer_lib.study.frontier import FrontierGrid, frontier_rows
 
         return lambda **axes: list(frontier_rows(FrontierGrid(**axes)))
-    return lambda **axes: list(model_rows(Grid(**axes)))
+    return lambda **axes: list(model_rows(grid_of(Grid, axes)))
+
+
+def grid_of(grid_class, settings: dict):
+    """A grid from its settings by name, on either checkout: ``Grid.of`` where the grid is made
+    of parts, the flat ``Grid(...)`` before."""
+    return getattr(grid_class, "of", grid_class)(**settings)
 
 
 def dashboard(isl):
@@ -86,7 +92,7 @@ def dashboard(isl):
         from indexer_lib.study.grid import Grid
     except ImportError:
         return FrontierDashboard() if isl is None else FrontierDashboard(isl=isl)
-    return FrontierDashboard(Grid(isl=isl, strategy=("vllm",)), budget_mb=512)
+    return FrontierDashboard(grid_of(Grid, dict(isl=isl, strategy=("vllm",))), budget_mb=512)
 
 
 def model_dashboards() -> dict:
@@ -103,7 +109,7 @@ def model_dashboards() -> dict:
     out = {}
     for model in sorted(known_models()):
         for strategy in ("vllm", "engine"):
-            dash = FrontierDashboard(Grid(model=model, strategy=(strategy,)), budget_mb=512)
+            dash = FrontierDashboard(grid_of(Grid, dict(model=model, strategy=(strategy,))), budget_mb=512)
             on = "" if strategy == "vllm" else "engine "
             for name, values in moves.items():
                 out[f"dashboard {model} {on}{name}"] = moved(dash.controls[name], values, 20)

@@ -47,7 +47,7 @@ def main() -> int:
                   f"{elapsed:.1f} s end to end ({status} the 180 s goal)")
 
         # the sweep's default grid: Grid's own default ISLs go up to max_model_len (202,752)
-        grid = Grid(isl=(2048, 4096, 8192, 10240, 16384, 32768))
+        grid = Grid.of(isl=(2048, 4096, 8192, 10240, 16384, 32768))
         out = Path(tmp) / "bench.parquet"
         start = time.perf_counter()
         frame = sweep.run(grid, out, progress=False)

@@ -61,7 +61,7 @@ def random_grids(count: int = 200, seed: int = 0) -> list[dict]:
 
 
 def results(grid: dict) -> list[dict]:
-    g = Grid(**grid)
+    g = Grid.of(**grid)
     # the sweep's rows hold budget_mb as a float (None: no budget read); the reference names it
     # as the grid does
     named = {float(mb): mb for mb in g.budget_mb}

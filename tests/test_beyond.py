@@ -28,16 +28,16 @@ def test_frontier_and_sweep_modes_take_the_new_strategies(tmp_path):
     # the latest vLLM's DeepGEMM (2.8) has only the compressed layout: these need the full one
     with pytest.raises(ValueError, match="'kv-split' needs DeepGEMM's full logits layout; DeepGEMM 2.8 "
                                          r"\(vllm==0.33.0\)"):
-        Grid(strategy=BEYOND)
+        Grid.of(strategy=BEYOND)
     with pytest.raises(ValueError, match="'fixed-shape' needs DeepGEMM's full logits layout"):
-        Grid(strategy=("fixed-shape",))
-    grid = Grid(concurrency=(1, 16), isl=(2048, 10240), budget_mb=(64, 512),
+        Grid.of(strategy=("fixed-shape",))
+    grid = Grid.of(concurrency=(1, 16), isl=(2048, 10240), budget_mb=(64, 512),
                 strategy=BEYOND + ("vllm",), engine="vllm==0.32.0")
     rows = list(sweep.model_rows(grid))
     assert {r["strategy"] for r in rows} == set(BEYOND) | {"vllm"} and len(rows) == 24
     assert {(r["engine"], r["deepgemm_version"]) for r in rows} == {("vllm==0.32.0", "2.6")}
     # ... or on the latest vLLM's workspace with another DeepGEMM build, named as such
-    sgrid = Grid(concurrency=(4,), isl=(4096,), budget_mb=(64,), strategy=BEYOND, deepgemm_version="2.6")
+    sgrid = Grid.of(concurrency=(4,), isl=(4096,), budget_mb=(64,), strategy=BEYOND, deepgemm_version="2.6")
     model = sweep.run(sgrid, tmp_path / "m.parquet", progress=False)
     traced = sweep.run(sgrid, tmp_path / "t.parquet", sweep.RunSettings(mode="trace"), progress=False)
     assert set(model["strategy"]) == set(traced["strategy"]) == set(BEYOND)

@@ -17,7 +17,7 @@ from indexer_lib.study.executors import Local, Ray, executor_of
 from indexer_lib.study.grid import Grid
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-GRID = Grid(concurrency=(4, 32), isl=(2048, 10240, 32768), budget_mb=(64, 512),
+GRID = Grid.of(concurrency=(4, 32), isl=(2048, 10240, 32768), budget_mb=(64, 512),
             strategy=("vllm", "causal", "engine"), free_gib=(1.0, 2.63))
 VOLATILE = ["date"]  # provenance that differs between any two runs
 
@@ -122,7 +122,7 @@ def test_a_sweep_on_ray_resumes_without_losing_or_repeating_a_row(ray_local, tmp
 
 
 def test_the_frontier_on_ray_is_the_local_frontier(ray_local):
-    grid = Grid(concurrency=(4, 64), isl=(2048, 65536), strategy=("vllm", "n-only"))
+    grid = Grid.of(concurrency=(4, 64), isl=(2048, 65536), strategy=("vllm", "n-only"))
     assert list(sweep.model_rows(grid, Ray())) == list(sweep.model_rows(grid, Local()))
 
 
@@ -196,7 +196,7 @@ def test_a_sigkilled_ray_driver_resumes_without_loss(ray_local, tmp_path):
 # c64 x 10K n-only runs out of 8 GiB (10 GiB of logits under a 256-token long_prefill_token_threshold,
 # which vLLM does not default to), the other three fit. Ray gives each
 # GPU task a fresh worker (its default for GPUs: no CUDA state carried over), a few seconds each
-MEASURE_GRID = Grid(concurrency=(1, 64), isl=(10240,), budget_mb=(512,),
+MEASURE_GRID = Grid.of(concurrency=(1, 64), isl=(10240,), budget_mb=(512,),
                     strategy=("n-only", "vllm"), free_gib=(2.63,), engine=("vllm==0.18.1",),
                     long_prefill_token_threshold=256)
 MEASURE = sweep.RunSettings(mode="measure", repeats=1)

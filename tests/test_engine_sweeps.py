@@ -22,22 +22,22 @@ RESULTS = ["peak_bytes", "peak_transient_bytes", "worst_chunks", "total_chunks",
 
 
 def test_the_grid_names_each_release_in_full_and_the_latest_vllm_by_default():
-    assert Grid().engine == ("vllm==0.33.0",) == (get_engine("vllm").name,)
-    assert Grid(**GRID).engine == ("vllm==0.15.1", "vllm==0.33.0", "sglang==0.5.23")
+    assert Grid.of().engine == ("vllm==0.33.0",) == (get_engine("vllm").name,)
+    assert Grid.of(**GRID).engine == ("vllm==0.15.1", "vllm==0.33.0", "sglang==0.5.23")
     with pytest.raises(ValueError, match=r"unknown engine release 'vllm==0.99.0': must be ENGINE==RELEASE, one of "
                                          r"vllm==0.11.0 .*0.33.0, sglang==0.5.3 .*0.5.23"):
-        Grid(engine=("vllm==0.99.0",))
+        Grid.of(engine=("vllm==0.99.0",))
 
 
 def test_every_release_of_a_sweep_equals_its_own_frontier(tmp_path):
-    grid = Grid(**GRID)
+    grid = Grid.of(**GRID)
     frame = sweep.run(grid, tmp_path / "s.parquet", progress=False)
     # per workload and free GiB: 0.15.1's chunker and n-only read no budget (1 row each), vllm 2;
     # 0.33.0's chunker reads budget_mb (2), n-only 1, vllm 2; SGLang's measures its own (1), 1, 2
     assert len(frame) == grid.num_rows == 2 * 2 * ((1 + 1 + 2) + (2 + 1 + 2) + (1 + 1 + 2))
     for engine in grid.engine:
         ours = frame[frame["engine"] == engine]
-        ref = pd.DataFrame(list(sweep.model_rows(Grid(
+        ref = pd.DataFrame(list(sweep.model_rows(Grid.of(
             concurrency=GRID["concurrency"], isl=GRID["isl"], budget_mb=GRID["budget_mb"],
             strategy=GRID["strategy"], free_gib=GRID["free_gib"], engine=engine))))
         key = ["concurrency", "isl", "strategy", "budget_mb", "free_gib"]
@@ -52,7 +52,7 @@ def test_every_release_of_a_sweep_equals_its_own_frontier(tmp_path):
 
 
 def test_sglangs_own_chunker_plans_with_the_budget_it_measures_at_each_free_memory(tmp_path):
-    grid = Grid(**GRID)
+    grid = Grid.of(**GRID)
     frame = sweep.to_frame(list(sweep.model_rows(grid)))
     sglang = frame[(frame["engine"] == "sglang==0.5.23") & (frame["strategy"] == "engine")]
     for free, rows in sglang.groupby("free_gib"):
@@ -68,7 +68,7 @@ def test_sglangs_own_chunker_plans_with_the_budget_it_measures_at_each_free_memo
 
 
 def test_a_sweep_over_engines_resumes_where_it_stopped(tmp_path):
-    grid = Grid(**GRID)
+    grid = Grid.of(**GRID)
     full = sweep.run(grid, tmp_path / "full.parquet", progress=False)
     out = tmp_path / "s.parquet"
 
@@ -91,7 +91,7 @@ def test_a_sweep_over_engines_resumes_where_it_stopped(tmp_path):
 
 
 def test_trace_mode_traces_each_budget_an_engine_plans_with(tmp_path):
-    grid = Grid(concurrency=(16,), isl=(10240,), budget_mb=(512,), strategy=("engine",),
+    grid = Grid.of(concurrency=(16,), isl=(10240,), budget_mb=(512,), strategy=("engine",),
                 free_gib=(2.63, 20.0), engine=("sglang==0.5.23", "vllm"))
     traced = sweep.run(grid, tmp_path / "t.parquet", sweep.RunSettings(mode="trace"), progress=False)
     model = sweep.to_frame(list(sweep.model_rows(grid)))
@@ -105,7 +105,7 @@ def test_trace_mode_traces_each_budget_an_engine_plans_with(tmp_path):
 
 
 def test_another_deepgemm_is_a_what_if_for_our_strategies_never_for_the_engines_own():
-    grid = Grid(concurrency=(16,), isl=(10240,), budget_mb=(512,), strategy=("engine", "vllm"),
+    grid = Grid.of(concurrency=(16,), isl=(10240,), budget_mb=(512,), strategy=("engine", "vllm"),
                 deepgemm_version="2.6")
     frame = sweep.to_frame(list(sweep.model_rows(grid)))
     by = frame.set_index("strategy")["deepgemm_version"]

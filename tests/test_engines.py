@@ -490,7 +490,7 @@ def test_the_frontier_plans_on_an_engine_release():
     from indexer_lib.study.sweep import model_rows, to_frame
 
     for engine in ("vllm==0.15.1", "vllm==0.33.0", "sglang==0.5.23"):
-        grid = Grid(concurrency=(16, 64), isl=(10240,), osl=64, budget_mb=(512,), strategy=("engine",),
+        grid = Grid.of(concurrency=(16, 64), isl=(10240,), osl=64, budget_mb=(512,), strategy=("engine",),
                     free_gib=(2.63,), engine=engine)  # the release's scheduler, as the deployment
         # to_frame adds peak_transient_gib, as the frontier's rows had it
         rows = to_frame(list(model_rows(grid))).set_index("concurrency")
@@ -500,6 +500,6 @@ def test_the_frontier_plans_on_an_engine_release():
             assert rows.loc[conc, "engine"] == engine
             assert rows.loc[conc, "deepgemm_version"] == get_engine(engine).deepgemm_rules
     # without an engine: the latest vLLM
-    assert Grid(strategy=("engine",)).engine == (get_engine("vllm").name,) == ("vllm==0.33.0",)
+    assert Grid.of(strategy=("engine",)).engine == (get_engine("vllm").name,) == ("vllm==0.33.0",)
     assert main(["frontier", "--concurrency", "64", "--isl", "10240", "--strategy", "engine",
                  "--engine", "vllm==0.99.0"]) == 2

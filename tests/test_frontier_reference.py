@@ -31,7 +31,7 @@ RECORDED_SCHEDULER = {"max_num_batched_tokens": (8192,), "max_num_seqs": (256,),
 
 def grid_of(spec: dict) -> Grid:
     # lists become tuples, a scalar (osl, engine, ...) a one-value axis
-    return Grid(**{**RECORDED_SCHEDULER, **spec})
+    return Grid.of(**{**RECORDED_SCHEDULER, **spec})
 
 
 def test_the_reference_holds_the_long_context_grid_and_200_random_points():

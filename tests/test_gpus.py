@@ -256,18 +256,18 @@ def test_sglang_chunked_prefill_size_by_gpu_memory():
 def test_release_scheduler_and_grid_take_the_gpu():
     assert release_scheduler("vllm", 64, "b200").max_num_batched_tokens == 16384
     assert release_scheduler("vllm", 64, "b200", max_num_batched_tokens=4096).max_num_batched_tokens == 4096
-    grid = Grid(model="glm-5", engine=("sglang",), gpu="B300", concurrency=(1,), isl=(4096,))
+    grid = Grid.of(model="glm-5", engine=("sglang",), gpu="B300", concurrency=(1,), isl=(4096,))
     assert grid.gpu == "b300"
     assert {c.max_num_batched_tokens for c in grid.schedulers(grid.engine[0])} == {16384}
     assert grid.not_default() == ""  # the release's own defaults on that GPU
     assert grid.settings(grid.engine[0]).gpu == "b300"
     with pytest.raises(BadValue, match="unknown GPU 'x'"):
-        Grid(model="glm-5", gpu="x")
+        Grid.of(model="glm-5", gpu="x")
     with pytest.raises(BadValue, match="not planned"):
-        Grid(model="glm-5", engine=("vllm",), gpu="mi355x")
+        Grid.of(model="glm-5", engine=("vllm",), gpu="mi355x")
     # the default GPU leaves a sweep's journal key as it was; another GPU is part of it
     settings = RunSettings(mode="model")
-    assert "gpu" not in spec_of(Grid(model="glm-5"), settings)
+    assert "gpu" not in spec_of(Grid.of(model="glm-5"), settings)
     assert spec_of(grid, settings)["gpu"] == "b300"
 
 

@@ -80,7 +80,7 @@ def test_trtllm_scores_every_context_row_against_the_whole_pooled_table_in_one_c
     from indexer_lib.study.grid import Grid
     from indexer_lib.study.sweep import model_rows
 
-    grid = Grid(model=MODEL, engine=("trtllm==1.4.0rc4",), strategy=("engine", "vllm"), concurrency=(1,),
+    grid = Grid.of(model=MODEL, engine=("trtllm==1.4.0rc4",), strategy=("engine", "vllm"), concurrency=(1,),
                 isl=(8192,), osl=4)
     assert grid.budgets("trtllm==1.4.0rc4", "engine") == (None,)
     rows = [r for r in model_rows(grid) if r["strategy"] == "engine"]

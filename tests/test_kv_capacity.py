@@ -66,14 +66,14 @@ def test_refusals_name_the_value_and_the_way_out():
 
 
 def test_grid_derives_per_release_and_names_where_the_cache_comes_from():
-    grid = Grid(model="glm-5", concurrency=(48,), isl=(10240,), osl=(64,), engine=("vllm==0.16.0", "vllm==0.33.0"),
+    grid = Grid.of(model="glm-5", concurrency=(48,), isl=(10240,), osl=(64,), engine=("vllm==0.16.0", "vllm==0.33.0"),
                 strategy=("engine",), tp=8, kv_cache_tokens="auto", async_scheduling=False)
     assert grid.kv_cache_tokens_on("vllm==0.16.0") != grid.kv_cache_tokens_on("vllm==0.33.0")  # 0.9 vs 0.92
     (config,) = grid.schedulers("vllm==0.33.0")
     assert config.num_kv_blocks * config.block_size == grid.kv_cache("vllm==0.33.0").tokens
     assert "tokens per GPU (derived: gpu_memory_utilization 0.92" in grid.not_default("vllm==0.33.0")
     with pytest.raises(BadValue, match="only with kv_cache_tokens auto"):
-        Grid(model="glm-5", concurrency=(1,), isl=(1024,), kv_cache_dtype="fp8")
+        Grid.of(model="glm-5", concurrency=(1,), isl=(1024,), kv_cache_dtype="fp8")
 
 
 def test_frontier_with_a_derived_cache_runs_and_names_it(tmp_path, capsys):
@@ -97,6 +97,50 @@ def test_tp_row_sharding_of_vllm_0_33_is_refused_where_it_would_apply(tmp_path, 
     assert "split over the TP ranks" in capsys.readouterr().err
     assert main(args + ["--max-num-batched-tokens", "65536", "--engine", "vllm==0.30.0"]) == 0
     assert main(args) == 0
+
+
+def test_the_servers_indexer_tp_shard_min_rows_moves_where_vllm_0_33_splits_rows(tmp_path, capsys):
+    # vLLM 0.33.0's attention config indexer_tp_shard_min_rows (default 65,536; data/engines/vllm-0.33.json
+    # with its source): a TP grid whose batched tokens stay below the value given splits no step, so it is
+    # planned, its rows are the TP 1 grid's (TP changes no step) and the value is named as not the default
+    from indexer_lib.engines import get_engine
+    from indexer_lib.study.sweep import model_rows
+
+    assert get_engine("vllm==0.33.0").tp_prefill_row_shard_min_rows == 65_536
+    grid = dict(model="glm-5", concurrency=(1, 4), isl=(65536,), osl=(1,), max_num_batched_tokens=65536,
+                strategy=("vllm", "engine"), budget_mb=(512,))
+    with pytest.raises(BadValue, match="its indexer_tp_shard_min_rows"):
+        Grid.of(**grid, tp=8)
+    with pytest.raises(BadValue, match="indexer_tp_shard_min_rows as given") as e:
+        Grid.of(**grid, tp=8, indexer_tp_shard_min_rows=4096)
+    assert e.value.name == "tp" and "\n" not in str(e.value)
+    later = Grid.of(**grid, tp=8, indexer_tp_shard_min_rows=131_072)
+    rows, alone = list(model_rows(later)), list(model_rows(Grid.of(**grid)))
+    named = "max_num_batched_tokens=65536 (default 8192); indexer_tp_shard_min_rows=131072 (default 65536)"
+    assert later.not_default() == named + "; tp=8" and {r["not_default"] for r in rows} == {named}
+
+    def numbers(row):
+        return {k: v for k, v in row.items() if k not in ("tp", "not_default")}
+
+    assert len(rows) == 4 and [numbers(r) for r in rows] == [numbers(r) for r in alone]
+    # at the release's own value nothing is named; where no release splits rows it is refused
+    at_default = Grid.of(**grid, indexer_tp_shard_min_rows=65_536)
+    assert at_default.not_default() == "max_num_batched_tokens=65536 (default 8192)"
+    with pytest.raises(BadValue, match="no release of the grid splits prefill rows over TP") as e:
+        Grid.of(**grid, engine="vllm==0.30.0", indexer_tp_shard_min_rows=131_072)
+    assert e.value.name == "indexer_tp_shard_min_rows"
+    with pytest.raises(BadValue, match="indexer_tp_shard_min_rows 0: must be a whole number >= 1"):
+        Grid.of(**grid, indexer_tp_shard_min_rows=0)
+    # the command line takes it as it takes the grid's other settings, frontier and auto alike
+    args = ["--model", "glm-5", "--tp", "8", "--max-num-batched-tokens", "65536", "--indexer-tp-shard-min-rows",
+            "131072"]
+    assert main(["frontier", *args, "--concurrency", "1", "--isl", "65536", "--osl", "1", "--strategy", "vllm",
+                 "--budget-mb", "512", "--out", str(tmp_path / "x.csv")]) == 0
+    assert "indexer_tp_shard_min_rows=131072 (default 65536)" in capsys.readouterr().out
+    assert main(["auto", *args, "--workload", "1x65536x1", "--free-gib", "5"]) in (0, 1)
+    assert "indexer_tp_shard_min_rows=131072 (default 65536)" in capsys.readouterr().out
+    assert main(["auto", *args[:-1], "4096", "--workload", "1x65536x1", "--free-gib", "5"]) == 2
+    assert "indexer_tp_shard_min_rows as given" in capsys.readouterr().err
 
 
 def test_auto_sizes_sglangs_cache_with_its_own_static_fraction(capsys):

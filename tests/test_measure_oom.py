@@ -12,7 +12,7 @@ from indexer_lib.study.grid import Grid
 
 # task order: ... c64 x 10K n-only (10 GiB under a 256-token long_prefill_token_threshold, which
 # vLLM does not default to: OOM at 2.63 GiB free), then c64 x 10K vllm
-GRID = Grid(concurrency=(1, 64), isl=(2048, 10240), budget_mb=(512,),
+GRID = Grid.of(concurrency=(1, 64), isl=(2048, 10240), budget_mb=(512,),
             strategy=("n-only", "vllm"), free_gib=(2.63,), engine=("vllm==0.18.1",),
             long_prefill_token_threshold=256)
 SETTINGS = sweep.RunSettings(mode="measure", repeats=1)

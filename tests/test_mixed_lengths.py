@@ -20,14 +20,14 @@ def run(capsys, *argv):
 
 
 def test_a_homogeneous_grid_keeps_its_task_ids_and_workloads():
-    grid = Grid(concurrency=(8,), isl=(10_240,), strategy=("vllm",), budget_mb=(512,))
+    grid = Grid.of(concurrency=(8,), isl=(10_240,), strategy=("vllm",), budget_mb=(512,))
     (task,) = grid.tasks()
     assert task.workload == ClosedLoopWorkload(8, 10_240, 64)
     assert task.id == "glm-5|c8|isl10240|osl64|prefix0|mnbt8192|seqs1024|thr0|vllm==0.33.0|vllm"
 
 
 def test_the_grids_length_axes_are_points_and_rows_name_them():
-    grid = Grid(concurrency=(8,), isl=(10_240, 131_072, 202_752), strategy=("vllm",), budget_mb=(512,),
+    grid = Grid.of(concurrency=(8,), isl=(10_240, 131_072, 202_752), strategy=("vllm",), budget_mb=(512,),
                 random_range_ratio=(0, 0.5), mix=("", "0.1x65536"), length_seed=4)
     loops = list(grid.closed_loops())
     # 202,752 x 1.5 passes GLM-5's max_model_len: those points are left out, the others kept
@@ -56,7 +56,7 @@ def test_the_grids_length_axes_are_points_and_rows_name_them():
 ])
 def test_bad_length_axes_are_refused_by_name(changes, message):
     with pytest.raises(ValueError) as e:
-        Grid(**{"concurrency": (8,), "isl": (10_240,), **changes})
+        Grid.of(**{"concurrency": (8,), "isl": (10_240,), **changes})
     assert message in str(e.value)
 
 
@@ -117,9 +117,10 @@ def test_auto_runs_a_mix_as_one_schedule(capsys):
 
 
 def test_the_compressed_layouts_worst_case_costs_more_than_one_length():
-    from indexer_lib.study.mixes import long_among_short
+    from indexer_lib.study.mixes import CASE, long_among_short
 
-    table = long_among_short("glm-5", "vllm==0.33.0", 2.63).set_index(["mix", "strategy"])
+    case = Grid.of(model="glm-5", engine="vllm==0.33.0", free_gib=2.63, **CASE)
+    table = long_among_short(case).set_index(["mix", "strategy"])
     mixed, plain = "0.01x131072", ""
     assert table.loc[(mixed, "engine"), "prompt_tokens"] == table.loc[(plain, "engine"), "prompt_tokens"]
     # without a budget, a long prompt's chunk makes every short row as wide as itself
@@ -133,7 +134,7 @@ def test_the_compressed_layouts_worst_case_costs_more_than_one_length():
 def test_the_dashboards_range_ratio_and_mix_controls_redraw_the_frontier():
     from indexer_lib.notebook.widgets import FrontierDashboard
 
-    dash = FrontierDashboard(Grid(concurrency=(1, 16), isl=(2048, 131_072, 202_752), strategy=("engine",)))
+    dash = FrontierDashboard(Grid.of(concurrency=(1, 16), isl=(2048, 131_072, 202_752), strategy=("engine",)))
     assert set(dash.frame.random_range_ratio) == {0.0} and len(dash.frame) == 6
     assert dash.controls["mix"].value == "" and "prompt lengths" not in dash.status.value
     dash.controls["random_range_ratio"].value = 0.5
@@ -181,7 +182,7 @@ def test_the_long_context_grid_takes_the_notebooks_lengths_below_max_model_len()
 def test_a_mixed_sweep_resumes_and_another_seed_is_another_grid(tmp_path):
     from indexer_lib.study.store import StoreError
 
-    grid = Grid(concurrency=(4, 16), isl=(2048,), osl=(8,), strategy=("engine",), budget_mb=(512,),
+    grid = Grid.of(concurrency=(4, 16), isl=(2048,), osl=(8,), strategy=("engine",), budget_mb=(512,),
                 random_range_ratio=(0.5,), mix=("", "0.1x65536"), length_seed=2)
     done = []
     first = sweep.run(grid, tmp_path / "mixed.parquet", progress=False, after_task=done.append)
@@ -190,13 +191,7 @@ def test_a_mixed_sweep_resumes_and_another_seed_is_another_grid(tmp_path):
     again = sweep.run(grid, tmp_path / "mixed.parquet", progress=False, after_task=done.append)
     assert done == [] and again.equals(first)  # every task was in the journal
     with pytest.raises(StoreError):  # other draws: not the table's grid
-        sweep.run(Grid(**{**grid_fields(grid), "length_seed": 3}), tmp_path / "mixed.parquet", progress=False)
-
-
-def grid_fields(grid: Grid) -> dict:
-    from dataclasses import fields
-
-    return {f.name: getattr(grid, f.name) for f in fields(grid)}
+        sweep.run(grid.where(length_seed=3), tmp_path / "mixed.parquet", progress=False)
 
 
 def test_the_worst_step_search_finds_at_least_the_sample_and_the_ceiling_bounds_it():

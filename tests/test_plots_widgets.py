@@ -3,7 +3,6 @@ callbacks update its figure and table when a control changes (no browser needed)
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 
 import pandas as pd
 import numpy as np
@@ -18,7 +17,7 @@ from indexer_lib.study.grid import Grid
 
 # DeepGEMM 2.6's full [M, N] logits (on the latest vLLM's workspace) with a 256-token
 # long_prefill_token_threshold (the release's default is 0): n-only OOMs at 64 x 10K
-GRID = Grid(concurrency=(1, 16, 64), isl=(2048, 10240), budget_mb=(256, 512),
+GRID = Grid.of(concurrency=(1, 16, 64), isl=(2048, 10240), budget_mb=(256, 512),
             strategy=("n-only", "vllm", "causal"), deepgemm_version="2.6", long_prefill_token_threshold=256)
 
 
@@ -122,7 +121,7 @@ def test_the_dashboards_table_gives_per_concurrency_the_largest_isl_without_oom(
     per concurrency, the largest ISL that fits, its peak, and how many points OOM."""
     from indexer_lib.notebook.widgets import FrontierDashboard
 
-    dash = FrontierDashboard(Grid(concurrency=(1, 16, 64), isl=(2048, 10240, 32768), strategy="n-only",
+    dash = FrontierDashboard(Grid.of(concurrency=(1, 16, 64), isl=(2048, 10240, 32768), strategy="n-only",
                                   engine="vllm==0.18.1"))
     for free in (40.0, 2.63, 0.6, 0.25):  # none, some, most and every point OOM
         dash.controls["free_gib"].value = free
@@ -145,7 +144,7 @@ def test_the_dashboards_table_gives_per_concurrency_the_largest_isl_without_oom(
 def test_dashboard_controls_update_figure_and_table():
     from indexer_lib.notebook.widgets import FrontierDashboard
 
-    dash = FrontierDashboard(Grid(concurrency=(1, 16, 64), isl=(2048, 10240), strategy="vllm",
+    dash = FrontierDashboard(Grid.of(concurrency=(1, 16, 64), isl=(2048, 10240), strategy="vllm",
                                   long_prefill_token_threshold=256), budget_mb=512)
     assert dash.updates == 1 and bytes(dash.image.value).startswith(b"\x89PNG")
     png, html, table = bytes(dash.image.value), dash.html.value, dash.table.copy()
@@ -189,20 +188,20 @@ def test_a_free_memory_move_reuses_the_plans_and_equals_a_fresh_computation():
 
     grid = dict(concurrency=(1, 16, 64), isl=(2048, 10240), budget_mb=(512,), strategy=("n-only", "vllm"),
                 engine=("vllm==0.18.1",))
-    planned = sweep.to_frame(list(sweep.model_rows(Grid(**grid, free_gib=(2.63,)))))
+    planned = sweep.to_frame(list(sweep.model_rows(Grid.of(**grid, free_gib=(2.63,)))))
     for free in (0.5, 2.63, 12.0):
-        fresh = sweep.to_frame(list(sweep.model_rows(Grid(**grid, free_gib=(free,)))))
+        fresh = sweep.to_frame(list(sweep.model_rows(Grid.of(**grid, free_gib=(free,)))))
         pd.testing.assert_frame_equal(sweep.at_free_memory(planned, free), fresh, check_exact=True)
-    sglang = sweep.to_frame(list(sweep.model_rows(Grid(
+    sglang = sweep.to_frame(list(sweep.model_rows(Grid.of(
         concurrency=(16,), isl=(10240,), budget_mb=(512,), strategy=("engine",), engine=("sglang",)))))
     with pytest.raises(ValueError, match="recompute its rows"):
         sweep.at_free_memory(sglang, 20.0)
 
-    on_sglang = Grid(concurrency=(1, 16, 64), isl=(2048, 10240), strategy="engine", engine="sglang==0.5.23")
+    on_sglang = Grid.of(concurrency=(1, 16, 64), isl=(2048, 10240), strategy="engine", engine="sglang==0.5.23")
     dash = FrontierDashboard(on_sglang, budget_mb=512)
     for free in (20.0, 2.63):  # SGLang's own budget moves with free memory: replanned, not re-read
         dash.controls["free_gib"].value = free
-        fresh = FrontierDashboard(replace(on_sglang, free_gib=free), budget_mb=512)
+        fresh = FrontierDashboard(on_sglang.where(free_gib=free), budget_mb=512)
         pd.testing.assert_frame_equal(dash.frame, fresh.frame, check_exact=True)
     assert len({b for b in dash.frame["budget_bytes"]}) == 1
 
@@ -212,7 +211,7 @@ def test_the_live_heatmap_shows_the_rows_and_a_free_memory_move_draws_what_a_ful
 
     grid = dict(concurrency=(1, 16, 64), isl=(2048, 10240), budget_mb=(512,), strategy=("n-only",),
                 engine=("vllm==0.18.1",))
-    planned = sweep.to_frame(list(sweep.model_rows(Grid(**grid))))
+    planned = sweep.to_frame(list(sweep.model_rows(Grid.of(**grid))))
     live = LiveHeatmap((1, 16, 64), (2048, 10240))
     moved = None
     for free in (2.63, 12.0, 0.5, 4.0):  # the first draws everything, the others only blit
@@ -232,7 +231,7 @@ def test_the_live_heatmap_shows_the_rows_and_a_free_memory_move_draws_what_a_ful
 def test_the_dashboards_default_isl_axis_follows_the_models_max_model_len():
     from indexer_lib.notebook.widgets import FrontierDashboard
 
-    dash = FrontierDashboard(Grid(concurrency=(1, 8), strategy="vllm"), budget_mb=512)
+    dash = FrontierDashboard(Grid.of(concurrency=(1, 8), strategy="vllm"), budget_mb=512)
     assert dash.isl[-3:] == (65536, 131072, 202752)
     assert sorted(set(dash.frame["isl"])) == list(dash.isl)
     first = dash.view
@@ -258,7 +257,7 @@ def test_the_dashboards_default_isl_axis_follows_the_models_max_model_len():
     assert dash.controls["shared_prefix"].value == dash.controls["shared_prefix"].max == 163_840
     assert set(dash.frame["isl"]) == {163_840} and set(dash.frame["shared_prefix"]) == {163_840}
     # an axis given stays as given
-    fixed = FrontierDashboard(Grid(concurrency=(1,), isl=(2048, 4096), strategy="vllm"), budget_mb=512)
+    fixed = FrontierDashboard(Grid.of(concurrency=(1,), isl=(2048, 4096), strategy="vllm"), budget_mb=512)
     fixed.controls["model"].value = "deepseek-v3.2"
     assert fixed.isl == (2048, 4096) and sorted(set(fixed.frame["isl"])) == [2048, 4096]
 
@@ -271,7 +270,7 @@ def test_every_dashboard_figure_is_pixel_for_pixel_a_full_redraw():
     (their pixels copied back), longer titles (another engine) and another model's axis."""
     from indexer_lib.notebook.widgets import FrontierDashboard
 
-    dash = FrontierDashboard(Grid(concurrency=(1, 8, 64), strategy="vllm"))
+    dash = FrontierDashboard(Grid.of(concurrency=(1, 8, 64), strategy="vllm"))
     moves = [("budget_mb", 64), ("strategy", "causal"), ("budget_mb", 2048), ("free_gib", 1.0),
              ("strategy", "n-only"), ("max_num_batched_tokens", 4096), ("free_gib", 8.0), ("budget_mb", 32),
              ("strategy", "causal"), ("free_gib", 1.0), ("budget_mb", 2048), ("max_num_batched_tokens", 8192),
@@ -324,7 +323,7 @@ def test_the_auto_dashboard_redraws_free_memory_moves_as_a_fresh_figure_draws_th
 
 
 def test_the_long_context_figure_draws_each_strategys_frontier_over_free_memory_and_budget():
-    grid = Grid(concurrency=(1, 8), isl=(65536,), budget_mb=(64, 512, 2048), strategy=("n-only", "vllm", "engine"))
+    grid = Grid.of(concurrency=(1, 8), isl=(65536,), budget_mb=(64, 512, 2048), strategy=("n-only", "vllm", "engine"))
     frame = sweep.to_frame(list(sweep.model_rows(grid)))
     fig = plots.budget_frontier(frame, 2.63)
     axes = axes_labelled(fig)
@@ -353,7 +352,7 @@ def test_a_headless_run_shows_a_dashboards_first_state_not_a_widget(monkeypatch)
 
     shown = []
     monkeypatch.setattr(IPython.display, "display", lambda *objs, **kw: shown.extend(objs))
-    dash = FrontierDashboard(Grid(concurrency=(1, 16), isl=(2048,), strategy="vllm"), budget_mb=512)
+    dash = FrontierDashboard(Grid.of(concurrency=(1, 16), isl=(2048,), strategy="vllm"), budget_mb=512)
     monkeypatch.setenv(HEADLESS_ENV, "1")
     dash._ipython_display_()
     kinds = [type(o).__name__ for o in shown]
@@ -368,12 +367,12 @@ def test_a_headless_run_shows_a_dashboards_first_state_not_a_widget(monkeypatch)
 def test_the_frontier_dashboards_gpu_moves_sglangs_budget_cap_and_a_refused_gpu_says_why():
     from indexer_lib.notebook.widgets import FrontierDashboard
 
-    on_sglang = Grid(concurrency=(1, 16), isl=(2048, 10240), strategy="engine", engine="sglang==0.5.23",
+    on_sglang = Grid.of(concurrency=(1, 16), isl=(2048, 10240), strategy="engine", engine="sglang==0.5.23",
                      free_gib=(40.0,))
     dash = FrontierDashboard(on_sglang, budget_mb=512)
     h200 = set(dash.frame["budget_bytes"])
     dash.controls["gpu"].value = "h100"  # 0.3 x 79 GiB caps the budget below 0.3 x 139.8 GiB
-    fresh = FrontierDashboard(replace(on_sglang, gpu="h100"), budget_mb=512)
+    fresh = FrontierDashboard(on_sglang.where(gpu="h100"), budget_mb=512)
     pd.testing.assert_frame_equal(dash.frame, fresh.frame, check_exact=True)
     assert set(dash.frame["budget_bytes"]) != h200
     shown = dash.image.value

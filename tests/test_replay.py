@@ -157,7 +157,7 @@ def test_trace_sweep_replays_the_engine_and_equals_the_model(tmp_path):
 
     for engine in RELEASES:
         need(engine)
-    grid = Grid(concurrency=(4, 32), isl=(10240, 65536), budget_mb=(64, 512), strategy=("engine",), engine=RELEASES)
+    grid = Grid.of(concurrency=(4, 32), isl=(10240, 65536), budget_mb=(64, 512), strategy=("engine",), engine=RELEASES)
     frame = sweep.run(grid, tmp_path / "r.parquet", sweep.RunSettings(mode="trace", backend="engine"),
                       progress=False)
     # 0.15.1's chunker reads no budget: one row per workload; the others one per budget
@@ -179,7 +179,7 @@ def test_trace_sweep_replay_refusals(tmp_path):
 
     with pytest.raises(ValueError, match="mode must be 'trace'"):
         sweep.RunSettings(mode="measure", backend="engine")
-    grid = Grid(concurrency=(4,), isl=(2048,), budget_mb=(64,), strategy=("engine", "causal"))
+    grid = Grid.of(concurrency=(4,), isl=(2048,), budget_mb=(64,), strategy=("engine", "causal"))
     with pytest.raises(ValueError, match="strategy 'causal' is ours"):
         sweep.run(grid, tmp_path / "x.parquet", sweep.RunSettings(mode="trace", backend="engine"),
                   progress=False)

@@ -48,7 +48,7 @@ def test_used_settings_and_grids_pickle_to_equal_ones_with_their_hash_made_afres
     back = pickle.loads(pickle.dumps(settings))
     assert back == settings and hash(back) == hash(settings) and "_hash" not in pickle.loads(
         pickle.dumps(settings)).__dict__
-    grid = Grid(concurrency=(1, 16), isl=(2048, 10240), budget_mb=(512,), strategy=("vllm", "engine"))
+    grid = Grid.of(concurrency=(1, 16), isl=(2048, 10240), budget_mb=(512,), strategy=("vllm", "engine"))
     here = list(model_rows(grid))  # plans with the grid's settings in this process first
     assert list(model_rows(grid, Local(2))) == here  # then in worker processes, pickled
 
@@ -78,7 +78,7 @@ def test_a_strategy_needing_the_full_layout_is_refused_on_a_compressed_only_buil
     with pytest.raises(BadValue, match="strategy 'kv-split' needs DeepGEMM's full logits layout; DeepGEMM 2.8"):
         make_plan(batch, "kv-split", 1 << 20, PlanSettings(engine="vllm==0.33.0"))
     with pytest.raises(BadValue, match="strategy 'fixed-shape' needs") as e:
-        Grid(strategy=("fixed-shape",))  # the grid refuses it when made, not at its first point
+        Grid.of(strategy=("fixed-shape",))  # the grid refuses it when made, not at its first point
     assert e.value.name == "strategy"
     assert make_plan(batch, "kv-split", 1 << 20, PlanSettings(engine="vllm==0.32.0")).num_chunks >= 1
 
@@ -91,12 +91,12 @@ def test_a_strategy_needing_the_full_layout_is_refused_on_a_compressed_only_buil
 ])
 def test_a_bad_grid_is_refused_when_made_naming_the_axis(kwargs, name):
     with pytest.raises(BadValue) as e:
-        Grid(**kwargs)
+        Grid.of(**kwargs)
     assert e.value.name == name and "\n" not in str(e.value)
 
 
 def test_the_grids_tasks_are_records_whose_ids_name_the_point():
-    grid = Grid(concurrency=(4,), isl=(2048,), budget_mb=(64, 512), strategy=("n-only", "vllm"), free_gib=(1, 2))
+    grid = Grid.of(concurrency=(4,), isl=(2048,), budget_mb=(64, 512), strategy=("n-only", "vllm"), free_gib=(1, 2))
     model = list(grid.tasks("model"))
     assert [t.id for t in model] == ["glm-5|c4|isl2048|osl64|prefix0|mnbt8192|seqs1024|thr0|vllm==0.33.0|n-only",
                                      "glm-5|c4|isl2048|osl64|prefix0|mnbt8192|seqs1024|thr0|vllm==0.33.0|vllm"]

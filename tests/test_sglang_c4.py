@@ -288,18 +288,18 @@ def test_the_frontier_takes_sglangs_mem_fraction_static_and_names_it(tmp_path, c
                 isl=(1048576,), free_gib=(20.0,))
     total = get_gpu("h200").capacity_bytes
     for fraction in (None, 0.9, 0.8):
-        (row,) = model_rows(Grid(**axes, mem_fraction_static=fraction))
+        (row,) = model_rows(Grid.of(**axes, mem_fraction_static=fraction))
         expected = process_budget(SGLANG, free_bytes_from_gib(20.0), total, compressed=True,
                                   **({} if fraction is None else {"mem_fraction_static": fraction}))
         assert row["budget_bytes"] == expected
         assert row["not_default"] == ("mem_fraction_static=0.8 (default 0.9)" if fraction == 0.8 else "")
     assert process_budget(SGLANG, free_bytes_from_gib(20.0), total, mem_fraction_static=0.8, compressed=True) > \
         process_budget(SGLANG, free_bytes_from_gib(20.0), total, compressed=True)  # the cap binds at 0.9
-    derived = Grid(model="glm-5", engine=("sglang==0.5.23",), strategy=("engine",), concurrency=(1,), isl=(8192,),
+    derived = Grid.of(model="glm-5", engine=("sglang==0.5.23",), strategy=("engine",), concurrency=(1,), isl=(8192,),
                    kv_cache_tokens="auto", tp=8, mem_fraction_static=0.8).kv_cache("sglang==0.5.23")
     assert (derived.setting, derived.fraction) == ("mem_fraction_static", 0.8)  # it sizes the derived cache too
     with pytest.raises(ValueError, match="mem_fraction_static 1.5: must be a fraction"):
-        Grid(**axes, mem_fraction_static=1.5)
+        Grid.of(**axes, mem_fraction_static=1.5)
     out = tmp_path / "x.csv"
     assert main(["frontier", "--model", "glm-5", "--mem-fraction-static", "0.8", "--out", str(out)]) == 2
     assert "the grid has no SGLang release (vllm==0.33.0)" in capsys.readouterr().err

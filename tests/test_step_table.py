@@ -239,7 +239,7 @@ def test_the_worst_steps_are_the_same_with_steps_evaluated_together(batches, str
 def test_the_default_grids_settings_are_evaluated_together(model):
     """The default grids (vllm==0.33.0, DeepGEMM 2.8's compressed layout only, the H200 path's
     temporaries): every one of their field strategies' settings is reproduced, none declined."""
-    grid = Grid(model=model)
+    grid = Grid.of(model=model)
     for engine in grid.engine:
         for strategy in grid.strategy:
             if strategy in STRATEGIES:
@@ -354,7 +354,7 @@ def test_kept_budgets_are_bounded_oldest_first():
 def test_a_grids_rows_are_the_same_with_its_steps_evaluated_first(model, monkeypatch):
     """``sweep.model_rows`` evaluates each batch of tasks' steps of one request together before
     planning them: the rows are those of every schedule evaluated on its own."""
-    grid = Grid(model=model, isl=(4096, 65536, 200_000), concurrency=(1, 8), budget_mb=(64, 512))
+    grid = Grid.of(model=model, isl=(4096, 65536, 200_000), concurrency=(1, 8), budget_mb=(64, 512))
     step_table.cache_clear()  # no evaluator keeps anything
     with monkeypatch.context() as m:
         m.setattr(sweep, "with_steps_evaluated", lambda grid, tasks: tasks)

@@ -34,7 +34,7 @@ CHILD = textwrap.dedent("""
     from indexer_lib.study.grid import Grid
     from indexer_lib.study.store import StoreError
     out, go, pause = sys.argv[1], sys.argv[2], float(sys.argv[3])
-    grid = Grid(concurrency=(1, 8, 32), isl=(2048, 10240), budget_mb=(128, 512),
+    grid = Grid.of(concurrency=(1, 8, 32), isl=(2048, 10240), budget_mb=(128, 512),
                 strategy=("n-only", "vllm", "causal"))
     print("ready", flush=True)
     while go != "-" and not Path(go).exists():
@@ -54,7 +54,7 @@ def comparable(frame):
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
     out = tmp_path_factory.mktemp("fresh") / "fresh.parquet"
-    return comparable(sweep.run(Grid(**SMALL), out, progress=False))
+    return comparable(sweep.run(Grid.of(**SMALL), out, progress=False))
 
 
 def journal_tasks(out: Path) -> list[str]:
@@ -98,7 +98,7 @@ def test_random_sigkills_and_restarts_end_with_the_rows_of_an_uninterrupted_run(
     assert any(0 < n < TASKS for _, n, _ in history)  # at least one kill mid-sweep
 
     redone = []
-    final = sweep.run(Grid(**SMALL), out, progress=False, after_task=redone.append)
+    final = sweep.run(Grid.of(**SMALL), out, progress=False, after_task=redone.append)
     assert len(redone) == TASKS - history[-1][1]  # what the journal held was not redone
     pd.testing.assert_frame_equal(comparable(final), uninterrupted)
     pd.testing.assert_frame_equal(comparable(pd.read_parquet(out)), uninterrupted)
@@ -125,7 +125,7 @@ def test_two_sweeps_started_together_on_one_file_never_corrupt_it(tmp_path, unin
         assert len(tasks) == len(set(tasks)) == TASKS
         pd.testing.assert_frame_equal(comparable(pd.read_parquet(out)), uninterrupted)
         again = []  # the refused one, rerun, finds everything done
-        sweep.run(Grid(**SMALL), out, progress=False, after_task=again.append)
+        sweep.run(Grid.of(**SMALL), out, progress=False, after_task=again.append)
         assert again == []
     assert refusals >= 1, "the two sweeps never overlapped"
 
@@ -156,7 +156,7 @@ def _set_table_schema(table: Path, schema) -> None:
     ("table", 7, "newer")])
 def test_a_result_file_of_another_schema_is_reported_never_overwritten(tmp_path, where, schema,
                                                                         word):
-    grid = Grid(**SMALL)
+    grid = Grid.of(**SMALL)
     out = tmp_path / "s.parquet"
     journal = out.with_name(out.name + ".journal")
     sweep.run(grid, out, progress=False)
@@ -181,7 +181,7 @@ def test_a_rerun_after_an_upgrade_sets_the_older_tables_aside(tmp_path):
     into older-schema-<N>/ (kept, byte for byte), this schema's and foreign files stay."""
     from indexer_lib.study.store import set_aside_older, stored_schema
 
-    grid = Grid(**SMALL)
+    grid = Grid.of(**SMALL)
     old, new = tmp_path / "old.parquet", tmp_path / "new.parquet"
     sweep.run(grid, old, progress=False)
     sweep.run(grid, new, progress=False)
@@ -205,7 +205,7 @@ def test_a_finished_sweeps_journal_and_lock_are_tidied_and_rebuilt(tmp_path):
     run on it rebuilds the journal from the table and redoes nothing; an unfinished journal stays."""
     from indexer_lib.study.store import tidy_finished
 
-    grid = Grid(**SMALL)
+    grid = Grid.of(**SMALL)
     out = tmp_path / "s.parquet"
     journal, lock = out.with_name(out.name + ".journal"), out.with_name(out.name + ".lock")
     first = sweep.run(grid, out, progress=False)
@@ -231,12 +231,12 @@ BIG = textwrap.dedent("""
                 return int(line.split()[1]) / 1024
     # 50 concurrencies x 50 ISLs (16..800 tokens, OSL 1) x 2 strategies x 4 budgets x 5 free
     # GiB = 100,000 points (rows) in 5,000 tasks
-    grid = Grid(concurrency=tuple(range(1, 51)), isl=tuple(range(16, 816, 16)),
+    grid = Grid.of(concurrency=tuple(range(1, 51)), isl=tuple(range(16, 816, 16)),
                 osl=(1,), budget_mb=(64, 128, 256, 512), strategy=("vllm", "causal"),
                 free_gib=(1, 2, 2.63, 4, 8))
     assert grid.num_rows == 100_000
     # a one-task sweep first: the baseline includes every module a sweep loads (torch...)
-    sweep.run(Grid(concurrency=(1,), isl=(16,), osl=(1,), budget_mb=(64,), strategy=("vllm",)),
+    sweep.run(Grid.of(concurrency=(1,), isl=(16,), osl=(1,), budget_mb=(64,), strategy=("vllm",)),
               sys.argv[1] + ".warm.parquet", progress=False)
     base = status_mib("VmRSS")
     start = time.perf_counter()
@@ -267,7 +267,7 @@ def test_a_100k_point_grid_runs_in_bounded_memory_with_a_progress_bar(tmp_path):
     # 100,000 rows held as Python dicts take ~240 MiB (the store before it streamed);
     # streamed, the sweep's memory does not grow with the grid
     assert growth < 120, f"peak RSS grew by {growth:.0f} MiB"
-    first = sweep.to_frame(list(sweep.model_rows(Grid(
+    first = sweep.to_frame(list(sweep.model_rows(Grid.of(
         concurrency=(1,), isl=(16,), osl=(1,), budget_mb=(64, 128, 256, 512),
         strategy=("vllm",), free_gib=(1, 2, 2.63, 4, 8)))))
     head = pq.ParquetFile(out).read_row_group(0).to_pandas().head(len(first))

@@ -27,7 +27,7 @@ def comparable(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def test_model_rows_match_the_frontier(tmp_path):
-    grid = Grid(**SMALL)
+    grid = Grid.of(**SMALL)
     frame = sweep.run(grid, tmp_path / "s.parquet", progress=False)
     # the frontier's rows: computed in memory, without the store
     ref = pd.DataFrame(list(sweep.model_rows(grid)))
@@ -44,7 +44,7 @@ def test_model_rows_match_the_frontier(tmp_path):
 
 def test_restart_skips_done_tasks_and_changes_nothing(tmp_path):
     out = tmp_path / "s.parquet"
-    grid = Grid(**SMALL)
+    grid = Grid.of(**SMALL)
     first = sweep.run(grid, out, progress=False)
     calls = []
     second = sweep.run(grid, out, progress=False, after_task=calls.append)
@@ -56,7 +56,7 @@ SWEEP_SCRIPT = textwrap.dedent("""
     import sys, time
     from indexer_lib.study import sweep
     from indexer_lib.study.grid import Grid
-    grid = Grid(concurrency=(1, 8, 32), isl=(2048, 10240), budget_mb=(128, 512),
+    grid = Grid.of(concurrency=(1, 8, 32), isl=(2048, 10240), budget_mb=(128, 512),
                 strategy=("n-only", "vllm", "causal"))
     # slow each task down so the parent can kill the sweep mid-way
     sweep.run(grid, sys.argv[1], progress=False, after_task=lambda t: time.sleep(0.05))
@@ -84,7 +84,7 @@ def test_sigkill_mid_sweep_loses_and_duplicates_nothing(tmp_path, kill_after):
     assert proc.returncode == -signal.SIGKILL and done_before >= kill_after
     assert not out.exists()  # killed before the end: only the journal holds the work
 
-    grid = Grid(**SMALL)
+    grid = Grid.of(**SMALL)
     recomputed = []
     resumed = sweep.run(grid, out, progress=False, after_task=recomputed.append)
     total_tasks = 3 * 2 * 3
@@ -99,7 +99,7 @@ def test_sigkill_mid_sweep_loses_and_duplicates_nothing(tmp_path, kill_after):
 
 def test_torn_last_line_is_cut_and_redone(tmp_path):
     out = tmp_path / "s.parquet"
-    grid = Grid(**SMALL)
+    grid = Grid.of(**SMALL)
     full = sweep.run(grid, out, progress=False)
     out.unlink()
     journal = out.with_name(out.name + ".journal")
@@ -113,7 +113,7 @@ def test_torn_last_line_is_cut_and_redone(tmp_path):
 
 def test_damaged_middle_line_is_reported_and_kept(tmp_path):
     out = tmp_path / "s.parquet"
-    grid = Grid(**SMALL)
+    grid = Grid.of(**SMALL)
     sweep.run(grid, out, progress=False)
     out.unlink()
     journal = out.with_name(out.name + ".journal")
@@ -127,7 +127,7 @@ def test_damaged_middle_line_is_reported_and_kept(tmp_path):
 
 
 def test_foreign_and_corrupt_files_are_reported_never_overwritten(tmp_path):
-    grid = Grid(**SMALL)
+    grid = Grid.of(**SMALL)
     foreign = tmp_path / "foreign.parquet"
     pd.DataFrame({"a": [1, 2]}).to_parquet(foreign)
     before = foreign.read_bytes()
@@ -150,9 +150,9 @@ def test_foreign_and_corrupt_files_are_reported_never_overwritten(tmp_path):
 
 def test_a_different_grid_is_refused(tmp_path):
     out = tmp_path / "s.parquet"
-    sweep.run(Grid(**SMALL), out, progress=False)
+    sweep.run(Grid.of(**SMALL), out, progress=False)
     before = out.read_bytes()
-    other = Grid(**{**SMALL, "isl": (2048, 4096)})
+    other = Grid.of(**{**SMALL, "isl": (2048, 4096)})
     with pytest.raises(StoreError, match=r"different sweep \(isl: \[2048, 10240\] there, \[2048, 4096\] now\)"):
         sweep.run(other, out, progress=False)
     assert out.read_bytes() == before
@@ -168,7 +168,7 @@ def test_a_second_writer_is_refused(tmp_path):
 
 def test_a_finished_table_without_its_journal_resumes(tmp_path):
     out = tmp_path / "s.parquet"
-    grid = Grid(**SMALL)
+    grid = Grid.of(**SMALL)
     first = sweep.run(grid, out, progress=False)
     out.with_name(out.name + ".journal").unlink()
     calls = []
@@ -178,7 +178,7 @@ def test_a_finished_table_without_its_journal_resumes(tmp_path):
 
 
 def test_trace_and_measure_modes_fail_clearly_or_run(tmp_path):
-    grid = Grid(concurrency=(1,), isl=(2048,), budget_mb=(64,), strategy=("vllm",))
+    grid = Grid.of(concurrency=(1,), isl=(2048,), budget_mb=(64,), strategy=("vllm",))
     import torch
 
     if not torch.cuda.is_available():
@@ -194,7 +194,7 @@ def test_trace_and_measure_modes_fail_clearly_or_run(tmp_path):
 
 
 def test_a_strategy_without_a_budget_is_planned_traced_and_measured_once():
-    grid = Grid(concurrency=(8,), isl=(2048,), budget_mb=(128, 512, 2048), strategy=("n-only", "vllm"),
+    grid = Grid.of(concurrency=(8,), isl=(2048,), budget_mb=(128, 512, 2048), strategy=("n-only", "vllm"),
                 free_gib=(2.63, 20.0))
     per_mode = {mode: [(t.strategy, t.budgets_mb, t.frees_gib) for t in grid.tasks(mode)] for mode in MODES}
     # (strategy, budgets, free GiBs) per task: n-only once, with no budget; vllm once per budget
@@ -209,9 +209,9 @@ def test_a_strategy_without_a_budget_is_planned_traced_and_measured_once():
     assert len(frame) == grid.num_rows == 2 + 3 * 2
     # the frontier grid of issue 15's baseline (ISL to 32K): 48 n-only rows instead of 288 (one per
     # budget before); the default grid now reaches GLM-5's max_model_len: 72 workloads
-    grid = Grid(isl=(2048, 4096, 8192, 10240, 16384, 32768))
+    grid = Grid.of(isl=(2048, 4096, 8192, 10240, 16384, 32768))
     assert grid.num_rows == 48 * (1 + 3 * 6) == 912
-    grid = Grid()
+    grid = Grid.of()
     assert grid.isl[-3:] == (65536, 131072, 202752) and grid.num_rows == 72 * (1 + 3 * 6)
 
 
@@ -222,13 +222,13 @@ def test_a_sweep_journalled_before_a_setting_existed_resumes_where_it_is_at_its_
     from indexer_lib.study.store import _line, _parse
 
     out = tmp_path / "s.parquet"
-    grid = Grid(**SMALL)
+    grid = Grid.of(**SMALL)
     first = sweep.run(grid, out, progress=False)
     out.unlink()  # the journal alone: its header is the one read
     journal = out.with_name(out.name + ".journal")
     lines = journal.read_bytes().splitlines(keepends=True)
     header = _parse(lines[0])
-    for name in ("kv_cache_dtype", "mem_fraction_static"):
+    for name in ("kv_cache_dtype", "mem_fraction_static", "indexer_tp_shard_min_rows"):
         del header["spec"][name]
     header.pop("defaults")
     header["grid_hash"] = sweep.spec_hash(header["spec"])
@@ -239,4 +239,4 @@ def test_a_sweep_journalled_before_a_setting_existed_resumes_where_it_is_at_its_
     pd.testing.assert_frame_equal(comparable(first), comparable(again))
     out.unlink()
     with pytest.raises(StoreError, match=r"different sweep \(kv_cache_dtype: None there, 'fp8' now, "):
-        sweep.run(Grid(**SMALL, kv_cache_dtype="fp8", kv_cache_tokens="auto", tp=8), out, progress=False)
+        sweep.run(Grid.of(**SMALL, kv_cache_dtype="fp8", kv_cache_tokens="auto", tp=8), out, progress=False)

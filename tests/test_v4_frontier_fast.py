@@ -11,7 +11,7 @@ from indexer_lib.study.grid import Grid
 from indexer_lib.study.sweep import budget_at, model_rows
 from indexer_lib.workload import simulate_each_step
 
-GRID = Grid(model="deepseek-v4-flash", concurrency=(1, 3), isl=(20000, 131072), budget_mb=(64, 2048),
+GRID = Grid.of(model="deepseek-v4-flash", concurrency=(1, 3), isl=(20000, 131072), budget_mb=(64, 2048),
             strategy=("n-only", "vllm", "per-request", "causal"))
 
 

@@ -157,4 +157,4 @@ def test_unknown_sources_are_refused():
     from indexer_lib.study.grid import Grid
 
     with pytest.raises(ValueError, match="workload source"):
-        Grid(workload_source="vLLM")
+        Grid.of(workload_source="vLLM")

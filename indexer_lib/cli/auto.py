@@ -19,9 +19,12 @@ from __future__ import annotations
 
 import json
 
-from ..engines import DEFAULT_ENGINE, SGLANG_MEM_FRACTION_STATIC, get_engine, not_default_text, release_scheduler
-from .common import UsageError, add_gpu_option, add_scheduler_arguments, engine_arg, finite_float, fraction, number_list, str_list
+from ..engines import DEFAULT_ENGINE, SGLANG_MEM_FRACTION_STATIC, get_engine, not_default_text
+from .common import UsageError, add_gpu_option, engine_arg, finite_float, fraction, number_list, str_list
+from .options import add_setting_options, part_from_args
 from ..shapes import MIB, MODELS
+from ..study.deployment import Deployment
+from ..study.scheduler_settings import SchedulerSettings
 from ..workload import ClosedLoopWorkload
 from ..workload.lengths import mix_text
 
@@ -78,7 +81,9 @@ def register(subparsers) -> None:
                    help="our budgeted strategies to weigh on the engine too, shown as what a patched "
                         "engine could do (the deploy line is always the engine's own knob)")
     p.add_argument("--budgets-mb", type=number_list, default=list(DEFAULT_BUDGETS_MB))
-    add_scheduler_arguments(p)
+    # the scheduler's and the deployment's settings, as the frontier takes them (the steps come from
+    # the simulator; SGLang's memory fraction below, at its own default)
+    add_setting_options(p, SchedulerSettings, Deployment, skip=("workload_source", "mem_fraction_static"))
     p.add_argument("--deepgemm-version", help="--strategies on this DeepGEMM build instead of the engine's")
     p.add_argument("--engine", default=DEFAULT_ENGINE, type=engine_arg,
                    help="tune this engine release's own knob (vllm==0.19.0: VLLM_SPARSE_INDEXER_MAX_LOGITS_MB; "
@@ -99,7 +104,6 @@ def register(subparsers) -> None:
 def cmd_auto(args) -> int:
     from ..plan import GIVEN_BUDGET, PlanSettings, get_strategy
     from ..engines.kv_capacity import deployment_kv_cache
-    from ..engines.scheduler import tp_row_shard_refusal
     from ..study.auto import recommend
     from ..study.timemodel import MEASURED_DIR, TimeModel
 
@@ -126,15 +130,18 @@ def cmd_auto(args) -> int:
              else args.gpu_memory_utilization)
     kv_cache = deployment_kv_cache(args.kv_cache_tokens, settings.model, settings.profile, settings.gpu, args.tp,
                                    share, args.kv_cache_dtype, args.speculative_tokens)
-    scheduler = release_scheduler(settings.profile, settings.preset.kv_block, settings.gpu,
-                                  max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs,
-                                  long_prefill_token_threshold=args.long_prefill_token_threshold,
-                                  async_scheduling=args.async_scheduling, speculative_tokens=args.speculative_tokens,
-                                  kv_cache_tokens=kv_cache.tokens if kv_cache else args.kv_cache_tokens)
-    why = tp_row_shard_refusal(settings.profile, scheduler, args.tp)
+    (scheduler,) = part_from_args(SchedulerSettings, args).configs(
+        settings.engine, settings.preset.kv_block, settings.gpu, args.speculative_tokens,
+        kv_cache.tokens if kv_cache else args.kv_cache_tokens)
+    # the deployment's settings as the frontier takes them; SGLang's fraction is auto's own option
+    # (default 0.9), which sizes its budget and cache above
+    deployment = part_from_args(Deployment, args).where(mem_fraction_static=None)
+    deployment.check_engines((settings.engine,))
+    why = deployment.tp_refusal(settings.engine, scheduler)
     if why:
         raise UsageError(f"--tp {args.tp}: {why}")
     differs = "; ".join(filter(None, [not_default_text(settings.profile, scheduler, settings.gpu, kv_cache),
+                                      *deployment.not_default(settings.engine),
                                       f"tp={args.tp}" if args.tp != 1 else ""]))
     rec = recommend(workloads, args.free_gib, settings, scheduler, strategies, tuple(args.budgets_mb),
                     TimeModel.from_data(args.data_dir or MEASURED_DIR), args.mem_fraction_static)

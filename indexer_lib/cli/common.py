@@ -1,4 +1,5 @@
-"""What the subcommands share: the usage error, list options, and one step's batch options."""
+"""What the subcommands share: the usage error, how list and number options are read, and one
+step's batch options (a grid's options come from its settings: ``cli.options``)."""
 from __future__ import annotations
 
 import argparse
@@ -7,7 +8,6 @@ import sys
 
 from ..engines import DEFAULT_ENGINE, SGLANG_MEM_FRACTION_STATIC, get_engine, process_budget
 from ..engines.budget import sglang_static_budget
-from ..engines.kv_capacity import KV_CACHE_DTYPES
 from ..padding import DEEPGEMM_RULES
 from ..plan import NO_BUDGET, STRATEGIES, PlanSettings, Strategy, get_strategy
 from ..memory import make_plan
@@ -240,47 +240,6 @@ def plan_from_args(args):
     strategy = strategy_from_args(args)
     settings = settings_from_args(args, strategy)
     return make_plan(batch, strategy, budget_from_args(args, batch), settings)
-
-
-def add_scheduler_arguments(p: argparse.ArgumentParser) -> None:
-    """The scheduler's settings (frontier, auto): each defaults to the --engine release's own."""
-    from ..engines import scheduler_defaults
-
-    d = scheduler_defaults(DEFAULT_ENGINE)
-    release = get_engine(DEFAULT_ENGINE).name
-    p.add_argument("--max-num-batched-tokens", type=int, default=None,
-                   help=f"tokens per step (default: the release's; {d['max_num_batched_tokens']} for {release} "
-                        "on an H200)")
-    p.add_argument("--max-num-seqs", type=int, default=None,
-                   help=f"requests running at once (default: the release's; {d['max_num_seqs']} for {release})")
-    p.add_argument("--long-prefill-token-threshold", type=int, default=None,
-                   help="cap on one request's prompt tokens per step while others prefill (default: the "
-                        f"release's; {d['long_prefill_token_threshold']}, no cap, for {release})")
-    p.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=None,
-                   help="the scheduler plans one step ahead (default: the release's; "
-                        f"{'on' if d['async_scheduling'] else 'off'} for {release})")
-    p.add_argument("--speculative-tokens", type=int, default=0,
-                   help="draft tokens per decode step (speculative decoding, e.g. MTP's "
-                        "num_speculative_tokens), every draft taken as accepted; a decode with more drafts "
-                        "than the release's indexer takes in its decode path is computed in its prefill path "
-                        "(default: 0, none, as engines serve unless asked)")
-    p.add_argument("--tp", type=int, default=1,
-                   help="tensor-parallel size, named next to the numbers; it changes no step: every rank runs "
-                        "the whole indexer (all its heads), and TP only sizes the KV cache per GPU, which "
-                        "--kv-cache-tokens gives (default: 1)")
-    p.add_argument("--kv-cache-tokens", type=kv_cache_tokens_arg, default=0,
-                   help="the KV cache per GPU in tokens, as the engine logs it ('GPU KV cache size'), or 'auto': "
-                        "derived from the model's checkpoint at --tp, --gpu-memory-utilization and "
-                        "--kv-cache-dtype (docs/design.md#kv-cache-capacity); a cache smaller than the running "
-                        "requests need holds back admissions and preempts, as the release's own scheduler does; "
-                        "with --speculative-tokens only on the synchronous scheduler (--no-async-scheduling) "
-                        "(default: 0, room for every running request)")
-    p.add_argument("--gpu-memory-utilization", type=fraction, default=None,
-                   help="vLLM: the server's --gpu-memory-utilization, for --kv-cache-tokens auto (default: the "
-                        f"release's; {get_engine(DEFAULT_ENGINE).gpu_memory_utilization} for {release})")
-    p.add_argument("--kv-cache-dtype", default="auto", choices=KV_CACHE_DTYPES,
-                   help="the server's --kv-cache-dtype, for --kv-cache-tokens auto (default: auto, the "
-                        "model's bf16 latent; fp8: the 656-byte fp8_ds_mla layout)")
 
 
 def kv_cache_tokens_arg(text: str) -> int | str:

@@ -3,54 +3,15 @@ from __future__ import annotations
 
 import time
 
-from ..engines.budget import SGLANG_MEM_FRACTION_STATIC
 from ..plan import MEASURED_BUDGET, NO_BUDGET, get_strategy
 from ..study.grid import Grid, same_budget
-from ..workload import WORKLOAD_SOURCES
-from .common import (UsageError, add_gpu_option, add_scheduler_arguments, engine_arg, finite_float, fraction, int_list,
-                     number_list, str_list)
+from .common import UsageError
+from .options import add_setting_options, grid_from_args
 
 
 def register(subparsers) -> None:
-    g = Grid()
     f = subparsers.add_parser("frontier", help="model the OOM frontier over a grid; write a table")
-    f.add_argument("--model", default=g.model)
-    f.add_argument("--concurrency", type=int_list, default=list(g.concurrency))
-    f.add_argument("--isl", type=int_list, default=None,
-                   help="prompt lengths (default: 2048 up to the model's max_model_len, "
-                        f"{', '.join(map(str, g.isl))} for {g.model})")
-    f.add_argument("--osl", type=int, default=g.osl[0])
-    f.add_argument("--budget-mb", type=number_list, default=list(g.budget_mb))
-    f.add_argument("--strategy", type=str_list, default=list(g.strategy))
-    f.add_argument("--free-gib", type=number_list, default=list(g.free_gib))
-    f.add_argument("--shared-prefix", type=int, default=g.shared_prefix[0])
-    f.add_argument("--random-range-ratio", type=finite_float, default=g.random_range_ratio[0], metavar="R",
-                   help="vLLM bench's random dataset: each prompt's length drawn uniformly from "
-                        "[ISL x (1 - R), ISL x (1 + R)], R in [0, 1) (default 0: every prompt at ISL); "
-                        "a point whose longest prompt passes max_model_len is skipped")
-    f.add_argument("--mix", default=g.mix[0], metavar="SHARExLENGTH[+...]",
-                   help="a share of the prompts at another length, in the same schedule: 0.1x131072 puts "
-                        "ceil(0.1 x prompts) prompts at 131,072 tokens, the rest at the ISL axis' value")
-    f.add_argument("--seed", type=int, default=g.length_seed,
-                   help="seed of the length draws and of where a mix's prompts fall (default 0, vLLM bench's)")
-    add_scheduler_arguments(f)
-    f.add_argument("--deepgemm-version", default=g.deepgemm_version,
-                   help="default: the --engine release's; another version: our strategies on that build")
-    f.add_argument("--no-padding", action="store_true")
-    f.add_argument("--workload-source", default=g.workload_source, choices=WORKLOAD_SOURCES,
-                   help="step batches from the built-in simulator or vLLM's own scheduler "
-                        "(needs vLLM: bash scripts/install_vllm.sh)")
-    f.add_argument("--engine", default="vllm", type=engine_arg,
-                   help="plan on this engine release (vllm==0.19.0, sglang==0.5.23; default: the latest "
-                        f"vLLM, {g.engine[0]}); --strategy engine is its own chunker")
-    add_gpu_option(f, "each release's scheduler defaults on it, SGLang's budget cap from its memory")
-    f.add_argument("--mem-fraction-static", type=fraction, default=None,
-                   help="SGLang: the server's --mem-fraction-static, which caps the logits budget SGLang "
-                        "measures (f x (1 - it) x the GPU's memory) and, with --kv-cache-tokens auto, sizes its "
-                        f"KV cache (default {SGLANG_MEM_FRACTION_STATIC}: SGLang's own choice on an H200)")
-    f.add_argument("--temporaries", default="deepgemm", choices=("deepgemm", "reference", "none"),
-                   help="whose per-chunk temporaries the peaks count: the H200 path (deepgemm, default), "
-                        "the CPU reference executor, or none (logits and metadata only)")
+    add_setting_options(f, *Grid.PARTS.values())  # one option per setting of the grid
     f.add_argument("--workers", type=int, default=1,
                    help="processes to spread the workloads over (0: one per CPU; default 1)")
     f.add_argument("--ray", nargs="?", const="", metavar="ADDRESS",
@@ -76,19 +37,7 @@ def cmd_frontier(args) -> int:
                                  "the shared prefix is part of the prompt")
     if args.ray is not None and args.workers != 1:
         raise UsageError("--ray and --workers: Ray spreads the workloads itself; give one of them")
-    grid = Grid(
-        model=args.model, concurrency=args.concurrency, isl=args.isl, osl=args.osl, budget_mb=args.budget_mb,
-        strategy=args.strategy, free_gib=args.free_gib, shared_prefix=args.shared_prefix,
-        random_range_ratio=args.random_range_ratio, mix=args.mix, length_seed=args.seed,
-        max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs,
-        long_prefill_token_threshold=args.long_prefill_token_threshold, async_scheduling=args.async_scheduling,
-        speculative_tokens=args.speculative_tokens, kv_cache_tokens=args.kv_cache_tokens, tp=args.tp,
-        gpu_memory_utilization=args.gpu_memory_utilization, kv_cache_dtype=args.kv_cache_dtype,
-        mem_fraction_static=args.mem_fraction_static,
-        deepgemm_version=args.deepgemm_version, padded=not args.no_padding,
-        workload_source=args.workload_source, engine=args.engine,
-        temporaries=None if args.temporaries == "none" else args.temporaries, gpu=args.gpu,
-    )
+    grid = grid_from_args(args)
     executor = Ray(args.ray or None) if args.ray is not None else Local(args.workers or None)
     start = time.perf_counter()
     rows = list(model_rows(grid, executor))

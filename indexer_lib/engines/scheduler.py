@@ -66,15 +66,21 @@ def not_default_text(engine: str | EngineProfile | None, config: SchedulerConfig
     return "; ".join(not_default(engine, config, gpu, kv_cache))
 
 
-def tp_row_shard_refusal(engine: str | EngineProfile | None, config: SchedulerConfig, tp: int) -> str | None:
+def tp_row_shard_refusal(engine: str | EngineProfile | None, config: SchedulerConfig, tp: int,
+                         min_rows: int | None = None) -> str | None:
     """Why a TP deployment is not planned on this release's scheduler (one line), or None: vLLM
     0.33 splits a step of many prefill rows over its TP ranks, each scoring only its own rows, which
-    the planners do not model; a step never has more prefill rows than max_num_batched_tokens."""
+    the planners do not model; a step never has more prefill rows than max_num_batched_tokens.
+    ``min_rows``: the server's indexer_tp_shard_min_rows (None: the release's default)."""
     profile = get_engine(engine)
     shard_from = profile.tp_prefill_row_shard_min_rows
+    if shard_from is not None and min_rows is not None:
+        shard_from = min_rows
     if tp > 1 and shard_from is not None and config.max_num_batched_tokens >= shard_from:
+        whose = ("indexer_tp_shard_min_rows as given" if min_rows is not None else
+                 f"its indexer_tp_shard_min_rows; {profile.sources.get('file')}: tp_prefill_row_shard_min_rows")
         return (f"{profile.name} at tp={tp} with max_num_batched_tokens {config.max_num_batched_tokens}: a step of "
                 f"{shard_from:,} or more prefill rows is split over the TP ranks, each scoring its own rows "
-                f"(its indexer_tp_shard_min_rows; {profile.sources.get('file')}: tp_prefill_row_shard_min_rows), "
-                "which is not modelled; plan with --tp 1 (every rank's rows) or fewer batched tokens")
+                f"({whose}), which is not modelled; plan with --tp 1 (every rank's rows), fewer batched tokens "
+                "or a larger --indexer-tp-shard-min-rows")
     return None

@@ -88,18 +88,12 @@ class GridParameters(Parameters):
 
     renamed = {"strategy": "strategies"}
 
-    def grid_budgets(self) -> list[Number]:
-        return self.budget_mb
-
     def grid(self, **changes) -> Grid:
-        """The grid of the notebook's sweep (``changes``: another grid of the same settings)."""
-        axes = dict(model=self.model, concurrency=self.concurrency, isl=self.isl, osl=self.osl,
-                    budget_mb=self.grid_budgets(), strategy=self.strategies, free_gib=self.free_gib,
-                    shared_prefix=self.shared_prefix, max_num_batched_tokens=self.max_num_batched_tokens,
-                    long_prefill_token_threshold=self.long_prefill_token_threshold,
-                    speculative_tokens=self.speculative_tokens,
-                    deepgemm_version=self.deepgemm_version, engine=self.engine, gpu=self.gpu)
-        return Grid(**{**axes, **changes})
+        """The grid of the notebook's sweep: every parameter that names a setting of the grid (or is
+        ``renamed`` from one), with ``changes`` (another grid of the same settings)."""
+        given = {name: getattr(self, self.renamed.get(name, name)) for name in Grid.setting_names()
+                 if self.renamed.get(name, name) in type(self).model_fields}
+        return Grid.of(**{**given, **changes})
 
     def scheduler(self) -> SchedulerConfig:
         """The scheduler of the notebook's engine release: its defaults, with the notebook's
@@ -134,10 +128,6 @@ class FrontierParameters(GridParameters):
     executor: Literal["local", "ray"]  # where the frontier grid runs
     ray_address: str | None  # None: a new local instance; "auto"; "ray://HOST:PORT"
     dashboard: bool
-
-    def grid(self, **changes) -> Grid:
-        lengths = dict(random_range_ratio=self.random_range_ratio, mix=self.mix, length_seed=self.length_seed)
-        return super().grid(workload_source=self.workload_source, **{**lengths, **changes})
 
     def long_grid(self) -> Grid:
         """Long contexts (to the model's max_model_len): free memory x budget, with the notebook's
@@ -218,9 +208,6 @@ class StrategiesParameters(GridParameters):
     budget: Number  # MiB, the logits budget every budgeted strategy gets
 
     renamed = {**GridParameters.renamed, "budget_mb": "budget"}
-
-    def grid_budgets(self) -> list[Number]:
-        return [self.budget]
 
 
 class BeyondParameters(GridParameters):

@@ -8,7 +8,6 @@ data behind them, so tests need no browser.
 from __future__ import annotations
 
 import html
-from dataclasses import replace
 
 import ipywidgets as w
 
@@ -40,8 +39,8 @@ class FrontierDashboard:
     RATIOS = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9)
     MIXES = ("0.01x131072", "0.05x65536", "0.1x32768")  # offered; any SHARExLENGTH text is taken
 
-    def __init__(self, grid: Grid = Grid(strategy=("vllm",)), budget_mb: float = 512):
-        self.grid = grid
+    def __init__(self, grid: Grid = Grid.of(strategy=("vllm",)), budget_mb: float = 512):
+        self.grid = grid  # the grid of the figure shown, moved with the controls
         self.isl_given = None if grid.isl == frontier.default_isl(grid.model) else grid.isl
         self.concurrency, self.isl = grid.concurrency, self.isl_axis(grid.model)
         model, strategy, free_gib = grid.model, grid.strategy[0], grid.free_gib[0]
@@ -103,10 +102,8 @@ class FrontierDashboard:
         (except SGLang's own chunker's): a free-GiB move only re-reads the planned rows
         (``sweep.at_free_memory``), and the last settings planned are kept."""
         free = round(state["free_gib"], 4)
-        grid = replace(self.grid, model=state["model"], isl=self.isl, budget_mb=(state["budget_mb"],),
-                       strategy=(state["strategy"],), free_gib=(free,), shared_prefix=(state["shared_prefix"],),
-                       max_num_batched_tokens=(state["max_num_batched_tokens"],), engine=(state["engine"],),
-                       gpu=state["gpu"], random_range_ratio=(state["random_range_ratio"],), mix=(state["mix"],))
+        # each control is a setting of the grid: a move makes again only the part that holds it
+        grid = self.grid = self.grid.where(**{**state, "free_gib": free, "isl": self.isl})
         reads_budget = grid.budgets(state["engine"], state["strategy"]) != (NO_BUDGET_MB,)
         # a strategy that reads no budget has the same rows at every budget
         ignored = {"free_gib"} if reads_budget else {"free_gib", "budget_mb"}

@@ -1,5 +1,7 @@
 """Layer 6, studies over many plans: grids, results and the questions users ask.
 
+- ``grid``: the one grid, made of ``grid_plan``, ``scheduler_settings``, ``deployment`` and
+  ``axes``, each a frozen part whose settings are declared with ``setting``;
 - ``frontier``: the OOM frontier by model over concurrency x ISL x budget x free memory;
 - ``sweep``, ``store``, ``results``: grids run in ``model``, ``trace`` or ``measure``
   mode into a resumable, journalled Parquet store, with provenance;

@@ -24,6 +24,8 @@ from .frontier import Schedule, prefill_batches, worst_step
 DEFAULT_WAVES = (2, 3, 4, 6)
 DEFAULT_SEEDS = tuple(range(6))
 DEFAULT_ORDERS = ORDERS
+# what ``search`` tries: (waves, seeds, arrival orders)
+DEFAULT_SPACE = (DEFAULT_WAVES, DEFAULT_SEEDS, DEFAULT_ORDERS)
 
 
 def _waves(workload: ClosedLoopWorkload) -> str:
@@ -71,14 +73,14 @@ def found_text(workload: ClosedLoopWorkload) -> str:
 
 
 def search(workload: ClosedLoopWorkload, config: SchedulerConfig, strategy: str, budget_bytes: int | None,
-           settings: PlanSettings, waves=DEFAULT_WAVES, seeds=DEFAULT_SEEDS, orders=DEFAULT_ORDERS,
-           schedules: dict | None = None) -> dict:
+           settings: PlanSettings, space=DEFAULT_SPACE, schedules: dict | None = None) -> dict:
     """The sample's worst step against the worst found over the variants (transient bytes).
-    ``schedules``: the variants' schedules, kept between calls on the same workload and config
-    (the strategies of ``bounds_table`` share them)."""
+    ``space``: the (waves, seeds, orders) the variants are made of (``variants``); ``schedules``:
+    the variants' schedules, kept between calls on the same workload and config (the strategies of
+    ``bounds_table`` share them)."""
     schedules = {} if schedules is None else schedules
     results = []
-    for v in variants(workload, waves, seeds, orders):
+    for v in variants(workload, *space):
         if (v, config) not in schedules:
             schedules[(v, config)] = Schedule(prefill_batches(v, config))
         schedule = schedules[(v, config)]
@@ -96,7 +98,7 @@ def search(workload: ClosedLoopWorkload, config: SchedulerConfig, strategy: str,
         "budget_mb": None if budget_bytes is None else budget_bytes / 2**20,
         "sample": sample_text(workload), "sample_peak_gib": sample.peak_transient_bytes / 2**30,
         "sample_logits_gib": sample_logits / 2**30, "searched": len(results),
-        "searched_over": searched_text(workload, waves, seeds, orders),
+        "searched_over": searched_text(workload, *space),
         "found_peak_gib": found.peak_transient_bytes / 2**30, "found_logits_gib": found_logits / 2**30,
         "found_in": found_text(found_in),
         "found_over_sample": found.peak_transient_bytes / max(1, sample.peak_transient_bytes),

@@ -1,30 +1,37 @@
 """``Grid``: the one grid every frontier, sweep, notebook and dashboard runs.
 
-A grid is a set of plan settings (the model, a DeepGEMM what-if, padded budgets, whose
-temporaries are counted, the GPU) times its axes: concurrency, ISL, OSL, shared prefix, the scheduler's
-settings (each release's own defaults unless given), the engine release, the strategy, the budget
-and the free memory.  Every axis is a
-tuple and the grid is their product (a shared prefix longer than a prompt is skipped: such a
-point cannot exist).  It is checked once, when it is made: a bad value raises a ValueError that
-names it and the rule.  Its ``tasks`` are the units a sweep runs and journals.
+A grid is four frozen parts, each checked once when it is made: its plan settings
+(``GridPlan``: the model, the engine releases, a DeepGEMM what-if, padded budgets, whose
+temporaries are counted, the GPU), its scheduler's settings (``SchedulerSettings``: each
+release's own defaults unless given), its deployment (``Deployment``: drafts, the KV cache, TP)
+and its axes (``Axes``: concurrency, ISL, OSL, shared prefix, prompt lengths, strategy, budget
+and free memory).  The grid is the product of its axes (a shared prefix longer than a prompt is
+skipped: such a point cannot exist).  Making it checks what the parts say together (a prompt
+longer than the model's max_model_len, a setting of a server the grid does not run) and derives
+each release's KV cache and scheduler and each strategy's settings, once per plan and deployment:
+``where`` replaces the parts a change touches, so moving an axis derives nothing again.  A bad
+value raises a ValueError that names it and the rule.  Its ``tasks`` are the units a sweep runs
+and journals.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass, fields
-from typing import Iterator
+from typing import ClassVar, Iterator
 
 from ..checks import BadValue
-from ..engines import DEFAULT_ENGINE, get_engine, not_default, release_scheduler
-from ..engines.budget import SGLANG_MEM_FRACTION_STATIC
-from ..engines.scheduler import tp_row_shard_refusal
-from ..engines.kv_capacity import KV_CACHE_DTYPES, KvCapacity, deployment_kv_cache
+from ..engines import get_engine, not_default
+from ..engines.kv_capacity import KvCapacity
 from ..plan import GIVEN_BUDGET, MEASURED_BUDGET, PlanSettings, get_strategy
-from ..shapes import budget_bytes_from_mb, free_bytes_from_gib, get_model
-from ..workload import MAX_BATCHED_TOKENS, MAX_CONCURRENCY, MAX_OSL, ClosedLoopWorkload, SchedulerConfig, check_int, check_source
-from ..workload.simulator import MAX_SPECULATIVE_TOKENS
-from ..workload.lengths import check_range_ratio, length_bounds, mix_text, parse_mix
+from ..shapes import get_model
+from ..workload import ClosedLoopWorkload, SchedulerConfig
+from ..workload.lengths import length_bounds, mix_text, parse_mix
+from .axes import Axes
+from .deployment import Deployment
 from .frontier import default_isl
+from .grid_plan import GridPlan
+from .scheduler_settings import SchedulerSettings
 
 # budget_mb of a row whose strategy reads no budget of the grid (NaN once in a DataFrame)
 NO_BUDGET_MB = None
@@ -78,164 +85,142 @@ class Task:
         return "|".join(parts)
 
 
+@functools.lru_cache(maxsize=64)  # a dashboard's moves reuse the deployments they saw
+def kv_caches(plan: GridPlan, deployment: Deployment) -> dict[str, KvCapacity | None]:
+    """Each release's derived KV cache (None: a number of tokens given); a deployment a release
+    cannot derive is refused before any work."""
+    deployment.check_engines(plan.engine)
+    return {e: deployment.kv_cache(plan.model, e, plan.gpu) for e in plan.engine}
+
+
+@functools.lru_cache(maxsize=64)
+def release_schedulers(plan: GridPlan, scheduler: SchedulerSettings,
+                       deployment: Deployment) -> dict[str, tuple[SchedulerConfig, ...]]:
+    """Each release's schedulers on the deployment; one the planners do not model is refused."""
+    caches, block = kv_caches(plan, deployment), get_model(plan.model).kv_block
+    out = {e: scheduler.configs(e, block, plan.gpu, deployment.speculative_tokens,
+                                caches[e].tokens if caches[e] else deployment.kv_cache_tokens) for e in plan.engine}
+    for e, configs in out.items():
+        for config in configs:
+            why = deployment.tp_refusal(e, config)
+            if why:
+                raise BadValue("tp", why)
+    return out
+
+
+@functools.lru_cache(maxsize=64)
+def strategy_runs(plan: GridPlan, strategies: tuple[str, ...]) -> dict[tuple[str, str], PlanSettings]:
+    """Each strategy's settings as it runs them on each release (its layout checked on the build)."""
+    return {(e, s): get_strategy(s).runs_under(plan.settings(e)) for e in plan.engine for s in strategies}
+
+
+def check_axes_on(plan: GridPlan, axes: Axes) -> None:
+    """The axes against the model: no prompt past its max_model_len, a point left."""
+    longest = get_model(plan.model).max_model_len
+    too_long = [i for i in axes.isl if i > longest]
+    if too_long:
+        raise BadValue("isl", f"isl {too_long[0]} > max_model_len {longest} of {plan.model}")
+    too_long = [n for n in axes.mix_lengths() if n > longest]
+    if too_long:
+        raise BadValue("mix", f"mix length {too_long[0]} > max_model_len {longest} of {plan.model}")
+    if min(axes.shared_prefix) > max(axes.isl):
+        raise BadValue("shared_prefix", f"shared_prefix {min(axes.shared_prefix)} > every isl (at most "
+                                        f"{max(axes.isl)}): the shared prefix is part of the prompt, "
+                                        "so no point is left")
+    if not any(True for _ in closed_loops(axes, longest)):
+        raise BadValue("isl", "no point is left: every prompt length drawn around the isl axis "
+                              f"(random_range_ratio {', '.join(f'{r:g}' for r in axes.random_range_ratio)}) is "
+                              f"shorter than the shared prefix or longer than max_model_len {longest}")
+
+
+def closed_loops(axes: Axes, longest: int) -> Iterator[ClosedLoopWorkload]:
+    """Every client workload of the axes, skipping the points that cannot exist: a shared prefix
+    longer than the shortest prompt, a prompt longer than ``longest`` (the model's max_model_len,
+    which vLLM refuses) or of no token."""
+    for conc, isl, osl, prefix, ratio, mix in itertools.product(
+            axes.concurrency, axes.isl, axes.osl, axes.shared_prefix, axes.random_range_ratio, axes.mix):
+        low, high = length_bounds(isl, ratio)
+        lengths = [n for _, n in parse_mix(mix)]
+        if 1 <= low and prefix <= min([low] + lengths) and max([high] + lengths) <= longest:
+            yield ClosedLoopWorkload(conc, isl, osl, prefix, None, ratio, mix, axes.length_seed)
+
+
 @dataclass(frozen=True)
 class Grid:
-    model: str = "glm-5"
-    concurrency: tuple[int, ...] = (1, 4, 8, 16, 24, 32, 48, 64)
-    isl: tuple[int, ...] | None = None  # None: 2,048 up to the model's max_model_len (default_isl)
-    osl: tuple[int, ...] = (64,)
-    budget_mb: tuple[float, ...] = (64, 128, 256, 512, 1024, 2048)
-    strategy: tuple[str, ...] = ("n-only", "vllm", "per-request", "causal")
-    free_gib: tuple[float, ...] = (2.63,)
-    shared_prefix: tuple[int, ...] = (0,)
-    # mixed lengths (docs/design.md#mixed-lengths): vLLM bench's --random-range-ratio R (each prompt
-    # drawn from ISL x [1 - R, 1 + R]) and mixes ("0.1x131072": a tenth of the prompts at 131,072
-    # tokens, the rest at the ISL axis' value; "": none), drawn from ``length_seed``; each value is
-    # one schedule per point.  A point whose longest prompt passes max_model_len is skipped.
-    random_range_ratio: tuple[float, ...] = (0.0,)
-    mix: tuple[str, ...] = ("",)
-    length_seed: int = 0  # the workloads' ``seed`` (not a measure sweep's inputs', RunSettings.seed)
-    # the scheduler: None, each engine release's own default (``engines.scheduler_defaults``);
-    # a value given is named in every row that differs from its release's default
-    max_num_batched_tokens: tuple[int, ...] | None = None
-    max_num_seqs: tuple[int, ...] | None = None
-    long_prefill_token_threshold: tuple[int, ...] | None = None
-    async_scheduling: bool | None = None
-    # the deployment: draft tokens per decode (speculative decoding, MTP; 0: none, as vLLM serves by
-    # default) and the KV cache in tokens per GPU (0: room for every running request; a smaller
-    # cache holds back admissions and preempts: docs/design.md#preemption)
-    speculative_tokens: int = 0
-    kv_cache_tokens: int | str = 0  # or "auto": derived per release (engines.kv_capacity)
-    # for kv_cache_tokens "auto": vLLM's --gpu-memory-utilization (None: each release's own) and the
-    # server's --kv-cache-dtype
-    gpu_memory_utilization: float | None = None
-    kv_cache_dtype: str = "auto"
-    # SGLang's --mem-fraction-static: it caps the logits budget SGLang measures (f x (1 - it) x the
-    # GPU's memory) and, with kv_cache_tokens "auto", sizes its KV cache; None: 0.9, SGLang's own
-    # choice on an H200 (named in every row that differs)
-    mem_fraction_static: float | None = None
-    # tensor parallelism: named where it is not 1, and it changes no step: every TP rank runs the
-    # whole indexer (vLLM's Indexer builds wq_b, wk and weights_proj as ReplicatedLinear over all
-    # index heads), so TP only sizes the KV cache per GPU, which kv_cache_tokens gives
-    tp: int = 1
-    # engine releases (ENGINE==RELEASE; a bare vllm or sglang: its latest): each plans on its own
-    # DeepGEMM, workspace and layout; the ``engine`` strategy is its own chunker
-    engine: tuple[str, ...] = (DEFAULT_ENGINE,)
-    # None: each engine's own DeepGEMM; a version: the project's strategies on that build instead
-    deepgemm_version: str | None = None
-    padded: bool = True
-    # whose temporaries each chunk adds: "deepgemm" (the H200 path), "reference", or None
-    temporaries: str | None = "deepgemm"
-    workload_source: str = "simulator"  # or "vllm": vLLM's own scheduler
-    # the GPU (``data/gpus/``): each release's scheduler defaults on it, SGLang's budget cap from
-    # its memory; a release whose indexer path differs on it is refused
-    gpu: str = "h200"
+    """The grid: its plan settings, scheduler settings, deployment and axes (``Grid.of`` makes one
+    from settings by name), with what is derived from them once."""
+
+    plan: GridPlan = GridPlan()
+    scheduler: SchedulerSettings = SchedulerSettings()
+    deployment: Deployment = Deployment()
+    axes: Axes = Axes()
+
+    PARTS: ClassVar[dict[str, type]] = {"plan": GridPlan, "scheduler": SchedulerSettings,
+                                        "deployment": Deployment, "axes": Axes}
+    HOLDER: ClassVar[dict[str, str]] = {name: part for part, kind in PARTS.items() for name in kind.names()}
 
     def __post_init__(self):
-        object.__setattr__(self, "model", get_model(self.model).name)  # one spelling: GLM-5 is glm-5
-        if self.isl is None:
-            object.__setattr__(self, "isl", default_isl(self.model))
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.type.startswith("tuple") and not (value is None and f.type.endswith("None")):
-                if isinstance(value, (list, tuple)):  # YAML and JSON give lists: keep the grid hashable
-                    object.__setattr__(self, f.name, tuple(value))
-                else:
-                    object.__setattr__(self, f.name, (value,))
-                if not getattr(self, f.name):
-                    raise BadValue(f.name, f"{f.name} is empty: the grid needs at least one value")
-        for c in self.concurrency:
-            check_int("concurrency", c, 1, MAX_CONCURRENCY)
-        for o in self.osl:
-            check_int("osl", o, 1, MAX_OSL)
-        for name, minimum, maximum in (("isl", 1, None), ("shared_prefix", 0, None),
-                                       ("max_num_batched_tokens", 1, MAX_BATCHED_TOKENS),
-                                       ("max_num_seqs", 1, MAX_CONCURRENCY), ("long_prefill_token_threshold", 0, None)):
-            for v in getattr(self, name) or ():
-                check_int(name, v, minimum, maximum)
-        longest = get_model(self.model).max_model_len
-        too_long = [i for i in self.isl if i > longest]
-        if too_long:
-            raise BadValue("isl", f"isl {too_long[0]} > max_model_len {longest} of {self.model}")
-        object.__setattr__(self, "random_range_ratio", tuple(check_range_ratio(r) for r in self.random_range_ratio))
-        object.__setattr__(self, "mix", tuple(mix_text(parse_mix(m)) for m in self.mix))  # one spelling each
-        check_int("length_seed", self.length_seed, 0)
-        check_int("speculative_tokens", self.speculative_tokens, 0, MAX_SPECULATIVE_TOKENS)
-        if self.kv_cache_tokens != "auto":
-            check_int("kv_cache_tokens", self.kv_cache_tokens, 0)
-        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
-            raise BadValue("kv_cache_dtype", f"kv_cache_dtype {self.kv_cache_dtype!r}: must be one of "
-                                             f"{', '.join(KV_CACHE_DTYPES)}")
-        check_int("tp", self.tp, 1, 1024)
-        if self.mem_fraction_static is not None:
-            m = self.mem_fraction_static
-            if isinstance(m, bool) or not isinstance(m, (int, float)) or not 0 <= m <= 1:
-                raise BadValue("mem_fraction_static", f"mem_fraction_static {m!r}: must be a fraction in [0, 1] "
-                                                      "(SGLang's --mem-fraction-static)")
-        too_long = [n for m in self.mix for _, n in parse_mix(m) if n > longest]
-        if too_long:
-            raise BadValue("mix", f"mix length {too_long[0]} > max_model_len {longest} of {self.model}")
-        if min(self.shared_prefix) > max(self.isl):
-            raise BadValue("shared_prefix", f"shared_prefix {min(self.shared_prefix)} > every isl (at most "
-                                            f"{max(self.isl)}): the shared prefix is part of the prompt, "
-                                            "so no point is left")
-        if not any(True for _ in self.closed_loops()):
-            raise BadValue("isl", "no point is left: every prompt length drawn around the isl axis "
-                                  f"(random_range_ratio {', '.join(f'{r:g}' for r in self.random_range_ratio)}) is "
-                                  f"shorter than the shared prefix or longer than max_model_len {longest}")
-        for b in self.budget_mb:
-            budget_bytes_from_mb(b)
-        for f in self.free_gib:
-            free_bytes_from_gib(f)
-        # one spelling of each value (64 and 64.0 are one budget): the grid's hash names its points
-        object.__setattr__(self, "budget_mb", tuple(float(b) for b in self.budget_mb))
-        object.__setattr__(self, "free_gib", tuple(float(f) for f in self.free_gib))
-        check_source(self.workload_source)
-        settings = {e: PlanSettings(self.model, e, self.deepgemm_version, self.padded, None, self.temporaries,
-                                    self.gpu)
-                    for e in self.engine}
-        object.__setattr__(self, "gpu", next(iter(settings.values())).gpu)  # one spelling: H200 is h200
-        # the releases' full names: a grid means the same whatever release is newest later
-        object.__setattr__(self, "engine", tuple(dict.fromkeys(s.engine for s in settings.values())))
-        object.__setattr__(self, "_settings", {s.engine: s for s in settings.values()})  # not a field
-        # each release's derived KV cache, once (a deployment it cannot derive is refused before any work)
-        sglang = [e for e in self.engine if get_engine(e).engine == "sglang"]
-        if self.mem_fraction_static is not None and not sglang:
-            raise BadValue("mem_fraction_static", "mem_fraction_static is SGLang's --mem-fraction-static: the grid "
-                                                  f"has no SGLang release ({', '.join(self.engine)})")
-        object.__setattr__(self, "_kv_caches", {
-            e: deployment_kv_cache(self.kv_cache_tokens, self.model, e, self.gpu, self.tp, self._cache_fraction(e),
-                                   self.kv_cache_dtype, self.speculative_tokens) for e in self.engine})
-        for e in self.engine:
-            for config in self.schedulers(e):
-                why = tp_row_shard_refusal(e, config, self.tp)
-                if why:
-                    raise BadValue("tp", why)
-        # each strategy's settings as it runs them on each release (its layout checked on the build)
-        object.__setattr__(self, "_runs", {(e, s): get_strategy(s).runs_under(self.settings(e))
-                                           for e in self.engine for s in self.strategy})
+        if self.axes.isl is None:
+            object.__setattr__(self, "axes", self.axes.where(isl=default_isl(self.plan.model)))
+        check_axes_on(self.plan, self.axes)
+        object.__setattr__(self, "_kv_caches", kv_caches(self.plan, self.deployment))
+        object.__setattr__(self, "_schedulers", release_schedulers(self.plan, self.scheduler, self.deployment))
+        object.__setattr__(self, "_runs", strategy_runs(self.plan, self.axes.strategy))
 
-    def _cache_fraction(self, engine: str) -> float | None:
-        """The memory fraction that sizes a release's derived KV cache: SGLang's
-        mem_fraction_static (where the cache is derived), else vLLM's gpu_memory_utilization."""
-        if get_engine(engine).engine == "sglang" and self.mem_fraction_static is not None:
-            return self.mem_fraction_static if self.kv_cache_tokens == "auto" else None
-        return self.gpu_memory_utilization
+    @classmethod
+    def of(cls, **settings) -> Grid:
+        """A grid from its settings by name (``model=``, ``isl=``, ``tp=``...), each given to the
+        part that holds it; the others at their defaults."""
+        given = cls.by_part(settings)
+        return cls(**{f.name: f.default.where(**given[f.name]) for f in fields(cls)})
+
+    def where(self, **changes) -> Grid:
+        """The grid with some settings changed, by name: only the parts holding them are made (and
+        checked) again, and what was derived from the others is kept."""
+        given = self.by_part(changes)
+        return Grid(**{name: getattr(self, name).where(**given[name]) for name in self.PARTS})
+
+    @classmethod
+    def by_part(cls, settings: dict) -> dict[str, dict]:
+        """Settings by name, grouped by the part that holds each."""
+        out = {name: {} for name in cls.PARTS}
+        for name, value in settings.items():
+            if name not in cls.HOLDER:
+                raise TypeError(f"Grid has no setting {name!r}")
+            out[cls.HOLDER[name]][name] = value
+        return out
+
+    @classmethod
+    def setting_names(cls) -> tuple[str, ...]:
+        return tuple(cls.HOLDER)
+
+    @classmethod
+    def defaults(cls) -> dict:
+        """Each setting's default by name."""
+        return {k: v for part in cls.PARTS.values() for k, v in part.defaults().items()}
+
+    def flat(self) -> dict:
+        """Each setting's value by name (the ISL axis as derived where it was not given)."""
+        return {k: v for name in self.PARTS for k, v in getattr(self, name).values().items()}
+
+    def __getattr__(self, name: str):
+        # a setting read by its name (grid.model, grid.isl): from the part that holds it
+        part = self.HOLDER.get(name)
+        if part is None:
+            raise AttributeError(f"Grid has no setting or attribute {name!r}")
+        return getattr(object.__getattribute__(self, part), name)
 
     def mem_fraction_static_on(self, engine: str) -> float | None:
         """SGLang's --mem-fraction-static on one of the grid's releases (None: its default, or not SGLang)."""
-        return self.mem_fraction_static if get_engine(engine).engine == "sglang" else None
+        return self.deployment.mem_fraction_static_on(engine)
 
     def deployment_not_default(self, engine: str) -> list[str]:
         """The deployment's settings on a release that are not its default, beyond the scheduler's."""
-        m = self.mem_fraction_static_on(engine)
-        if m is None or m == SGLANG_MEM_FRACTION_STATIC:
-            return []
-        return [f"mem_fraction_static={m:g} (default {SGLANG_MEM_FRACTION_STATIC:g})"]
+        return self.deployment.not_default(engine)
 
     def settings(self, engine: str) -> PlanSettings:
         """The plan settings of the grid's points on one of its engine releases."""
-        return self._settings[engine]
+        return self.plan.settings(engine)
 
     def runs_under(self, engine: str, strategy: str) -> PlanSettings:
         """The settings as one of the grid's strategies runs them on one of its releases."""
@@ -247,9 +232,9 @@ class Grid:
         shown once): n-only, and an engine's own chunker without a budget or with one it measures,
         or whose path for the model reads none (TensorRT-LLM's kpool path)."""
         profile = get_engine(engine)
-        one_call = get_strategy(strategy).own_build and profile.one_call_for(get_model(self.model))
+        one_call = get_strategy(strategy).own_build and profile.one_call_for(get_model(self.plan.model))
         if get_strategy(strategy).budget_source(profile) == GIVEN_BUDGET and not one_call:
-            return self.budget_mb
+            return self.axes.budget_mb
         return (NO_BUDGET_MB,)
 
     def measures_budget(self, engine: str, strategy: str) -> bool:
@@ -260,22 +245,16 @@ class Grid:
     def schedulers(self, engine: str) -> tuple[SchedulerConfig, ...]:
         """The grid's scheduler settings on one of its releases: each axis given, or the release's
         own default where the axis is None."""
-        block = get_model(self.model).kv_block
-        return tuple(release_scheduler(engine, block, self.gpu, max_num_batched_tokens=mnbt, max_num_seqs=seqs,
-                                       long_prefill_token_threshold=thr, async_scheduling=self.async_scheduling,
-                                       speculative_tokens=self.speculative_tokens,
-                                       kv_cache_tokens=self.kv_cache_tokens_on(engine))
-                     for mnbt, seqs, thr in itertools.product(self.max_num_batched_tokens or (None,),
-                                                              self.max_num_seqs or (None,),
-                                                              self.long_prefill_token_threshold or (None,)))
+        return self._schedulers[engine]
 
     def not_default(self, engine: str | None = None) -> str:
         """The grid's scheduler settings that differ from its releases' defaults, as one phrase for a
         title or a summary line ('' when every release runs its own defaults)."""
-        engines = self.engine if engine is None else (engine,)
-        differ = [d for e in engines for c in self.schedulers(e) for d in not_default(e, c, self.gpu, self.kv_cache(e))]
+        engines = self.plan.engine if engine is None else (engine,)
+        gpu, tp = self.plan.gpu, self.deployment.tp
+        differ = [d for e in engines for c in self.schedulers(e) for d in not_default(e, c, gpu, self.kv_cache(e))]
         differ += [d for e in engines for d in self.deployment_not_default(e)]
-        return "; ".join(dict.fromkeys(differ + ([f"tp={self.tp}"] if self.tp != 1 else [])))
+        return "; ".join(dict.fromkeys(differ + ([f"tp={tp}"] if tp != 1 else [])))
 
     def kv_cache(self, engine: str) -> KvCapacity | None:
         """The KV cache ``kv_cache_tokens`` "auto" derives for one of the grid's releases (None: a
@@ -285,19 +264,13 @@ class Grid:
     def kv_cache_tokens_on(self, engine: str) -> int:
         """The KV cache in tokens per GPU on one of the grid's releases (0: room for every request)."""
         derived = self.kv_cache(engine)
-        return derived.tokens if derived else self.kv_cache_tokens
+        return derived.tokens if derived else self.deployment.kv_cache_tokens
 
     def closed_loops(self) -> Iterator[ClosedLoopWorkload]:
         """Every client workload of the grid, skipping the points that cannot exist: a shared prefix
         longer than the shortest prompt, a prompt longer than the model's max_model_len (vLLM refuses
         it) or of no token."""
-        longest = get_model(self.model).max_model_len
-        for conc, isl, osl, prefix, ratio, mix in itertools.product(
-                self.concurrency, self.isl, self.osl, self.shared_prefix, self.random_range_ratio, self.mix):
-            low, high = length_bounds(isl, ratio)
-            lengths = [n for _, n in parse_mix(mix)]
-            if 1 <= low and prefix <= min([low] + lengths) and max([high] + lengths) <= longest:
-                yield ClosedLoopWorkload(conc, isl, osl, prefix, None, ratio, mix, self.length_seed)
+        return closed_loops(self.axes, get_model(self.plan.model).max_model_len)
 
     def tasks(self, mode: str = "model") -> Iterator[Task]:
         """The grid's tasks in order.  A model task covers every budget and free GiB of a workload
@@ -306,23 +279,23 @@ class Grid:
         schedules on its own defaults where the grid gives no scheduler setting."""
         if mode not in MODES:
             raise ValueError(f"mode {mode!r}: must be one of {', '.join(MODES)}")
+        model, frees = self.plan.model, self.axes.free_gib
         for workload in self.closed_loops():
-            for engine, strategy, scheduler in ((e, s, c) for e in self.engine for c in self.schedulers(e)
-                                                for s in self.strategy):
+            for engine, strategy, scheduler in ((e, s, c) for e in self.plan.engine for c in self.schedulers(e)
+                                                for s in self.axes.strategy):
                 budgets = self.budgets(engine, strategy)
                 if mode == "model":
-                    yield Task(self.model, workload, scheduler, engine, strategy, budgets, self.free_gib)
+                    yield Task(model, workload, scheduler, engine, strategy, budgets, frees)
                 elif mode == "trace":
                     for mb in budgets:
-                        yield Task(self.model, workload, scheduler, engine, strategy, (mb,), self.free_gib,
-                                   one_budget=True)
+                        yield Task(model, workload, scheduler, engine, strategy, (mb,), frees, one_budget=True)
                 else:
-                    for mb, free in itertools.product(budgets, self.free_gib):
-                        yield Task(self.model, workload, scheduler, engine, strategy, (mb,), (free,), True, True)
+                    for mb, free in itertools.product(budgets, frees):
+                        yield Task(model, workload, scheduler, engine, strategy, (mb,), (free,), True, True)
 
     @property
     def num_rows(self) -> int:
         n_workloads = sum(1 for _ in self.closed_loops())
         budgets = sum(len(self.budgets(e, s)) * len(self.schedulers(e))
-                      for e, s in itertools.product(self.engine, self.strategy))
-        return n_workloads * budgets * len(self.free_gib)
+                      for e, s in itertools.product(self.plan.engine, self.axes.strategy))
+        return n_workloads * budgets * len(self.axes.free_gib)

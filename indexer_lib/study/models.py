@@ -46,7 +46,7 @@ def _engine_rows(name: str, preset, base: dict, engine: str, concurrency: tuple,
     # the release's own chunker at its own default budget (a release that measures its budget
     # from free memory ignores the number)
     try:
-        grid = Grid(model=name, concurrency=concurrency, isl=(preset.max_model_len,), osl=64,
+        grid = Grid.of(model=name, concurrency=concurrency, isl=(preset.max_model_len,), osl=64,
                     budget_mb=(get_engine(engine).default_budget_mb or 512,), strategy=("engine",),
                     free_gib=(free_gib,), engine=(engine,))
         found = list(model_rows(grid))

@@ -135,7 +135,7 @@ DEFAULT_SETTINGS = PlanSettings("glm-5", temporaries="deepgemm")
 
 
 def reserved_curve(strategy: str | Strategy, steps: list[StepBatch], budget_mb: float = 512,
-                   settings: PlanSettings = DEFAULT_SETTINGS, source: str = "model", topk_rows: int | None = None,
+                   settings: PlanSettings = DEFAULT_SETTINGS, source: str = "model",
                    include_inputs: bool = False, planned=None, limit_bytes: int | None = None) -> list[StepReserved]:
     """Replay every step's allocations through one allocator; one row per step.
 
@@ -159,11 +159,11 @@ def reserved_curve(strategy: str | Strategy, steps: list[StepBatch], budget_mb: 
             plan, report = planned(batch, strategy)
         else:
             plan = plan_at(batch, strategy, budget_mb, settings)
-            report = memory_report(plan, topk_rows=topk_rows)
+            report = memory_report(plan)  # the top-k buffer of the step's own rows
         if source == "model":
             events = plan_events(plan, report, f"s{i}", include_inputs)
         else:
-            events = traced_events(plan, f"s{i}", topk_rows)
+            events = traced_events(plan, f"s{i}")
         segments_before = _segments(alloc)
         try:
             # allocated bytes only peak right after a malloc: the curve's maximum is the peak

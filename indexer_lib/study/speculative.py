@@ -23,7 +23,7 @@ def drafts_table(model: str, engines: list[str], drafts: list[int], concurrency:
         profile = get_engine(engine)
         for k in drafts:
             # the release's own chunker at its own default budget (a release without one ignores it)
-            grid = Grid(model=model, concurrency=(concurrency,), isl=(isl,), osl=(osl,), strategy=("engine",),
+            grid = Grid.of(model=model, concurrency=(concurrency,), isl=(isl,), osl=(osl,), strategy=("engine",),
                         budget_mb=(profile.default_budget_mb or 512,), free_gib=(free_gib,), engine=(engine,),
                         speculative_tokens=k, gpu=gpu)
             (row,) = model_rows(grid)

@@ -18,7 +18,7 @@ import functools
 import hashlib
 import itertools
 import json
-from dataclasses import MISSING, asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from . import frontier
@@ -58,7 +58,7 @@ class RunSettings:
 
 
 def spec_of(grid: Grid, settings: RunSettings) -> dict:
-    spec = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(grid).items()}
+    spec = {k: list(v) if isinstance(v, tuple) else v for k, v in grid.flat().items()}
     spec.update(asdict(settings))
     if spec.get("gpu") == "h200":  # the default GPU: a store journalled before GPUs were data resumes
         spec.pop("gpu")
@@ -72,16 +72,8 @@ def spec_defaults() -> dict:
     """Each grid and run setting's default, spelled as a spec spells it: a store journalled before
     a setting existed holds the same sweep as one where it is at its default (the store compares
     them so)."""
-    out = {}
-    for cls in (Grid, RunSettings):
-        for f in fields(cls):
-            if f.default is not MISSING:
-                value = f.default
-            elif f.default_factory is not MISSING:
-                value = f.default_factory()
-            else:
-                continue
-            out[f.name] = list(value) if isinstance(value, tuple) else value
+    out = {k: list(v) if isinstance(v, tuple) else v for k, v in Grid.defaults().items()}
+    out.update(asdict(RunSettings()))
     return out
 
 
