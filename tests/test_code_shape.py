@@ -16,10 +16,6 @@ MORE_PARAMETERS = {
     "run/kernels/deepgemm.py:logits": "the backends' interface, with the column range and padded rows it runs",
     "run/kernels/reference.py:logits": "the backends' interface, with the column range and padded rows it runs",
     "run/kernels/checks.py:check_mqa_logits_inputs": "checks the six tensors of fp8_mqa_logits' call",
-    "plan/builders.py:add_rows": "the chunk builder's slice (requests, rows, width, K, flags); plan/ is "
-                                 "reworked on its own, so it is left as it is here",
-    "fast/shapes.py:add_rows": "the shape planner's twin of plan/builders.py:add_rows; fast/ is reworked on "
-                               "its own, so it is left as it is here",
 }
 LONGER = {}  # module:function -> why it is longer
 
