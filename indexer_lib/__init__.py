@@ -1,8 +1,9 @@
 """indexer-lab: budgeted chunking of the DSA indexer's prefill logits.
 
 Data flows one way, one subpackage per layer (docs/design.md#architecture):
-``workload`` -> ``engines`` -> ``plan`` -> ``memory`` -> ``fast`` -> ``run`` -> ``study`` -> ``notebook``
--> ``cli``, with ``shapes``, ``padding`` and ``refdata`` below them all.  Each layer imports only
+``workload`` -> ``engines`` -> ``plan`` -> ``memory`` -> ``timemodel`` -> ``fast`` -> ``run`` -> ``search``
+-> ``sweep`` -> ``study`` -> ``notebook`` -> ``cli``, with ``shapes``, ``padding``, ``dtypes``,
+``elementwise`` and ``refdata`` below them all.  Each layer imports only
 from the layers below it.
 """
 from .plan import STRATEGIES, Chunk, Plan, PlanSettings, get_strategy

@@ -345,3 +345,8 @@ def budget_bytes_from_mb(budget_mb: float) -> int:
     if not math.isfinite(budget_mb):
         raise BadValue("budget_mb", f"budget {budget_mb!r} MB: must be a finite number")
     return max(1, round(budget_mb * MIB))
+
+
+def format_bytes(n: int) -> str:
+    """Bytes as GiB from one GiB up, else as MiB."""
+    return f"{n / GIB:.2f} GiB" if n >= GIB else f"{n / MIB:.1f} MiB"

@@ -12,10 +12,10 @@ import os
 import statistics
 import time
 
-from indexer_lib.study.executors import Local
-from indexer_lib.study.frontier import prefill_batches
-from indexer_lib.study.grid import Grid
-from indexer_lib.study.sweep import model_rows
+from indexer_lib.sweep.executors import Local
+from indexer_lib.search.worst_step import prefill_batches
+from indexer_lib.sweep.grid import Grid
+from indexer_lib.sweep.rows import model_rows
 from indexer_lib.plan import BASELINE, strategy_names
 from indexer_lib.memory import make_plan
 from indexer_lib.shapes import MIB

@@ -103,7 +103,7 @@ dash.update()
 
 SETUP = '''
 from indexer_lib.notebook.widgets import FrontierDashboard
-from indexer_lib.study.grid import Grid
+from indexer_lib.sweep.grid import Grid
 dash = FrontierDashboard(Grid.of(strategy=("vllm",)), budget_mb=512)  # the default axis
 '''
 

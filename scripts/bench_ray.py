@@ -4,7 +4,7 @@
     .venv/bin/python scripts/bench_ray.py --cpus 2 --small
 
 Prints points per second for both (the same grid, the same table: checked), Ray's start-up,
-and the overhead of one Ray task (a no-op through ``study.cluster.ordered_map``, one item per
+and the overhead of one Ray task (a no-op through ``sweep.cluster.ordered_map``, one item per
 task), from which the gain of a larger cluster can be read.  Then a measure sweep on the
 emulated CUDA device (tests/fake_cuda.py), locally and on Ray with fake GPUs (one point per
 GPU task, each in a fresh worker, as Ray runs GPU tasks): seconds per point and the
@@ -23,9 +23,9 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))  # the emulated CUDA device
 
 import fake_cuda  # noqa: E402
-from indexer_lib.study import cluster, sweep  # noqa: E402
-from indexer_lib.study.executors import Ray  # noqa: E402
-from indexer_lib.study.grid import Grid  # noqa: E402
+from indexer_lib.sweep import cluster, rows as sweep  # noqa: E402
+from indexer_lib.sweep.executors import Ray  # noqa: E402
+from indexer_lib.sweep.grid import Grid  # noqa: E402
 
 # 16 x 10 x 2 workloads x 4 strategies x 6 budgets x 13 free GiB = 99,840 points, 1,280 model tasks;
 # n-only reads no budget, so its rows are one per workload and free GiB: 79,040 rows

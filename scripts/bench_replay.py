@@ -4,7 +4,7 @@
     .venv/bin/python scripts/bench_replay.py --csv data/replay/vllm_replay.csv
 
 Each release replays the field's cases, a 202,752-token GLM-5 step and 50 random steps
-(``indexer_lib.study.replay_cases``) through its own code on the meta device.  Printed per
+(``indexer_lib.run.replay_cases``) through its own code on the meta device.  Printed per
 case: chunks, replayed and modelled peak (``temporaries="engine"``), their difference, what our
 executor's H200 path would be counted at (``temporaries="deepgemm"``, the frontier's default),
 and what the step needs beyond the profile run's peak.  Then, per release: seconds per step
@@ -23,8 +23,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from indexer_lib.study.replay import engine_python, replay_cases  # noqa: E402
-from indexer_lib.study.replay_cases import field_cases, random_cases  # noqa: E402
+from indexer_lib.run.replay import engine_python, replay_cases  # noqa: E402
+from indexer_lib.run.replay_cases import field_cases, random_cases  # noqa: E402
 from indexer_lib.memory import make_plan, memory_report  # noqa: E402
 from indexer_lib.plan import PlanSettings  # noqa: E402
 from indexer_lib.workload import StepBatch  # noqa: E402

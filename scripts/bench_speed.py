@@ -39,6 +39,7 @@ or faster this machine is, and "goal here" is each goal scaled by that factor.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import statistics
@@ -69,13 +70,32 @@ def frontier_rows():
     frontier``'s own path (``sweep.model_rows`` over a ``Grid``; before the one grid,
     ``frontier_rows`` over a ``FrontierGrid``), imported before any timing starts."""
     try:
-        from indexer_lib.study.grid import Grid
-        from indexer_lib.study.sweep import model_rows
+        Grid, model_rows = of_sweep("Grid"), of_sweep("model_rows")
     except ImportError:
-        from indexer_lib.study.frontier import FrontierGrid, frontier_rows
-
-        return lambda **axes: list(frontier_rows(FrontierGrid(**axes)))
+        FrontierGrid, rows = earlier("study.frontier", "FrontierGrid"), earlier("study.frontier", "frontier_rows")
+        return lambda **axes: list(rows(FrontierGrid(**axes)))
     return lambda **axes: list(model_rows(grid_of(Grid, axes)))
+
+
+# where an earlier checkout kept what ``indexer_lib.sweep`` holds now (a module inside indexer_lib)
+EARLIER = {"Grid": "study.grid", "model_rows": "study.sweep"}
+
+
+def of_sweep(name: str):
+    """A name of ``indexer_lib.sweep``, or of the module that held it in an earlier checkout
+    (ImportError where there is none)."""
+    try:
+        return getattr(importlib.import_module("indexer_lib.sweep"), name)
+    except ImportError:
+        return earlier(EARLIER[name], name)
+
+
+def earlier(module: str, name: str):
+    """``name`` of ``indexer_lib.<module>`` in an earlier checkout (ImportError where it has none)."""
+    try:
+        return getattr(importlib.import_module(f"indexer_lib.{module}"), name)
+    except AttributeError:
+        raise ImportError(f"no {name} in {module}") from None
 
 
 def grid_of(grid_class, settings: dict):
@@ -89,7 +109,7 @@ def dashboard(isl):
     from indexer_lib.notebook.widgets import FrontierDashboard
 
     try:
-        from indexer_lib.study.grid import Grid
+        Grid = of_sweep("Grid")
     except ImportError:
         return FrontierDashboard() if isl is None else FrontierDashboard(isl=isl)
     return FrontierDashboard(grid_of(Grid, dict(isl=isl, strategy=("vllm",))), budget_mb=512)
@@ -101,7 +121,8 @@ def model_dashboards() -> dict:
     01's dashboard opens): each of the budget, the strategy and the free GiB changed 20 times."""
     from indexer_lib.notebook.widgets import FrontierDashboard
     from indexer_lib.shapes import known_models
-    from indexer_lib.study.grid import Grid
+
+    Grid = of_sweep("Grid")
 
     moves = {"budget_mb": [64, 128, 256, 512, 1024, 2048],
              "strategy": ["vllm", "causal", "per-request", "n-only", "engine"],

@@ -5,7 +5,7 @@
 
 1. ``scripts/run_notebooks.py notebooks/params/default.yaml`` into a temporary folder:
    wall time including kernel starts (goal: under 3 minutes on 2 cores);
-2. the sweep's default grid (a ``study.grid.Grid`` at ISLs 2,048-32,768) in ``model`` mode
+2. the sweep's default grid (a ``sweep.grid.Grid`` at ISLs 2,048-32,768) in ``model`` mode
    into a fresh store (journal, fsync at most once a second, compaction included): rows per
    second;
 3. the same grid resumed: how long skipping finished work takes.
@@ -28,8 +28,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--skip-notebooks", action="store_true")
     args = parser.parse_args()
-    from indexer_lib.study import sweep
-    from indexer_lib.study.grid import Grid
+    from indexer_lib.sweep import rows as sweep
+    from indexer_lib.sweep.grid import Grid
 
     print(f"cores: {os.cpu_count()}, python {sys.version.split()[0]}")
     with tempfile.TemporaryDirectory() as tmp:

@@ -19,8 +19,8 @@ import random
 import subprocess
 from pathlib import Path
 
-from indexer_lib.study.grid import Grid
-from indexer_lib.study.sweep import model_rows
+from indexer_lib.sweep.grid import Grid
+from indexer_lib.sweep.rows import model_rows
 
 LONG_CONTEXT = dict(model="glm-5", isl=(4096, 16384, 32768, 65536, 131072, 202752),
                     concurrency=(1, 2, 4, 8, 16, 32, 64))

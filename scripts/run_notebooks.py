@@ -111,7 +111,7 @@ def run(params_file: Path, run_name: str | None, results: Path, only: list[str])
     plan = [(name, notebook_parameters(spec, name, out_dir)) for name in names]
     (out_dir / "notebooks").mkdir(parents=True, exist_ok=True)
     # a rerun after an upgrade: the older sweep tables go aside (kept), the job starts over
-    from indexer_lib.study.store import set_aside_older, tidy_finished
+    from indexer_lib.sweep.store import set_aside_older, tidy_finished
 
     for path in set_aside_older(out_dir / "tables"):
         print(f"an older indexer-lab's sweep table, kept: {path}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from indexer_lib.engines import get_engine, process_budget, profile_run_logits_bytes
 from indexer_lib.plan import PlanSettings
-from indexer_lib.study.frontier import worst_step
+from indexer_lib.search.worst_step import worst_step
 
 
 def knob_value(line: str, profile) -> float | None:

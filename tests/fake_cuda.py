@@ -37,7 +37,7 @@ class _Allocations(AllocationTracker):
 
 
 class EmulatedCuda:
-    """The device layer ``sweep.Measurer`` expects (see indexer_lib.run.device)."""
+    """The device layer ``sweep.rows.Measurer`` expects (see indexer_lib.run.device)."""
 
     def __init__(self, capacity_bytes: int, name: str = "emulated CUDA (meta + allocator model)"):
         self.capacity = capacity_bytes

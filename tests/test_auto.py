@@ -4,11 +4,11 @@ import pytest
 from deploy_check import memory_needed
 from indexer_lib.engines import engine_names, get_engine
 from indexer_lib.study.auto import recommend
-from indexer_lib.study.frontier import prefill_batches
+from indexer_lib.search.worst_step import prefill_batches
 from indexer_lib.memory import make_plan, memory_report
 from indexer_lib.plan import PlanSettings
 from indexer_lib.shapes import GIB, budget_bytes_from_mb, free_bytes_from_gib
-from indexer_lib.study.timemodel import TimeModel
+from indexer_lib.timemodel.model import TimeModel
 from indexer_lib.workload import ClosedLoopWorkload, SchedulerConfig
 
 SCHED = SchedulerConfig(long_prefill_token_threshold=256)

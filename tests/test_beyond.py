@@ -5,17 +5,17 @@ import json
 
 import pytest
 
-from indexer_lib.study import sweep
+from indexer_lib.sweep import rows as sweep
 from indexer_lib.study.auto import choose, evaluate_candidates, recommend
 from indexer_lib.study.budget_policy import FreshPolicy, SglangPolicy, run_policy
 from indexer_lib.cli import main
 from indexer_lib.engines import get_engine
-from indexer_lib.study.frontier import Schedule, prefill_batches
-from indexer_lib.study.grid import Grid
+from indexer_lib.search.worst_step import Schedule, prefill_batches
+from indexer_lib.sweep.grid import Grid
 from indexer_lib.notebook.params import ParameterError, check_values
 from indexer_lib.plan import PlanSettings
 from indexer_lib.shapes import GIB, get_gpu
-from indexer_lib.study.timemodel import PUBLISHED_SOURCE, TimeModel
+from indexer_lib.timemodel.model import PUBLISHED_SOURCE, TimeModel
 from indexer_lib.workload import ClosedLoopWorkload, SchedulerConfig, StepBatch
 
 BEYOND = ("kv-split", "fixed-shape")

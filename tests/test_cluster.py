@@ -12,9 +12,9 @@ import pytest
 
 import fake_cuda
 from fake_cuda import GIB, EmulatedCuda
-from indexer_lib.study import sweep
-from indexer_lib.study.executors import Local, Ray, executor_of
-from indexer_lib.study.grid import Grid
+from indexer_lib.sweep import rows as sweep
+from indexer_lib.sweep.executors import Local, Ray, executor_of
+from indexer_lib.sweep.grid import Grid
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 GRID = Grid.of(concurrency=(4, 32), isl=(2048, 10240, 32768), budget_mb=(64, 512),
@@ -147,7 +147,7 @@ def die_once_at(x, marker):
 
 def test_a_killed_worker_loses_and_repeats_nothing(ray_local, tmp_path):
     """Ray runs a task again when its worker dies; the results still come once each, in order."""
-    from indexer_lib.study.cluster import ordered_map
+    from indexer_lib.sweep.cluster import ordered_map
 
     marker = str(tmp_path / "killed")
     out = list(ordered_map(die_once_at, ((x, marker) for x in range(40)), batch=4))
@@ -158,8 +158,8 @@ def test_a_killed_worker_loses_and_repeats_nothing(ray_local, tmp_path):
 CHILD = """
 import sys, time
 import ray
-from indexer_lib.study import sweep
-from indexer_lib.study.executors import Ray
+from indexer_lib import sweep
+from indexer_lib.sweep.executors import Ray
 sys.path.insert(0, {tests!r})
 from test_cluster import GRID
 ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
@@ -255,7 +255,7 @@ def test_a_point_whose_worker_dies_is_a_row_and_the_sweep_goes_on(ray_local, tmp
 
 
 def test_a_measure_sweep_needs_a_gpu_on_the_cluster(ray_local, tmp_path, monkeypatch):
-    from indexer_lib.study import cluster
+    from indexer_lib.sweep import cluster
 
     monkeypatch.setattr(cluster, "gpu_count", lambda address=None: 0)
     with pytest.raises(ValueError, match="has no GPU: a measure sweep runs each point on one GPU"):

@@ -12,8 +12,8 @@ from indexer_lib.cli import main
 from indexer_lib.engines import get_engine, process_budget
 from indexer_lib.notebook.params import ParameterError, check_values
 from indexer_lib.shapes import free_bytes_from_gib
-from indexer_lib.study import sweep
-from indexer_lib.study.grid import Grid
+from indexer_lib.sweep import rows as sweep
+from indexer_lib.sweep.grid import Grid
 
 ENGINES = ("vllm==0.15.1", "vllm", "sglang==0.5.23")
 GRID = dict(concurrency=(16, 64), isl=(10240,), budget_mb=(256, 512), strategy=("engine", "n-only", "vllm"),

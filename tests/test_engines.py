@@ -485,9 +485,9 @@ def test_auto_prints_the_chosen_engines_own_setting(capsys):
 
 def test_the_frontier_plans_on_an_engine_release():
     from indexer_lib.cli import main
-    from indexer_lib.study.grid import Grid
+    from indexer_lib.sweep.grid import Grid
     from indexer_lib.study.releases import release_table
-    from indexer_lib.study.sweep import model_rows, to_frame
+    from indexer_lib.sweep.rows import model_rows, to_frame
 
     for engine in ("vllm==0.15.1", "vllm==0.33.0", "sglang==0.5.23"):
         grid = Grid.of(concurrency=(16, 64), isl=(10240,), osl=64, budget_mb=(512,), strategy=("engine",),

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from indexer_lib.study.grid import Grid
-from indexer_lib.study.sweep import model_rows
+from indexer_lib.sweep.grid import Grid
+from indexer_lib.sweep.rows import model_rows
 
 REFERENCE = Path(__file__).resolve().parent / "data" / "frontier_reference.json.gz"
 

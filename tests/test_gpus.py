@@ -20,8 +20,8 @@ from indexer_lib.notebook.params import ParameterError, check_values
 from indexer_lib.plan import PlanSettings, get_strategy
 from indexer_lib.refdata import data_path
 from indexer_lib.shapes import GIB, GPUS, MIB, GpuPreset, get_gpu
-from indexer_lib.study.grid import Grid
-from indexer_lib.study.sweep import RunSettings, spec_of
+from indexer_lib.sweep.grid import Grid
+from indexer_lib.sweep.rows import RunSettings, spec_of
 
 REPO = Path(__file__).resolve().parent.parent
 ENGINES = REPO / ".venv-engines"

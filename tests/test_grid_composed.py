@@ -11,9 +11,9 @@ import pytest
 from indexer_lib.checks import BadValue
 from indexer_lib.cli.main import build_parser
 from indexer_lib.cli.options import grid_from_args
-from indexer_lib.study import grid as grid_module
-from indexer_lib.study.grid import Grid
-from indexer_lib.study.sweep import spec_defaults, spec_of, RunSettings
+from indexer_lib.sweep import grid as grid_module
+from indexer_lib.sweep.grid import Grid
+from indexer_lib.sweep.rows import spec_defaults, spec_of, RunSettings
 
 # the settings by the names the tables, the journals and the notebooks' parameters use
 FLAT_NAMES = {"model", "concurrency", "isl", "osl", "budget_mb", "strategy", "free_gib", "shared_prefix",

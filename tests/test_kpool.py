@@ -77,8 +77,8 @@ def test_trtllm_scores_every_context_row_against_the_whole_pooled_table_in_one_c
     short = make_plan(StepBatch.from_lengths([16], [16]), "engine", None, on)
     assert short.num_chunks == 1  # 16 tokens, under top-k: still scored (no skip read)
     # it reads no budget: the frontier plans one row without one, whatever the grid's budgets
-    from indexer_lib.study.grid import Grid
-    from indexer_lib.study.sweep import model_rows
+    from indexer_lib.sweep.grid import Grid
+    from indexer_lib.sweep.rows import model_rows
 
     grid = Grid.of(model=MODEL, engine=("trtllm==1.4.0rc4",), strategy=("engine", "vllm"), concurrency=(1,),
                 isl=(8192,), osl=4)

@@ -10,7 +10,7 @@ from indexer_lib.cli.main import main
 from indexer_lib.engines.kv_capacity import checkpoints, derive_kv_cache
 from indexer_lib.refdata import data_path
 from indexer_lib.shapes import GIB, get_gpu
-from indexer_lib.study.grid import Grid
+from indexer_lib.sweep.grid import Grid
 
 RULES = json.loads(data_path("kv_cache_rules.json").read_text())["facts"]
 H200 = get_gpu("h200").capacity_bytes
@@ -104,7 +104,7 @@ def test_the_servers_indexer_tp_shard_min_rows_moves_where_vllm_0_33_splits_rows
     # with its source): a TP grid whose batched tokens stay below the value given splits no step, so it is
     # planned, its rows are the TP 1 grid's (TP changes no step) and the value is named as not the default
     from indexer_lib.engines import get_engine
-    from indexer_lib.study.sweep import model_rows
+    from indexer_lib.sweep.rows import model_rows
 
     assert get_engine("vllm==0.33.0").tp_prefill_row_shard_min_rows == 65_536
     grid = dict(model="glm-5", concurrency=(1, 4), isl=(65536,), osl=(1,), max_num_batched_tokens=65536,

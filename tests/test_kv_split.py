@@ -217,7 +217,7 @@ def test_deepgemm_fixed_shape_pads_rows_with_empty_windows():
 
 
 def test_column_ranges_count_each_useful_logit_once_in_the_time_model():
-    from indexer_lib.plan.features import chunk_useful_elements
+    from indexer_lib.timemodel.features import chunk_useful_elements
 
     batch = StepBatch.from_lengths([9, 3], [1200, 40])
     useful = sum(r.query_len * r.context_len + r.query_len * (r.query_len + 1) // 2

@@ -15,7 +15,8 @@ REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "indexer_lib"
 
 # the layer order, written once: a module may import from its own layer and those below
-LAYERS = ["base", "workload", "engines", "plan", "memory", "fast", "run", "study", "notebook", "cli"]
+LAYERS = ["base", "workload", "engines", "plan", "memory", "timemodel", "fast", "run", "search", "sweep", "study",
+          "notebook", "cli"]
 BASE_MODULES = {"indexer_lib.shapes", "indexer_lib.padding", "indexer_lib.refdata", "indexer_lib.checks",
                 "indexer_lib.dtypes", "indexer_lib.elementwise",
                 "indexer_lib.runmode"}
@@ -82,6 +83,16 @@ def upward_imports(path: Path, source: str) -> list[str]:
             bad.append(f"{path.relative_to(REPO)}:{line}: {module} (layer {LAYERS[mine] if mine < len(LAYERS) else 'facade'}) "
                        f"imports {target} (layer {LAYERS[theirs]})")
     return bad
+
+
+def test_each_layers_docstring_names_its_rank():
+    """A subpackage's docstring that opens with "Layer N," names the rank LAYERS gives it."""
+    for init in sorted(PACKAGE.glob("*/__init__.py")):
+        name = init.parent.name
+        doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+        match = re.match(r"Layer (\d+),", doc)
+        assert match, f"{name}: its docstring opens with its layer ('Layer N, ...')"
+        assert int(match.group(1)) == LAYERS.index(name), f"{name} is layer {LAYERS.index(name)}, not {match.group(1)}"
 
 
 def test_no_module_imports_from_a_layer_above_it():

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from fake_cuda import GIB, EmulatedCuda
-from indexer_lib.study import sweep
-from indexer_lib.study.grid import Grid
+from indexer_lib.sweep import rows as sweep
+from indexer_lib.sweep.grid import Grid
 
 # task order: ... c64 x 10K n-only (10 GiB under a 256-token long_prefill_token_threshold, which
 # vLLM does not default to: OOM at 2.63 GiB free), then c64 x 10K vllm

@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 
 from indexer_lib.cli import main
-from indexer_lib.study import sweep
-from indexer_lib.study.grid import Grid
+from indexer_lib.sweep import rows as sweep
+from indexer_lib.sweep.grid import Grid
 from indexer_lib.workload import ClosedLoopWorkload
 
 
@@ -180,7 +180,7 @@ def test_the_long_context_grid_takes_the_notebooks_lengths_below_max_model_len()
 
 
 def test_a_mixed_sweep_resumes_and_another_seed_is_another_grid(tmp_path):
-    from indexer_lib.study.store import StoreError
+    from indexer_lib.sweep.store import StoreError
 
     grid = Grid.of(concurrency=(4, 16), isl=(2048,), osl=(8,), strategy=("engine",), budget_mb=(512,),
                 random_range_ratio=(0.5,), mix=("", "0.1x65536"), length_seed=2)

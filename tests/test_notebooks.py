@@ -172,7 +172,7 @@ def test_beyond_notebook_prints_no_line_the_engines_own_chunker_would_oom_with(c
     from indexer_lib.engines import release_scheduler
     from indexer_lib.notebook.beyond import DEPLOYMENTS
     from indexer_lib.shapes import free_bytes_from_gib
-    from indexer_lib.study.frontier import prefill_batches
+    from indexer_lib.search.worst_step import prefill_batches
 
     out, _ = ci_run
     auto = pd.read_csv(out / "tables" / "04_auto.csv")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from indexer_lib.study import timemodel
+from indexer_lib.timemodel import model as timemodel
 from indexer_lib.notebook.params import ParameterError, ParameterHandler, check_values
 from indexer_lib.plan import PlanSettings
 from indexer_lib.memory import make_plan

@@ -10,10 +10,12 @@ import pytest
 from PIL import Image
 
 from indexer_lib.notebook import plots, tables
-from indexer_lib.study import reported, sweep, timemodel
+from indexer_lib.study import reported
+from indexer_lib.sweep import rows as sweep
+from indexer_lib.timemodel import model as timemodel
 from indexer_lib.plan import PlanSettings
 from indexer_lib.runmode import STRICT_FIGURES_ENV
-from indexer_lib.study.grid import Grid
+from indexer_lib.sweep.grid import Grid
 
 # DeepGEMM 2.6's full [M, N] logits (on the latest vLLM's workspace) with a 256-token
 # long_prefill_token_threshold (the release's default is 0): n-only OOMs at 64 x 10K

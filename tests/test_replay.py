@@ -12,9 +12,8 @@ import os
 import pytest
 
 from indexer_lib.cli.main import main
-from indexer_lib.study.replay import (ProfileRunReplay, engine_python, replay_cases, replay_profile_run,
-                                        replay_steps, replayable)
-from indexer_lib.study.replay_cases import field_cases, random_cases
+from indexer_lib.run.replay import (ProfileRunReplay, engine_python, replay_cases, replay_profile_run, replay_steps, replayable)
+from indexer_lib.run.replay_cases import field_cases, random_cases
 from indexer_lib.memory import make_plan, memory_report
 from indexer_lib.plan import PlanSettings
 from indexer_lib.workload import StepBatch
@@ -139,7 +138,7 @@ def test_the_replay_says_why_plan_shows_another_peak(capsys):
 
 
 def test_a_missing_release_names_its_install_line(monkeypatch, tmp_path):
-    import indexer_lib.study.replay as replay
+    from indexer_lib.run import replay
 
     monkeypatch.setattr(replay, "REPO", tmp_path)  # no .venv-engines here
     monkeypatch.setattr(replay, "_installed_vllm", lambda: None)
@@ -152,8 +151,8 @@ def test_a_missing_release_names_its_install_line(monkeypatch, tmp_path):
 def test_trace_sweep_replays_the_engine_and_equals_the_model(tmp_path):
     """sweep.run(mode="trace", backend="engine"): each worst step of the ``engine`` strategy goes
     through the release's own code (one process per release for the whole sweep)."""
-    from indexer_lib.study import sweep
-    from indexer_lib.study.grid import Grid
+    from indexer_lib.sweep import rows as sweep
+    from indexer_lib.sweep.grid import Grid
 
     for engine in RELEASES:
         need(engine)
@@ -174,8 +173,8 @@ def test_trace_sweep_replays_the_engine_and_equals_the_model(tmp_path):
 
 
 def test_trace_sweep_replay_refusals(tmp_path):
-    from indexer_lib.study import sweep
-    from indexer_lib.study.grid import Grid
+    from indexer_lib.sweep import rows as sweep
+    from indexer_lib.sweep.grid import Grid
 
     with pytest.raises(ValueError, match="mode must be 'trace'"):
         sweep.RunSettings(mode="measure", backend="engine")

@@ -9,9 +9,9 @@ import pytest
 from indexer_lib.checks import BadValue
 from indexer_lib.plan import STRATEGIES, PlanSettings, get_strategy, strategy_names
 from indexer_lib.memory import make_plan
-from indexer_lib.study.executors import Local
-from indexer_lib.study.grid import Grid
-from indexer_lib.study.sweep import model_rows
+from indexer_lib.sweep.executors import Local
+from indexer_lib.sweep.grid import Grid
+from indexer_lib.sweep.rows import model_rows
 from indexer_lib.workload import StepBatch
 
 

@@ -281,8 +281,8 @@ def test_the_frontier_takes_sglangs_mem_fraction_static_and_names_it(tmp_path, c
     an H200, is the default and is not named; a grid without SGLang refuses it in one line."""
     from indexer_lib.cli import main
     from indexer_lib.shapes import free_bytes_from_gib, get_gpu
-    from indexer_lib.study.grid import Grid
-    from indexer_lib.study.sweep import model_rows
+    from indexer_lib.sweep.grid import Grid
+    from indexer_lib.sweep.rows import model_rows
 
     axes = dict(model="deepseek-v4-flash", engine=("sglang==0.5.23",), strategy=("engine",), concurrency=(1,),
                 isl=(1048576,), free_gib=(20.0,))

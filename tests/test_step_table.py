@@ -14,8 +14,9 @@ from indexer_lib.fast import StepOutcomes
 from indexer_lib.fast.step_table import step_table
 from indexer_lib.plan import PlanSettings, get_strategy
 from indexer_lib.shapes import GIB, MIB
-from indexer_lib.study import frontier, sweep
-from indexer_lib.study.grid import Grid
+from indexer_lib import search
+from indexer_lib.sweep import rows as sweep
+from indexer_lib.sweep.grid import Grid
 from indexer_lib.workload import PrefillRequest, StepBatch
 
 from test_plan_shapes import SETUPS  # its settings variants
@@ -229,9 +230,9 @@ def test_the_worst_steps_are_the_same_with_steps_evaluated_together(batches, str
     plan = plan_settings(model, setup, temporaries)
     assume(plan is not None)
     budgets = [None] if strategy == "n-only" else [KIB, 16 * MIB, 64 * MIB, 300 * MIB, 2 * GIB]
-    schedule = frontier.Schedule(batches)
-    fast = frontier.worst_steps(schedule, strategy, budgets, plan, topk_rows)
-    plain = frontier.worst_steps(schedule, strategy, budgets, plan, topk_rows, tables=False)
+    schedule = search.Schedule(batches)
+    fast = search.worst_steps(schedule, strategy, budgets, plan, topk_rows)
+    plain = search.worst_steps(schedule, strategy, budgets, plan, topk_rows, tables=False)
     assert fast == plain
 
 
@@ -271,11 +272,11 @@ def test_deepseek_v4_1s_kinds_are_evaluated_one_at_a_time(steps, strategy, budge
                                   second=([b.query_len for _, b in pairs], [b.context_len for _, b in pairs]))
         assert_each_step(got, step_by_step(strategy, on, topk_rows, [StepBatch(p) for p in pairs], budget),
                          [(kind.name, p) for p in pairs])
-    schedule = frontier.Schedule([StepBatch((r,), step=i) for i, r in enumerate(steps)]
+    schedule = search.Schedule([StepBatch((r,), step=i) for i, r in enumerate(steps)]
                                  + [StepBatch(p, step=len(steps) + i) for i, p in enumerate(zip(steps, steps[1:]))])
     budgets = [budget]
-    assert frontier.worst_steps(schedule, strategy, budgets, model, topk_rows) == \
-        frontier.worst_steps(schedule, strategy, budgets, model, topk_rows, tables=False)
+    assert search.worst_steps(schedule, strategy, budgets, model, topk_rows) == \
+        search.worst_steps(schedule, strategy, budgets, model, topk_rows, tables=False)
 
 
 pair = st.tuples(st.one_of(requests, short), st.one_of(requests, short))

@@ -16,9 +16,9 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from indexer_lib.study import sweep
-from indexer_lib.study.grid import Grid
-from indexer_lib.study.store import PARQUET_KEY, SCHEMA_VERSION, StoreError, _line, _parse
+from indexer_lib.sweep import rows as sweep
+from indexer_lib.sweep.grid import Grid
+from indexer_lib.sweep.store import PARQUET_KEY, SCHEMA_VERSION, StoreError, _line, _parse
 
 SMALL = dict(concurrency=(1, 8, 32), isl=(2048, 10240), budget_mb=(128, 512),
              strategy=("n-only", "vllm", "causal"))
@@ -30,9 +30,9 @@ RESULTS = ["peak_bytes", "peak_transient_bytes", "worst_chunks", "total_chunks",
 CHILD = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from indexer_lib.study import sweep
-    from indexer_lib.study.grid import Grid
-    from indexer_lib.study.store import StoreError
+    from indexer_lib import sweep
+    from indexer_lib.sweep.grid import Grid
+    from indexer_lib.sweep.store import StoreError
     out, go, pause = sys.argv[1], sys.argv[2], float(sys.argv[3])
     grid = Grid.of(concurrency=(1, 8, 32), isl=(2048, 10240), budget_mb=(128, 512),
                 strategy=("n-only", "vllm", "causal"))
@@ -179,7 +179,7 @@ def test_a_result_file_of_another_schema_is_reported_never_overwritten(tmp_path,
 def test_a_rerun_after_an_upgrade_sets_the_older_tables_aside(tmp_path):
     """The main job reruns in the same folder: an older schema's table and journal are moved
     into older-schema-<N>/ (kept, byte for byte), this schema's and foreign files stay."""
-    from indexer_lib.study.store import set_aside_older, stored_schema
+    from indexer_lib.sweep.store import set_aside_older, stored_schema
 
     grid = Grid.of(**SMALL)
     old, new = tmp_path / "old.parquet", tmp_path / "new.parquet"
@@ -203,7 +203,7 @@ def test_a_rerun_after_an_upgrade_sets_the_older_tables_aside(tmp_path):
 def test_a_finished_sweeps_journal_and_lock_are_tidied_and_rebuilt(tmp_path):
     """The headless runner leaves tables only: a finished table's journal and lock go; the next
     run on it rebuilds the journal from the table and redoes nothing; an unfinished journal stays."""
-    from indexer_lib.study.store import tidy_finished
+    from indexer_lib.sweep.store import tidy_finished
 
     grid = Grid.of(**SMALL)
     out = tmp_path / "s.parquet"
@@ -222,8 +222,8 @@ def test_a_finished_sweeps_journal_and_lock_are_tidied_and_rebuilt(tmp_path):
 
 BIG = textwrap.dedent("""
     import sys, time
-    from indexer_lib.study import sweep
-    from indexer_lib.study.grid import Grid
+    from indexer_lib import sweep
+    from indexer_lib.sweep.grid import Grid
     def status_mib(field):  # this process's own memory (ru_maxrss would count a forking
         # parent's pages: Linux carries the peak across fork and exec)
         for line in open("/proc/self/status"):

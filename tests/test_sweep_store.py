@@ -12,9 +12,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from indexer_lib.study import sweep
-from indexer_lib.study.grid import MODES, Grid
-from indexer_lib.study.store import ResultStore, StoreError
+from indexer_lib.sweep import rows as sweep
+from indexer_lib.sweep.grid import MODES, Grid
+from indexer_lib.sweep.store import ResultStore, StoreError
 
 SMALL = dict(concurrency=(1, 8, 32), isl=(2048, 10240), budget_mb=(128, 512),
              strategy=("n-only", "vllm", "causal"))
@@ -54,8 +54,8 @@ def test_restart_skips_done_tasks_and_changes_nothing(tmp_path):
 
 SWEEP_SCRIPT = textwrap.dedent("""
     import sys, time
-    from indexer_lib.study import sweep
-    from indexer_lib.study.grid import Grid
+    from indexer_lib import sweep
+    from indexer_lib.sweep.grid import Grid
     grid = Grid.of(concurrency=(1, 8, 32), isl=(2048, 10240), budget_mb=(128, 512),
                 strategy=("n-only", "vllm", "causal"))
     # slow each task down so the parent can kill the sweep mid-way
@@ -219,7 +219,7 @@ def test_a_sweep_journalled_before_a_setting_existed_resumes_where_it_is_at_its_
     """A store whose spec lacks a setting added since (its header rewritten without it, as an older
     indexer-lab wrote it) holds the same sweep while the setting is at its default: it resumes
     and plans nothing again; the setting at another value is a different sweep, named."""
-    from indexer_lib.study.store import _line, _parse
+    from indexer_lib.sweep.store import _line, _parse
 
     out = tmp_path / "s.parquet"
     grid = Grid.of(**SMALL)

@@ -11,12 +11,12 @@ import pytest
 from indexer_lib.cli.main import main
 from indexer_lib.plan import PlanSettings
 from indexer_lib.memory import make_plan
-from indexer_lib.plan.features import chunk_useful_elements
-from indexer_lib.plan.work import block_tiles, chunk_work
+from indexer_lib.timemodel.features import chunk_useful_elements
+from indexer_lib.timemodel.work import block_tiles, chunk_work
 from indexer_lib.refdata import read_rows
-from indexer_lib.study import kernel_rates as kr
-from indexer_lib.study import timemodel
-from indexer_lib.study.ttft import added_time
+from indexer_lib.timemodel import kernel_rates as kr
+from indexer_lib.timemodel import model as timemodel
+from indexer_lib.timemodel.ttft import added_time
 from indexer_lib.engines.scheduler import release_scheduler
 from indexer_lib.workload import ClosedLoopWorkload, PrefillRequest, StepBatch
 
@@ -185,7 +185,7 @@ def random_plans(seed: int, count: int):
 def test_a_plans_chunks_work_counted_together_is_each_chunks_own():
     """``chunk_work`` takes every row's window once for the step and every chunk's query blocks
     at once: the same row lengths, block tiles and cells as each chunk's own windows give."""
-    from indexer_lib.plan.work import _chunk_work_alone
+    from indexer_lib.timemodel.work import _chunk_work_alone
     from indexer_lib.padding import get_rules
 
     seen = 0

@@ -13,7 +13,7 @@ from functools import lru_cache
 import pytest
 import torch
 
-from indexer_lib.study.frontier import prefill_batches
+from indexer_lib.search.worst_step import prefill_batches
 from indexer_lib.memory import make_plan, memory_report
 from indexer_lib.plan import PlanSettings, strategy_names
 from indexer_lib.shapes import MIB

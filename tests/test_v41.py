@@ -244,7 +244,7 @@ def test_releases_not_read_are_refused_in_one_line(args, says, capsys):
 
 
 def test_the_frontier_takes_the_worst_kind_of_the_worst_step():
-    from indexer_lib.study.frontier import worst_steps
+    from indexer_lib.search.worst_step import worst_steps
 
     schedule = [StepBatch(StepBatch.from_lengths([8192], [s]).requests, step=i)
                 for i, s in enumerate((8192, 65536, 524_288, 1_048_576))]
@@ -274,7 +274,7 @@ def test_the_v41_reports_are_rows_of_the_field_data():
 def test_the_fast_planner_sees_each_kind_as_make_plan_does():
     """The frontier's shape planner plans a kind on the kind's own view (c1: each request's last rows)."""
     from indexer_lib.memory import memory_report
-    from indexer_lib.study.frontier import worst_steps
+    from indexer_lib.search.worst_step import worst_steps
 
     steps_ = [StepBatch(StepBatch.from_lengths(q, s).requests, step=i)
               for i, (q, s) in enumerate(steps(random.Random("fast"), 12))]

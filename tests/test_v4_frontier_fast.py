@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from indexer_lib.memory import make_plan, memory_report
 from indexer_lib.shapes import free_bytes_from_gib
-from indexer_lib.study.grid import Grid
-from indexer_lib.study.sweep import budget_at, model_rows
+from indexer_lib.sweep.grid import Grid
+from indexer_lib.sweep.rows import budget_at, model_rows
 from indexer_lib.workload import simulate_each_step
 
 GRID = Grid.of(model="deepseek-v4-flash", concurrency=(1, 3), isl=(20000, 131072), budget_mb=(64, 2048),

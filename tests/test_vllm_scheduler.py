@@ -105,7 +105,7 @@ def test_simulator_reproduces_vllms_schedule(vllm, workload, config, request, ca
 
 
 def test_the_vllm_source_gives_the_frontier_its_step_batches(vllm):
-    from indexer_lib.study.frontier import prefill_batches
+    from indexer_lib.search.worst_step import prefill_batches
 
     w = ClosedLoopWorkload(8, 3000, 4)
     c = SchedulerConfig(max_num_batched_tokens=2048, long_prefill_token_threshold=256)
@@ -154,7 +154,7 @@ def test_the_cli_reports_a_missing_vllm_in_one_line(no_vllm, capsys, tmp_path):
 def test_unknown_sources_are_refused():
     with pytest.raises(ValueError, match="workload source 'sglang'"):
         check_source("sglang")
-    from indexer_lib.study.grid import Grid
+    from indexer_lib.sweep.grid import Grid
 
     with pytest.raises(ValueError, match="workload source"):
         Grid.of(workload_source="vLLM")

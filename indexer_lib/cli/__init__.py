@@ -1,4 +1,4 @@
-"""Layer 8, the command line: ``indexer-lab`` (``main``, one module per subcommand:
+"""Layer 12, the command line: ``indexer-lab`` (``main``, one module per subcommand:
 ``plan``, ``frontier``, ``run``, ``auto``; ``options``: a grid's options made from its settings)
 and the device check (``devicecheck``, the one-shot H200 measurement, one module per stage)."""
 from .main import build_parser, main

@@ -23,8 +23,8 @@ from ..engines import DEFAULT_ENGINE, SGLANG_MEM_FRACTION_STATIC, get_engine, no
 from .common import UsageError, add_gpu_option, engine_arg, finite_float, fraction, number_list, str_list
 from .options import add_setting_options, part_from_args
 from ..shapes import MIB, MODELS
-from ..study.deployment import Deployment
-from ..study.scheduler_settings import SchedulerSettings
+from ..sweep.deployment import Deployment
+from ..sweep.scheduler_settings import SchedulerSettings
 from ..workload import ClosedLoopWorkload
 from ..workload.lengths import mix_text
 
@@ -105,7 +105,7 @@ def cmd_auto(args) -> int:
     from ..plan import GIVEN_BUDGET, PlanSettings, get_strategy
     from ..engines.kv_capacity import deployment_kv_cache
     from ..study.auto import recommend
-    from ..study.timemodel import MEASURED_DIR, TimeModel
+    from ..timemodel.model import MEASURED_DIR, TimeModel
 
     settings = PlanSettings(args.model, args.engine, args.deepgemm_version, temporaries="deepgemm", gpu=args.gpu)
     if not args.free_gib > 0:

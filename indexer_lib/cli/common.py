@@ -12,7 +12,7 @@ from ..padding import DEEPGEMM_RULES
 from ..plan import NO_BUDGET, STRATEGIES, PlanSettings, Strategy, get_strategy
 from ..memory import make_plan
 from ..shapes import GPUS, MODELS, budget_bytes_from_mb, free_bytes_from_gib, get_gpu, get_model
-from ..study.frontier import format_bytes
+from ..shapes import format_bytes
 from ..workload import StepBatch
 
 

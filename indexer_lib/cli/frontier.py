@@ -4,7 +4,7 @@ from __future__ import annotations
 import time
 
 from ..plan import MEASURED_BUDGET, NO_BUDGET, get_strategy
-from ..study.grid import Grid, same_budget
+from ..sweep.grid import Grid, same_budget
 from .common import UsageError
 from .options import add_setting_options, grid_from_args
 
@@ -23,9 +23,9 @@ def register(subparsers) -> None:
 
 
 def cmd_frontier(args) -> int:
-    from ..study.executors import Local, Ray
-    from ..study.results import check_table_path, write_table  # pandas only for this command
-    from ..study.sweep import model_rows, to_frame
+    from ..sweep.executors import Local, Ray
+    from ..sweep.results import check_table_path, write_table  # pandas only for this command
+    from ..sweep.rows import model_rows, to_frame
 
     check_table_path(args.out)  # before the work, so a bad path loses nothing
     if args.workers < 0:

@@ -1,4 +1,4 @@
-"""Command-line options made from a grid's settings (``study.setting``): each field of a part is
+"""Command-line options made from a grid's settings (``sweep.setting``): each field of a part is
 an option, ``--NAME`` or its own flag, with the field's help, its reader and its default; a grid
 (or one part) is made back from the parsed arguments by name."""
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import fields
 
-from ..study.grid import Grid
+from ..sweep.grid import Grid
 from .common import engine_arg, finite_float, fraction, int_list, kv_cache_tokens_arg, number_list, str_list
 
 

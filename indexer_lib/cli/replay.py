@@ -7,9 +7,9 @@ import sys
 from dataclasses import asdict
 
 from ..engines import DEFAULT_ENGINE, check_gpu, get_engine, replayed_engines, scheduler_defaults
-from ..study.replay import replay_profile_run, replay_steps
+from ..run.replay import replay_profile_run, replay_steps
 from ..shapes import MODELS
-from ..study.frontier import format_bytes
+from ..shapes import format_bytes
 from .common import UsageError, add_gpu_option, engine_arg, int_list
 
 

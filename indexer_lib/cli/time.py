@@ -4,8 +4,8 @@ from __future__ import annotations
 import json
 
 from ..checks import BadValue
-from ..study import kernel_rates
-from ..study.timemodel import TimeModel
+from ..timemodel import kernel_rates
+from ..timemodel.model import TimeModel
 from .common import add_batch_options, plan_from_args
 
 

@@ -1,4 +1,4 @@
-"""Layer 2, the engines: one profile per vLLM and SGLang release, as data.
+"""Layer 2, the engines: one profile per vLLM, SGLang and TensorRT-LLM release, as data.
 
 - ``profiles``: ``get_engine("vllm==0.15.1")``, every known release, the facts of a
   release (chunker, workspace, budget rule, DeepGEMM build and padding, layout,

@@ -68,7 +68,7 @@ class EngineProfile:
     skip_logits_at_or_below_topk: bool = False  # SGLang: no logits when every seq_len <= top-k
     logits_dtype: str = "float32"
     clean_logits: bool = False  # DeepGEMM's clean_logits kernel runs after each logits call
-    # the engine's own path around the logits, as replayed from its code (``study.replay``);
+    # the engine's own path around the logits, as replayed from its code (``run.replay``);
     # None: not replayed, so the memory model's ``engine`` backend refuses the release
     # "vllm-request-spans" (0.15.1, 0.19.0): every chunk's metadata held, ks/ke for all rows of its
     # requests; "vllm-chunk-rows" (0.20.0, 0.30.0): ks/ke for its own rows; "vllm-row-ends"

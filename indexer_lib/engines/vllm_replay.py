@@ -1,12 +1,12 @@
 """Replay an installed vLLM release's own indexer prefill on the meta device.
 
 A standalone script (stdlib, torch and the installed vllm only; nothing of indexer_lib), run
-with the Python of the environment that holds the release (``study.replay`` starts it):
+with the Python of the environment that holds the release (``run.replay`` starts it):
 
     python vllm_replay.py < requests.jsonl > answers.jsonl
 
 vLLM is imported once; each line of stdin is one request, answered by one line of stdout
-(``study.replay.ReplayProcess`` keeps one running for a whole sweep).
+(``run.replay.ReplayProcess`` keeps one running for a whole sweep).
 
 What runs is the release's code, unmodified: its prefill chunker, its chunk-metadata
 builder (``build_prefill_chunk_metadata``), its forward context, its workspace manager and

@@ -1,4 +1,4 @@
-"""Shortcuts that make a frontier fast, behind one seam a reader can skip.
+"""Layer 6, shortcuts that make a frontier fast, behind one seam a reader can skip.
 
 ``plan`` and ``memory`` say what a chunk is and what it costs; this package answers the same
 questions for the hundreds of thousands of steps of a grid without making every chunk record:

@@ -1,11 +1,11 @@
-"""A worst step's plan features (``plan.features``), made once per strategy, settings, step and
+"""A worst step's plan features (``timemodel.features``), made once per strategy, settings, step and
 budget interval (the plan is the same for every budget inside it): the same worst step recurs
 across the budgets and workloads of a grid."""
 from __future__ import annotations
 
 from ..plan import PlanSettings, Strategy
 from ..memory import make_plan
-from ..plan.features import plan_features
+from ..timemodel.features import plan_features
 from ..workload import StepBatch
 from .caches import PerSettings
 

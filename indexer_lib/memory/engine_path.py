@@ -3,7 +3,7 @@ model's ``engine`` backend (docs/design.md#engine-replay).
 
 Our executor's temporaries (``reference``, ``deepgemm``) are what the project's executor
 allocates; an engine runs its own kernels and builds its own metadata.  For a release whose
-code the project has replayed on the meta device (``study.replay``; the profile's ``path``
+code the project has replayed on the meta device (``run.replay``; the profile's ``path``
 fact), this module counts what that code allocates, byte for byte:
 
 - ``vllm-request-spans`` (vLLM 0.15.1, 0.19.0): the builder makes every chunk's metadata

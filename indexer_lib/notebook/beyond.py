@@ -9,11 +9,11 @@ from dataclasses import asdict
 from ..engines import DEFAULT_ENGINE, get_engine, not_default_text, release_scheduler
 from ..study.auto import choose, engine_candidates, evaluate_candidates
 from ..study.budget_policy import FixedPolicy, FreshPolicy, SglangPolicy, run_policy, shrinking_free_memory
-from ..study.frontier import Schedule, prefill_batches
+from ..search.worst_step import Schedule, prefill_batches
 from ..memory import memory_report, plan_at
 from ..plan import MEASURED_BUDGET, PlanSettings, get_strategy
 from ..shapes import GIB, MIB, free_bytes_from_gib, get_gpu
-from ..study.timemodel import TimeModel, plan_features
+from ..timemodel.model import TimeModel, plan_features
 from ..workload import ClosedLoopWorkload, PrefillRequest, SchedulerConfig, StepBatch
 
 # the reported OOM step: 32 partial prefills of 10K prompts, 256 new tokens each

@@ -3,7 +3,7 @@
 A notebook's first cell after its ``parameters`` cell calls ``P.check(...)``; the headless
 runner calls ``check_values`` before starting a kernel.  Each notebook's parameters are a
 pydantic model (strict types, no unknown names), and their values are checked by building what
-the notebook builds from them: its plan settings and its grids (``study.grid.Grid``), whose own
+the notebook builds from them: its plan settings and its grids (``sweep.grid.Grid``), whose own
 checks name the bad value and the rule.  A bad parameter raises ``ParameterError`` with one line
 naming the notebook, the parameter and the rule, before any work is done.
 """
@@ -21,8 +21,8 @@ from ..checks import BadValue, check_int
 from ..engines import get_engine, release_scheduler
 from ..plan import PlanSettings, get_strategy
 from ..shapes import budget_bytes_from_mb, free_bytes_from_gib, get_model
-from ..study.cluster import host_port
-from ..study.grid import Grid
+from ..sweep.cluster import host_port
+from ..sweep.grid import Grid
 from ..workload import ClosedLoopWorkload, SchedulerConfig
 from ..workload.lengths import check_range_ratio, longest_isl
 

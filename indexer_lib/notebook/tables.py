@@ -6,7 +6,7 @@ import math
 from ..memory import memory_report, plan_at
 from ..plan import BASELINE, PlanSettings
 from ..shapes import GIB, free_bytes_from_gib
-from ..study.timemodel import plan_features
+from ..timemodel.model import plan_features
 
 
 def markdown_table(frame, floatfmt: str = ".3g") -> str:

@@ -19,8 +19,9 @@ from ..engines import engine_names, get_engine
 from ..fast import young_only
 from ..plan import STRATEGIES
 from ..shapes import GPUS, MODELS
-from ..study import frontier, sweep
-from ..study.grid import NO_BUDGET_MB, Grid
+from ..sweep import rows as sweep
+from ..sweep.axes import default_isl
+from ..sweep.grid import NO_BUDGET_MB, Grid
 
 
 class FrontierDashboard:
@@ -41,7 +42,7 @@ class FrontierDashboard:
 
     def __init__(self, grid: Grid = Grid.of(strategy=("vllm",)), budget_mb: float = 512):
         self.grid = grid  # the grid of the figure shown, moved with the controls
-        self.isl_given = None if grid.isl == frontier.default_isl(grid.model) else grid.isl
+        self.isl_given = None if grid.isl == default_isl(grid.model) else grid.isl
         self.concurrency, self.isl = grid.concurrency, self.isl_axis(grid.model)
         model, strategy, free_gib = grid.model, grid.strategy[0], grid.free_gib[0]
         max_num_batched_tokens = grid.schedulers(grid.engine[0])[0].max_num_batched_tokens
@@ -93,7 +94,7 @@ class FrontierDashboard:
         return {name: c.value for name, c in self.controls.items()}
 
     def isl_axis(self, model: str) -> tuple[int, ...]:
-        return self.isl_given if self.isl_given is not None else frontier.default_isl(model)
+        return self.isl_given if self.isl_given is not None else default_isl(model)
 
     PLANNED = 16  # planned settings kept, so that moving back to one is instant
 

@@ -1,4 +1,4 @@
-"""Layer 5, running a plan on tensors: the path an engine takes, on any device.
+"""Layer 7, running a plan on tensors: the path an engine takes, on any device.
 
 - ``inputs``: a step's indexer inputs (q, weights, the K cache) as served, seeded;
 - ``metadata``: per chunk, ks/ke per row and the gather's slot map;

@@ -1,6 +1,6 @@
 """The device layer under ``measure`` mode: everything the measurer asks of a GPU.
 
-``sweep.Measurer`` runs a plan's worst step through an object with these methods
+``sweep.rows.Measurer`` runs a plan's worst step through an object with these methods
 (``CudaDevice`` is the real one; tests drive the same measurer with an emulated
 device whose allocations fail with ``torch.OutOfMemoryError`` past a limit):
 

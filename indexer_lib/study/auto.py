@@ -15,11 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..engines import SGLANG_MEM_FRACTION_STATIC, get_engine, process_budget, profile_run_logits_bytes, release_scheduler
-from .frontier import Schedule, prefill_batches
+from ..search.worst_step import Schedule, prefill_batches
 from ..memory import make_plan, memory_report
 from ..plan import GIVEN_BUDGET, PlanSettings, get_strategy, strategy_names
 from ..shapes import MIB, budget_bytes_from_mb, free_bytes_from_gib, get_gpu
-from .timemodel import TimeModel, plan_features
+from ..timemodel.model import TimeModel, plan_features
 from ..workload import ClosedLoopWorkload, SchedulerConfig
 
 DEFAULT_BUDGETS_MB = (32, 64, 128, 256, 512, 1024, 2048, 4096)
@@ -204,7 +204,7 @@ def _over_schedules(schedules: list[Schedule], tm: TimeModel, plan_of,
 
 
 def _own_peak(plan) -> int:
-    """A release's own chunker's transient peak; where its path is replayed (``study.replay``),
+    """A release's own chunker's transient peak; where its path is replayed (``run.replay``),
     the larger of that path's and the settings' temporaries (a deploy line errs on the safe side)."""
     peak = memory_report(plan).peak_transient
     if plan.settings.profile.path is not None:

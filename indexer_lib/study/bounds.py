@@ -19,7 +19,7 @@ from ..plan import PlanSettings
 from ..memory import make_plan
 from ..workload import ClosedLoopWorkload, SchedulerConfig
 from ..workload.lengths import ORDERS
-from .frontier import Schedule, prefill_batches, worst_step
+from ..search.worst_step import Schedule, prefill_batches, worst_step
 
 DEFAULT_WAVES = (2, 3, 4, 6)
 DEFAULT_SEEDS = tuple(range(6))

@@ -11,8 +11,8 @@ from ..dtypes import FP32_BYTES
 from ..engines import get_engine
 from ..shapes import GIB
 from ..workload import ClosedLoopWorkload
-from .grid import Grid
-from .sweep import model_rows, to_frame
+from ..sweep.grid import Grid
+from ..sweep.rows import model_rows, to_frame
 
 
 # the case notebook 01 shows a mix on: 64 clients, 2,048-token prompts, 64 output tokens, the

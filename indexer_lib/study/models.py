@@ -7,8 +7,8 @@ from __future__ import annotations
 from ..checks import BadValue
 from ..engines import engine_names, engines_for, get_engine
 from ..shapes import GIB, MIB, get_model, known_models
-from .grid import Grid
-from .sweep import model_rows
+from ..sweep.grid import Grid
+from ..sweep.rows import model_rows
 
 
 ENGINES = ("vllm", "sglang", "trtllm")

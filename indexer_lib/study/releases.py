@@ -16,7 +16,7 @@ from ..plan import PlanSettings
 from ..refdata import number, read_rows
 from ..shapes import GIB, MIB, free_bytes_from_gib, get_gpu, get_model
 from ..workload import ClosedLoopWorkload
-from .frontier import Schedule, prefill_batches, worst_step
+from ..search.worst_step import Schedule, prefill_batches, worst_step
 
 # one release per era: before the budget, its first release, the vendored DeepGEMMs, the
 # compressed widths; SGLang without a budget, with a per-call reading, with a cached one

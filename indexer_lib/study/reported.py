@@ -17,7 +17,7 @@ call of the rows at ``isl`` tokens through the release's own path) (docs/design.
 """
 from __future__ import annotations
 
-from .frontier import Schedule, prefill_batches, worst_step
+from ..search.worst_step import Schedule, prefill_batches, worst_step
 from .releases import deployment_scheduler
 from ..engines import EngineBudget, get_engine, process_budget, release_scheduler
 from ..padding import get_rules, unpadded_logits_bytes

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from ..engines import get_engine
 from ..shapes import GIB
-from .grid import Grid
-from .sweep import model_rows
+from ..sweep.grid import Grid
+from ..sweep.rows import model_rows
 
 
 def drafts_table(model: str, engines: list[str], drafts: list[int], concurrency: int, isl: int, osl: int,

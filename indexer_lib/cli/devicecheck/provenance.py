@@ -8,7 +8,7 @@ import subprocess
 
 import torch
 
-from ...study.results import git_state
+from ...sweep.results import git_state
 
 
 def _run(cmd: list[str], timeout: float = 10) -> str | None:

@@ -18,7 +18,7 @@ from ..memory import make_plan
 from ..plan.strategies import get_strategy
 from ..workload import ClosedLoopWorkload, SchedulerConfig
 from ..workload.simulator import simulate
-from .timemodel import TimeModel
+from .model import TimeModel
 
 BASELINE = "n-only"
 

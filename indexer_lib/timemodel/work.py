@@ -1,5 +1,5 @@
 """What each chunk's kernels work on, whatever the GPU: the inputs of the per-kernel time model
-(``study.timemodel``, docs/design.md#time-model).
+(``timemodel.model``, docs/design.md#time-model).
 
 Per chunk: each row's window (``ks``, ``ke`` in workspace columns), from which follow the
 KV tiles each of DeepGEMM's query blocks iterates over, the lengths top-k reads per row, the
@@ -14,7 +14,7 @@ import numpy as np
 
 from ..padding import get_rules
 from ..workload import StepBatch
-from .chunks import Chunk, Plan
+from ..plan.chunks import Chunk, Plan
 
 BLOCK_QH = 128  # DeepGEMM: query rows x heads per block (data/field/time_constants.csv)
 BLOCK_KV = 256  # DeepGEMM: KV tokens per tile

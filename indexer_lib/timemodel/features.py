@@ -1,11 +1,11 @@
 """What a plan's time depends on, counted from its chunks: the chunks and gathers, the logits
-its rows really score, the logits it allocates and the K it gathers (``study.timemodel``)."""
+its rows really score, the logits it allocates and the K it gathers (``timemodel.model``)."""
 from __future__ import annotations
 
 from ..dtypes import FP32_BYTES
 from ..workload import StepBatch
-from .chunks import Chunk, Plan
-from .packing import window_sum
+from ..plan.chunks import Chunk, Plan
+from ..plan.packing import window_sum
 
 
 def _clipped_window_sum(u: int, v: int, start: int, width: int) -> int:
@@ -53,7 +53,7 @@ def plan_features(plan: Plan) -> dict:
         "gathered_kv_tokens": sum(c.kv_tokens for c in plan.chunks if c.gather),
         "heads": plan.settings.preset.index_heads,
         "k_bytes_per_token": plan.settings.preset.k_bytes_per_token,
-        # what the per-kernel time model reads (study.timemodel; it computes the chunks' work
+        # what the per-kernel time model reads (timemodel.model; it computes the chunks' work
         # from the plan only when a time is asked for, and keeps it here)
         "plan": plan,
         "topk": plan.settings.preset.topk,

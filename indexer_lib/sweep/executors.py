@@ -3,7 +3,7 @@
 An executor maps a function over items and yields the results in the items' order, whatever
 runs them, so a table comes out the same.  ``Local(workers=1)`` runs in this process (the
 caches stay warm across tasks); more workers fork processes; ``Ray(address)`` sends batches of
-items to a Ray cluster (``study.cluster``).
+items to a Ray cluster (``sweep.cluster``).
 """
 from __future__ import annotations
 

@@ -4,11 +4,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..checks import check_int
-from ..shapes import budget_bytes_from_mb, free_bytes_from_gib
+from ..shapes import budget_bytes_from_mb, free_bytes_from_gib, get_model
 from ..workload import MAX_CONCURRENCY, MAX_OSL
 from ..workload.lengths import check_range_ratio, mix_text, parse_mix
-from .frontier import default_isl
 from .setting import Settings, setting
+
+# the default ISL axis below a model's max_model_len: the reported failures' 10,240, then
+# powers of two up to 128K (docs/design.md#long-contexts)
+ISL_STEPS = (2048, 4096, 8192, 10240, 16384, 32768, 65536, 131072)
+
+
+def default_isl(model: str) -> tuple[int, ...]:
+    """The default ISL axis of a model's grids: 2,048 up to its ``max_model_len`` (GLM-5 202,752,
+    DeepSeek-V3.2 163,840), where the budgeted strategies' frontiers part."""
+    longest = get_model(model).max_model_len
+    return tuple(i for i in ISL_STEPS if i < longest) + (longest,)
 
 
 @dataclass(frozen=True)

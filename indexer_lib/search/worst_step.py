@@ -16,7 +16,6 @@ from ..fast import StepOutcomes
 from ..fast.step_table import step_table
 from ..memory import StepPeaks
 from ..plan import PlanSettings, Strategy, get_strategy
-from ..shapes import GIB, MIB, get_model
 from ..workload import ClosedLoopWorkload, PrefillRequest, SchedulerConfig, StepBatch, scheduled_steps
 
 
@@ -208,19 +207,3 @@ def worst_step(schedule: list[StepBatch] | Schedule, strategy: str | Strategy, b
                settings: PlanSettings = PlanSettings(), topk_rows: int | None = None) -> WorstStep:
     """The step with the largest transient peak over a schedule, for one strategy and budget."""
     return worst_steps(schedule, strategy, [budget_bytes], settings, topk_rows)[0]
-
-
-# the default ISL axis below a model's max_model_len: the reported failures' 10,240, then
-# powers of two up to 128K (docs/design.md#long-contexts)
-ISL_STEPS = (2048, 4096, 8192, 10240, 16384, 32768, 65536, 131072)
-
-
-def default_isl(model: str) -> tuple[int, ...]:
-    """The default ISL axis of a model's grids: 2,048 up to its ``max_model_len`` (GLM-5 202,752,
-    DeepSeek-V3.2 163,840), where the budgeted strategies' frontiers part."""
-    longest = get_model(model).max_model_len
-    return tuple(i for i in ISL_STEPS if i < longest) + (longest,)
-
-
-def format_bytes(n: int) -> str:
-    return f"{n / GIB:.2f} GiB" if n >= GIB else f"{n / MIB:.1f} MiB"

@@ -29,7 +29,7 @@ from ..workload import ClosedLoopWorkload, SchedulerConfig
 from ..workload.lengths import length_bounds, mix_text, parse_mix
 from .axes import Axes
 from .deployment import Deployment
-from .frontier import default_isl
+from .axes import default_isl
 from .grid_plan import GridPlan
 from .scheduler_settings import SchedulerSettings
 

@@ -22,8 +22,8 @@ from pathlib import Path
 
 from ..plan import Plan, PlanSettings
 from ..memory import plan_at
-from ..plan.features import plan_features
-from ..plan.work import FEW_CHUNKS, chunk_work
+from .features import plan_features
+from .work import FEW_CHUNKS, chunk_work
 from ..refdata import data_path
 from ..workload import PrefillRequest, StepBatch
 from . import kernel_rates as kr
@@ -36,7 +36,7 @@ MEASURED_DIR = data_path("h200")
 
 @dataclass(frozen=True)
 class ChunkTime:
-    kernels: dict  # microseconds per kernel launched (``kernel_rates.KERNELS``)
+    kernels: dict  # microseconds per kernel launched (``timemodel.kernel_rates.KERNELS``)
     host_us: float  # the host's time to issue them
 
     @property

@@ -6,7 +6,7 @@
 - ``measure``: the worst step executed on a CUDA GPU: OOM caught, time measured.
 
 Results are one tidy table (one row per point x strategy) in a resumable store
-(``indexer_lib.study.store``): a task is durable before the next starts, a restart
+(``indexer_lib.sweep.store``): a task is durable before the next starts, a restart
 with the same arguments skips what is done.  Every row carries its ``mode`` and
 its provenance, so a modelled number is never mistaken for a measured one.
 """
@@ -21,7 +21,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from . import frontier
+from .. import search
 from ..memory import make_plan, topk_buffer_bytes, workspace_bytes
 from ..runmode import headless
 from ..engines import get_engine, not_default_text
@@ -32,7 +32,7 @@ from .executors import Local, Ray
 from .grid import MODES, Grid, Task
 from .results import git_state
 from .store import ResultStore
-from .timemodel import TimeModel
+from ..timemodel.model import TimeModel
 from ..workload import check_int
 from ..workload.lengths import mix_text
 
@@ -43,7 +43,7 @@ class RunSettings:
 
     mode: str = "model"
     # trace / measure: the kernels backend; trace with "engine": the `engine` strategy's worst
-    # steps replayed through the release's own code (``study.replay``) instead of our executor
+    # steps replayed through the release's own code (``run.replay``) instead of our executor
     backend: str = "reference"
     seed: int = 0  # measure: inputs
     repeats: int = 3  # measure: timed runs per point (after one warm-up)
@@ -110,9 +110,9 @@ def provenance(device: str) -> dict:
 # -- the grid's tasks ---------------------------------------------------------------
 
 @functools.lru_cache(maxsize=256)  # dashboards replan the same schedules; bounded memory
-def schedule_of(workload, config, source: str) -> frontier.Schedule:
+def schedule_of(workload, config, source: str) -> search.Schedule:
     """The prefill step batches of a workload, from the simulator or vLLM, grouped."""
-    return frontier.Schedule(frontier.prefill_batches(workload, config, source))
+    return search.Schedule(search.prefill_batches(workload, config, source))
 
 
 def base_row(grid: Grid, task: Task, budget_mb: float | None, free_gib: float, mode: str) -> dict:
@@ -143,7 +143,7 @@ def base_row(grid: Grid, task: Task, budget_mb: float | None, free_gib: float, m
     }
 
 
-def worst_step_detail(schedule: frontier.Schedule, w: frontier.WorstStep, settings, time_model: TimeModel) -> dict:
+def worst_step_detail(schedule: search.Schedule, w: search.WorstStep, settings, time_model: TimeModel) -> dict:
     """What the tables report about a worst step (planned under ``settings``)."""
     batch = schedule.step(w.worst_step)
     f = step_features(batch, get_strategy(w.strategy), w.budget_bytes, settings, w.budget_stable)
@@ -188,7 +188,7 @@ def model_task(grid: Grid, task: Task, time_model: TimeModel, prov: dict) -> lis
     settings = grid.settings(task.engine)
     rows = []
     for group, budgets in budget_groups(grid, task):
-        outcomes = frontier.worst_steps(schedule, task.strategy, budgets, settings,
+        outcomes = search.worst_steps(schedule, task.strategy, budgets, settings,
                                         topk_rows=task.scheduler.max_num_batched_tokens)
         for mb, w in zip(task.budgets_mb, outcomes):
             detail = worst_step_detail(schedule, w, settings, time_model)
@@ -207,7 +207,7 @@ def _model_worst(grid: Grid, task: Task, budget_bytes: int | None, time_model: T
     the tables report about it, and its plan."""
     schedule = schedule_of(task.workload, task.scheduler, grid.workload_source)
     settings = grid.settings(task.engine).where(temporaries=backend)
-    w = frontier.worst_step(schedule, task.strategy, budget_bytes, settings,
+    w = search.worst_step(schedule, task.strategy, budget_bytes, settings,
                             topk_rows=task.scheduler.max_num_batched_tokens)
     plan = make_plan(schedule.step(w.worst_step), task.strategy, budget_bytes, settings)
     return worst_step_detail(schedule, w, settings, time_model), plan
@@ -216,7 +216,7 @@ def _model_worst(grid: Grid, task: Task, budget_bytes: int | None, time_model: T
 def check_replay(grid: Grid) -> None:
     """ValueError, before any work, for a grid the engine replay cannot run: only the ``engine``
     strategy, on releases whose path is replayed and installed here."""
-    from .replay import engine_python
+    from ..run.replay import engine_python
 
     others = [s for s in grid.strategy if not get_strategy(s).own_build]
     if others:
@@ -228,7 +228,7 @@ def check_replay(grid: Grid) -> None:
 
 def _replay_peaks(plan, config, process) -> tuple[int, int]:
     """(peak, peak minus the persistent buffers) of a worst step, replayed by the engine's code."""
-    from .replay import replay_steps
+    from ..run.replay import replay_steps
 
     budget = plan.budget_bytes
     if budget is not None and budget % (1 << 20):
@@ -241,7 +241,7 @@ def _replay_peaks(plan, config, process) -> tuple[int, int]:
 
 def trace_task(grid: Grid, settings: RunSettings, task: Task, time_model: TimeModel, prov: dict,
                replayers=None) -> list[dict]:
-    """``replayers``: engine -> ``replay.ReplayProcess`` (backend 'engine')."""
+    """``replayers``: engine -> ``run.replay.ReplayProcess`` (backend 'engine')."""
     from ..run.tracer import trace  # torch: only trace mode needs it
 
     (mb,) = task.budgets_mb
@@ -358,10 +358,10 @@ STEPS_BATCH = 128  # tasks whose schedules are held at once (``schedule_of`` kee
 
 def with_steps_evaluated(grid: Grid, tasks):
     """The tasks, each batch of them yielded once its schedules' steps of one request and of two
-    are evaluated together (``frontier.evaluate_steps_together``)."""
+    are evaluated together (``search.evaluate_steps_together``)."""
     tasks = iter(tasks)
     while batch := list(itertools.islice(tasks, STEPS_BATCH)):
-        frontier.evaluate_steps_together(
+        search.evaluate_steps_together(
             (schedule_of(task.workload, task.scheduler, grid.workload_source), task.strategy, budgets,
              grid.settings(task.engine), task.scheduler.max_num_batched_tokens)
             for task in batch for _, budgets in budget_groups(grid, task))
@@ -415,7 +415,7 @@ def run(grid: Grid, out: str | Path, settings: RunSettings = RunSettings(), exec
     to the journal and are streamed from it into the table.  ``after_task(task_id)``
     is called after each task is durable (tests use it); ``device``: measure
     mode's device layer (default: the CUDA GPU).  ``executor``: where the tasks are computed
-    (``study.executors``): here (``Local()``), model tasks in worker processes
+    (``sweep.executors``): here (``Local()``), model tasks in worker processes
     (``Local(workers)``), or on a Ray cluster (``Ray(address)``): model tasks in batches, each
     measured point a Ray task on one GPU (``device``: then a callable making the device layer in
     the worker; rows name the node and GPU).  This process stays the only writer and writes in
@@ -502,7 +502,7 @@ def _local_task_rows(grid: Grid, settings: RunSettings, measurer, todo, time_mod
     for task in todo:
         if settings.mode == "trace":
             if settings.backend == "engine" and task.engine not in replayers:
-                from .replay import ReplayProcess
+                from ..run.replay import ReplayProcess
                 replayers[task.engine] = stack.enter_context(ReplayProcess(task.engine))
             rows = trace_task(grid, settings, task, time_model, prov, replayers)
         else:

@@ -1,6 +1,6 @@
 """The kernels of a release's chunk loop, timed from their work on a GPU (docs/design.md#time-model).
 
-Each kernel's time follows from what it works on (``plan.work.ChunkWork``) and the GPU's SMs,
+Each kernel's time follows from what it works on (``timemodel.work.ChunkWork``) and the GPU's SMs,
 bandwidth and FP8 rate, with a handful of constants: those read at their source or labelled
 "assumed" (``data/field/time_constants.csv``), and those fitted here, at import, to the
 published kernel timings (``data/field/kernel_timings.csv``):
@@ -24,7 +24,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..padding import get_rules
-from ..plan.work import block_tiles
+from .work import block_tiles
 from ..refdata import read_rows
 from ..shapes import get_gpu
 
