@@ -2,7 +2,7 @@
 
 Data flows one way, one subpackage per layer (docs/design.md#architecture):
 ``workload`` -> ``engines`` -> ``plan`` -> ``memory`` -> ``timemodel`` -> ``fast`` -> ``run`` -> ``search``
--> ``sweep`` -> ``study`` -> ``notebook`` -> ``cli``, with ``shapes``, ``padding``, ``dtypes``,
+-> ``sweep`` -> ``study`` -> ``notebook`` -> ``cli``, with ``presets``, ``padding``, ``dtypes``,
 ``elementwise`` and ``refdata`` below them all.  Each layer imports only
 from the layers below it.
 """

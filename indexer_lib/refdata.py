@@ -3,7 +3,7 @@ against (``data/field/``) and measurements with provenance (``data/h200/``).
 
 Plain CSV files, read with the standard library, each row naming its source
 (``data/README.md`` says where every file comes from).  This sits at the bottom
-of the package, next to ``shapes`` and ``padding``: any layer may read it.
+of the package, next to ``presets`` and ``padding``: any layer may read it.
 """
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ from indexer_lib.study.auto import DEFAULT_BUDGETS_MB, choose, evaluate_candidat
 from indexer_lib.search.worst_step import Schedule, prefill_batches  # noqa: E402
 from indexer_lib.memory import make_plan, memory_report  # noqa: E402
 from indexer_lib.plan import BASELINE, PlanSettings, strategy_names  # noqa: E402
-from indexer_lib.shapes import MIB, get_model  # noqa: E402
+from indexer_lib.presets import MIB, get_model  # noqa: E402
 from indexer_lib.timemodel.model import TimeModel  # noqa: E402
 from indexer_lib.workload import ClosedLoopWorkload, SchedulerConfig, StepBatch  # noqa: E402
 

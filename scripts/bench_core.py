@@ -18,7 +18,7 @@ from indexer_lib.sweep.grid import Grid
 from indexer_lib.sweep.rows import model_rows
 from indexer_lib.plan import BASELINE, strategy_names
 from indexer_lib.memory import make_plan
-from indexer_lib.shapes import MIB
+from indexer_lib.presets import MIB
 from indexer_lib.workload import ClosedLoopWorkload, PrefillRequest, SchedulerConfig, StepBatch
 
 

@@ -18,7 +18,7 @@ from indexer_lib.run.inputs import make_inputs
 from indexer_lib.memory import make_plan, memory_report
 from indexer_lib.plan import BASELINE, strategy_names
 from indexer_lib.run.executor import execute
-from indexer_lib.shapes import MIB, get_model
+from indexer_lib.presets import MIB, get_model
 from indexer_lib.timemodel.model import chunk_useful_elements
 from indexer_lib.run.tracer import trace
 from indexer_lib.workload import ClosedLoopWorkload, SchedulerConfig, StepBatch

@@ -90,6 +90,15 @@ def of_sweep(name: str):
         return earlier(EARLIER[name], name)
 
 
+def of_presets(name: str):
+    """A name of ``indexer_lib.presets``, or of the module that held the presets in an earlier
+    checkout."""
+    try:
+        return getattr(importlib.import_module("indexer_lib.presets"), name)
+    except ImportError:
+        return earlier("shapes", name)
+
+
 def earlier(module: str, name: str):
     """``name`` of ``indexer_lib.<module>`` in an earlier checkout (ImportError where it has none)."""
     try:
@@ -120,7 +129,7 @@ def model_dashboards() -> dict:
     once on the vllm strategy and once on the release's own chunker (``engine``, where notebook
     01's dashboard opens): each of the budget, the strategy and the free GiB changed 20 times."""
     from indexer_lib.notebook.widgets import FrontierDashboard
-    from indexer_lib.shapes import known_models
+    known_models = of_presets("known_models")
 
     Grid = of_sweep("Grid")
 
@@ -158,14 +167,14 @@ def measure(kind: str) -> dict:
              "frontier-max-model-len": ("frontier default grid to max_model_len", {})}
     if kind == "frontier-v4-flash":
         try:
-            from indexer_lib.shapes import get_model
+            get_model = of_presets("get_model")
 
             get_model("deepseek-v4-flash")
         except Exception:  # an earlier checkout without the model: nothing to compare
             return {}
         grids[kind] = ("frontier V4-Flash default grid to max_model_len", dict(model="deepseek-v4-flash"))
     if kind == "frontier-models":
-        from indexer_lib.shapes import known_models
+        known_models = of_presets("known_models")
 
         rows, out = frontier_rows(), {}
         for model in sorted(known_models()):

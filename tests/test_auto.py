@@ -7,7 +7,7 @@ from indexer_lib.study.auto import recommend
 from indexer_lib.search.worst_step import prefill_batches
 from indexer_lib.memory import make_plan, memory_report
 from indexer_lib.plan import PlanSettings
-from indexer_lib.shapes import GIB, budget_bytes_from_mb, free_bytes_from_gib
+from indexer_lib.presets import GIB, budget_bytes_from_mb, free_bytes_from_gib
 from indexer_lib.timemodel.model import TimeModel
 from indexer_lib.workload import ClosedLoopWorkload, SchedulerConfig
 

@@ -14,7 +14,7 @@ from indexer_lib.search.worst_step import Schedule, prefill_batches
 from indexer_lib.sweep.grid import Grid
 from indexer_lib.notebook.params import ParameterError, check_values
 from indexer_lib.plan import PlanSettings
-from indexer_lib.shapes import GIB, get_gpu
+from indexer_lib.presets import GIB, get_gpu
 from indexer_lib.timemodel.model import PUBLISHED_SOURCE, TimeModel
 from indexer_lib.workload import ClosedLoopWorkload, SchedulerConfig, StepBatch
 

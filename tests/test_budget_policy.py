@@ -4,7 +4,7 @@ import pytest
 from indexer_lib.study.budget_policy import (FixedPolicy, FreshPolicy, SglangPolicy, run_policy,
                                        shrinking_free_memory)
 from indexer_lib.plan import PlanSettings
-from indexer_lib.shapes import GIB, MIB, get_gpu
+from indexer_lib.presets import GIB, MIB, get_gpu
 from indexer_lib.workload import StepBatch
 
 # the reported step shape: 32 requests x 256 new rows on 9,984 cached tokens

@@ -12,7 +12,7 @@ import pytest
 from indexer_lib.cli.main import main
 from indexer_lib.engines import get_engine
 from indexer_lib.engines.profiles import normalise_engine
-from indexer_lib.shapes import GIB, get_model
+from indexer_lib.presets import GIB, get_model
 
 
 def run(capsys, *argv):

@@ -53,7 +53,7 @@ def _chunk(model, query_lens, seq_lens, seed):
 @pytest.mark.parametrize("model", ["deepseek-v3.2", "glm-5"])
 def test_padding_is_what_the_backend_claims(backend, model):
     from indexer_lib.run.kernels.deepgemm import probe_padding
-    from indexer_lib.shapes import get_model
+    from indexer_lib.presets import get_model
 
     res = probe_padding(backend, get_model(model).index_heads)
     for layout, r in res["layouts"].items():

@@ -11,7 +11,7 @@ import pytest
 from indexer_lib.cli import main
 from indexer_lib.engines import get_engine, process_budget
 from indexer_lib.notebook.params import ParameterError, check_values
-from indexer_lib.shapes import free_bytes_from_gib
+from indexer_lib.presets import free_bytes_from_gib
 from indexer_lib.sweep import rows as sweep
 from indexer_lib.sweep.grid import Grid
 

@@ -22,7 +22,7 @@ from indexer_lib.engines import EngineBudget, engine_names, get_engine
 from indexer_lib.memory import make_plan, memory_report
 from indexer_lib.plan import PlanSettings
 from indexer_lib.run.tracer import trace
-from indexer_lib.shapes import GIB, MIB, get_model
+from indexer_lib.presets import GIB, MIB, get_model
 from indexer_lib.workload import StepBatch
 
 REPO = Path(__file__).resolve().parent.parent

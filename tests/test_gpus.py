@@ -19,7 +19,7 @@ from indexer_lib.engines import get_engine, gpu_refusal, process_budget, release
 from indexer_lib.notebook.params import ParameterError, check_values
 from indexer_lib.plan import PlanSettings, get_strategy
 from indexer_lib.refdata import data_path
-from indexer_lib.shapes import GIB, GPUS, MIB, GpuPreset, get_gpu
+from indexer_lib.presets import GIB, GPUS, MIB, GpuPreset, get_gpu
 from indexer_lib.sweep.grid import Grid
 from indexer_lib.sweep.rows import RunSettings, spec_of
 

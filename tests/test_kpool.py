@@ -28,7 +28,7 @@ from indexer_lib.engines import get_engine, pooled_kv_engines, process_budget
 from indexer_lib.plan import PlanSettings
 from indexer_lib.memory import make_plan
 from indexer_lib.plan.paths import sglang_kpool_cols
-from indexer_lib.shapes import GIB, MIB, get_model
+from indexer_lib.presets import GIB, MIB, get_model
 from indexer_lib.workload import StepBatch
 
 from test_engines import named_batches, random_batches, run_oracle, sglang_src, vllm_python

@@ -9,7 +9,7 @@ from indexer_lib.checks import BadValue
 from indexer_lib.cli.main import main
 from indexer_lib.engines.kv_capacity import checkpoints, derive_kv_cache
 from indexer_lib.refdata import data_path
-from indexer_lib.shapes import GIB, get_gpu
+from indexer_lib.presets import GIB, get_gpu
 from indexer_lib.sweep.grid import Grid
 
 RULES = json.loads(data_path("kv_cache_rules.json").read_text())["facts"]

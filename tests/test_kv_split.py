@@ -17,7 +17,7 @@ from indexer_lib.memory import make_plan, memory_report, padded_inputs_bytes
 from indexer_lib.padding import get_rules
 from indexer_lib.plan import KV_SPLIT_ALIGN, PlanSettings, get_strategy, merged_chunks
 from indexer_lib.run.executor import execute
-from indexer_lib.shapes import MIB, get_model
+from indexer_lib.presets import MIB, get_model
 from indexer_lib.run.tracer import trace
 from indexer_lib.workload import StepBatch
 

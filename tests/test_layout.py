@@ -17,7 +17,7 @@ PACKAGE = REPO / "indexer_lib"
 # the layer order, written once: a module may import from its own layer and those below
 LAYERS = ["base", "workload", "engines", "plan", "memory", "timemodel", "fast", "run", "search", "sweep", "study",
           "notebook", "cli"]
-BASE_MODULES = {"indexer_lib.shapes", "indexer_lib.padding", "indexer_lib.refdata", "indexer_lib.checks",
+BASE_MODULES = {"indexer_lib.presets", "indexer_lib.padding", "indexer_lib.refdata", "indexer_lib.checks",
                 "indexer_lib.dtypes", "indexer_lib.elementwise",
                 "indexer_lib.runmode"}
 FACADE = {"indexer_lib", "indexer_lib.__main__"}  # the package's front door, above every layer

@@ -12,7 +12,7 @@ from indexer_lib.engines import get_engine
 from indexer_lib.plan import PlanSettings
 from indexer_lib.memory import make_plan
 from indexer_lib.refdata import data_path
-from indexer_lib.shapes import MODELS, get_model, known_models
+from indexer_lib.presets import MODELS, get_model, known_models
 from indexer_lib.workload import StepBatch
 
 FILES = sorted(data_path("models").glob("*.json"))

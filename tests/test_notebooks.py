@@ -171,7 +171,7 @@ def test_beyond_notebook_prints_no_line_the_engines_own_chunker_would_oom_with(c
     from deploy_check import memory_needed
     from indexer_lib.engines import release_scheduler
     from indexer_lib.notebook.beyond import DEPLOYMENTS
-    from indexer_lib.shapes import free_bytes_from_gib
+    from indexer_lib.presets import free_bytes_from_gib
     from indexer_lib.search.worst_step import prefill_batches
 
     out, _ = ci_run

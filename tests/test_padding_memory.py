@@ -4,7 +4,7 @@ import pytest
 from indexer_lib.memory import fits, make_plan, memory_report, metadata_bytes, peak_bytes
 from indexer_lib.padding import DEEPGEMM_RULES, get_rules, unpadded_logits_bytes
 from indexer_lib.plan import PlanSettings
-from indexer_lib.shapes import GIB, MIB, get_model
+from indexer_lib.presets import GIB, MIB, get_model
 from indexer_lib.workload import StepBatch
 
 

@@ -6,8 +6,8 @@ from hypothesis import strategies as st
 from indexer_lib.padding import DEEPGEMM_RULES
 from indexer_lib.plan import KV_SPLIT_ALIGN, Budgeting, PlanSettings, get_strategy, merged_chunks, strategy_names
 from indexer_lib.memory import make_plan
-from indexer_lib.shapes import get_model
-from indexer_lib.shapes import MIB
+from indexer_lib.presets import get_model
+from indexer_lib.presets import MIB
 from indexer_lib.workload import PrefillRequest, StepBatch
 from naive_indexer import causal_windows
 

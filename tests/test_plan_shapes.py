@@ -14,7 +14,7 @@ from indexer_lib.fast import ShapeBuilder, ShapePlanner, ShapesPeak, plan_shapes
 from indexer_lib.fast import shapes as fast_shapes
 from indexer_lib.memory import make_plan, memory_report
 from indexer_lib.plan import STRATEGIES, Budgeting, Piece, PlanSettings, get_strategy, strategy_names
-from indexer_lib.shapes import MIB
+from indexer_lib.presets import MIB
 from indexer_lib.workload import PrefillRequest, StepBatch
 
 SHAPE_STRATEGIES = tuple(n for n in STRATEGIES if get_strategy(n).by_shapes)

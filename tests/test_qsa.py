@@ -21,7 +21,7 @@ from indexer_lib.fast import plan_shapes, shapes_peak
 from indexer_lib.memory import make_plan, memory_report
 from indexer_lib.plan import PlanSettings, get_strategy
 from indexer_lib.plan.paths import vllm_qsa_table_columns
-from indexer_lib.shapes import MIB, get_model
+from indexer_lib.presets import MIB, get_model
 from indexer_lib.workload import PrefillRequest, StepBatch
 
 from test_engines import run_oracle, sglang_src, vllm_python

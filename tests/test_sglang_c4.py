@@ -22,7 +22,7 @@ from indexer_lib.engines import EngineBudget, compressed_kv_engines, get_engine,
 from indexer_lib.plan import PlanSettings
 from indexer_lib.memory import make_plan
 from indexer_lib.plan.paths import sglang_c4_call
-from indexer_lib.shapes import GIB
+from indexer_lib.presets import GIB
 from indexer_lib.workload import StepBatch
 
 from test_engines import run_oracle, sglang_src
@@ -280,7 +280,7 @@ def test_the_frontier_takes_sglangs_mem_fraction_static_and_names_it(tmp_path, c
     a grid given one plans with that budget and names it in every row; 0.9, SGLang's own choice on
     an H200, is the default and is not named; a grid without SGLang refuses it in one line."""
     from indexer_lib.cli import main
-    from indexer_lib.shapes import free_bytes_from_gib, get_gpu
+    from indexer_lib.presets import free_bytes_from_gib, get_gpu
     from indexer_lib.sweep.grid import Grid
     from indexer_lib.sweep.rows import model_rows
 

@@ -13,7 +13,7 @@ from indexer_lib.checks import BadValue
 from indexer_lib.fast import StepOutcomes
 from indexer_lib.fast.step_table import step_table
 from indexer_lib.plan import PlanSettings, get_strategy
-from indexer_lib.shapes import GIB, MIB
+from indexer_lib.presets import GIB, MIB
 from indexer_lib import search
 from indexer_lib.sweep import rows as sweep
 from indexer_lib.sweep.grid import Grid
@@ -188,7 +188,7 @@ def test_every_releases_own_path_is_evaluated_together():
     every path is evaluated for arrays of steps."""
     from indexer_lib.engines.profiles import engines_for
     from indexer_lib.plan import release_path
-    from indexer_lib.shapes import get_model, known_models
+    from indexer_lib.presets import get_model, known_models
 
     for model in known_models():
         preset = get_model(model)

@@ -164,7 +164,7 @@ def random_plans(seed: int, count: int):
     hundreds of chunks; kv-split's column ranges among them)."""
     import random
 
-    from indexer_lib.shapes import MIB
+    from indexer_lib.presets import MIB
 
     rng = random.Random(seed)
     while count:

@@ -16,7 +16,7 @@ import torch
 from indexer_lib.search.worst_step import prefill_batches
 from indexer_lib.memory import make_plan, memory_report
 from indexer_lib.plan import PlanSettings, strategy_names
-from indexer_lib.shapes import MIB
+from indexer_lib.presets import MIB
 from indexer_lib.run.tracer import AllocationTracker, trace, trace_peak_bytes
 from indexer_lib.workload import ClosedLoopWorkload, SchedulerConfig, StepBatch
 

@@ -25,7 +25,7 @@ from indexer_lib.cli import main
 from indexer_lib.engines.v41 import TORCH_SCORE_BUDGET_BYTES, torch_rows_per_chunk, torch_width
 from indexer_lib.plan import PlanSettings
 from indexer_lib.memory import make_plan
-from indexer_lib.shapes import MIB
+from indexer_lib.presets import MIB
 from indexer_lib.workload import StepBatch
 
 from test_engines import missing, run_oracle, sglang_src, vllm_python

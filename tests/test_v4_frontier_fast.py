@@ -6,7 +6,7 @@ step of the plain simulator planned in full (``make_plan``) and counted by the m
 from __future__ import annotations
 
 from indexer_lib.memory import make_plan, memory_report
-from indexer_lib.shapes import free_bytes_from_gib
+from indexer_lib.presets import free_bytes_from_gib
 from indexer_lib.sweep.grid import Grid
 from indexer_lib.sweep.rows import budget_at, model_rows
 from indexer_lib.workload import simulate_each_step

@@ -22,7 +22,7 @@ import json
 from ..engines import DEFAULT_ENGINE, SGLANG_MEM_FRACTION_STATIC, get_engine, not_default_text
 from .common import UsageError, add_gpu_option, engine_arg, finite_float, fraction, number_list, str_list
 from .options import add_setting_options, part_from_args
-from ..shapes import MIB, MODELS
+from ..presets import MIB, MODELS
 from ..sweep.deployment import Deployment
 from ..sweep.scheduler_settings import SchedulerSettings
 from ..workload import ClosedLoopWorkload

@@ -11,8 +11,8 @@ from ..engines.budget import sglang_static_budget
 from ..padding import DEEPGEMM_RULES
 from ..plan import NO_BUDGET, STRATEGIES, PlanSettings, Strategy, get_strategy
 from ..memory import make_plan
-from ..shapes import GPUS, MODELS, budget_bytes_from_mb, free_bytes_from_gib, get_gpu, get_model
-from ..shapes import format_bytes
+from ..presets import GPUS, MODELS, budget_bytes_from_mb, free_bytes_from_gib, get_gpu, get_model
+from ..presets import format_bytes
 from ..workload import StepBatch
 
 

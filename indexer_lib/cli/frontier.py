@@ -83,7 +83,7 @@ def budget_label(strategy: str, engine: str, model: str | None = None) -> str | 
     """How a strategy's budget reads when it does not follow the grid's budget_mb axis (SGLang
     0.5.12-0.5.20 on a compressed-K model: its C4 path reads none; TensorRT-LLM's kpool path none)."""
     from ..engines import get_engine
-    from ..shapes import get_model
+    from ..presets import get_model
 
     profile = get_engine(engine)
     if get_strategy(strategy).own_build and model is not None and profile.one_call_for(get_model(model)):

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 from ..memory import memory_report
-from ..shapes import format_bytes
+from ..presets import format_bytes
 from .common import add_batch_options, plan_from_args, static_budget_note, verdict, verdict_line
 
 

@@ -8,8 +8,8 @@ from dataclasses import asdict
 
 from ..engines import DEFAULT_ENGINE, check_gpu, get_engine, replayed_engines, scheduler_defaults
 from ..run.replay import replay_profile_run, replay_steps
-from ..shapes import MODELS
-from ..shapes import format_bytes
+from ..presets import MODELS
+from ..presets import format_bytes
 from .common import UsageError, add_gpu_option, engine_arg, int_list
 
 
@@ -106,7 +106,7 @@ def plan_difference(r, max_num_batched_tokens: int) -> str:
     own path, and sizes the top-k buffer by the step's rows."""
     from ..memory import make_plan, memory_report
     from ..plan import PlanSettings
-    from ..shapes import MIB
+    from ..presets import MIB
     from ..workload import StepBatch
 
     batch = StepBatch.from_lengths(list(r.query_lens), list(r.seq_lens))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from ..shapes import GIB
+from ..presets import GIB
 
 
 def register(subparsers) -> None:

@@ -11,7 +11,7 @@ import json
 import sys
 
 from .common import UsageError, add_batch_options, plan_from_args, verdict, verdict_line
-from ..shapes import format_bytes
+from ..presets import format_bytes
 
 
 def register(subparsers) -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..shapes import budget_bytes_from_mb, get_gpu
+from ..presets import budget_bytes_from_mb, get_gpu
 from .profiles import EngineProfile, get_engine
 
 SGLANG_TOTAL_FRACTION = 0.3

@@ -7,7 +7,7 @@ The GPUs are data (``data/gpus/``); each rule here is named by a fact of the rel
 from __future__ import annotations
 
 from ..checks import BadValue
-from ..shapes import GIB, GpuPreset, get_gpu
+from ..presets import GIB, GpuPreset, get_gpu
 from .profiles import EngineProfile, get_engine
 
 # the scheduler rules a profile's ``scheduler_gpu_rule`` names

@@ -19,7 +19,7 @@ from functools import lru_cache
 
 from ..checks import BadValue
 from ..refdata import data_path
-from ..shapes import GIB, get_gpu, get_model
+from ..presets import GIB, get_gpu, get_model
 from .budget import SGLANG_MEM_FRACTION_STATIC
 from .profiles import EngineProfile, get_engine
 

@@ -176,7 +176,7 @@ class EngineProfile:
         return self.engine == "trtllm" and self.pooled_kv
 
     def one_call_for(self, model) -> bool:
-        """Its own path for this model's indexer (a ``shapes.ModelPreset``) reads no budget: every
+        """Its own path for this model's indexer (a ``presets.ModelPreset``) reads no budget: every
         row in one call (SGLang 0.5.12-0.5.20's C4 path, TensorRT-LLM's kpool path)."""
         if model.kv_ratio == 1:
             return False
@@ -303,7 +303,7 @@ def pooled_kv_engines() -> list[str]:
 
 
 def engines_for(preset) -> list[str]:
-    """The releases whose indexer path for a model (a ``shapes.ModelPreset``) the project models,
+    """The releases whose indexer path for a model (a ``presets.ModelPreset``) the project models,
     oldest first: for compressed K, those with its kind of path (V4.1's kinds, pooled K, QSA, or
     compressed K); every release for uncompressed K."""
     if preset.has_candidates:

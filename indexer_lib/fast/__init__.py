@@ -3,7 +3,7 @@
 ``plan`` and ``memory`` say what a chunk is and what it costs; this package answers the same
 questions for the hundreds of thousands of steps of a grid without making every chunk record:
 
-- ``shapes``, ``planner``: a step planned into its chunk count and distinct chunk shapes by the
+- ``presets``, ``planner``: a step planned into its chunk count and distinct chunk shapes by the
   strategies' own code (a request cut alone is cut once, wherever it appears);
 - ``peak``: a plan's peak from those shapes, each shape's bytes (``memory.ChunkBytes``) counted
   once and kept;

@@ -9,7 +9,7 @@
   kind with the highest transient peak);
 - ``tiling``, ``topk_bytes``: the temporaries of the reference backend's tiles and of
   the window top-k, by formula (the tracer checks them against real allocations);
-- ``engine_path``: what an engine release's own path allocates (replayed from its code);
+- ``replayed``: what an engine release's own code allocates around the logits, as replayed;
 - ``allocator``: a model of PyTorch's CUDA caching allocator (reserved vs allocated).
 
 DeepGEMM's padding rules, which the planners need too, sit below every layer in

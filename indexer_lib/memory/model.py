@@ -8,7 +8,7 @@ Two kinds of memory:
   metadata (ks and ke per row, and the gather's slot map per KV token when the
   chunk gathers) and the temporaries of whatever runs it (``PlanSettings.temporaries``:
   the reference executor's bounded tiles, ``memory.tiling``; the H200 path's window
-  top-k; or the engine release's own path, ``memory.engine_path``).
+  top-k; or the engine release's own path, ``memory.replayed``).
 
 A plan made on an engine release says where that engine keeps its buffers: a K
 workspace allocated per chunk (vLLM before 0.13.0: a K buffer per chunk) or per call
@@ -29,10 +29,10 @@ from dataclasses import dataclass
 from ..dtypes import FP32_BYTES, INT32_BYTES
 from ..padding import unpadded_logits_bytes
 from ..plan import Chunk, Plan, PlanSettings, merged_chunks
-from ..shapes import ModelPreset
+from ..presets import ModelPreset
 from .chunk_bytes import (deepgemm_phases, kv_bytes_per_gathered_token, logits_alloc, metadata_bytes_of,
                           padded_inputs_of, transient_total)
-from .engine_path import call_metadata_bytes, chunk_path_bytes, engine_path, workspace_path_bytes
+from .replayed import call_metadata_bytes, chunk_path_bytes, replayed_profile, workspace_path_bytes
 from .tiling import merge_temporaries_bytes, reference_phase_bytes, reference_temporaries_bytes
 from .topk_bytes import topk_counter
 
@@ -275,10 +275,10 @@ def memory_report(plan: Plan, topk_rows: int | None = None, temporaries=FROM_SET
 
 
 def _engine_report(plan: Plan, topk_rows: int, k: int, workspace_tokens: int, count_padding: bool) -> MemoryReport:
-    """The engine's own path (``engine_path``): its metadata for the whole call, row_ends next
+    """The engine's own code as replayed (``replayed_profile``): its metadata for the whole call, row_ends next
     to each chunk's logits, its zeros during the top-k, the previous chunk's logits held while
     the next are allocated (``logits_alive``)."""
-    profile = engine_path(plan)
+    profile = replayed_profile(plan)
     model = plan.settings.preset
     chunks = []
     previous = 0

@@ -19,7 +19,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from ..plan import chunk_runs
-from ..shapes import get_model
+from ..presets import get_model
 
 F64 = 8
 I64 = 8

@@ -12,7 +12,7 @@ from ..study.budget_policy import FixedPolicy, FreshPolicy, SglangPolicy, run_po
 from ..search.worst_step import Schedule, prefill_batches
 from ..memory import memory_report, plan_at
 from ..plan import MEASURED_BUDGET, PlanSettings, get_strategy
-from ..shapes import GIB, MIB, free_bytes_from_gib, get_gpu
+from ..presets import GIB, MIB, free_bytes_from_gib, get_gpu
 from ..timemodel.model import TimeModel, plan_features
 from ..workload import ClosedLoopWorkload, PrefillRequest, SchedulerConfig, StepBatch
 

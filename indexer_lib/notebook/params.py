@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from ..checks import BadValue, check_int
 from ..engines import get_engine, release_scheduler
 from ..plan import PlanSettings, get_strategy
-from ..shapes import budget_bytes_from_mb, free_bytes_from_gib, get_model
+from ..presets import budget_bytes_from_mb, free_bytes_from_gib, get_model
 from ..sweep.cluster import host_port
 from ..sweep.grid import Grid
 from ..workload import ClosedLoopWorkload, SchedulerConfig

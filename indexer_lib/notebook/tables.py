@@ -5,7 +5,7 @@ import math
 
 from ..memory import memory_report, plan_at
 from ..plan import BASELINE, PlanSettings
-from ..shapes import GIB, free_bytes_from_gib
+from ..presets import GIB, free_bytes_from_gib
 from ..timemodel.model import plan_features
 
 

@@ -18,7 +18,7 @@ from .plots import lengths_of, not_default_of
 from ..engines import engine_names, get_engine
 from ..fast import young_only
 from ..plan import STRATEGIES
-from ..shapes import GPUS, MODELS
+from ..presets import GPUS, MODELS
 from ..sweep import rows as sweep
 from ..sweep.axes import default_isl
 from ..sweep.grid import NO_BUDGET_MB, Grid

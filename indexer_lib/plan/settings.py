@@ -16,7 +16,7 @@ from ..engines import DEFAULT_ENGINE, EngineProfile, check_gpu, engines_for, get
 from ..engines.profiles import releases_text
 from ..engines.v41 import v41_path
 from ..padding import DEFAULT_DEEPGEMM_VERSION, PaddingRules, get_rules
-from ..shapes import GpuPreset, ModelPreset, get_gpu, get_model
+from ..presets import GpuPreset, ModelPreset, get_gpu, get_model
 from ..checks import BadValue, check_int
 
 # whose per-chunk temporaries the memory model adds: the CPU reference executor's, the H200 path's

@@ -18,7 +18,7 @@ from ..checks import BadValue
 from ..elementwise import any_of, not_
 from ..engines import EngineProfile, get_engine, process_budget
 from ..engines.v41 import TORCH_LOGITS_ALIVE
-from ..shapes import budget_bytes_from_mb, free_bytes_from_gib
+from ..presets import budget_bytes_from_mb, free_bytes_from_gib
 from ..workload import StepBatch, check_int
 from .budgeting import Budgeting
 from .builders import ChunkBuilder, Piece
@@ -34,7 +34,8 @@ NO_BUDGET, GIVEN_BUDGET, MEASURED_BUDGET = "none", "given", "measured"
 @dataclass(frozen=True)
 class Strategy:
     name: ClassVar[str]
-    kind: ClassVar[str]  # "field" (the engines' own ideas), "beyond" (the project's), "engine"
+    # "field" (the serving field's ideas), "beyond" (the project's), "engine" (a release's own chunker)
+    family: ClassVar[str]
     needs_full_layout: ClassVar[bool] = False  # DeepGEMM's [M, N] layout, which 2.8 lacks
     # a chunk's memory depends on its shape alone (and its neighbour's where two chunks' logits
     # are alive): a frontier can plan it by shapes (``indexer_lib.fast``)
@@ -119,7 +120,7 @@ class NOnly(Strategy):
     """vLLM before its budget: requests packed while their K fits the workspace, rows unbounded."""
 
     name: ClassVar[str] = "n-only"
-    kind: ClassVar[str] = "field"
+    family: ClassVar[str] = "field"
 
     def budget_source(self, profile) -> str:
         return NO_BUDGET
@@ -144,7 +145,7 @@ class Vllm(Strategy):
     is cut into slices of equal rows."""
 
     name: ClassVar[str] = "vllm"
-    kind: ClassVar[str] = "field"
+    family: ClassVar[str] = "field"
 
     def packing(self, settings) -> Packing:
         return field_packing(settings, within_packed(settings))
@@ -158,7 +159,7 @@ class PerRequest(Strategy):
     """One request per chunk, unless packing wastes at most ``pack_factor`` x the useful logits."""
 
     name: ClassVar[str] = "per-request"
-    kind: ClassVar[str] = "field"
+    family: ClassVar[str] = "field"
     pack_factor: float = 1.0  # most allocated / useful area a packed chunk may have
 
     def __post_init__(self):
@@ -188,7 +189,7 @@ class Causal(Strategy):
     """vLLM's packing; a request alone is cut into slices as wide as their last row's window."""
 
     name: ClassVar[str] = "causal"
-    kind: ClassVar[str] = "field"
+    family: ClassVar[str] = "field"
     # DeepGEMM's compressed max_seqlen_k rows; None: compressed where the build has only that layout
     compressed: bool | None = None
 
@@ -230,7 +231,7 @@ class KvSplit(Strategy):
     top-k results the executor merges per row."""
 
     name: ClassVar[str] = "kv-split"
-    kind: ClassVar[str] = "beyond"
+    family: ClassVar[str] = "beyond"
     needs_full_layout: ClassVar[bool] = True
     by_shapes: ClassVar[bool] = False  # a column range's memory depends on its neighbours
 
@@ -267,7 +268,7 @@ class FixedShape(Strategy):
     width W within the budget."""
 
     name: ClassVar[str] = "fixed-shape"
-    kind: ClassVar[str] = "beyond"
+    family: ClassVar[str] = "beyond"
     needs_full_layout: ClassVar[bool] = True
     by_shapes: ClassVar[bool] = False  # its padded inputs are counted per chunk
     fixed_width: int | None = None
@@ -319,7 +320,7 @@ class Engine(Strategy):
     DeepSeek-V4.1's paths."""
 
     name: ClassVar[str] = "engine"
-    kind: ClassVar[str] = "engine"
+    family: ClassVar[str] = "engine"
     own_build: ClassVar[bool] = True
 
     def budget_source(self, profile) -> str:
@@ -373,9 +374,9 @@ STRATEGIES: dict[str, type[Strategy]] = {
     cls.name: cls for cls in (NOnly, Vllm, PerRequest, Causal, KvSplit, FixedShape, Engine)}
 
 
-def strategy_names(*kinds: str) -> tuple[str, ...]:
-    """The strategies' names, of the given kinds ("field", "beyond", "engine") or all."""
-    return tuple(name for name, cls in STRATEGIES.items() if not kinds or cls.kind in kinds)
+def strategy_names(*families: str) -> tuple[str, ...]:
+    """The strategies' names, of the given families ("field", "beyond", "engine") or all."""
+    return tuple(name for name, cls in STRATEGIES.items() if not families or cls.family in families)
 
 
 def get_strategy(strategy: str | Strategy, **options) -> Strategy:

@@ -47,7 +47,7 @@ from .kernels import Backend, get_backend
 from .kernels.merge import merge_running_topk
 from .metadata import chunk_windows, column_windows, kv_slots
 from ..plan import Chunk, Plan, merged_chunks
-from ..shapes import get_model
+from ..presets import get_model
 
 
 @dataclass

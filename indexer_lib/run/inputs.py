@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from .metadata import cache_offsets
-from ..shapes import get_model
+from ..presets import get_model
 from ..workload import StepBatch, check_int
 
 FP8_MAX = 448.0  # largest float8_e4m3fn value

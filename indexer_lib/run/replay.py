@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..refdata import DATA_DIR
-from ..shapes import get_model
+from ..presets import get_model
 from ..workload import StepBatch
 from ..engines import EngineProfile, get_engine, profile_run_logits_bytes, replayed_engines
 from ..memory import make_plan, memory_report, topk_buffer_bytes
-from ..memory.engine_path import workspace_path_bytes
+from ..memory.replayed import workspace_path_bytes
 from ..plan import PlanSettings
 
 DRIVER = Path(__file__).resolve().parent.parent / "engines" / "vllm_replay.py"

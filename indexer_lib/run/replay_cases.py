@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from ..shapes import get_model
+from ..presets import get_model
 
 
 @dataclass(frozen=True)

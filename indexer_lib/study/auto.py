@@ -18,7 +18,7 @@ from ..engines import SGLANG_MEM_FRACTION_STATIC, get_engine, process_budget, pr
 from ..search.worst_step import Schedule, prefill_batches
 from ..memory import make_plan, memory_report
 from ..plan import GIVEN_BUDGET, PlanSettings, get_strategy, strategy_names
-from ..shapes import MIB, budget_bytes_from_mb, free_bytes_from_gib, get_gpu
+from ..presets import MIB, budget_bytes_from_mb, free_bytes_from_gib, get_gpu
 from ..timemodel.model import TimeModel, plan_features
 from ..workload import ClosedLoopWorkload, SchedulerConfig
 

@@ -132,7 +132,7 @@ def bounds_table(model: str, engine: str, gpu: str = "h200", concurrency: int = 
 
     from ..engines import not_default_text, release_scheduler
     from ..plan import get_strategy
-    from ..shapes import get_model
+    from ..presets import get_model
 
     settings = PlanSettings(model, engine, temporaries="deepgemm", gpu=gpu)
     config = config or release_scheduler(engine, get_model(model).kv_block, gpu)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from ..engines import EngineBudget
 from ..memory import make_plan, memory_report
 from ..plan import PlanSettings
-from ..shapes import budget_bytes_from_mb
+from ..presets import budget_bytes_from_mb
 from ..workload import StepBatch, check_int
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ..dtypes import FP32_BYTES
 from ..engines import get_engine
-from ..shapes import GIB
+from ..presets import GIB
 from ..workload import ClosedLoopWorkload
 from ..sweep.grid import Grid
 from ..sweep.rows import model_rows, to_frame

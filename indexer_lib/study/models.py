@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ..checks import BadValue
 from ..engines import engine_names, engines_for, get_engine
-from ..shapes import GIB, MIB, get_model, known_models
+from ..presets import GIB, MIB, get_model, known_models
 from ..sweep.grid import Grid
 from ..sweep.rows import model_rows
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from ..engines import get_engine, not_default_text, process_budget, profile_run_logits_bytes, release_scheduler
 from ..plan import PlanSettings
 from ..refdata import number, read_rows
-from ..shapes import GIB, MIB, free_bytes_from_gib, get_gpu, get_model
+from ..presets import GIB, MIB, free_bytes_from_gib, get_gpu, get_model
 from ..workload import ClosedLoopWorkload
 from ..search.worst_step import Schedule, prefill_batches, worst_step
 

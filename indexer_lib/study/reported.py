@@ -24,7 +24,7 @@ from ..padding import get_rules, unpadded_logits_bytes
 from ..plan import PlanSettings
 from ..memory import make_plan
 from ..refdata import number, read_rows
-from ..shapes import GIB, MIB, get_model
+from ..presets import GIB, MIB, get_model
 from ..workload import ClosedLoopWorkload, PrefillRequest, SchedulerConfig, StepBatch
 
 REPORTED_FILE = ("field", "reported_allocations.csv")
@@ -46,7 +46,7 @@ def case_scheduler(case: dict) -> SchedulerConfig:
 def _largest_logits(case: dict) -> tuple[int, int, int]:
     """(rows, columns, allocated bytes) of the case's largest logits allocation."""
     version = case["deepgemm_version"]
-    if case["kind"] == "shape" and case["engine"] and _engine_path(case):
+    if case["kind"] == "shape" and case["engine"] and _on_release_path(case):
         # one call of the reported rows through the release's own path for the model's indexer:
         # one request at ``isl`` tokens (default: the columns' tokens, cols x the compress ratio),
         # no budget, so the rows are the allocation's as the report gives them
@@ -78,7 +78,7 @@ def _largest_logits(case: dict) -> tuple[int, int, int]:
     return chunk.num_rows, chunk.logits_cols, chunk.logits_bytes
 
 
-def _engine_path(case: dict) -> bool:
+def _on_release_path(case: dict) -> bool:
     """Whether a shape case goes through its release's own path: SGLang's for compressed K
     (DeepSeek-V4's C4 indexer, GLM-5.3-Flash's kpool), where the release's profile models it."""
     engine = get_engine(case["engine"])

@@ -26,7 +26,7 @@ from ..memory.allocator import AllocatorOutOfMemory, CachingAllocatorModel, repl
 from ..dtypes import FP32_BYTES, INT32_BYTES
 from ..memory import MemoryReport, memory_report, plan_at
 from ..plan import Plan, PlanSettings, Strategy, get_strategy, merged_chunks
-from ..shapes import get_model
+from ..presets import get_model
 from ..workload import PrefillRequest, StepBatch, check_int
 
 STRATEGIES = ("vllm", "causal", "fixed-shape")
@@ -190,7 +190,7 @@ def reserved_table(prompt_len: int = 65_536, step_tokens: int = 8192, budget_mb:
     (``free_gib``: the memory free when the prompt starts, which the allocator may fill)."""
     import pandas as pd
 
-    from ..shapes import free_bytes_from_gib
+    from ..presets import free_bytes_from_gib
 
     steps = long_prompt_steps(prompt_len, step_tokens)
     limit = None if free_gib is None else free_bytes_from_gib(free_gib)

@@ -9,7 +9,7 @@ workload on each release's own chunker and scheduler defaults for each number of
 from __future__ import annotations
 
 from ..engines import get_engine
-from ..shapes import GIB
+from ..presets import GIB
 from ..sweep.grid import Grid
 from ..sweep.rows import model_rows
 

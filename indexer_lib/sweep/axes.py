@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..checks import check_int
-from ..shapes import budget_bytes_from_mb, free_bytes_from_gib, get_model
+from ..presets import budget_bytes_from_mb, free_bytes_from_gib, get_model
 from ..workload import MAX_CONCURRENCY, MAX_OSL
 from ..workload.lengths import check_range_ratio, mix_text, parse_mix
 from .setting import Settings, setting

@@ -24,7 +24,7 @@ from ..checks import BadValue
 from ..engines import get_engine, not_default
 from ..engines.kv_capacity import KvCapacity
 from ..plan import GIVEN_BUDGET, MEASURED_BUDGET, PlanSettings, get_strategy
-from ..shapes import get_model
+from ..presets import get_model
 from ..workload import ClosedLoopWorkload, SchedulerConfig
 from ..workload.lengths import length_bounds, mix_text, parse_mix
 from .axes import Axes

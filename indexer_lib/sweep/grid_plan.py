@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 from ..engines import DEFAULT_ENGINE, get_engine
 from ..plan import PlanSettings
-from ..shapes import GPUS, MODELS, get_model
+from ..presets import GPUS, MODELS, get_model
 from .setting import Settings, setting
 
 

@@ -27,7 +27,7 @@ from ..runmode import headless
 from ..engines import get_engine, not_default_text
 from ..fast import step_features, young_only
 from ..plan import MEASURED_BUDGET, get_strategy
-from ..shapes import GIB, free_bytes_from_gib
+from ..presets import GIB, free_bytes_from_gib
 from .executors import Local, Ray
 from .grid import MODES, Grid, Task
 from .results import git_state

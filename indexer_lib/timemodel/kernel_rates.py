@@ -26,7 +26,7 @@ import numpy as np
 from ..padding import get_rules
 from .work import block_tiles
 from ..refdata import read_rows
-from ..shapes import get_gpu
+from ..presets import get_gpu
 
 KERNELS = ("gather", "clean", "logits", "topk")
 REFERENCE_GPU = "h200"  # the GPU the logits and clean rows were published on

@@ -9,7 +9,7 @@ import torch
 
 from ...memory import make_plan, memory_report
 from ...plan import NO_BUDGET, get_strategy
-from ...shapes import MIB
+from ...presets import MIB
 from .config import TOPK, Config, Step
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from ...shapes import GIB
+from ...presets import GIB
 from .common import Clock, Context, StageTimeout, free_cached
 from .config import STAGES, Config, dry_run_config, h200_config
 from .correctness import stage_correctness

@@ -7,7 +7,7 @@ import torch
 
 from ...run.executor import execute
 from ...run.inputs import make_inputs
-from ...shapes import GIB
+from ...presets import GIB
 from .common import StageTimeout, free_cached, is_cuda, is_oom, plan_for, predicted, reads_budget, status_of
 
 

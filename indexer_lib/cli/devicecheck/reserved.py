@@ -8,7 +8,7 @@ import torch
 from ...memory import make_plan, memory_report
 from ...run.executor import execute
 from ...run.inputs import make_inputs
-from ...shapes import MIB
+from ...presets import MIB
 from ...study.reserved import long_prompt_steps, reserved_curve
 from .common import free_cached, is_cuda
 from .config import TOPK

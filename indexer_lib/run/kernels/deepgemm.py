@@ -422,7 +422,7 @@ class DeepGemmBackend(Backend):
         allocate once, which the device script keeps out of the measured peaks.
         """
         from ...memory import deepgemm_temporaries_bytes
-        from ...shapes import get_model
+        from ...presets import get_model
 
         return deepgemm_temporaries_bytes(chunk, get_model(plan.model), topk, self.topk_block_bytes)
 

@@ -27,7 +27,7 @@ from ..engines import EngineProfile, get_engine, replayed_engines
 from ..plan import Chunk, Plan
 
 
-def engine_path(plan: Plan) -> EngineProfile:
+def replayed_profile(plan: Plan) -> EngineProfile:
     """The profile of the release the plan was made on, if the project replayed its path."""
     if plan.engine is None:
         raise ValueError("temporaries 'engine' count an engine's own path: the plan must be made on "
