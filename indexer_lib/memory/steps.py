@@ -70,7 +70,14 @@ class StepsMemory:
         self.held[at] = logits
 
     def _over(self, among, over, kv) -> None:
-        self.over |= among & (over | (kv > self.b.workspace))
+        """A chunk breaks a limit where ``among`` holds: no split meets the budget, or its K
+        outgrows the workspace."""
+        at = np.flatnonzero(np.broadcast_to(among, self.count.shape))
+        self._over_at(at, _at(over, at), _at(kv, at))
+
+    def _over_at(self, at: np.ndarray, over, kv) -> None:
+        """``_over`` for the steps at positions ``at``, ``over`` and ``kv`` given for those."""
+        self.over[at] |= over | (kv > _at(self.b.workspace, at))
 
     def add(self, piece: Piece, times: int = 1, among=True) -> None:
         r0, r1, q0, q1, cols, gather, over, compressed, kv, kv_start, alloc_rows, alloc_bytes = piece
@@ -99,7 +106,7 @@ class StepsMemory:
         context = slicing.request.context_len
         for _ in range(times):
             for (q0, q1, cols, gather, over, _, kv), alike, at in slicing.runs():
-                self.over[at] |= over | (kv > _at(self.b.workspace, at))
+                self._over_at(at, over, kv)
                 self._chunks_at(at, (q1 - q0, cols, compressed, None, kv, gather, None))
                 # the run after it: alike - 1 slices of as many rows, each as wide as its last row's window
                 grown = np.flatnonzero(np.broadcast_to(alike > 1, at.shape))

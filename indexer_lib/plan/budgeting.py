@@ -61,11 +61,6 @@ class Budgeting:
         interval is left as it is."""
         return self.counted.widest(rows, self.budget, compressed)
 
-    def tallest(self, cols, compressed: bool, cap):
-        """The most rows of ``cols`` columns within the budget, at most ``cap`` (an allocation of
-        that width fits exactly when its rows are at most this).  Asks no question."""
-        return self.counted.tallest(cols, self.budget, compressed, cap)
-
     def max_rows(self, cols, compressed: bool = False, among=True):
         """Most rows of width ``cols`` within the budget, the way a planner sizes its row slices
         (0 when not even one fits): at DeepGEMM's padded row stride in whole row multiples, or,
