@@ -11,7 +11,7 @@ questions for the hundreds of thousands of steps of a grid without making every 
 - ``step_table``: the steps that hold one request or two (nearly all of a long-context
   schedule's), evaluated together with numpy by the strategy's own code, and kept per budget for
   a grid's schedules;
-- ``features``: a worst step's plan features, made once;
+- ``features``: a worst step's plan features and modelled time, each made once;
 - ``caches``, ``records``, ``collector``: bounded caches, records made without their
   ``__init__``, and the cyclic collector kept off what the caches hold.
 
@@ -22,7 +22,7 @@ and rows.
 """
 from .caches import PerSettings
 from .collector import young_only
-from .features import step_features
+from .features import step_features, step_time_ms
 from .peak import SHAPE_TEMPORARIES, ShapesPeak, shapes_peak
 from .planner import PlanShapes, ShapePlanner, StepShapes, plan_shapes
 from .records import made_fast
@@ -30,7 +30,7 @@ from .shapes import ChunkShape, NeighbourShapeBuilder, ShapeBuilder
 from .steps import StepOutcome, StepOutcomes, in_interval
 
 __all__ = [
-    "PerSettings", "young_only", "step_features", "SHAPE_TEMPORARIES", "ShapesPeak", "shapes_peak", "PlanShapes", "ShapePlanner",
+    "PerSettings", "young_only", "step_features", "step_time_ms", "SHAPE_TEMPORARIES", "ShapesPeak", "shapes_peak", "PlanShapes", "ShapePlanner",
     "StepShapes", "plan_shapes", "made_fast", "ChunkShape", "NeighbourShapeBuilder", "ShapeBuilder",
     "StepOutcome", "StepOutcomes", "in_interval",
 ]

@@ -25,7 +25,7 @@ from .. import search
 from ..memory import make_plan, topk_buffer_bytes, workspace_bytes
 from ..runmode import headless
 from ..engines import get_engine, not_default_text
-from ..fast import step_features, young_only
+from ..fast import step_features, step_time_ms, young_only
 from ..plan import MEASURED_BUDGET, get_strategy
 from ..presets import GIB, free_bytes_from_gib
 from .executors import Local, Ray
@@ -42,7 +42,7 @@ class RunSettings:
     """How a sweep runs; part of what identifies its result file."""
 
     mode: str = "model"
-    # trace / measure: the kernels backend; trace with "engine": the `engine` strategy's worst
+    # trace / measure: the kernels backend; trace with "replay": the `engine` strategy's worst
     # steps replayed through the release's own code (``run.replay``) instead of our executor
     backend: str = "reference"
     seed: int = 0  # measure: inputs
@@ -51,8 +51,10 @@ class RunSettings:
     def __post_init__(self):
         if self.mode not in MODES:
             raise ValueError(f"mode {self.mode!r}: must be one of {', '.join(MODES)}")
-        if self.backend == "engine" and self.mode != "trace":
-            raise ValueError(f"backend 'engine' replays the engine's own code on the meta device: "
+        if self.backend == "engine":  # the old spelling
+            raise ValueError("backend 'engine' is now spelled 'replay'")
+        if self.backend == "replay" and self.mode != "trace":
+            raise ValueError(f"backend 'replay' replays the engine's own code on the meta device: "
                              f"mode must be 'trace', not {self.mode!r}")
         check_int("repeats", self.repeats, 1)
 
@@ -146,7 +148,8 @@ def base_row(grid: Grid, task: Task, budget_mb: float | None, free_gib: float, m
 def worst_step_detail(schedule: search.Schedule, w: search.WorstStep, settings, time_model: TimeModel) -> dict:
     """What the tables report about a worst step (planned under ``settings``)."""
     batch = schedule.step(w.worst_step)
-    f = step_features(batch, get_strategy(w.strategy), w.budget_bytes, settings, w.budget_stable)
+    strategy = get_strategy(w.strategy)
+    f = step_features(batch, strategy, w.budget_bytes, settings, w.budget_stable)
     return {
         "budget_bytes": -1 if w.budget_bytes is None else w.budget_bytes,
         "worst_step": w.worst_step, "worst_rows": w.worst_rows,
@@ -159,7 +162,7 @@ def worst_step_detail(schedule: search.Schedule, w: search.WorstStep, settings, 
         "worst_gathered_kv_tokens": f["gathered_kv_tokens"],
         "max_chunks": w.max_chunks, "total_chunks": w.total_chunks, "over_budget": w.over_budget,
         "model_peak_bytes": w.peak_bytes, "model_peak_transient_bytes": w.peak_transient_bytes,
-        "model_time_ms": time_model.features_ms(f),
+        "model_time_ms": step_time_ms(batch, strategy, w.budget_bytes, settings, w.budget_stable, time_model),
         # a model whose kinds see a step differently (DeepSeek-V4.1): the kind that sets the peak
         **({"worst_layer_kind": w.layer_kind} if w.layer_kind is not None else {}),
     }
@@ -187,13 +190,14 @@ def model_task(grid: Grid, task: Task, time_model: TimeModel, prov: dict) -> lis
     schedule = schedule_of(task.workload, task.scheduler, grid.workload_source)
     settings = grid.settings(task.engine)
     rows = []
+    base = base_row(grid, task, None, task.frees_gib[0], "model")  # what every row of the task says
     for group, budgets in budget_groups(grid, task):
         outcomes = search.worst_steps(schedule, task.strategy, budgets, settings,
                                         topk_rows=task.scheduler.max_num_batched_tokens)
         for mb, w in zip(task.budgets_mb, outcomes):
             detail = worst_step_detail(schedule, w, settings, time_model)
             for free in group:
-                row = base_row(grid, task, mb, free, "model")
+                row = {**base, "budget_mb": None if mb is None else float(mb), "free_gib": float(free)}
                 row.update(detail)
                 row.update(peak_bytes=w.peak_bytes, peak_transient_bytes=w.peak_transient_bytes,
                            oom=w.peak_transient_bytes > free_bytes_from_gib(free), time_ms=None,
@@ -220,7 +224,7 @@ def check_replay(grid: Grid) -> None:
 
     others = [s for s in grid.strategy if not get_strategy(s).own_build]
     if others:
-        raise ValueError(f"backend 'engine' replays the engine's own chunker: strategy {others[0]!r} "
+        raise ValueError(f"backend 'replay' replays the engine's own chunker: strategy {others[0]!r} "
                          "is ours (trace it with backend 'reference' or 'deepgemm')")
     for engine in grid.engine:
         engine_python(engine)
@@ -241,7 +245,7 @@ def _replay_peaks(plan, config, process) -> tuple[int, int]:
 
 def trace_task(grid: Grid, settings: RunSettings, task: Task, time_model: TimeModel, prov: dict,
                replayers=None) -> list[dict]:
-    """``replayers``: engine -> ``run.replay.ReplayProcess`` (backend 'engine')."""
+    """``replayers``: engine -> ``run.replay.ReplayProcess`` (backend 'replay')."""
     from ..run.tracer import trace  # torch: only trace mode needs it
 
     (mb,) = task.budgets_mb
@@ -251,7 +255,7 @@ def trace_task(grid: Grid, settings: RunSettings, task: Task, time_model: TimeMo
         budget = budget_at(grid, task, mb, free)
         if budget not in traced_by_budget:
             detail, plan = _model_worst(grid, task, budget, time_model, settings.backend)
-            if settings.backend == "engine":
+            if settings.backend == "replay":
                 peaks = _replay_peaks(plan, task.scheduler, replayers[task.engine])
             else:
                 result = trace(plan, topk_rows=task.scheduler.max_num_batched_tokens, backend=settings.backend)
@@ -368,6 +372,14 @@ def with_steps_evaluated(grid: Grid, tasks):
         yield from batch
 
 
+def evaluate_steps(grid: Grid) -> None:
+    """The steps of one request and of two of every task of the grid, at all its budgets,
+    evaluated together and kept (``search.evaluate_steps_together``): a dashboard's budget axis in
+    one pass, whose rows then look them up."""
+    for _ in with_steps_evaluated(grid, grid.tasks("model")):
+        pass
+
+
 def model_rows(grid: Grid, executor: Local | Ray = Local(), progress=None):
     """The grid's modelled rows, computed in memory without a store (the frontier command, the
     notebooks' small grids, the dashboards), in grid order whatever computes them.
@@ -436,7 +448,7 @@ def run(grid: Grid, out: str | Path, settings: RunSettings = RunSettings(), exec
     on_ray_gpus = on_ray and settings.mode == "measure"
     measurer = Measurer(settings, device) if settings.mode == "measure" and not on_ray_gpus else None
     device_name = measurer.device if measurer else "cpu"
-    if settings.backend == "engine":
+    if settings.backend == "replay":
         check_replay(grid)
         device_name = "meta (the engine's own code, replayed)"
     if on_ray:
@@ -498,10 +510,10 @@ def _crashed_rows(grid: Grid, settings: RunSettings, make_device, task: Task, ti
 
 def _local_task_rows(grid: Grid, settings: RunSettings, measurer, todo, time_model: TimeModel, prov: dict, stack):
     """(task id, rows) of each trace or measure task, computed here, in grid order."""
-    replayers = {}  # backend 'engine': one running replay per release, vLLM imported once
+    replayers = {}  # backend 'replay': one running replay per release, vLLM imported once
     for task in todo:
         if settings.mode == "trace":
-            if settings.backend == "engine" and task.engine not in replayers:
+            if settings.backend == "replay" and task.engine not in replayers:
                 from ..run.replay import ReplayProcess
                 replayers[task.engine] = stack.enter_context(ReplayProcess(task.engine))
             rows = trace_task(grid, settings, task, time_model, prov, replayers)
