@@ -5,7 +5,7 @@
 
 Each release replays the field's cases, a 202,752-token GLM-5 step and 50 random steps
 (``indexer_lib.run.replay_cases``) through its own code on the meta device.  Printed per
-case: chunks, replayed and modelled peak (``temporaries="engine"``), their difference, what our
+case: chunks, replayed and modelled peak (``temporaries="replay"``), their difference, what our
 executor's H200 path would be counted at (``temporaries="deepgemm"``, the frontier's default),
 and what the step needs beyond the profile run's peak.  Then, per release: seconds per step
 of the replay itself, and the process's start-up (importing vLLM), measured in this run.

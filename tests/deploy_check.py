@@ -25,7 +25,7 @@ def memory_needed(line: str, release: str, schedules, free_bytes: int, model: st
     value = knob_value(line, profile)
     budget = process_budget(profile, free_bytes, value=value)
     shortfall = max(0, profile_run_logits_bytes(profile) - profile_run_logits_bytes(profile, value))
-    backends = ["deepgemm"] + (["engine"] if profile.path else [])
+    backends = ["deepgemm"] + (["replay"] if profile.path else [])
     peak = max(worst_step(schedule, "engine", budget, PlanSettings(model, profile, temporaries=t)).peak_transient_bytes
                for schedule in schedules for t in backends)
     return peak + shortfall

@@ -149,7 +149,7 @@ def test_a_missing_release_names_its_install_line(monkeypatch, tmp_path):
 
 
 def test_trace_sweep_replays_the_engine_and_equals_the_model(tmp_path):
-    """sweep.run(mode="trace", backend="engine"): each worst step of the ``engine`` strategy goes
+    """sweep.run(mode="trace", backend="replay"): each worst step of the ``engine`` strategy goes
     through the release's own code (one process per release for the whole sweep)."""
     from indexer_lib.sweep import rows as sweep
     from indexer_lib.sweep.grid import Grid
@@ -157,7 +157,7 @@ def test_trace_sweep_replays_the_engine_and_equals_the_model(tmp_path):
     for engine in RELEASES:
         need(engine)
     grid = Grid.of(concurrency=(4, 32), isl=(10240, 65536), budget_mb=(64, 512), strategy=("engine",), engine=RELEASES)
-    frame = sweep.run(grid, tmp_path / "r.parquet", sweep.RunSettings(mode="trace", backend="engine"),
+    frame = sweep.run(grid, tmp_path / "r.parquet", sweep.RunSettings(mode="trace", backend="replay"),
                       progress=False)
     # 0.15.1's chunker reads no budget: one row per workload; the others one per budget
     assert len(frame) == 2 * 2 * (2 * (len(RELEASES) - 1) + 1)
@@ -177,9 +177,11 @@ def test_trace_sweep_replay_refusals(tmp_path):
     from indexer_lib.sweep.grid import Grid
 
     with pytest.raises(ValueError, match="mode must be 'trace'"):
-        sweep.RunSettings(mode="measure", backend="engine")
+        sweep.RunSettings(mode="measure", backend="replay")
+    with pytest.raises(ValueError, match="backend 'engine' is now spelled 'replay'"):
+        sweep.RunSettings(mode="trace", backend="engine")
     grid = Grid.of(concurrency=(4,), isl=(2048,), budget_mb=(64,), strategy=("engine", "causal"))
     with pytest.raises(ValueError, match="strategy 'causal' is ours"):
-        sweep.run(grid, tmp_path / "x.parquet", sweep.RunSettings(mode="trace", backend="engine"),
+        sweep.run(grid, tmp_path / "x.parquet", sweep.RunSettings(mode="trace", backend="replay"),
                   progress=False)
     assert not (tmp_path / "x.parquet").exists()

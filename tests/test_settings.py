@@ -21,8 +21,9 @@ from indexer_lib.workload import StepBatch
     (dict(deepgemm_version="9.9"), "deepgemm_version", "unknown DeepGEMM version '9.9'"),
     (dict(padded="yes"), "padded", "must be true or false"),
     (dict(workspace_tokens=0), "workspace_tokens", "must be a whole number >= 1"),
-    (dict(temporaries="gpu"), "temporaries", "must be one of reference, deepgemm, engine, None"),
-    (dict(engine="vllm==0.12.0", temporaries="engine"), "temporaries", "vllm==0.12.0 has no replayed path"),
+    (dict(temporaries="gpu"), "temporaries", "must be one of reference, deepgemm, replay, None"),
+    (dict(temporaries="engine"), "temporaries", "temporaries 'engine' is now spelled 'replay'"),
+    (dict(engine="vllm==0.12.0", temporaries="replay"), "temporaries", "vllm==0.12.0 has no replayed path"),
 ])
 def test_bad_settings_are_refused_when_made_naming_the_setting(kwargs, name, message):
     with pytest.raises(BadValue, match=message) as e:

@@ -114,7 +114,7 @@ def plan_difference(r, max_num_batched_tokens: int) -> str:
     plan = make_plan(batch, "engine", budget, PlanSettings(r.model, r.engine))
     shown = memory_report(plan).peak
     ours = shown - memory_report(plan, temporaries=None).peak
-    engine = (memory_report(plan, topk_rows=max_num_batched_tokens, temporaries="engine").peak
+    engine = (memory_report(plan, topk_rows=max_num_batched_tokens, temporaries="replay").peak
               - memory_report(plan, topk_rows=max_num_batched_tokens, temporaries=None).peak)
     return (f"indexer-lab plan shows {format_bytes(shown)} ({shown} bytes) for this step: it adds the "
             f"project's reference executor's temporaries ({format_bytes(ours)}) where the engine's own path "

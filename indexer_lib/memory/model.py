@@ -252,7 +252,7 @@ def memory_report(plan: Plan, topk_rows: int | None = None, temporaries=FROM_SET
     tokens = plan.workspace_tokens if workspace_tokens is None else workspace_tokens
     if temporaries is FROM_SETTINGS:
         temporaries = plan.settings.temporaries
-    if temporaries == "engine":
+    if temporaries == "replay":
         return _engine_report(plan, rows, k, tokens, count_padding)
     counted = temporaries_of(plan, temporaries, k)
     # a plan's equal chunks (a request's row slices: hundreds at a small budget) cost the same:

@@ -1,5 +1,5 @@
 """What an engine release's own indexer path allocates besides the logits: the memory
-model's ``engine`` backend (docs/design.md#engine-replay).
+model's ``replay`` temporaries (docs/design.md#engine-replay).
 
 Our executor's temporaries (``reference``, ``deepgemm``) are what the project's executor
 allocates; an engine runs its own kernels and builds its own metadata.  For a release whose
@@ -30,11 +30,11 @@ from ..plan import Chunk, Plan
 def replayed_profile(plan: Plan) -> EngineProfile:
     """The profile of the release the plan was made on, if the project replayed its path."""
     if plan.engine is None:
-        raise ValueError("temporaries 'engine' count an engine's own path: the plan must be made on "
+        raise ValueError("temporaries 'replay' count an engine's own path: the plan must be made on "
                          "an engine release (PlanSettings(engine=...))")
     profile = get_engine(plan.engine)
     if profile.path is None:
-        raise ValueError(f"temporaries 'engine': {profile.name}'s own path has not been replayed "
+        raise ValueError(f"temporaries 'replay': {profile.name}'s own path has not been replayed "
                          f"(replayed: {', '.join(replayed_engines())}); use temporaries 'deepgemm' or None")
     return profile
 

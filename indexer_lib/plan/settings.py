@@ -21,7 +21,7 @@ from ..checks import BadValue, check_int
 
 # whose per-chunk temporaries the memory model adds: the CPU reference executor's, the H200 path's
 # (DeepGEMM and the window top-k), the engine release's own path (replayed), or none
-TEMPORARIES = ("reference", "deepgemm", "engine", None)
+TEMPORARIES = ("reference", "deepgemm", "replay", None)
 
 
 @dataclass(frozen=True)
@@ -63,14 +63,16 @@ class PlanSettings:
             raise BadValue("padded", f"padded {self.padded!r}: must be true or false")
         if self.workspace_tokens is not None:
             check_int("workspace_tokens", self.workspace_tokens, 1)
+        if self.temporaries == "engine":  # the old spelling
+            raise BadValue("temporaries", "temporaries 'engine' is now spelled 'replay'")
         if self.temporaries not in TEMPORARIES:
             raise BadValue("temporaries", f"temporaries {self.temporaries!r}: must be one of "
                                           f"{', '.join(str(t) for t in TEMPORARIES)}")
         if self.preset.compressed:
             self._check_compressed(profile)
-        if self.temporaries == "engine" and (profile is None or profile.path is None):
+        if self.temporaries == "replay" and (profile is None or profile.path is None):
             on = "no engine" if profile is None else profile.name
-            raise BadValue("temporaries", f"temporaries 'engine': {on} has no replayed path (give an "
+            raise BadValue("temporaries", f"temporaries 'replay': {on} has no replayed path (give an "
                                           "engine release whose indexer path the project replays)")
 
     def _check_compressed(self, profile) -> None:
@@ -98,7 +100,7 @@ class PlanSettings:
                                   "logits at 4,096 rows a call on sm12x (_SM120_INDEXER_M_CHUNK, 0.5.23 "
                                   "layers/attention/dsv4/metadata.py:68-105), which is not modelled; plan on an sm90 "
                                   "or sm100 GPU")
-        if self.temporaries in ("reference", "engine"):
+        if self.temporaries in ("reference", "replay"):
             raise BadValue("temporaries", f"temporaries {self.temporaries!r}: {self.model}'s {kind} indexer scores "
                                           f"{ratio}x-compressed K, which the reference executor and the replayed "
                                           "path do not compute; give 'deepgemm' (the H200 path) or None")

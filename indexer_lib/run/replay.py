@@ -5,7 +5,7 @@ own code (``indexer_lib/engines/vllm_replay.py``, in the Python environment that
 the project's ``.venv`` for the vLLM it installs, ``.venv-engines/vllm-X`` for the others,
 see scripts/install_engines.sh) and returns, per step, the peak bytes of the real code path,
 every allocation it made, its logits calls, and the memory model's figures for the same
-engine profile (``memory_report(..., temporaries="engine")``).  Each step is replayed as the
+engine profile (``memory_report(..., temporaries="replay")``).  Each step is replayed as the
 server lives it: a fresh workspace manager, the profile run (the dummy forward), then the
 step.  Numbers are measured from the engine's code on meta tensors; the logits allocation
 inside DeepGEMM, which cannot run on a CPU, follows the release's DeepGEMM padding rules
@@ -54,7 +54,7 @@ class StepReplay:
     profile_run_peak_bytes: int  # the dummy forward's peak (the budget's torch.empty included)
     profile_run_reserved_bytes: int  # what it left reserved: top-k buffer and workspace
     seconds: float  # the replay's own time (profile run, metadata and call)
-    modelled_peak_bytes: int  # memory_report(plan, temporaries="engine").peak, same profile
+    modelled_peak_bytes: int  # memory_report(plan, temporaries="replay").peak, same profile
     modelled_chunks: tuple[tuple[int, int, int, int], ...]
     allocations: tuple[dict, ...] = field(default=(), repr=False)  # record=True: every storage
 
@@ -257,7 +257,7 @@ def replay_steps(engine, model: str, steps, budget_mb: int | None = None,
             raise RuntimeError(f"{profile.name} step {list(batch.query_lens)} x {list(batch.seq_lens)}: "
                                f"{r['error']}")
         plan = make_plan(batch, "engine", None if budget is None else budget << 20,
-                         PlanSettings(model, profile, temporaries="engine"))
+                         PlanSettings(model, profile, temporaries="replay"))
         report = memory_report(plan, topk_rows=max_num_batched_tokens)
         modelled = tuple((c.requests[0], c.requests[1], c.rows[0], c.rows[1]) for c in plan.chunks)
         out.append(StepReplay(

@@ -208,7 +208,7 @@ def _own_peak(plan) -> int:
     the larger of that path's and the settings' temporaries (a deploy line errs on the safe side)."""
     peak = memory_report(plan).peak_transient
     if plan.settings.profile.path is not None:
-        peak = max(peak, memory_report(plan, temporaries="engine").peak_transient)
+        peak = max(peak, memory_report(plan, temporaries="replay").peak_transient)
     return peak
 
 
