@@ -15,7 +15,10 @@ and the browser's decode and paint.
 Views of the same figure, each measured in its own kernel:
 
 - ``live``: the dashboard's own, ``notebook.live_heatmap.LiveHeatmap`` (laid out once, redrawn
-  by region, the PNG of a figure shown before kept, PNG compressed by bands);
+  by region, the PNG of a figure shown before kept, PNG compressed by bands), with what the
+  slider's other budgets show (rows and figure) made while the kernel is idle
+  (``FrontierDashboard.plan_budget_axis``);
+- ``live-now``: the same, with nothing made ahead (each budget planned and drawn when first shown);
 - ``redraw``: the same figure laid out once, drawn whole on every change, Pillow's PNG at
   compression level 1 (no region, no kept PNG, no banded encoder);
 - ``plain``: the ecosystem's way: a new figure for every change (``plots.frontier_heatmap``),
@@ -110,7 +113,8 @@ dash = FrontierDashboard(Grid.of(strategy=("vllm",)), budget_mb=512)  # the defa
 # what a person changes, in order: (control, kind, moves): a slider's handle one notch right or
 # left with the keyboard, a value typed into a slider's readout, or a drop-down's options in turn
 CONTROLS = [("budget (MiB)", "slider", "right"), ("strategy", "dropdown", ["causal", "per-request", "engine", "vllm"]),
-            ("free GiB", "slider", "right"), ("max_num_batched_tokens", "slider", "left"),
+            ("free GiB", "slider", "right"), ("free GiB", "typed", ["3.5", "8", "16", "2.63", "24", "1"]),
+            ("max_num_batched_tokens", "slider", "left"),
             # one notch (1,024 tokens) of shared prefix may leave every worst step as it was
             ("shared prefix (tokens)", "typed", ["16384", "65536", "131072", "4096"]),
             ("engine", "dropdown", ["vllm==0.19.1", "vllm==0.32.0", "sglang==0.5.23", "vllm==0.33.0"])]
@@ -171,6 +175,8 @@ AUTO_CONTROLS = [("free GiB", "slider", "right"),
 
 # per view: the notebook's cells and the controls moved
 VIEWS = {"live": ([SETUP, "dash.widget"], CONTROLS),
+         "live-now": ([SETUP.replace("dash = ", "FrontierDashboard.AXIS_IDLE_S = None\ndash = "), "dash.widget"],
+                      CONTROLS),
          "redraw": ([SETUP, "dash.widget", PILLOW, REDRAW_VIEW], CONTROLS),
          "plain": ([SETUP, "dash.widget", PILLOW, PLAIN_VIEW], CONTROLS),
          "auto-live": ([AUTO_SETUP, "dash.widget"], AUTO_CONTROLS),
@@ -258,8 +264,9 @@ def measure_view(browser, server, view: str, moves: int) -> dict:
                 (warm if after in seen else cold).append(latency)
                 seen.add(after)
                 lab.wait_idle()
-            results[label] = {"cold": cold, "warm": warm}
-            print(f"  {view:8} {label:26} cold p50/p95 {pct(cold, 50):6.0f}/{pct(cold, 95):6.0f} ms "
+            name = f"{label} (typed)" if kind == "typed" and label == "free GiB" else label
+            results[name] = {"cold": cold, "warm": warm}
+            print(f"  {view:8} {name:26} cold p50/p95 {pct(cold, 50):6.0f}/{pct(cold, 95):6.0f} ms "
                   f"({len(cold)}), warm {pct(warm, 50):6.0f}/{pct(warm, 95):6.0f} ms ({len(warm)})", flush=True)
         errors = lab.stderr_outputs() + lab.console_errors
         if errors:

@@ -380,3 +380,76 @@ def test_the_frontier_dashboards_gpu_moves_sglangs_budget_cap_and_a_refused_gpu_
     shown = dash.image.value
     dash.controls["gpu"].value = "mi355x"  # no DeepGEMM on ROCm: refused, the last figure kept
     assert "cannot compute" in dash.status.value and dash.image.value == shown
+
+
+AXIS_GRID = Grid.of(concurrency=(1, 16, 64), isl=(2048, 10240), strategy="vllm")
+
+
+def pixels(png: bytes) -> np.ndarray:
+    return np.asarray(Image.open(__import__("io").BytesIO(png)))
+
+
+def test_a_budget_axis_made_ahead_is_only_looked_up_and_equals_each_budget_made_afresh(monkeypatch):
+    from indexer_lib.notebook.widgets import FrontierDashboard
+
+    dash = FrontierDashboard(AXIS_GRID, budget_mb=512)
+    assert len(dash.budgets_to_plan(dash.state())) == len(dash.BUDGETS) - 1  # all but the one shown
+    dash.plan_budget_axis(dash.state())
+    assert dash.budgets_to_plan(dash.state()) == []
+    shown = {}
+    with monkeypatch.context() as m:  # a drag now plans and draws nothing
+        m.setattr(sweep, "model_rows", lambda *a, **k: pytest.fail("a budget move planned again"))
+        for budget in reversed(dash.controls["budget_mb"].options):
+            dash.controls["budget_mb"].value = budget
+            shown[budget] = (dash.frame, bytes(dash.image.value), dash.html.value, dash.status.value)
+    assert dash.updates == 1 + len(dash.BUDGETS)  # each drag showed its own
+    for budget in (32, 256, 4096):
+        fresh = FrontierDashboard(AXIS_GRID, budget_mb=budget)
+        frame, png, html, status = shown[budget]
+        assert set(frame["budget_mb"]) == {float(budget)}
+        pd.testing.assert_frame_equal(frame.drop(columns="task"), fresh.frame.drop(columns="task"), check_exact=True)
+        assert (pixels(png) == pixels(bytes(fresh.image.value))).all()
+        assert (html, status) == (fresh.html.value, fresh.status.value)
+
+
+def test_while_the_kernel_waits_the_other_budgets_are_made_and_a_newer_change_stops_an_older_round(monkeypatch):
+    import asyncio
+
+    from indexer_lib.notebook.widgets import FrontierDashboard
+
+    monkeypatch.setattr(FrontierDashboard, "AXIS_IDLE_S", 0.05)
+
+    async def made(dash):
+        for _ in range(400):
+            if not dash.budgets_to_plan(dash.state()):
+                return
+            await asyncio.sleep(0.05)
+
+    async def moves():
+        dash = FrontierDashboard(AXIS_GRID, budget_mb=512)  # a round for vllm starts at once ...
+        dash.controls["budget_mb"].value = 256  # ... and a budget drag does not stop it
+        await made(dash)
+        vllm_left = dash.budgets_to_plan(dash.state())
+        dash.controls["strategy"].value = "causal"  # a round for causal, stopped before it starts
+        dash.controls["strategy"].value = "per-request"  # by a newer change
+        await made(dash)
+        per_request_left = dash.budgets_to_plan(dash.state())
+        dash.controls["free_gib"].value = 7.5  # the rows are planned: nothing is made ahead
+        await asyncio.sleep(0.3)
+        return dash, vllm_left + per_request_left
+
+    dash, left = asyncio.run(moves())
+    assert left == [] and dash.budgets_to_plan(dash.state(), figures=False) == []
+    assert len(dash.budgets_to_plan(dash.state())) == len(dash.BUDGETS) - 1  # no figure at 7.5 GiB
+    # causal's round never started: only the budget shown was planned
+    assert len(dash.budgets_to_plan({**dash.state(), "strategy": "causal"}, figures=False)) == len(dash.BUDGETS) - 1
+
+    monkeypatch.setattr(FrontierDashboard, "AXIS_IDLE_S", None)  # nothing made ahead
+
+    async def idle():
+        dash = FrontierDashboard(AXIS_GRID, budget_mb=512)
+        await asyncio.sleep(0.3)
+        return dash
+
+    dash = asyncio.run(idle())
+    assert len(dash.budgets_to_plan(dash.state())) == len(dash.BUDGETS) - 1

@@ -7,12 +7,13 @@ data behind them, so tests need no browser.
 """
 from __future__ import annotations
 
+import asyncio
 import html
 
 import ipywidgets as w
 
 from .live_candidates import LiveCandidates
-from .live_heatmap import LiveHeatmap
+from .live_heatmap import Kept, LiveHeatmap
 from .headless import show_dashboard
 from .plots import lengths_of, not_default_of
 from ..engines import engine_names, get_engine
@@ -33,7 +34,11 @@ class FrontierDashboard:
     first model, engine, strategy, free memory, max_num_batched_tokens, shared prefix, prompt
     length range ratio and mix start the controls (its length seed stays fixed), and ``budget_mb``
     the budget's.  Where its ISL axis is the model's default (2,048 up to its max_model_len), the
-    axis follows the model picked."""
+    axis follows the model picked.
+
+    What a state shows (rows, figure, table, status line) is made once and kept; in a kernel,
+    what the budget slider's other notches show is made while the kernel waits
+    (``plan_budget_axis``), so that dragging the budget only looks it up."""
 
     BUDGETS = (32, 64, 128, 256, 512, 1024, 2048, 4096)
     TOKENS = (2048, 4096, 8192, 16384, 32768)
@@ -85,6 +90,9 @@ class FrontierDashboard:
         self.frame = self.table = None
         self.view = LiveHeatmap(self.concurrency, self.isl)  # the figure, redrawn in place
         self.planned = {}  # planned rows per setting other than free memory (compute)
+        self.shown = Kept(self.SHOWN)  # what each state shows (prepare)
+        self.axis_round = 0  # changes of the settings so far: budgets planned ahead for older ones are not
+        self.axis_settings = self.axis_rows = None  # the settings of the last round (but the budget), its rows'
         self.updates = 0  # how many times the outputs were recomputed
         for control in self.controls.values():
             control.observe(self.on_change, names="value")
@@ -96,7 +104,11 @@ class FrontierDashboard:
     def isl_axis(self, model: str) -> tuple[int, ...]:
         return self.isl_given if self.isl_given is not None else default_isl(model)
 
-    PLANNED = 16  # planned settings kept, so that moving back to one is instant
+    SHOWN = 32  # states whose figure, table and status line are kept
+    PLANNED = 64  # planned settings kept (a few settings' whole budget axes), so moving back is instant
+    # idle this long after a change of the settings, what the other budgets show is made; None: never
+    AXIS_IDLE_S: float | None = 1.5
+    AXIS_DELAY_S = 0.001  # between two parts made ahead: a control's message goes first
 
     def compute(self, state: dict):
         """Model-mode rows of the current settings.  The plans do not depend on free memory
@@ -104,21 +116,119 @@ class FrontierDashboard:
         (``sweep.at_free_memory``), and the last settings planned are kept."""
         free = round(state["free_gib"], 4)
         # each control is a setting of the grid: a move makes again only the part that holds it
-        grid = self.grid = self.grid.where(**{**state, "free_gib": free, "isl": self.isl})
+        grid = self.grid.where(**{**state, "free_gib": free, "isl": self.isl})
+        key = self.planned_key(grid, state)
+        frame = self.planned.get(key)
+        if frame is None:
+            frame = self._keep_planned(key, sweep.to_frame(list(sweep.model_rows(grid))))
+        self.grid = grid
+        return frame if "free_gib" in dict(key) else sweep.at_free_memory(frame, free)
+
+    def _keep_planned(self, key: tuple, frame):
+        self.planned[key] = frame
+        while len(self.planned) > self.PLANNED:
+            self.planned.pop(next(iter(self.planned)))
+        return frame
+
+    def planned_key(self, grid: Grid, state: dict) -> tuple:
+        """What the planned rows of ``state`` are kept under: every setting they depend on."""
         reads_budget = grid.budgets(state["engine"], state["strategy"]) != (NO_BUDGET_MB,)
         # a strategy that reads no budget has the same rows at every budget
         ignored = {"free_gib"} if reads_budget else {"free_gib", "budget_mb"}
         key = tuple((k, v) for k, v in sorted(state.items()) if k not in ignored)
         if grid.measures_budget(state["engine"], state["strategy"]):
-            key += (("free_gib", free),)  # its budget moves with the free memory
-        frame = self.planned.get(key)
-        if frame is None:
-            frame = sweep.to_frame(list(sweep.model_rows(grid)))
-            self.planned[key] = frame
-            while len(self.planned) > self.PLANNED:
-                self.planned.pop(next(iter(self.planned)))
-            return frame
-        return frame if "free_gib" in dict(key) else sweep.at_free_memory(frame, free)
+            key += (("free_gib", round(state["free_gib"], 4)),)  # its budget moves with the free memory
+        return key
+
+    def budgets_to_plan(self, state: dict, figures: bool = True) -> list[float]:
+        """The slider's budgets whose figure (or, without ``figures``, rows) is not made yet for the
+        other settings of ``state``, the ones nearest the budget shown first (a drag moves one
+        notch at a time)."""
+        grid = self.grid
+        if grid.budgets(state["engine"], state["strategy"]) == (NO_BUDGET_MB,):
+            return []
+        options = list(self.controls["budget_mb"].options)
+        shown = options.index(state["budget_mb"])
+        nearest = sorted(options, key=lambda b: (abs(options.index(b) - shown), -options.index(b)))
+        if figures:
+            return [b for b in nearest if self.shown_key({**state, "budget_mb": b}) not in self.shown]
+        return [b for b in nearest if self.planned_key(grid, {**state, "budget_mb": b}) not in self.planned]
+
+    def plan_budget_axis(self, state: dict, figures: bool = True, loop=None, round_: int | None = None) -> None:
+        """Makes the rows of every budget of the slider for the other settings of ``state`` (and,
+        with ``figures``, what each shows): the steps of one request and of two of all of them
+        evaluated together in one pass, then each budget's rows, then its figure.  With ``loop``,
+        one part a turn of that event loop (a few workloads' rows, or one figure), so that a
+        control's message waits at most one part; a newer change of the settings (``round_``)
+        stops it."""
+        round_ = self.axis_round if round_ is None else round_
+        todo = self.budgets_to_plan(state, figures) if round_ == self.axis_round else []
+        if todo:
+            self._next_part(self._axis_parts(state, todo, figures), loop, round_)
+
+    ROWS_PER_PART = 8  # workloads whose rows one part makes
+
+    def _axis_parts(self, state: dict, todo: list, figures: bool):
+        """The parts of ``plan_budget_axis``, each done when the generator is resumed."""
+        sweep.evaluate_steps(self.grid.where(budget_mb=tuple(float(b) for b in todo)))
+        yield
+        for budget in todo:
+            at = {**state, "budget_mb": budget}
+            key = self.planned_key(self.grid, at)
+            if key not in self.planned:
+                grid = self.grid.where(**{**at, "free_gib": round(at["free_gib"], 4), "isl": self.isl})
+                rows, tasks = [], set()
+                for row in sweep.model_rows(grid):
+                    rows.append(row)
+                    tasks.add(row["task"])
+                    if len(tasks) == self.ROWS_PER_PART:
+                        tasks.clear()
+                        yield
+                self._keep_planned(key, sweep.to_frame(rows))
+                yield
+            if figures and self.shown_key(at) not in self.shown:
+                self.prepare(at)
+                yield
+
+    def _next_part(self, parts, loop, round_: int) -> None:
+        while round_ == self.axis_round:
+            shown = self.grid
+            try:
+                with young_only():
+                    next(parts)
+            except (StopIteration, ValueError):  # done, or settings the figure could not show either
+                return
+            finally:
+                self.grid = shown
+            if loop is not None:
+                loop.call_later(self.AXIS_DELAY_S, self._next_part, parts, loop, round_)
+                return
+
+    def _plan_axis_while_idle(self, state: dict) -> None:
+        """What the slider's other budgets show is made while the kernel waits for the next change
+        (``plan_budget_axis`` on its event loop), so that a budget drag only looks it up: right
+        after the first figure, and ``AXIS_IDLE_S`` after a change of the other settings (once a
+        drag or a run of picks has ended).  A budget drag does not stop it; a free-memory move
+        makes only rows not planned yet (none, once a round has ended: they do not depend on it),
+        so typing free memory again and again costs nothing ahead.  Without a running event loop
+        (a script, a test) nothing is made ahead."""
+        # the free memory as the figures read it (a browser may send 2.63 back as 2.6300000000000003)
+        settings = tuple((k, v) for k, v in self.shown_key(state) if k != "budget_mb")
+        if settings == self.axis_settings:  # a budget drag: the round of these settings goes on
+            return
+        rows = self.planned_key(self.grid, {**state, "budget_mb": None})  # what rows depend on
+        figures = rows != self.axis_rows
+        delay = self.AXIS_DELAY_S if self.axis_settings is None else self.AXIS_IDLE_S
+        self.axis_settings, self.axis_rows = settings, rows
+        self.axis_round += 1
+        if self.AXIS_IDLE_S is None:  # nothing made ahead
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        if self.budgets_to_plan(state, figures):
+            loop.call_later(delay, self.plan_budget_axis, state, figures, loop, self.axis_round)
 
     def update(self) -> None:
         with young_only():  # the caches grow large: collections walk only what this change makes
@@ -130,23 +240,43 @@ class FrontierDashboard:
             self.isl, self.view = isl, LiveHeatmap(self.concurrency, isl)
             self._set_quietly(self.controls["shared_prefix"], "max", max(isl))  # no prefix past every ISL
         state = self.state()
-        self.frame = self.compute(state)
-        self.image.value = self.view.render(self.frame, state["strategy"], state["budget_mb"],
-                                            round(state["free_gib"], 4), state["model"], state["engine"])
-        self.table = self.summary(self.frame)
-        self.html.value = self.table.to_html(index=False)
+        self.frame, png, self.table, table_html, status = self.prepare(state)
+        self.image.value = png
+        self.html.value = table_html
+        self.status.value = status
         self.updates += 1
-        differs = not_default_of(self.frame)
+        self._plan_axis_while_idle(state)
+
+    def prepare(self, state: dict) -> tuple:
+        """(rows, figure as PNG, summary table, its HTML, status line) of ``state``, made once and
+        kept: moving back to settings shown or planned ahead before only looks them up."""
+        key = self.shown_key(state)
+        found = self.shown.recall(key)
+        if found is None:
+            frame = self.compute(state)
+            png = self.view.render(frame, state["strategy"], state["budget_mb"], round(state["free_gib"], 4),
+                                   state["model"], state["engine"])
+            table = self.summary(frame)
+            found = self.shown.keep(key, (frame, png, table, table.to_html(index=False), self.status_line(frame)))
+        return found
+
+    @staticmethod
+    def shown_key(state: dict) -> tuple:
+        return tuple(sorted({**state, "free_gib": round(state["free_gib"], 4)}.items()))
+
+    def status_line(self, frame) -> str:
+        """What the rows are, how many OOM, and what differs from the release's defaults."""
+        differs = not_default_of(frame)
         differs = f"scheduler not the release default: {differs}" if differs else ""
-        left_out = len(self.concurrency) * len(self.isl) - self.frame[["concurrency", "isl"]].drop_duplicates().shape[0]
+        left_out = len(self.concurrency) * len(self.isl) - frame[["concurrency", "isl"]].drop_duplicates().shape[0]
         left_out = (f"; {left_out} points left out (a prompt past max_model_len, or shorter than the shared prefix)"
                     if left_out > 0 else "")
-        lengths = lengths_of(self.frame)  # names R and the mix where the prompts' lengths vary
+        lengths = lengths_of(frame)  # names R and the mix where the prompts' lengths vary
         lengths = f"{html.escape(lengths)}, sent in the order drawn; " if lengths else ""
-        self.status.value = (f"<i>modelled; each point the worst step of one two-wave closed loop; {lengths}"
-                             f"{len(self.frame)} points; "
-                             f"{int(self.frame['oom'].sum())} OOM; "
-                             f"{differs or 'scheduler: the release defaults'}{left_out}</i>")
+        return (f"<i>modelled; each point the worst step of one two-wave closed loop; {lengths}"
+                f"{len(frame)} points; "
+                f"{int(frame['oom'].sum())} OOM; "
+                f"{differs or 'scheduler: the release defaults'}{left_out}</i>")
 
     def _set_quietly(self, control, name: str, value) -> None:
         """Set a control's trait (a slider's bound may move its value) without a nested update."""
