@@ -350,3 +350,14 @@ def budget_bytes_from_mb(budget_mb: float) -> int:
 def format_bytes(n: int) -> str:
     """Bytes as GiB from one GiB up, else as MiB."""
     return f"{n / GIB:.2f} GiB" if n >= GIB else f"{n / MIB:.1f} MiB"
+
+
+def check_within_gpu(name: str, nbytes: int, gpu: str | GpuPreset, said: str) -> int:
+    """``nbytes`` (free memory read on the GPU, a logits budget), or BadValue where it is more than
+    the GPU holds: no reading of free memory and no budget that can bind passes its capacity.
+    ``said``: the value as the user gave it (``--free-gib 1000``)."""
+    g = get_gpu(gpu)
+    if nbytes > g.capacity_bytes:
+        raise BadValue(name, f"{said}: more than the {g.name} holds ({g.capacity_gib:.1f} GiB); "
+                             "no free memory or logits budget can pass the GPU's capacity")
+    return nbytes

@@ -50,7 +50,7 @@ def test_bad_input_is_one_line_and_exit_2(capsys):
         (["--device", "cuda"], "--device cuda: no CUDA device here"),
         (["--topk", "0"], "--topk 0: must be >= 1"),
         (["--device", "meta", "--save-topk", "x.npy"], "--save-topk: the meta device computes no indices"),
-        (["--backend", "fast"], "unknown backend 'fast'"),
+        (["--backend", "fast"], "invalid choice: 'fast'"),
     ):
         code, out, err = run(capsys, "run", *STEP, *args)
         assert code == 2 and out == ""

@@ -20,9 +20,9 @@ from __future__ import annotations
 import json
 
 from ..engines import DEFAULT_ENGINE, SGLANG_MEM_FRACTION_STATIC, get_engine, not_default_text
-from .common import UsageError, add_gpu_option, engine_arg, finite_float, fraction, number_list, str_list
+from .common import UsageError, add_gpu_option, engine_arg, finite_float, fraction, number_list, str_list, working
 from .options import add_setting_options, part_from_args
-from ..presets import MIB, MODELS
+from ..presets import MIB, MODELS, budget_bytes_from_mb, check_within_gpu, free_bytes_from_gib
 from ..sweep.deployment import Deployment
 from ..sweep.scheduler_settings import SchedulerSettings
 from ..workload import ClosedLoopWorkload
@@ -110,6 +110,7 @@ def cmd_auto(args) -> int:
     settings = PlanSettings(args.model, args.engine, args.deepgemm_version, temporaries="deepgemm", gpu=args.gpu)
     if not args.free_gib > 0:
         raise UsageError(f"--free-gib {args.free_gib}: must be > 0")
+    check_within_gpu("free_gib", free_bytes_from_gib(args.free_gib), settings.gpu, f"--free-gib {args.free_gib:g}")
     workloads = [parse_workload(w) for w in args.workload]
     longest = settings.preset.max_model_len
     for text, w in zip(args.workload, workloads):
@@ -143,8 +144,11 @@ def cmd_auto(args) -> int:
     differs = "; ".join(filter(None, [not_default_text(settings.profile, scheduler, settings.gpu, kv_cache),
                                       *deployment.not_default(settings.engine),
                                       f"tp={args.tp}" if args.tp != 1 else ""]))
-    rec = recommend(workloads, args.free_gib, settings, scheduler, strategies, tuple(args.budgets_mb),
-                    TimeModel.from_data(args.data_dir or MEASURED_DIR), args.mem_fraction_static)
+    for mb in args.budgets_mb:
+        check_within_gpu("budget_mb", budget_bytes_from_mb(mb), settings.gpu, f"--budgets-mb {mb:g}")
+    with working(f"auto: each candidate's worst step over {len(workloads)} workload(s)"):
+        rec = recommend(workloads, args.free_gib, settings, scheduler, strategies, tuple(args.budgets_mb),
+                        TimeModel.from_data(args.data_dir or MEASURED_DIR), args.mem_fraction_static)
     if args.json:
         print(json.dumps({
             "deploy": rec.deploy_line if rec.deployable else None, "why_none": None if rec.deployable else rec.deploy_line,

@@ -3,21 +3,46 @@ step's batch options (a grid's options come from its settings: ``cli.options``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import sys
+import threading
 
 from ..engines import DEFAULT_ENGINE, SGLANG_MEM_FRACTION_STATIC, get_engine, process_budget
 from ..engines.budget import sglang_static_budget
 from ..padding import DEEPGEMM_RULES
 from ..plan import NO_BUDGET, STRATEGIES, PlanSettings, Strategy, get_strategy
 from ..memory import make_plan
-from ..presets import GPUS, MODELS, budget_bytes_from_mb, free_bytes_from_gib, get_gpu, get_model
+from ..presets import GPUS, MODELS, budget_bytes_from_mb, check_within_gpu, free_bytes_from_gib, get_gpu, get_model
 from ..presets import format_bytes
-from ..workload import StepBatch
+from ..workload import MAX_CONCURRENCY, StepBatch
 
 
 class UsageError(ValueError):
     """Bad command-line input: reported as one line, exit status 2."""
+
+
+@contextlib.contextmanager
+def working(what: str):
+    """A line on stderr saying what runs and for how long, while one long call runs (quiet when
+    stderr is not a terminal)."""
+    from tqdm import tqdm
+
+    bar = tqdm(total=None, desc=what, file=sys.stderr, disable=None, leave=False, bar_format="{desc}: {elapsed}")
+    done = threading.Event()
+
+    def tick():
+        while not done.wait(0.5):
+            bar.refresh()
+
+    ticker = threading.Thread(target=tick, daemon=True)
+    ticker.start()
+    try:
+        yield
+    finally:
+        done.set()
+        ticker.join()
+        bar.close()
 
 
 def int_list(text: str) -> list[int]:
@@ -79,7 +104,7 @@ def add_batch_options(p: argparse.ArgumentParser) -> None:
                         "caches (GiB; default: --free-gib)")
     add_gpu_option(p, "SGLang's budget is capped from its total memory; a release whose indexer path "
                       "differs on it is refused there")
-    p.add_argument("--mem-fraction-static", type=fraction, default=SGLANG_MEM_FRACTION_STATIC,
+    p.add_argument("--mem-fraction-static", type=fraction,
                    help="SGLang: the server's --mem-fraction-static, which caps its budget "
                         f"(default {SGLANG_MEM_FRACTION_STATIC}: SGLang's own choice on an H200)")
     p.add_argument("--budget-mb", type=finite_float, help="logits budget in MiB (fractions allowed)")
@@ -112,12 +137,13 @@ def budget_from_args(args, batch: StepBatch) -> int | None:
     the project's budgeted strategies)."""
     if args.budget_mb is not None and args.budget_bytes is not None:
         raise UsageError("--budget-mb and --budget-bytes: give one of them, not both")
+    gpu = getattr(args, "gpu", "h200")
     if args.budget_bytes is not None:
         if args.budget_bytes <= 0:
             raise UsageError(f"--budget-bytes {args.budget_bytes}: must be > 0")
-        return args.budget_bytes
+        return check_within_gpu("budget_bytes", args.budget_bytes, gpu, f"--budget-bytes {args.budget_bytes}")
     if args.budget_mb is not None:
-        return budget_bytes_from_mb(args.budget_mb)
+        return check_within_gpu("budget_mb", budget_bytes_from_mb(args.budget_mb), gpu, f"--budget-mb {args.budget_mb:g}")
     strategy = get_strategy(args.strategy)
     if strategy.own_build:
         return engine_budget_from_args(args, batch)
@@ -154,9 +180,9 @@ def engine_budget_from_args(args, batch: StepBatch) -> int | None:
         # SGLang's C4 indexer: its own budget, read on every forward (the gate is the planner's)
         total = get_gpu(args.gpu).capacity_bytes
         if reading is None:
-            return sglang_static_budget(total, args.mem_fraction_static, engine.budget_default)
+            return sglang_static_budget(total, mem_fraction_of(args), engine.budget_default)
         return process_budget(engine, free_bytes_from_gib(reading), total,
-                              mem_fraction_static=args.mem_fraction_static, compressed=True)
+                              mem_fraction_static=mem_fraction_of(args), compressed=True)
     if engine.budget_rule.startswith("sglang") and reading is None:
         if batch.num_rows * batch.num_kv_tokens < (engine.chunk_skip_elements or 0):
             return None  # the engine reads no budget for this step
@@ -164,7 +190,7 @@ def engine_budget_from_args(args, batch: StepBatch) -> int | None:
                          "give --free-gib or --budget-free-gib (or --budget-mb)")
     free = None if reading is None else free_bytes_from_gib(reading)
     return process_budget(engine, free, get_gpu(args.gpu).capacity_bytes,
-                          mem_fraction_static=args.mem_fraction_static)
+                          mem_fraction_static=mem_fraction_of(args))
 
 
 def verdict(report, free_gib: float | None) -> dict:
@@ -235,11 +261,88 @@ def with_max_model_len(settings: PlanSettings, max_model_len: int, args) -> Plan
     return settings if tokens is None else settings.where(workspace_tokens=tokens)
 
 
+# what one step's plan may hold here, so that plan, time and run answer within seconds and a
+# fraction of a GiB: rows past any engine's batch, chunks a budget far below one row's logits makes
+MAX_STEP_ROWS = 1 << 21
+MAX_PLAN_CHUNKS = 1 << 15
+
+
 def plan_from_args(args):
+    check_seq_lens(args.seq_lens, args.model)  # (a --max-model-len given is checked with the settings)
     batch = StepBatch.from_lengths(args.query_lens, args.seq_lens)
     strategy = strategy_from_args(args)
     settings = settings_from_args(args, strategy)
-    return make_plan(batch, strategy, budget_from_args(args, batch), settings)
+    check_free_memory(args, settings)
+    check_sglang_options(args, strategy, settings)
+    budget = budget_from_args(args, batch)
+    check_step_size(batch, budget, strategy, settings)
+    return make_plan(batch, strategy, budget, settings)
+
+
+def size_text(nbytes: int) -> str:
+    """Bytes as ``format_bytes`` says them, or in bytes below one MiB (a budget of a few bytes)."""
+    return format_bytes(nbytes) if nbytes >= 2**20 else f"{nbytes:,} byte{'' if nbytes == 1 else 's'}"
+
+
+def check_seq_lens(seq_lens: list[int], model: str) -> None:
+    """No sequence past the model's own max_model_len, which a server refuses, and no more requests
+    in one step than a scheduler runs at once."""
+    if len(seq_lens) > MAX_CONCURRENCY:
+        raise UsageError(f"--seq-lens: {len(seq_lens):,} requests in one step, more than {MAX_CONCURRENCY:,}")
+    longest = get_model(model).max_model_len
+    too_long = [n for n in seq_lens if n > longest]
+    if too_long:
+        raise UsageError(f"--seq-lens {too_long[0]}: past {model}'s max_model_len {longest:,}, which a server refuses")
+
+
+def mem_fraction_of(args) -> float:
+    """SGLang's --mem-fraction-static as given, else its own default."""
+    return SGLANG_MEM_FRACTION_STATIC if args.mem_fraction_static is None else args.mem_fraction_static
+
+
+def check_sglang_options(args, strategy: Strategy, settings: PlanSettings) -> None:
+    """SGLang's own options are refused where nothing reads them (never ignored): another engine's
+    release, or a strategy of ours, which reads --budget-mb."""
+    given = [f for f, v in (("--budget-free-gib", args.budget_free_gib),
+                            ("--mem-fraction-static", args.mem_fraction_static)) if v is not None]
+    if not given:
+        return
+    if settings.profile is None or settings.profile.engine != "sglang":
+        raise UsageError(f"{given[0]}: an SGLang server's setting, which {settings.engine or 'no engine'} does not read")
+    if not strategy.own_build:
+        raise UsageError(f"{given[0]}: SGLang's own chunker reads it (--strategy engine); "
+                         f"{strategy.name} reads --budget-mb")
+
+
+def check_free_memory(args, settings: PlanSettings) -> None:
+    """--free-gib and --budget-free-gib: readings of the GPU's free memory, so at most its capacity."""
+    for flag in ("free_gib", "budget_free_gib"):
+        value = getattr(args, flag, None)
+        if value is not None:
+            option = "--" + flag.replace("_", "-")
+            check_within_gpu(flag, free_bytes_from_gib(value), settings.gpu, f"{option} {value:g}")
+
+
+def check_step_size(batch: StepBatch, budget: int | None, strategy: Strategy, settings: PlanSettings) -> None:
+    """UsageError, before planning, for a step past ``MAX_STEP_ROWS`` query rows or a budget that
+    would cut it into more than ``MAX_PLAN_CHUNKS`` chunks: its fp32 logits (M x N x 4 summed over
+    its requests) over the budget, but at most one chunk a row where the strategy cuts rows only."""
+    if batch.num_rows > MAX_STEP_ROWS:
+        raise UsageError(f"--query-lens: {batch.num_rows:,} query rows in one step, more than "
+                         f"{MAX_STEP_ROWS:,} (no engine batches that many tokens in one step)")
+    if budget is None:
+        return
+    ratio = settings.preset.kv_ratio
+    logits = sum(4 * r.query_len * max(1, r.seq_len // ratio) for r in batch.requests)
+    chunks = -(-logits // budget)
+    if strategy.name != "kv-split":  # the others cut rows: one row a chunk at the least
+        chunks = min(chunks, batch.num_rows)
+    if chunks > MAX_PLAN_CHUNKS:
+        shown = size_text(budget)
+        floor = math.ceil(logits / MAX_PLAN_CHUNKS / 2**20 * 100) / 100  # MiB, rounded up as shown
+        raise UsageError(f"budget {shown}: the step's {format_bytes(logits)} of logits would take at least "
+                         f"{chunks:,} chunks, more than {MAX_PLAN_CHUNKS:,} planned here; give a budget of at "
+                         f"least {floor:,.2f} MiB")
 
 
 def kv_cache_tokens_arg(text: str) -> int | str:

@@ -5,7 +5,7 @@ import json
 
 from ..memory import memory_report
 from ..presets import format_bytes
-from .common import add_batch_options, plan_from_args, static_budget_note, verdict, verdict_line
+from .common import add_batch_options, plan_from_args, size_text, static_budget_note, verdict, verdict_line
 
 
 def register(subparsers) -> None:
@@ -55,9 +55,13 @@ def cmd_plan(args) -> int:
         budget = f"budget none ({kernel})"
     else:
         counted = "padded" if plan.padded else "unpadded, M x N x 4"
-        budget = f"budget {format_bytes(plan.budget_bytes)} ({counted}; {kernel})"
+        budget = f"budget {size_text(plan.budget_bytes)} ({counted}; {kernel})"
     print(f"{plan.strategy}{on}: {plan.num_chunks} chunks, {budget}, "
           f"peak {format_bytes(report.peak)} ({format_bytes(report.peak_transient)} transient)")
+    over = sum(c.over_budget for c in plan.chunks)
+    if over:  # a budget below what one row (or the workspace) needs: said, not only flagged per chunk
+        print(f"over budget: {over:,} of {plan.num_chunks:,} chunks hold more than the budget allows, "
+              "which no split of them meets (below one row's logits, or past the K workspace)")
     preset = plan.settings.preset
     (kind,) = preset.indexing_kinds
     entries = f", K in entries of {kind.compress_ratio} tokens" if kind.compress_ratio != 1 else ""

@@ -8,9 +8,9 @@ from dataclasses import asdict
 
 from ..engines import DEFAULT_ENGINE, check_gpu, get_engine, replayed_engines, scheduler_defaults
 from ..run.replay import replay_profile_run, replay_steps
-from ..presets import MODELS
-from ..presets import format_bytes
-from .common import UsageError, add_gpu_option, engine_arg, int_list
+from ..presets import MIB, MODELS, check_within_gpu, format_bytes, get_model
+from ..workload import StepBatch
+from .common import MAX_STEP_ROWS, UsageError, add_gpu_option, check_seq_lens, engine_arg, int_list, working
 
 
 def register(subparsers) -> None:
@@ -48,12 +48,20 @@ def cmd_replay(args) -> int:
 
 def _replay(args) -> int:
     check_gpu(args.engine, args.gpu)  # the replay runs the path the release takes on an sm90 GPU
+    get_model(args.model)  # a known model, before the release's code starts
+    if args.budget_mb is not None:
+        if args.budget_mb < 1:
+            raise UsageError(f"--budget-mb {args.budget_mb}: must be a whole number of MiB >= 1")
+        check_within_gpu("budget_mb", args.budget_mb * MIB, args.gpu, f"--budget-mb {args.budget_mb}")
+    if args.max_num_batched_tokens is not None and not 1 <= args.max_num_batched_tokens <= MAX_STEP_ROWS:
+        raise UsageError(f"--max-num-batched-tokens {args.max_num_batched_tokens}: must be in 1..{MAX_STEP_ROWS:,}")
     if args.max_num_batched_tokens is None:
         args.max_num_batched_tokens = scheduler_defaults(args.engine, args.gpu)["max_num_batched_tokens"]
     if args.profile_run:
         if args.query_lens or args.seq_lens:
             raise UsageError("--profile-run replays the dummy forward alone: drop --query-lens/--seq-lens")
-        r = replay_profile_run(args.engine, args.model, args.budget_mb, args.max_num_batched_tokens)
+        with working(f"replaying {args.engine}'s profile run (its code starts in a process of its own)"):
+            r = replay_profile_run(args.engine, args.model, args.budget_mb, args.max_num_batched_tokens)
         if args.json:
             print(json.dumps(asdict(r)))
             return 0
@@ -67,8 +75,11 @@ def _replay(args) -> int:
     if len(args.query_lens) != len(args.seq_lens):
         raise UsageError(f"--query-lens has {len(args.query_lens)} values and --seq-lens "
                          f"{len(args.seq_lens)}: one of each per request")
-    (r,) = replay_steps(args.engine, args.model, [(args.query_lens, args.seq_lens)], args.budget_mb,
-                        args.max_num_batched_tokens, record=args.allocations)
+    check_seq_lens(args.seq_lens, args.model)
+    StepBatch.from_lengths(args.query_lens, args.seq_lens)  # every length a whole number, no query past its sequence
+    with working(f"replaying {args.engine}'s indexer on the step (its code starts in a process of its own)"):
+        (r,) = replay_steps(args.engine, args.model, [(args.query_lens, args.seq_lens)], args.budget_mb,
+                            args.max_num_batched_tokens, record=args.allocations)
     if args.json:
         out = r.to_row()
         out.update(chunks=[list(c) for c in r.chunks], logits_calls=[list(s) for s in r.logits_calls],

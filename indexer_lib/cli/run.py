@@ -19,7 +19,8 @@ def register(subparsers) -> None:
     add_batch_options(p)
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda", "meta"),
                    help="cpu: compute; cuda: measure; meta: trace (no memory)")
-    p.add_argument("--backend", default="reference", help="logits + top-k backend (reference, deepgemm)")
+    p.add_argument("--backend", default="reference", choices=("reference", "deepgemm"),
+                   help="logits + top-k backend (default reference; deepgemm needs a CUDA GPU)")
     p.add_argument("--seed", type=int, default=0, help="inputs are drawn from this seed")
     p.add_argument("--topk", type=int, help="override the model's top-k (small experiments)")
     p.add_argument("--topk-rows", type=int, help="rows of the persistent top-k buffer (default: the step's)")

@@ -6,7 +6,8 @@ import json
 from ..checks import BadValue
 from ..timemodel import kernel_rates
 from ..timemodel.model import TimeModel
-from .common import add_batch_options, plan_from_args
+from ..memory import memory_report
+from .common import add_batch_options, plan_from_args, verdict, verdict_line
 
 
 def register(subparsers) -> None:
@@ -37,7 +38,7 @@ def cmd_time(args) -> int:
     except ValueError as e:  # a GPU the kernels cannot be timed on
         raise BadValue("gpu", str(e)) from None
     if args.json:
-        print(json.dumps(time_json(plan, t, tm)))
+        print(json.dumps({**time_json(plan, t, tm), **verdict(memory_report(plan), args.free_gib)}))
         return 0
     low, high = t.bounds_us()
     on = f" on {plan.engine}" if plan.engine else ""
@@ -50,4 +51,7 @@ def cmd_time(args) -> int:
         print(f"{i:>4} " + " ".join(f"{c.kernels.get(k, 0.0):>11,.1f}" for k in kernels)
               + f" {c.gpu_us:>11,.1f} {c.host_us:>9,.1f}")
     print(f"time model: {tm.source}; assumed: {', '.join(kernel_rates.assumed_constants())}")
+    line = verdict_line(verdict(memory_report(plan), args.free_gib))
+    if line:
+        print(line)
     return 0

@@ -24,8 +24,8 @@ from ..checks import BadValue
 from ..engines import get_engine, not_default
 from ..engines.kv_capacity import KvCapacity
 from ..plan import GIVEN_BUDGET, MEASURED_BUDGET, PlanSettings, get_strategy
-from ..presets import get_model
-from ..workload import ClosedLoopWorkload, SchedulerConfig
+from ..presets import budget_bytes_from_mb, check_within_gpu, free_bytes_from_gib, get_model
+from ..workload import ClosedLoopWorkload, SchedulerConfig, check_schedule_size
 from ..workload.lengths import length_bounds, mix_text, parse_mix
 from .axes import Axes
 from .deployment import Deployment
@@ -115,7 +115,12 @@ def strategy_runs(plan: GridPlan, strategies: tuple[str, ...]) -> dict[tuple[str
 
 
 def check_axes_on(plan: GridPlan, axes: Axes) -> None:
-    """The axes against the model: no prompt past its max_model_len, a point left."""
+    """The axes against the model and the GPU: no prompt past its max_model_len, no free memory or
+    budget past the GPU's capacity, a point left."""
+    for b in axes.budget_mb:
+        check_within_gpu("budget_mb", budget_bytes_from_mb(b), plan.gpu, f"budget_mb {b:g}")
+    for f in axes.free_gib:
+        check_within_gpu("free_gib", free_bytes_from_gib(f), plan.gpu, f"free_gib {f:g}")
     longest = get_model(plan.model).max_model_len
     too_long = [i for i in axes.isl if i > longest]
     if too_long:
@@ -165,6 +170,9 @@ class Grid:
         check_axes_on(self.plan, self.axes)
         object.__setattr__(self, "_kv_caches", kv_caches(self.plan, self.deployment))
         object.__setattr__(self, "_schedulers", release_schedulers(self.plan, self.scheduler, self.deployment))
+        for workload in self.closed_loops():  # no schedule too long to simulate, before any is
+            for config in {c for e in self.plan.engine for c in self._schedulers[e]}:
+                check_schedule_size(workload, config)
         object.__setattr__(self, "_runs", strategy_runs(self.plan, self.axes.strategy))
 
     @classmethod

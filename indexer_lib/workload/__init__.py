@@ -10,15 +10,15 @@
 - ``compare``: the simulator next to vLLM's scheduler, step by step.
 """
 from .batch import PrefillRequest, StepBatch, check_int
-from .simulator import (MAX_BATCHED_TOKENS, MAX_CONCURRENCY, MAX_OSL, ClosedLoopWorkload, ScheduledStep, SchedulerConfig,
-                        check_kv_capacity, kv_blocks_needed, simulate,
+from .simulator import (MAX_BATCHED_TOKENS, MAX_CONCURRENCY, MAX_OSL, MAX_SCHEDULE_STEPS, ClosedLoopWorkload, ScheduledStep, SchedulerConfig,
+                        check_kv_capacity, check_schedule_size, kv_blocks_needed, simulate,
                         simulate_each_step)
 from .sources import WORKLOAD_SOURCES, check_source, scheduled_steps
 from .step_arrays import RequestArrays, StepArrays
 
 __all__ = [
     "PrefillRequest", "StepBatch", "check_int",
-    "MAX_BATCHED_TOKENS", "MAX_CONCURRENCY", "MAX_OSL", "ClosedLoopWorkload", "ScheduledStep", "SchedulerConfig", "check_kv_capacity", "kv_blocks_needed",
+    "MAX_BATCHED_TOKENS", "MAX_CONCURRENCY", "MAX_OSL", "MAX_SCHEDULE_STEPS", "check_schedule_size", "ClosedLoopWorkload", "ScheduledStep", "SchedulerConfig", "check_kv_capacity", "kv_blocks_needed",
     "simulate", "simulate_each_step",
     "WORKLOAD_SOURCES", "check_source", "scheduled_steps", "RequestArrays", "StepArrays",
 ]

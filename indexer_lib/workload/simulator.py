@@ -23,6 +23,9 @@ MAX_CONCURRENCY = 65_536  # requests in flight; engines schedule at most a few t
 MAX_BATCHED_TOKENS = 1 << 31  # tokens per step; above every model's max_model_len, and the top-k buffer's rows
 MAX_OSL = 1 << 20  # output tokens per request; above every model's max_model_len
 MAX_SPECULATIVE_TOKENS = 64  # draft tokens per step; engines run a handful
+# engine steps of one schedule, at the least: each takes the simulator a few tens of microseconds
+# and each prefill step's batch is held, so past this one workload takes minutes and GiBs
+MAX_SCHEDULE_STEPS = 500_000
 
 
 @dataclass(frozen=True)
@@ -525,3 +528,20 @@ def simulate_each_step(workload: ClosedLoopWorkload,
                        config: SchedulerConfig = SchedulerConfig()) -> Iterator[ScheduledStep]:
     """``simulate``, advancing every step on its own: the plain reference of its shortcut."""
     return _steps(_Engine(workload, config), repeat_alike=False)
+
+
+def least_steps(workload: ClosedLoopWorkload, config: SchedulerConfig) -> int:
+    """The fewest engine steps the workload's schedule can take: its prompts' tokens past the
+    shared prefix at max_num_batched_tokens a step, and no fewer than its output length."""
+    shortest = min([length_bounds(workload.isl, workload.random_range_ratio)[0]] + [n for _, n in workload.mix])
+    prefill = workload.total_prompts * max(0, shortest - workload.shared_prefix)
+    return max(-(-prefill // config.max_num_batched_tokens), workload.osl)
+
+
+def check_schedule_size(workload: ClosedLoopWorkload, config: SchedulerConfig) -> None:
+    """BadValue before simulating a schedule of more than ``MAX_SCHEDULE_STEPS`` steps."""
+    steps = least_steps(workload, config)
+    if steps > MAX_SCHEDULE_STEPS:
+        raise BadValue("concurrency", f"concurrency {workload.concurrency} x isl {workload.isl} x osl {workload.osl} at "
+                                      f"max_num_batched_tokens {config.max_num_batched_tokens}: at least {steps:,} "
+                                      f"engine steps, more than the {MAX_SCHEDULE_STEPS:,} one schedule is simulated for")

@@ -9,7 +9,7 @@ from typing import Iterator
 
 from ..checks import BadValue
 
-from .simulator import ClosedLoopWorkload, ScheduledStep, SchedulerConfig, simulate
+from .simulator import ClosedLoopWorkload, ScheduledStep, SchedulerConfig, check_schedule_size, simulate
 
 
 WORKLOAD_SOURCES = ("simulator", "vllm")
@@ -26,6 +26,7 @@ def scheduled_steps(workload: ClosedLoopWorkload, config: SchedulerConfig = Sche
     """The engine steps of a workload, from the built-in simulator (fast, the
     default) or from vLLM's own scheduler (``source="vllm"``, needs vLLM:
     ``bash scripts/install_vllm.sh``)."""
+    check_schedule_size(workload, config)  # before a step is simulated
     if check_source(source) == "vllm":
         from .vllm_scheduler import schedule
 
