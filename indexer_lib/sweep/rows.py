@@ -381,8 +381,8 @@ def evaluate_steps(grid: Grid) -> None:
 
 
 def model_rows(grid: Grid, executor: Local | Ray = Local(), progress=None):
-    """The grid's modelled rows, computed in memory without a store (the frontier command, the
-    notebooks' small grids, the dashboards), in grid order whatever computes them.
+    """The grid's modelled rows, computed in memory without a store (the notebooks' small grids,
+    the dashboards), in grid order whatever computes them.
     ``progress``: called with 1 after each task."""
     time_model = TimeModel.published()
     tasks = grid.tasks("model")
