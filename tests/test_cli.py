@@ -115,9 +115,10 @@ def test_frontier_writes_a_tidy_table(tmp_path, capsys):
     assert "largest ISL without OOM" in stdout and str(out) in stdout
     # the default engine is the latest vLLM: its compressed logits (DeepGEMM 2.8) are as wide
     # as a chunk's longest request, so the same step without a budget fits
+    other = tmp_path / "latest.parquet"  # another grid: the first table is not its to overwrite
     code, stdout, _ = run(capsys, "frontier", "--concurrency", "64", "--isl", "10240",
-                          "--strategy", "n-only", "--free-gib", "2.63", "--osl", "4", "--out", str(out))
-    latest = pd.read_parquet(out)
+                          "--strategy", "n-only", "--free-gib", "2.63", "--osl", "4", "--out", str(other))
+    latest = pd.read_parquet(other)
     assert code == 0 and set(latest["engine"]) == {"vllm==0.33.0"} and set(latest["deepgemm_version"]) == {"2.8"}
     assert not latest["oom"].any() and (latest["peak_transient_gib"] < 1).all()
     # no scheduler setting given: the release's own defaults, and nothing named

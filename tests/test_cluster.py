@@ -126,6 +126,33 @@ def test_the_frontier_on_ray_is_the_local_frontier(ray_local):
     assert list(sweep.model_rows(grid, Ray())) == list(sweep.model_rows(grid, Local()))
 
 
+def test_the_frontier_command_on_ray_resumes_into_the_local_table(ray_local, tmp_path, monkeypatch, capsys):
+    """``frontier --ray``: Ctrl-C keeps the tasks the driver journalled, the rerun computes the rest,
+    and the table is the local one byte for byte."""
+    from indexer_lib.cli import main
+    from indexer_lib.sweep.store import ResultStore
+
+    args = ["frontier", "--concurrency", "4,64", "--isl", "2048,65536", "--strategy", "vllm,n-only"]
+    assert main([*args, "--out", str(tmp_path / "local.csv")]) == 0
+    append, appended = ResultStore.append, []
+
+    def third_is_ctrl_c(store, task, rows):
+        appended.append(task)
+        if len(appended) == 3:
+            raise KeyboardInterrupt
+        append(store, task, rows)
+
+    monkeypatch.setattr(ResultStore, "append", third_is_ctrl_c)
+    out = tmp_path / "ray.csv"
+    capsys.readouterr()
+    assert main([*args, "--ray", "--out", str(out)]) == 130
+    assert f"interrupted: 2 of 8 tasks kept in {out}.journal" in capsys.readouterr().err
+    monkeypatch.undo()
+    assert main([*args, "--ray", "--out", str(out)]) == 0
+    assert f"2 tasks read from {out}.journal, 6 computed" in capsys.readouterr().out
+    assert out.read_bytes() == (tmp_path / "local.csv").read_bytes()
+
+
 def test_ray_runs_model_and_measure_sweeps(tmp_path):
     with pytest.raises(ValueError, match="mode 'trace' runs locally"):
         sweep.run(GRID, tmp_path / "t.parquet", sweep.RunSettings(mode="trace"), executor=Ray())

@@ -250,7 +250,7 @@ def test_the_frontier_plans_v4_on_every_era(capsys, tmp_path, monkeypatch):
     for release in ("0.5.12", "0.5.17", "0.5.23"):
         assert main(["frontier", "--model", "deepseek-v4-flash", "--engine", f"sglang=={release}", "--strategy",
                      "engine", "--concurrency", "1", "--isl", "400000,1000000", "--osl", "16",
-                     "--free-gib", "5"]) == 0
+                     "--free-gib", "5", "--out", f"sglang-{release}.csv"]) == 0
         line = next(l for l in capsys.readouterr().out.splitlines() if l.strip().startswith("engine"))
         largest[release] = line.split()[1:]
     assert largest == {"0.5.12": ["none", "400000"], "0.5.17": ["none", "400000"],

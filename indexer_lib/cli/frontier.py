@@ -18,16 +18,22 @@ def register(subparsers) -> None:
                    help="compute the workloads on Ray (pip install -e \".[cluster]\"): alone, a local "
                         "instance (or RAY_ADDRESS); 'auto', the cluster this node joined; ray://HOST:10001")
     f.add_argument("--out", default="results/frontier/frontier.csv",
-                   help="table to write (.csv or .parquet)")
+                   help="table to write (.csv or .parquet); its journal (OUT.journal) stays beside it, "
+                        "so the same command again resumes an interrupted run and recomputes nothing "
+                        "for a finished one")
+    f.add_argument("--replace", action="store_true",
+                   help="replace a file at --out that is not this grid's table (another grid's, or a "
+                        "file indexer-lab did not write); without it such a file is refused and left as it is")
     f.set_defaults(func=cmd_frontier)
 
 
 def cmd_frontier(args) -> int:
     from ..sweep.executors import Local, Ray
-    from ..sweep.results import check_table_path, write_table  # pandas only for this command
-    from ..sweep.rows import model_rows, to_frame
+    from ..sweep.frontier import frontier_table  # pandas only for this command
+    from ..sweep.results import check_table_path
+    from ..sweep.store import StoreBusy, StoreError
 
-    check_table_path(args.out)  # before the work, so a bad path loses nothing
+    check_table_path(args.out, name="--out")  # before the work, so a bad path loses nothing
     if args.workers < 0:
         raise UsageError(f"--workers {args.workers}: must be >= 0 (0: one per CPU)")
     if args.isl is not None:
@@ -40,11 +46,19 @@ def cmd_frontier(args) -> int:
     grid = grid_from_args(args)
     executor = Ray(args.ray or None) if args.ray is not None else Local(args.workers or None)
     start = time.perf_counter()
-    rows = list(model_rows(grid, executor))
+    try:
+        table = frontier_table(grid, args.out, executor, replace=args.replace)
+    except StoreBusy as e:
+        raise UsageError(str(e)) from None
+    except StoreError as e:  # not this grid's table: the user decides
+        raise UsageError(f"{e}; --replace replaces it") from None
     elapsed = time.perf_counter() - start
-    path = write_table(to_frame(rows), args.out)
-    print_frontier_summary(rows, grid)
-    print(f"{len(rows)} points (modelled) in {elapsed:.1f} s -> {path}")
+    for note in table.notes:
+        print(note)
+    if table.kept:
+        print(f"{table.kept} tasks read from {table.journal}, {table.computed} computed")
+    print_frontier_summary(table.rows, grid)
+    print(f"{len(table.rows)} points (modelled) in {elapsed:.1f} s -> {table.path}")
     return 0
 
 

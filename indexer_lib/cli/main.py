@@ -1,8 +1,8 @@
 """``indexer-lab`` command line: one module per subcommand (``plan``, ``time``, ``frontier``,
 ``run``, ``auto``, ``replay``, ``reproduce``), each adding its parser with ``register(subparsers)``.
 
-Bad input ends with one line naming the value and the rule, exit status 2; a reader that
-closes the pipe early ends it quietly.
+Bad input ends with one line naming the value and the rule, exit status 2; Ctrl-C with one line
+saying what was kept, exit status 130; a reader that closes the pipe early ends it quietly.
 """
 from __future__ import annotations
 
@@ -48,6 +48,9 @@ def main(argv=None) -> int:
     except ValueError as e:  # UsageError and the library's ValueErrors: one line, exit 2
         print(f"indexer-lab {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as e:  # Ctrl-C: one line (what was kept, where the command says), the shell's 130
+        print(f"indexer-lab {args.command}: interrupted" + (f": {e}" if str(e) else ""), file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

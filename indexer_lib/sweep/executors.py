@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
@@ -31,10 +32,21 @@ class Local:
                 yield fn(*item)
             return
         items = list(items)
-        with ProcessPoolExecutor(max(1, min(workers, len(items) or 1)),
-                                 mp_context=multiprocessing.get_context("fork")) as pool:
+        pool = ProcessPoolExecutor(max(1, min(workers, len(items) or 1)),
+                                   mp_context=multiprocessing.get_context("fork"), initializer=_ignore_ctrl_c)
+        finished = False
+        try:
             for future in [pool.submit(fn, *item) for item in items]:
                 yield future.result()
+            finished = True
+        finally:  # on Ctrl-C or an early stop the queued items are dropped, not computed first
+            pool.shutdown(wait=finished, cancel_futures=True)
+
+
+def _ignore_ctrl_c() -> None:
+    """In a worker process: Ctrl-C reaches every process of the terminal's group, and the parent
+    alone answers it (a worker would print its own traceback)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 @dataclass(frozen=True)

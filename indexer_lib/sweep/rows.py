@@ -30,7 +30,7 @@ from ..plan import MEASURED_BUDGET, get_strategy
 from ..presets import GIB, free_bytes_from_gib
 from .executors import Local, Ray
 from .grid import MODES, Grid, Task
-from .results import git_state
+from .results import check_table_path, git_state
 from .store import ResultStore
 from ..timemodel.model import TimeModel
 from ..workload import check_int
@@ -381,8 +381,8 @@ def evaluate_steps(grid: Grid) -> None:
 
 
 def model_rows(grid: Grid, executor: Local | Ray = Local(), progress=None):
-    """The grid's modelled rows, computed in memory without a store (the frontier command, the
-    notebooks' small grids, the dashboards), in grid order whatever computes them.
+    """The grid's modelled rows, computed in memory without a store (the notebooks' small grids,
+    the dashboards), in grid order whatever computes them.
     ``progress``: called with 1 after each task."""
     time_model = TimeModel.published()
     tasks = grid.tasks("model")
@@ -435,6 +435,7 @@ def run(grid: Grid, out: str | Path, settings: RunSettings = RunSettings(), exec
     """
     from tqdm.auto import tqdm
 
+    check_table_path(out, (".parquet",))  # before the work, so a bad path loses nothing
     on_ray = isinstance(executor, Ray)
     if on_ray and settings.mode == "trace":
         raise ValueError("executor 'ray' runs model and measure sweeps; mode 'trace' runs locally")

@@ -1,4 +1,5 @@
-"""A resumable result store for sweeps: an append-only journal, compacted to Parquet.
+"""A resumable result store for sweeps: an append-only journal, compacted to Parquet (the
+frontier's table, ``sweep.frontier``, may be a CSV).
 
 Layout, for a table ``results/x/sweep.parquet``:
 
@@ -15,12 +16,15 @@ Layout, for a table ``results/x/sweep.parquet``:
   (temporary file + rename, so a reader never sees half a table), streamed in
   row groups: the store keeps only each task's place in the journal, never the
   rows, so a grid of any size runs in bounded memory.  Its schema metadata
-  carries the same header, so a finished table is recognised too.
+  carries the same header, so a finished table is recognised too.  A CSV table
+  carries none: it is recognised by its journal only (``sweep.frontier``).
 - ``sweep.parquet.lock``: an ``flock`` held while a sweep writes, so two sweeps
-  on one file refuse instead of interleaving.
+  on one file refuse instead of interleaving; removed when the store closes.
 
 Anything that is not ours, is damaged beyond a torn tail, or belongs to another
-grid raises ``StoreError`` and is left exactly as it was.
+grid raises ``StoreError`` and is left exactly as it was, unless the store is
+opened with ``replace``: then the table is not read (it is rewritten at the end)
+and a journal that is not this grid's starts over.
 """
 from __future__ import annotations
 
@@ -30,6 +34,8 @@ import os
 import time
 import zlib
 from pathlib import Path
+
+from .results import check_table_path
 
 JOURNAL_KIND = "indexer-lab sweep journal"
 # 3: each row names the scheduler settings that differ from its release's defaults;
@@ -43,11 +49,17 @@ class StoreError(Exception):
     """The result file cannot be used: foreign, corrupt, another grid, or busy."""
 
 
+class StoreBusy(StoreError):
+    """Another process holds the store's lock."""
+
+
 ROW_GROUP_ROWS = 4096  # rows per Parquet row group when compacting
 
 
 def _line(payload: dict) -> bytes:
-    text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+    # keys in the payload's order: rows read back keep their columns' order (the checksum covers
+    # the bytes as written; nothing compares a line's text)
+    text = json.dumps(payload, separators=(",", ":"))
     data = text.encode()
     return b"%08x %s\n" % (zlib.crc32(data), data)
 
@@ -93,12 +105,13 @@ class ResultStore:
 
     ``sync_seconds``: 0 fsyncs after every task; more lets cheap tasks share an
     fsync (a kill still loses nothing written, a power cut at most that long).
+    ``replace``: the table is not read (whatever it holds is rewritten at the end) and a
+    journal that is not this grid's (or is damaged) starts over; this grid's is resumed.
     """
 
-    def __init__(self, path: str | Path, header: dict, sync_seconds: float = 0.0):
-        self.path = Path(path)
-        if self.path.suffix != ".parquet":
-            raise StoreError(f"result table {str(self.path)!r}: must end in .parquet")
+    def __init__(self, path: str | Path, header: dict, sync_seconds: float = 0.0, replace: bool = False):
+        self.path = check_table_path(path)
+        self.replace = replace
         self.journal = self.path.with_name(self.path.name + ".journal")
         self.lockfile = self.path.with_name(self.path.name + ".lock")
         self.header = {"kind": JOURNAL_KIND, "schema": SCHEMA_VERSION, **header}
@@ -115,9 +128,10 @@ class ResultStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock()
         try:
-            self._check_table()
+            if not self.replace:
+                self._check_table()
             if self.journal.exists():
-                self._load_journal()
+                self._load_or_start_over()
             else:
                 self._create_journal()
             self._open_append()
@@ -143,6 +157,8 @@ class ResultStore:
                 os.close(self._fd)
                 self._fd = None
         if self._lock_fd is not None:
+            # removed while still held: one who opened it meanwhile sees it gone (``_lock``)
+            self.lockfile.unlink(missing_ok=True)
             os.close(self._lock_fd)  # closing releases the flock
             self._lock_fd = None
 
@@ -151,14 +167,22 @@ class ResultStore:
         self._size = os.fstat(self._fd).st_size
 
     def _lock(self) -> None:
-        self._lock_fd = os.open(self.lockfile, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(self._lock_fd)
-            self._lock_fd = None
-            raise StoreError(f"{self.path}: another sweep is writing it now "
-                             "(wait for it, or choose another output)") from None
+        while self._lock_fd is None:
+            fd = os.open(self.lockfile, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                raise StoreBusy(f"{self.path}: another sweep is writing it now "
+                                "(wait for it, or choose another output)") from None
+            try:
+                current = os.stat(self.lockfile).st_ino
+            except FileNotFoundError:
+                current = None
+            if current == os.fstat(fd).st_ino:
+                self._lock_fd = fd
+            else:  # its holder removed the file as it closed: lock the file there now
+                os.close(fd)
 
     def _check_header(self, found, where: str) -> None:
         if not isinstance(found, dict) or found.get("kind") != JOURNAL_KIND:
@@ -184,6 +208,12 @@ class ResultStore:
         """A finished table next to the journal must be ours and of this grid."""
         if not self.path.exists():
             return
+        if self.path.suffix == ".csv":
+            if not self.journal.exists():  # a CSV carries no header: only its journal names its grid
+                raise StoreError(f"{self.path} has no journal beside it to say which grid it holds "
+                                 "(a CSV carries no header): left as it is (move it away or choose "
+                                 "another output)")
+            return  # the journal's header is checked next; the rows by the table's writer
         import pyarrow.parquet as pq
 
         try:
@@ -216,13 +246,26 @@ class ResultStore:
                 self._fd = None
             self.done.clear()  # found again when the new journal is read
 
+    def _load_or_start_over(self) -> None:
+        try:
+            self._load_journal()
+        except StoreError:
+            if not self.replace:
+                raise
+            self.done.clear()
+            self.notes.append(f"{self.journal}: not this grid's journal, or damaged: replaced")
+            self._create_journal()
+
     def _create_journal(self) -> None:
         tmp = self.journal.with_name(self.journal.name + ".tmp")
-        with open(tmp, "wb") as f:
-            f.write(_line(self.header))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.journal)
+        try:
+            with open(tmp, "wb") as f:
+                f.write(_line(self.header))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.journal)
+        finally:
+            tmp.unlink(missing_ok=True)  # gone after the rename; after a failure, a header alone
         _fsync_dir(self.journal.parent)
 
     def _load_journal(self) -> None:
@@ -304,13 +347,14 @@ class ResultStore:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
+        if self.path.suffix != ".parquet":
+            raise ValueError(f"{self.path}: compact writes Parquet; a CSV table is written whole (sweep.frontier)")
         to_frame = to_frame or pd.DataFrame
         if self._fd is not None and self._unsynced:  # the table never gets ahead of the journal
             os.fsync(self._fd)
             self._unsynced = False
         tmp = self.path.with_name(self.path.name + ".tmp")
         writer = schema = None
-        header = json.dumps(self.header, sort_keys=True).encode()
 
         def groups():
             rows = []
@@ -331,8 +375,7 @@ class ResultStore:
                     if nulls:  # all-empty so far: take the type from a later value
                         frame = _typed_like_later_rows(frame, nulls, self.iter_rows(order))
                         table = pa.Table.from_pandas(frame, preserve_index=False)
-                    meta = dict(table.schema.metadata or {})
-                    meta[PARQUET_KEY] = header
+                    meta = {**(table.schema.metadata or {}), **self.table_metadata()}
                     schema = table.schema.with_metadata(meta)
                     writer = pq.ParquetWriter(tmp, schema)
                 table = pa.Table.from_pandas(frame, preserve_index=False)
@@ -350,6 +393,10 @@ class ResultStore:
                 tmp.unlink()
         _fsync_dir(self.path.parent)
         return self.path
+
+    def table_metadata(self) -> dict[bytes, bytes]:
+        """What a Parquet table's schema metadata carries so that it is recognised: the header."""
+        return {PARQUET_KEY: json.dumps(self.header, sort_keys=True).encode()}
 
 
 def _typed_like_later_rows(frame, names: list[str], rows):
