@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
-from .checks import BadValue
+from .checks import BadValue, unknown_name
 from .refdata import data_path
 
 GIB = 2**30
@@ -308,9 +308,8 @@ def get_model(name: str) -> ModelPreset:
                         for k in kinds)
         raise BadValue("model", f"model {name!r} is known (data/models/{key}.json) but not planned yet: {why}; "
                                 f"planned: {', '.join(sorted(MODELS))}")
-    near = difflib.get_close_matches(key, list(known), n=1)
-    hint = f" (nearest: {near[0]})" if near else ""
-    raise BadValue("model", f"unknown model {name!r}: must be one of {', '.join(sorted(MODELS))}{hint}")
+    # the nearest among every model of data/models/ (one not planned yet says why when named)
+    raise unknown_name("model", "model", name, sorted(MODELS), near=difflib.get_close_matches(key, list(known), n=3))
 
 
 def get_gpu(name: str | GpuPreset) -> GpuPreset:
@@ -320,7 +319,7 @@ def get_gpu(name: str | GpuPreset) -> GpuPreset:
     try:
         return GPUS[str(name).strip().lower()]
     except KeyError:
-        raise BadValue("gpu", f"unknown GPU {name!r}: must be one of {', '.join(sorted(GPUS))}") from None
+        raise unknown_name("gpu", "GPU", name, sorted(GPUS)) from None
 
 
 def free_bytes_from_gib(free_gib: float) -> int:

@@ -43,14 +43,32 @@ def test_a_pre_release_build_is_planned_as_its_release_with_a_note(capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--engine", "vllm==0.16.5"], "(nearest: vllm==0.16.0)"),
-    (["--engine", "vllm==0.99.0"], "(nearest: vllm==0.33.0)"),
-    (["--engine", "sglang==0.5.2"], "(nearest: sglang==0.5.3)"),
-    (["--model", "glm5"], "unknown model 'glm5': must be one of deepseek-v3.2, deepseek-v4-flash, deepseek-v4-pro, deepseek-v4.1-flash, glm-5, glm-5.1, glm-5.2, glm-5.3-flash, qwen3.8-flash-next (nearest: glm-5)"),
+    (["--engine", "vlm==0.33.0"], "unknown engine release 'vlm==0.33.0': did you mean vllm==0.33.0, "),
+    (["--engine", "vlm"], "unknown engine release 'vlm': did you mean vllm?"),
+    (["--engine", "vllm==0.16.5"], "did you mean vllm==0.16.0, "),  # the release at or before it first
+    (["--engine", "vllm==0.99.0"], "did you mean vllm==0.33.0, "),
+    (["--engine", "sglang==0.5.2"], "did you mean sglang==0.5.3, "),
+    (["--strategy", "casual"], "unknown strategy 'casual': did you mean causal?"),
+    (["--gpu", "h300"], "unknown GPU 'h300': did you mean h200, "),
+    (["--model", "glm5"], "unknown model 'glm5': did you mean glm-5, "),
 ])
 def test_an_unknown_name_suggests_the_nearest(argv, message, capsys):
+    """One short line, the nearest name first, at most three of them."""
+    code, out, err = run(capsys, "plan", "--query-lens", "1", "--seq-lens", "1", *argv)
+    line = err.strip()
+    assert code == 2 and out == "" and message in line and "\n" not in line and len(line) < 200, line
+    assert line.count(",") + line.count(" or ") <= 2  # at most three names
+
+
+@pytest.mark.parametrize("argv, known", [
+    (["--engine", "foo==1"], "one of vllm==0.11.0-0.33.0, sglang==0.5.3-0.5.23, trtllm==1.3.0rc15.post1-1.4.0rc4"),
+    (["--strategy", "bogus"], "one of n-only, vllm, per-request, causal, kv-split, fixed-shape, engine"),
+    (["--gpu", "tpu"], "one of b200, b300, gb10, h100, h20, h200, mi355x"),
+    (["--model", "llama"], "one of deepseek-v3.2, "),
+])
+def test_an_unknown_name_with_nothing_close_lists_the_known_ones_briefly(argv, known, capsys):
     code, _, err = run(capsys, "plan", "--query-lens", "1", "--seq-lens", "1", *argv)
-    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+    assert code == 2 and known in err and len(err.strip().splitlines()) == 1 and len(err) < 250, err
 
 
 def test_model_names_ignore_case():

@@ -74,12 +74,16 @@ def test_every_release_from_the_first_indexer_to_the_latest_has_a_profile():
             assert profile.sources.get(fact), f"{name}: {fact} has no source"
 
 
-def test_an_unknown_release_is_one_line_listing_the_known_ones():
+def test_an_unknown_release_is_one_line_naming_the_nearest_or_the_known_ones():
     with pytest.raises(ValueError) as e:
         get_engine("vllm==0.10.2")
     text = str(e.value)
-    assert "\n" not in text and "unknown engine release 'vllm==0.10.2'" in text
-    assert "vllm==0.11.0" in text and "0.33.0" in text and "sglang==0.5.3" in text and "0.5.23" in text
+    assert "\n" not in text and "unknown engine release 'vllm==0.10.2': did you mean vllm==0.11.0, " in text
+    with pytest.raises(ValueError) as e:
+        get_engine("tgi==2.0")
+    text = str(e.value)
+    assert "\n" not in text and "unknown engine release 'tgi==2.0'" in text
+    assert "vllm==0.11.0-0.33.0" in text and "sglang==0.5.3-0.5.23" in text
 
 
 def test_the_eras_as_the_engines_ship_them():

@@ -226,8 +226,8 @@ def test_names_as_people_write_them(given_name, name):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--engine", "trtllm==1.3.0rc28"], "(nearest: trtllm==1.3.0rc27)"),
-    (["--engine", "trtllm==1.2.0"], "(nearest: trtllm==1.3.0rc15.post1)"),
+    (["--engine", "trtllm==1.3.0rc28"], "did you mean trtllm==1.3.0rc27"),
+    (["--engine", "trtllm==1.2.0"], "did you mean trtllm==1.3.0rc15.post1"),
     (["--engine", "trtllm", "--gpu", "gb10"], "runs DeepGEMM only on CUDA families 9.x, 10.x"),
     (["--engine", BEFORE, "--budget-mb", "100"], "has no logits budget"),
     (["--engine", "trtllm==1.4.0rc1", "--model", "glm-5.3-flash"], "glm-5.3-flash"),
