@@ -338,11 +338,11 @@ def free_bytes_from_gib(free_gib: float) -> int:
 def budget_bytes_from_mb(budget_mb: float) -> int:
     """A budget named in MB as vLLM names it (MiB, 2^20 bytes), in whole bytes."""
     if isinstance(budget_mb, bool) or not isinstance(budget_mb, (int, float)):
-        raise BadValue("budget_mb", f"budget {budget_mb!r} MB: must be a number > 0")
+        raise BadValue("budget_mb", f"budget {budget_mb!r} MiB: must be a number > 0")
     if not budget_mb > 0:
-        raise BadValue("budget_mb", f"budget {budget_mb!r} MB: must be > 0")
+        raise BadValue("budget_mb", f"budget {budget_mb!r} MiB: must be > 0")
     if not math.isfinite(budget_mb):
-        raise BadValue("budget_mb", f"budget {budget_mb!r} MB: must be a finite number")
+        raise BadValue("budget_mb", f"budget {budget_mb!r} MiB: must be a finite number")
     return max(1, round(budget_mb * MIB))
 
 
