@@ -94,12 +94,14 @@ def test_plan_gives_a_verdict_against_the_memory_free(capsys):
     plain = json.loads(out)
     assert code == 0 and "verdict" not in plain  # no --free-gib, no verdict
     assert plain["largest_logits_bytes"] == max(c["logits_bytes"] for c in plain["chunks"])
-    for free, word in ((0.5, "oom"), (2.0, "fits")):
+    for free, word, status in ((0.5, "oom", 1), (2.0, "fits", 0)):  # the verdict is the exit status too
         code, out, _ = run(capsys, "plan", *step, "--free-gib", str(free), "--json")
         d = json.loads(out)
+        assert code == status
         # what must fit: the transient peak (the step's allocations beyond its persistent buffers)
         assert d["verdict"] == word and d["needed_bytes"] == d["peak_transient_bytes"] < d["peak_bytes"]
     code, out, _ = run(capsys, "plan", *step, "--free-gib", "0.5")
+    assert code == 1
     assert out.splitlines()[-1].startswith("OOM: the step allocates 1.02 GiB beyond the buffers it already holds")
 
 
@@ -112,7 +114,7 @@ def test_sglangs_stale_cached_budget_from_the_command_line(capsys):
             "--json"]
     code, out, _ = run(capsys, *step, "--budget-free-gib", "20")
     stale = json.loads(out)
-    assert code == 0 and stale["verdict"] == "oom" and stale["num_chunks"] == 1
+    assert code == 1 and stale["verdict"] == "oom" and stale["num_chunks"] == 1
     assert round(stale["budget_bytes"] / GIB, 2) == 2.85 and 2.5 * GIB < stale["largest_logits_bytes"] < 2.85 * GIB
     code, out, _ = run(capsys, *step, "--budget-free-gib", "2.20")
     fresh = json.loads(out)
@@ -174,3 +176,75 @@ def test_reproduce_lists_every_report_from_its_reporters_settings(capsys):
     assert by["sglang-stale-budget"]["modelled_bytes"] > by["sglang-stale-budget"]["reported_bytes"]
     code, out, _ = run(capsys, "reproduce")
     assert code == 0 and out.startswith(f"{len(reports)} public reports, each from its reporter's own settings")
+
+
+# ----------------------------------------------------------------------------- exit statuses
+
+STEP = ["--model", "glm-5", "--query-lens", "8192", "--seq-lens", "65536", "--engine", "vllm==0.19.0"]
+SMALL_MIX = ["--workload", "4x2048x8", "--budgets-mb", "512", "--data-dir", "/nonexistent"]
+
+
+@pytest.mark.parametrize("argv, status", [
+    (["plan", *STEP], 0),  # no verdict asked for
+    (["plan", *STEP, "--free-gib", "2"], 0),
+    (["plan", *STEP, "--free-gib", "0.5"], 1),
+    (["plan", *STEP, "--free-gib", "0.5", "--json"], 1),
+    (["time", *STEP, "--free-gib", "0.5"], 0),  # time gives no verdict
+    (["run", *STEP, "--device", "meta", "--free-gib", "2"], 0),
+    (["run", *STEP, "--device", "meta", "--free-gib", "0.5"], 1),
+    (["auto", "--free-gib", "2.63", *SMALL_MIX], 0),
+    (["auto", "--free-gib", "0.01", *SMALL_MIX], 1),  # nothing fits, not even the engine's knob
+    (["auto", "--free-gib", "0.01", *SMALL_MIX, "--strategies", "vllm,causal"], 1),
+    (["auto", "--free-gib", "0.01", *SMALL_MIX, "--json"], 1),
+])
+def test_the_exit_status_is_the_verdict(argv, status, capsys):
+    """0: it fits (or no verdict was asked for), 1: OOM or nothing fits, said on stdout."""
+    code, out, err = run(capsys, *argv)
+    assert code == status, err
+    assert out.strip() and "Traceback" not in err
+    if status == 1 and "--json" not in argv:
+        assert "\nOOM: " in out or "\nnone: " in out
+
+
+def test_auto_with_nothing_fitting_says_so_under_its_header(capsys):
+    code, out, err = run(capsys, "auto", "--free-gib", "0.01", *SMALL_MIX)
+    lines = out.splitlines()
+    assert code == 1 and err == ""
+    assert lines[0] == f"glm-5 on {get_engine('vllm').name} (h200), 0.01 GiB free, 1 workload (modelled):"
+    assert lines[1].startswith("none: free memory 0.01 GiB: no strategy and budget fits")
+    code, out, _ = run(capsys, "auto", "--free-gib", "0.01", *SMALL_MIX, "--json")
+    d = json.loads(out)
+    assert d["deploy"] is None and d["why_none"] == lines[1] and d["fitting"] == 0 and d["model"] == "glm-5"
+
+
+@pytest.mark.parametrize("argv", [
+    ["plan", "--query-lens", "1", "--seq-lens", "1", "--model", "llama"],
+    ["time", "--query-lens", "1", "--seq-lens", "1", "--gpu", "h300"],
+    ["run", "--query-lens", "1", "--seq-lens", "1", "--strategy", "casual"],
+    ["frontier", "--engine", "vlm==0.33.0", "--out", "x.csv"],
+    ["auto", "--free-gib", "0", "--workload", "4x2048x8"],
+    ["replay", "--query-lens", "1"],
+    ["reproduce", "--bogus"],
+])
+def test_bad_input_is_exit_status_2_in_every_subcommand(argv, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+
+
+def test_an_interrupt_is_130_and_a_crash_is_not_a_verdict(capsys, monkeypatch):
+    from indexer_lib.cli import plan as plan_command
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    def broken(args):
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(plan_command, "cmd_plan", interrupted)
+    code, _, err = run(capsys, "plan", "--query-lens", "1", "--seq-lens", "1")
+    assert code == 130 and err.strip() == "indexer-lab plan: interrupted"
+    monkeypatch.setattr(plan_command, "cmd_plan", broken)
+    code, _, err = run(capsys, "plan", "--query-lens", "1", "--seq-lens", "1")
+    assert code == 3 and "Traceback" in err and "KeyError: 'a bug'" in err
+    assert err.strip().endswith("indexer-lab plan: failed (the traceback above says where)")

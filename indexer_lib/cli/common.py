@@ -14,6 +14,7 @@ from ..memory import make_plan
 from ..presets import GPUS, MODELS, budget_bytes_from_mb, free_bytes_from_gib, get_gpu, get_model
 from ..presets import format_bytes
 from ..workload import StepBatch
+from . import exits
 
 
 class UsageError(ValueError):
@@ -176,6 +177,11 @@ def verdict(report, free_gib: float | None) -> dict:
     free = free_bytes_from_gib(free_gib)
     needed = report.peak_transient
     return {"verdict": "fits" if needed <= free else "oom", "needed_bytes": needed, "free_bytes": free}
+
+
+def verdict_code(v: dict) -> int:
+    """The exit status a verdict gives: 1 for OOM, else 0 (no verdict asked for included)."""
+    return exits.NEGATIVE if v.get("verdict") == "oom" else exits.DONE
 
 
 def verdict_line(v: dict) -> str | None:

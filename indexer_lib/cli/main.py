@@ -1,30 +1,38 @@
 """``indexer-lab`` command line: one module per subcommand (``plan``, ``time``, ``frontier``,
 ``run``, ``auto``, ``replay``, ``reproduce``), each adding its parser with ``register(subparsers)``.
 
-Bad input ends with one line naming the value and the rule, exit status 2; a reader that
-closes the pipe early ends it quietly.
+Every subcommand ends with the same exit statuses (``exits``): bad input is one line naming the
+value and the rule, exit status 2; a reader that closes the pipe early ends it quietly.
 """
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+import traceback
 
-from . import auto, frontier, plan, replay, reproduce, run, time
+from . import auto, exits, frontier, plan, replay, reproduce, run, time
 
 SUBCOMMANDS = (plan, time, frontier, run, auto, replay, reproduce)
 
+EPILOG = exits.SUMMARY
+
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a bad option is one line on stderr (no usage block), exit 2."""
+    """argparse, but a bad option is one line on stderr (no usage block), exit 2; descriptions
+    and epilogs keep their lines."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message}\n")
+        self.exit(exits.BAD_INPUT, f"{self.prog}: error: {message}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="indexer-lab", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = OneLineParser(prog="indexer-lab", description=__doc__.splitlines()[0], epilog=EPILOG)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="SUBCOMMAND")
     for module in SUBCOMMANDS:
         module.register(sub)
     return parser
@@ -36,6 +44,8 @@ def main(argv=None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as e:  # argparse already printed one usage line
         return int(e.code or 0)
+    except KeyboardInterrupt:
+        return interrupted("")
     try:
         code = args.func(args)
         sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
@@ -44,10 +54,21 @@ def main(argv=None) -> int:
         # the reader stopped reading (``indexer-lab plan ... | head -1``): end quietly, as a
         # shell tool does, with nothing left to flush into the closed pipe
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+        return exits.DONE
     except ValueError as e:  # UsageError and the library's ValueErrors: one line, exit 2
         print(f"indexer-lab {args.command}: error: {e}", file=sys.stderr)
-        return 2
+        return exits.BAD_INPUT
+    except KeyboardInterrupt:
+        return interrupted(f" {args.command}")
+    except Exception:  # a bug: its traceback, and a status no verdict uses (1 would read as OOM)
+        traceback.print_exc()
+        print(f"indexer-lab {args.command}: failed (the traceback above says where)", file=sys.stderr)
+        return exits.FAILED
+
+
+def interrupted(command: str) -> int:
+    print(f"\nindexer-lab{command}: interrupted", file=sys.stderr)
+    return exits.INTERRUPTED
 
 
 if __name__ == "__main__":

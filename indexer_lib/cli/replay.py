@@ -10,12 +10,15 @@ from ..engines import DEFAULT_ENGINE, check_gpu, get_engine, replayed_engines, s
 from ..run.replay import replay_profile_run, replay_steps
 from ..presets import MODELS
 from ..presets import format_bytes
+from . import exits
 from .common import UsageError, add_gpu_option, engine_arg, int_list
+from .exits import epilog
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "replay", help="run a vLLM release's own indexer code on the meta device for one step")
+    what = "run a vLLM release's own indexer code on the meta device for one step"
+    p = subparsers.add_parser("replay", help=what, description=what,
+                              epilog=epilog("the step (or the profile run) was replayed"))
     p.add_argument("--engine", default=DEFAULT_ENGINE, type=engine_arg,
                    help="a vLLM release whose code is installed (vllm==0.33.0 in .venv; "
                         f"{', '.join(n for n in replayed_engines() if n != get_engine(DEFAULT_ENGINE).name)} "
@@ -43,7 +46,7 @@ def cmd_replay(args) -> int:
         return _replay(args)
     except RuntimeError as e:  # the engine's code failed to run: one line, not a traceback
         print(f"indexer-lab replay: {e}", file=sys.stderr)
-        return 1
+        return exits.FAILED
 
 
 def _replay(args) -> int:

@@ -10,12 +10,16 @@ from __future__ import annotations
 import json
 import sys
 
-from .common import UsageError, add_batch_options, plan_from_args, verdict, verdict_line
+from .common import UsageError, add_batch_options, plan_from_args, verdict, verdict_code, verdict_line
+from .exits import epilog
 from ..presets import format_bytes
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("run", help="execute one step batch's plan and print per-chunk figures")
+    what = "execute one step batch's plan and print per-chunk figures"
+    p = subparsers.add_parser("run", help=what, description=what,
+                              epilog=epilog("the step ran and, with --free-gib, its modelled peak fits",
+                                            "with --free-gib: the step runs out of memory (OOM, modelled)"))
     add_batch_options(p)
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda", "meta"),
                    help="cpu: compute; cuda: measure; meta: trace (no memory)")
@@ -131,7 +135,7 @@ def cmd_run(args) -> int:
 
     if args.json:
         print(json.dumps(out))
-        return 0
+        return verdict_code(v)
     print(f"{plan.strategy} on {plan.engine}, {args.device} ({args.backend}): {plan.num_chunks} chunks, "
           f"{result.seconds * 1e3:.1f} ms, workspace {result.workspace_tokens} tokens")
     print(f"{'#':>4} {'rows':>7} {'width':>8} {'kv':>8} {'gather':>6} {'logits':>11} "
@@ -152,4 +156,4 @@ def cmd_run(args) -> int:
         print(line)
     if args.save_topk:
         print(f"top-k indices -> {args.save_topk}")
-    return 0
+    return verdict_code(v)

@@ -7,11 +7,12 @@ from ..checks import BadValue
 from ..timemodel import kernel_rates
 from ..timemodel.model import TimeModel
 from .common import add_batch_options, plan_from_args
+from .exits import epilog
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("time", help="a step's modelled indexer time per kernel, chunk and layer "
-                                           "(the same step arguments as plan)")
+    what = "a step's modelled indexer time per kernel, chunk and layer (the same step arguments as plan)"
+    p = subparsers.add_parser("time", help=what, description=what, epilog=epilog("the step was timed"))
     add_batch_options(p)
     p.set_defaults(func=cmd_time)
 
