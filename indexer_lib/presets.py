@@ -292,6 +292,8 @@ GPUS: dict[str, GpuPreset] = _load_gpus()
 # the models the planners model (every layer kind that computes an indexer scores uncompressed K
 # with every query row); the others are known, and refused with the reason
 MODELS: dict[str, ModelPreset] = {name: m for name, m in _load_models().items() if m.plannable}
+# the model every subcommand of the command line and every grid plans without --model (the notebooks' too)
+DEFAULT_MODEL = "glm-5"
 
 
 def get_model(name: str) -> ModelPreset:

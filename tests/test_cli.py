@@ -41,10 +41,11 @@ def test_budget_bytes_equals_fractional_budget_mb(capsys):
 
 
 def test_plan_table_lists_every_chunk(capsys):
-    code, out, _ = run(capsys, "plan", "--strategy", "causal", "--budget-mb", "512",
+    code, out, _ = run(capsys, "plan", "--strategy", "causal", "--budget-mb", "512", "--model", "deepseek-v3.2",
                        "--query-lens", "65536", "--seq-lens", "65536")
     assert code == 0
-    assert out.startswith("causal on vllm==0.33.0: 18 chunks")  # the default engine: the latest vLLM
+    # the default engine: the latest vLLM; the first line names the model
+    assert out.startswith("causal on vllm==0.33.0, deepseek-v3.2: 18 chunks")
     lines = out.strip().splitlines()
     assert lines[1].startswith("deepseek-v3.2: layer kind dsa (64 heads x 128, top-2048) on 61 of 61 layers")
     assert len(lines) == 3 + 18

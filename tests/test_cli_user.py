@@ -4,6 +4,7 @@ against the memory free, the engines' unpadded budget explained, progress on lon
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -37,7 +38,7 @@ def test_a_pre_release_build_is_planned_as_its_release_with_a_note(capsys):
     assert "pre-release or development build: planned as vllm==0.16.0" in normalise_engine("vllm==0.16.0rc2.dev126")[1]
     code, out, err = run(capsys, "plan", "--engine", "vllm==0.16.0rc2.dev126", "--model", "GLM-5",
                          "--query-lens", "1024", "--seq-lens", "4096")
-    assert code == 0 and out.startswith("engine on vllm==0.16.0:")
+    assert code == 0 and out.startswith("engine on vllm==0.16.0, glm-5:")
     assert err.strip() == ("indexer-lab: note: vllm==0.16.0rc2.dev126 is a pre-release or development build: "
                            "planned as vllm==0.16.0")
 
@@ -83,7 +84,7 @@ def test_a_closed_pipe_ends_quietly():
            "--strategy vllm --budget-mb 1 | head -1")
     done = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    assert done.stderr == "" and done.stdout.startswith("vllm on vllm==0.33.0: 16384 chunks")
+    assert done.stderr == "" and done.stdout.startswith("vllm on vllm==0.33.0, glm-5: 16384 chunks")
 
 
 # ----------------------------------------------------------------------------- verdicts
@@ -248,3 +249,70 @@ def test_an_interrupt_is_130_and_a_crash_is_not_a_verdict(capsys, monkeypatch):
     code, _, err = run(capsys, "plan", "--query-lens", "1", "--seq-lens", "1")
     assert code == 3 and "Traceback" in err and "KeyError: 'a bug'" in err
     assert err.strip().endswith("indexer-lab plan: failed (the traceback above says where)")
+
+
+# ----------------------------------------------------------------------------- help
+
+def subcommand_parsers() -> dict:
+    import argparse
+
+    from indexer_lib.cli.main import build_parser
+
+    (action,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(action.choices)
+
+
+def test_every_option_of_every_subcommand_says_what_it_is_and_its_default():
+    import argparse
+
+    commands = subcommand_parsers()
+    assert set(commands) == {"plan", "time", "frontier", "run", "auto", "replay", "reproduce"}
+    for name, parser in commands.items():
+        for a in parser._actions:
+            if isinstance(a, argparse._HelpAction):
+                continue
+            assert a.help and a.help.strip(), (name, a.option_strings)
+            switch = a.nargs == 0  # --json, --no-padding, --async-scheduling / --no-async-scheduling
+            if a.default is not None and not switch:
+                assert "default" in a.help, (name, a.option_strings, a.help)
+
+
+def test_every_subcommand_plans_the_same_model_by_default():
+    from indexer_lib.presets import DEFAULT_MODEL
+    from indexer_lib.sweep.grid import Grid
+
+    defaults = {name: p.get_default("model") for name, p in subcommand_parsers().items() if name != "reproduce"}
+    assert set(defaults.values()) == {DEFAULT_MODEL} == {Grid.of().model} == {"glm-5"}, defaults
+
+
+@pytest.mark.parametrize("argv", [[], ["plan"], ["time"], ["frontier"], ["run"], ["auto"], ["replay"], ["reproduce"]])
+def test_help_states_the_exit_statuses(argv, capsys):
+    code, out, _ = run(capsys, *argv, "--help")
+    assert code == 0 and "\nexit status:\n" in out
+    for status in (0, 1, 2, 3, 130):
+        assert f"\n  {status:<5}" in out, status
+    assert "\n  130  interrupted (Ctrl-C)" in out
+
+
+def test_the_top_level_help_is_written_for_users(capsys):
+    code, out, _ = run(capsys, "--help")
+    assert code == 0 and "``" not in out  # not a developer docstring
+    words = " ".join(out.split())
+    assert "run out of GPU memory in prefill" in words and "README.md" in words
+    for name in subcommand_parsers():
+        assert f"\n    {name} " in out or f"\n    {name}\n" in out, name  # each with its line
+
+
+@pytest.mark.parametrize("argv", [
+    ["plan", "--query-lens", "256", "--seq-lens", "1024"],
+    ["time", "--query-lens", "256", "--seq-lens", "1024"],
+    ["run", "--query-lens", "256", "--seq-lens", "1024", "--device", "meta"],
+    ["auto", "--free-gib", "2.63", *SMALL_MIX],
+    ["frontier", "--concurrency", "1", "--isl", "2048", "--osl", "1", "--strategy", "vllm", "--budget-mb", "512"],
+])
+def test_the_first_line_names_the_model(argv, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for model in ("glm-5", "deepseek-v3.2"):
+        code, out, err = run(capsys, *argv, *(["--model", model] if model != "glm-5" else []))
+        first = out.splitlines()[0]
+        assert code == 0 and re.search(rf"(^|[ ,]){re.escape(model)}[ ,:]", first), (err, first)

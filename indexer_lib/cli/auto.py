@@ -23,10 +23,11 @@ from dataclasses import dataclass
 from ..engines import DEFAULT_ENGINE, SGLANG_MEM_FRACTION_STATIC, get_engine, not_default_text
 from ..plan import PlanSettings
 from . import exits
-from .common import UsageError, add_gpu_option, engine_arg, finite_float, fraction, number_list, str_list
+from .common import (UsageError, add_gpu_option, add_model_option, engine_arg, finite_float, fraction, number_list,
+                     str_list)
 from .exits import epilog
 from .options import add_setting_options, part_from_args
-from ..presets import MIB, MODELS, free_bytes_from_gib
+from ..presets import MIB, free_bytes_from_gib
 from ..sweep.deployment import Deployment
 from ..sweep.scheduler_settings import SchedulerSettings
 from ..workload import ClosedLoopWorkload
@@ -74,24 +75,28 @@ def register(subparsers) -> None:
         "a value of the release's knob fits: the line under the header is the one to deploy",
         "no value of the release's knob fits, with or without --strategies (the line under the header "
         "says why; what a patched engine could do is still printed where it fits)"))
-    p.add_argument("--model", default="glm-5", help=f"one of {', '.join(MODELS)}")
+    add_model_option(p)
     p.add_argument("--free-gib", type=finite_float, required=True,
                    help="memory free for the indexer's transients at run time, on the release's "
-                        "default setting (GiB)")
+                        "default setting (GiB; required)")
     p.add_argument("--workload", action="append", required=True,
                    help="CONCURRENCYxISLxOSL[xSHARED_PREFIX], then optionally its prompt lengths: :r=R (vLLM "
                         "bench's --random-range-ratio, lengths drawn from ISL x [1 - R, 1 + R]), "
                         ":mix=SHARExLENGTH[+...] (that share of the prompts at that length in the same "
                         "schedule, the rest at ISL), :seed=S; e.g. 64x10240x512:r=0.5, 64x2048x512:mix=0.01x131072. "
-                        "Repeat for several workloads, each its own schedule")
+                        "Repeat for several workloads, each its own schedule (required)")
     p.add_argument("--strategies", type=str_list,
-                   help="our budgeted strategies to weigh on the engine too, shown as what a patched "
-                        "engine could do (the deploy line is always the engine's own knob)")
-    p.add_argument("--budgets-mb", type=number_list, default=list(DEFAULT_BUDGETS_MB))
+                   help="our budgeted strategies to weigh on the engine too, comma-separated, shown as what a "
+                        "patched engine could do (the deploy line is always the engine's own knob; default: none)")
+    p.add_argument("--budgets-mb", type=number_list, default=list(DEFAULT_BUDGETS_MB),
+                   help="logits budgets in MiB to try, comma-separated: the values of vLLM's and TensorRT-LLM's "
+                        "knob (SGLang's is a fraction of free memory, tried at its own values) and of --strategies "
+                        f"(default: {','.join(map(str, DEFAULT_BUDGETS_MB))})")
     # the scheduler's and the deployment's settings, as the frontier takes them (the steps come from
     # the simulator; SGLang's memory fraction below, at its own default)
     add_setting_options(p, SchedulerSettings, Deployment, skip=("workload_source", "mem_fraction_static"))
-    p.add_argument("--deepgemm-version", help="--strategies on this DeepGEMM build instead of the engine's")
+    p.add_argument("--deepgemm-version",
+                   help="--strategies on this DeepGEMM build instead of the engine's (default: the engine's)")
     p.add_argument("--engine", default=DEFAULT_ENGINE, type=engine_arg,
                    help="tune this engine release's own knob (vllm==0.19.0: VLLM_SPARSE_INDEXER_MAX_LOGITS_MB; "
                         "sglang==0.5.23: SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION; trtllm==1.4.0rc4: "
@@ -207,9 +212,9 @@ class Shown:
                 f"{n} workload{'s' if n != 1 else ''} (modelled):")
 
     def print_tail(self, time_source: str, fitting: int, candidates: int) -> None:
-        s = self.settings
         print(f"  time: {time_source}")
-        print(f"  scheduler: {'not the release default: ' + self.differs if self.differs else 'the ' + s.engine + ' defaults'}")
+        scheduler = f"not the release default: {self.differs}" if self.differs else f"the {self.settings.engine} defaults"
+        print(f"  scheduler: {scheduler}")
         print(f"  {fitting} of {candidates} candidates fit")
         mixed = [f"{text} ({w.label}, seed {w.seed}: one schedule)" for text, w in zip(self.texts, self.workloads)
                  if not w.homogeneous]

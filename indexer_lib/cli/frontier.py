@@ -22,7 +22,7 @@ def register(subparsers) -> None:
                    help="compute the workloads on Ray (pip install -e \".[cluster]\"): alone, a local "
                         "instance (or RAY_ADDRESS); 'auto', the cluster this node joined; ray://HOST:10001")
     f.add_argument("--out", default="results/frontier/frontier.csv",
-                   help="table to write (.csv or .parquet)")
+                   help="table to write (.csv or .parquet; default: %(default)s)")
     f.set_defaults(func=cmd_frontier)
 
 

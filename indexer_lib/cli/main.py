@@ -11,11 +11,25 @@ import os
 import sys
 import traceback
 
+from ..presets import DEFAULT_MODEL
 from . import auto, exits, frontier, plan, replay, reproduce, run, time
 
 SUBCOMMANDS = (plan, time, frontier, run, auto, replay, reproduce)
 
-EPILOG = exits.SUMMARY
+DESCRIPTION = f"""\
+Where does the sparse-attention indexer of DeepSeek-V3.2, GLM-5 and their kin run out of GPU
+memory in prefill, and what does each way of chunking its [query rows x KV tokens] fp32 logits
+cost? indexer-lab models each engine release's own chunker (vLLM, SGLang, TensorRT-LLM) and the
+project's strategies, DeepGEMM's padding included: one step (plan, time, run, replay), a grid of
+workloads (frontier), the setting of a release's knob that never runs out of memory (auto), and
+the public reports of indexer OOMs (reproduce). Every number is modelled unless the output says it
+was measured or replayed. Without --model and --engine a subcommand plans {DEFAULT_MODEL} on the latest
+vLLM."""
+
+EPILOG = exits.SUMMARY + """
+
+Each subcommand's --help lists its options and their defaults. README.md in the repository shows
+examples, and docs/design.md how each number is modelled."""
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -31,7 +45,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="indexer-lab", description=__doc__.splitlines()[0], epilog=EPILOG)
+    parser = OneLineParser(prog="indexer-lab", description=DESCRIPTION, epilog=EPILOG)
     sub = parser.add_subparsers(dest="command", required=True, metavar="SUBCOMMAND")
     for module in SUBCOMMANDS:
         module.register(sub)

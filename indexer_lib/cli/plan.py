@@ -60,7 +60,7 @@ def cmd_plan(args) -> int:
     else:
         counted = "padded" if plan.padded else "unpadded, M x N x 4"
         budget = f"budget {format_bytes(plan.budget_bytes)} ({counted}; {kernel})"
-    print(f"{plan.strategy}{on}: {plan.num_chunks} chunks, {budget}, "
+    print(f"{plan.strategy}{on}, {plan.model}: {plan.num_chunks} chunks, {budget}, "
           f"peak {format_bytes(report.peak)} ({format_bytes(report.peak_transient)} transient)")
     preset = plan.settings.preset
     (kind,) = preset.indexing_kinds

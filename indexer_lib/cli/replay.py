@@ -8,10 +8,9 @@ from dataclasses import asdict
 
 from ..engines import DEFAULT_ENGINE, check_gpu, get_engine, replayed_engines, scheduler_defaults
 from ..run.replay import replay_profile_run, replay_steps
-from ..presets import MODELS
 from ..presets import format_bytes
 from . import exits
-from .common import UsageError, add_gpu_option, engine_arg, int_list
+from .common import UsageError, add_gpu_option, add_model_option, engine_arg, int_list
 from .exits import epilog
 
 
@@ -23,9 +22,11 @@ def register(subparsers) -> None:
                    help="a vLLM release whose code is installed (vllm==0.33.0 in .venv; "
                         f"{', '.join(n for n in replayed_engines() if n != get_engine(DEFAULT_ENGINE).name)} "
                         f"from scripts/install_engines.sh; default {get_engine(DEFAULT_ENGINE).name})")
-    p.add_argument("--model", default="glm-5", help=f"one of {', '.join(MODELS)} (default glm-5)")
-    p.add_argument("--query-lens", type=int_list, help="comma-separated, one per request")
-    p.add_argument("--seq-lens", type=int_list, help="comma-separated, one per request")
+    add_model_option(p)
+    p.add_argument("--query-lens", type=int_list,
+                   help="each request's new tokens in this step, comma-separated (required unless --profile-run)")
+    p.add_argument("--seq-lens", type=int_list,
+                   help="each request's length with them, comma-separated (required unless --profile-run)")
     p.add_argument("--budget-mb", type=int,
                    help="VLLM_SPARSE_INDEXER_MAX_LOGITS_MB, whole MiB (default: the release's)")
     p.add_argument("--max-num-batched-tokens", type=int, default=None,

@@ -22,9 +22,10 @@ def register(subparsers) -> None:
                                             "with --free-gib: the step runs out of memory (OOM, modelled)"))
     add_batch_options(p)
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda", "meta"),
-                   help="cpu: compute; cuda: measure; meta: trace (no memory)")
-    p.add_argument("--backend", default="reference", help="logits + top-k backend (reference, deepgemm)")
-    p.add_argument("--seed", type=int, default=0, help="inputs are drawn from this seed")
+                   help="cpu: compute, cuda: measure, meta: trace without memory (default: %(default)s)")
+    p.add_argument("--backend", default="reference",
+                   help="logits + top-k backend: reference or deepgemm (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="inputs are drawn from this seed (default: %(default)s)")
     p.add_argument("--topk", type=int, help="override the model's top-k (small experiments)")
     p.add_argument("--topk-rows", type=int, help="rows of the persistent top-k buffer (default: the step's)")
     p.add_argument("--save-topk", metavar="PATH", help="write the [M, topk] int32 indices as .npy")
@@ -136,7 +137,7 @@ def cmd_run(args) -> int:
     if args.json:
         print(json.dumps(out))
         return verdict_code(v)
-    print(f"{plan.strategy} on {plan.engine}, {args.device} ({args.backend}): {plan.num_chunks} chunks, "
+    print(f"{plan.strategy} on {plan.engine}, {plan.model}, {args.device} ({args.backend}): {plan.num_chunks} chunks, "
           f"{result.seconds * 1e3:.1f} ms, workspace {result.workspace_tokens} tokens")
     print(f"{'#':>4} {'rows':>7} {'width':>8} {'kv':>8} {'gather':>6} {'logits':>11} "
           f"{'metadata':>10} {'ms':>9}" + (f" {'traced peak':>12}" if args.device == "meta" else ""))
