@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
-from .checks import BadValue
+from .checks import BadValue, unknown_name
 from .refdata import data_path
 
 GIB = 2**30
@@ -292,6 +292,8 @@ GPUS: dict[str, GpuPreset] = _load_gpus()
 # the models the planners model (every layer kind that computes an indexer scores uncompressed K
 # with every query row); the others are known, and refused with the reason
 MODELS: dict[str, ModelPreset] = {name: m for name, m in _load_models().items() if m.plannable}
+# the model every subcommand of the command line and every grid plans without --model (the notebooks' too)
+DEFAULT_MODEL = "glm-5"
 
 
 def get_model(name: str) -> ModelPreset:
@@ -308,9 +310,8 @@ def get_model(name: str) -> ModelPreset:
                         for k in kinds)
         raise BadValue("model", f"model {name!r} is known (data/models/{key}.json) but not planned yet: {why}; "
                                 f"planned: {', '.join(sorted(MODELS))}")
-    near = difflib.get_close_matches(key, list(known), n=1)
-    hint = f" (nearest: {near[0]})" if near else ""
-    raise BadValue("model", f"unknown model {name!r}: must be one of {', '.join(sorted(MODELS))}{hint}")
+    # the nearest among every model of data/models/ (one not planned yet says why when named)
+    raise unknown_name("model", "model", name, sorted(MODELS), near=difflib.get_close_matches(key, list(known), n=3))
 
 
 def get_gpu(name: str | GpuPreset) -> GpuPreset:
@@ -320,7 +321,7 @@ def get_gpu(name: str | GpuPreset) -> GpuPreset:
     try:
         return GPUS[str(name).strip().lower()]
     except KeyError:
-        raise BadValue("gpu", f"unknown GPU {name!r}: must be one of {', '.join(sorted(GPUS))}") from None
+        raise unknown_name("gpu", "GPU", name, sorted(GPUS)) from None
 
 
 def free_bytes_from_gib(free_gib: float) -> int:
@@ -339,11 +340,11 @@ def free_bytes_from_gib(free_gib: float) -> int:
 def budget_bytes_from_mb(budget_mb: float) -> int:
     """A budget named in MB as vLLM names it (MiB, 2^20 bytes), in whole bytes."""
     if isinstance(budget_mb, bool) or not isinstance(budget_mb, (int, float)):
-        raise BadValue("budget_mb", f"budget {budget_mb!r} MB: must be a number > 0")
+        raise BadValue("budget_mb", f"budget {budget_mb!r} MiB: must be a number > 0")
     if not budget_mb > 0:
-        raise BadValue("budget_mb", f"budget {budget_mb!r} MB: must be > 0")
+        raise BadValue("budget_mb", f"budget {budget_mb!r} MiB: must be > 0")
     if not math.isfinite(budget_mb):
-        raise BadValue("budget_mb", f"budget {budget_mb!r} MB: must be a finite number")
+        raise BadValue("budget_mb", f"budget {budget_mb!r} MiB: must be a finite number")
     return max(1, round(budget_mb * MIB))
 
 

@@ -54,7 +54,7 @@ def test_notebook_parameters_accept_the_new_strategies_where_the_build_has_their
     # the latest vLLM's DeepGEMM 2.8 has only the compressed layout: refused before any work
     with pytest.raises(ParameterError, match="'strategies': strategy 'kv-split' needs DeepGEMM's full logits layout"):
         check_values("03_strategies", {"strategies": ["kv-split", "fixed-shape"]})
-    with pytest.raises(ParameterError, match="unknown strategy 'column-split': must be one of"):
+    with pytest.raises(ParameterError, match="unknown strategy 'column-split': did you mean kv-split\\?"):
         check_values("03_strategies", {"strategies": ["column-split"]})
 
 
@@ -84,8 +84,9 @@ def test_auto_default_list_has_every_budgeted_strategy_and_free_memory_only_filt
 def test_cli_auto_prints_the_deployable_line_margin_and_time_source(capsys):
     rc = main(["auto", "--model", "glm-5", "--free-gib", "2.63", "--workload", "16x8192x8",
                "--workload", "2x32768x8", "--budgets-mb", "128,512", "--data-dir", "/nonexistent"])
-    out = capsys.readouterr().out.splitlines()
+    header, *out = capsys.readouterr().out.splitlines()
     assert rc == 0
+    assert header == f"glm-5 on {get_engine('vllm').name} (h200), 2.63 GiB free, 2 workloads (modelled):"
     assert out[0] in ("VLLM_SPARSE_INDEXER_MAX_LOGITS_MB=128", "VLLM_SPARSE_INDEXER_MAX_LOGITS_MB=512")
     assert out[1].startswith(f"  {get_engine('vllm').name} at {out[0]}: ")
     assert "margin to the OOM frontier" in out[2] and "MiB" in out[2]
@@ -110,8 +111,9 @@ def test_cli_auto_never_deploys_what_the_engines_own_chunker_would_oom_with(caps
             "--data-dir", "/nonexistent", "--long-prefill-token-threshold", "256"]
     assert main(argv) == 1
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith("none: vllm==0.32.0's own chunker needs at least 4105 MiB")
-    assert out[1].startswith("  a patched engine could run ")
+    assert out[0] == "glm-5 on vllm==0.32.0 (h200), 2.63 GiB free, 1 workload (modelled):"
+    assert out[1].startswith("none: vllm==0.32.0's own chunker needs at least 4105 MiB")
+    assert out[2].startswith("  a patched engine could run ")
     assert "  scheduler: not the release default: long_prefill_token_threshold=256 (default 0)" in out
     assert main([*argv, "--json"]) == 1
     d = json.loads(capsys.readouterr().out)

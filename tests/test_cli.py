@@ -41,10 +41,11 @@ def test_budget_bytes_equals_fractional_budget_mb(capsys):
 
 
 def test_plan_table_lists_every_chunk(capsys):
-    code, out, _ = run(capsys, "plan", "--strategy", "causal", "--budget-mb", "512",
+    code, out, _ = run(capsys, "plan", "--strategy", "causal", "--budget-mb", "512", "--model", "deepseek-v3.2",
                        "--query-lens", "65536", "--seq-lens", "65536")
     assert code == 0
-    assert out.startswith("causal on vllm==0.33.0: 18 chunks")  # the default engine: the latest vLLM
+    # the default engine: the latest vLLM; the first line names the model
+    assert out.startswith("causal on vllm==0.33.0, deepseek-v3.2: 18 chunks")
     lines = out.strip().splitlines()
     assert lines[1].startswith("deepseek-v3.2: layer kind dsa (64 heads x 128, top-2048) on 61 of 61 layers")
     assert len(lines) == 3 + 18
@@ -54,8 +55,8 @@ def test_plan_table_lists_every_chunk(capsys):
     (["--strategy", "bogus"], "unknown strategy 'bogus'"),
     (["--model", "llama"], "unknown model 'llama'"),
     (["--deepgemm-version", "9"], "unknown DeepGEMM version '9'"),
-    (["--budget-mb", "0"], "budget 0.0 MB: must be > 0"),
-    (["--budget-mb", "-1"], "budget -1.0 MB"),
+    (["--budget-mb", "0"], "budget 0.0 MiB: must be > 0"),
+    (["--budget-mb", "-1"], "budget -1.0 MiB"),
     (["--budget-bytes", "0"], "--budget-bytes 0"),
     (["--workspace-tokens", "0"], "workspace_tokens 0"),
     (["--query-lens", "5", "--seq-lens", "4"], "query_len 5 > seq_len 4"),

@@ -4,6 +4,7 @@ against the memory free, the engines' unpadded budget explained, progress on lon
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -37,20 +38,38 @@ def test_a_pre_release_build_is_planned_as_its_release_with_a_note(capsys):
     assert "pre-release or development build: planned as vllm==0.16.0" in normalise_engine("vllm==0.16.0rc2.dev126")[1]
     code, out, err = run(capsys, "plan", "--engine", "vllm==0.16.0rc2.dev126", "--model", "GLM-5",
                          "--query-lens", "1024", "--seq-lens", "4096")
-    assert code == 0 and out.startswith("engine on vllm==0.16.0:")
+    assert code == 0 and out.startswith("engine on vllm==0.16.0, glm-5:")
     assert err.strip() == ("indexer-lab: note: vllm==0.16.0rc2.dev126 is a pre-release or development build: "
                            "planned as vllm==0.16.0")
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--engine", "vllm==0.16.5"], "(nearest: vllm==0.16.0)"),
-    (["--engine", "vllm==0.99.0"], "(nearest: vllm==0.33.0)"),
-    (["--engine", "sglang==0.5.2"], "(nearest: sglang==0.5.3)"),
-    (["--model", "glm5"], "unknown model 'glm5': must be one of deepseek-v3.2, deepseek-v4-flash, deepseek-v4-pro, deepseek-v4.1-flash, glm-5, glm-5.1, glm-5.2, glm-5.3-flash, qwen3.8-flash-next (nearest: glm-5)"),
+    (["--engine", "vlm==0.33.0"], "unknown engine release 'vlm==0.33.0': did you mean vllm==0.33.0, "),
+    (["--engine", "vlm"], "unknown engine release 'vlm': did you mean vllm?"),
+    (["--engine", "vllm==0.16.5"], "did you mean vllm==0.16.0, "),  # the release at or before it first
+    (["--engine", "vllm==0.99.0"], "did you mean vllm==0.33.0, "),
+    (["--engine", "sglang==0.5.2"], "did you mean sglang==0.5.3, "),
+    (["--strategy", "casual"], "unknown strategy 'casual': did you mean causal?"),
+    (["--gpu", "h300"], "unknown GPU 'h300': did you mean h200, "),
+    (["--model", "glm5"], "unknown model 'glm5': did you mean glm-5, "),
 ])
 def test_an_unknown_name_suggests_the_nearest(argv, message, capsys):
+    """One short line, the nearest name first, at most three of them."""
+    code, out, err = run(capsys, "plan", "--query-lens", "1", "--seq-lens", "1", *argv)
+    line = err.strip()
+    assert code == 2 and out == "" and message in line and "\n" not in line and len(line) < 200, line
+    assert line.count(",") + line.count(" or ") <= 2  # at most three names
+
+
+@pytest.mark.parametrize("argv, known", [
+    (["--engine", "foo==1"], "one of vllm==0.11.0-0.33.0, sglang==0.5.3-0.5.23, trtllm==1.3.0rc15.post1-1.4.0rc4"),
+    (["--strategy", "bogus"], "one of n-only, vllm, per-request, causal, kv-split, fixed-shape, engine"),
+    (["--gpu", "tpu"], "one of b200, b300, gb10, h100, h20, h200, mi355x"),
+    (["--model", "llama"], "one of deepseek-v3.2, "),
+])
+def test_an_unknown_name_with_nothing_close_lists_the_known_ones_briefly(argv, known, capsys):
     code, _, err = run(capsys, "plan", "--query-lens", "1", "--seq-lens", "1", *argv)
-    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+    assert code == 2 and known in err and len(err.strip().splitlines()) == 1 and len(err) < 250, err
 
 
 def test_model_names_ignore_case():
@@ -65,7 +84,7 @@ def test_a_closed_pipe_ends_quietly():
            "--strategy vllm --budget-mb 1 | head -1")
     done = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    assert done.stderr == "" and done.stdout.startswith("vllm on vllm==0.33.0: 16384 chunks")
+    assert done.stderr == "" and done.stdout.startswith("vllm on vllm==0.33.0, glm-5: 16384 chunks")
 
 
 # ----------------------------------------------------------------------------- verdicts
@@ -76,12 +95,14 @@ def test_plan_gives_a_verdict_against_the_memory_free(capsys):
     plain = json.loads(out)
     assert code == 0 and "verdict" not in plain  # no --free-gib, no verdict
     assert plain["largest_logits_bytes"] == max(c["logits_bytes"] for c in plain["chunks"])
-    for free, word in ((0.5, "oom"), (2.0, "fits")):
+    for free, word, status in ((0.5, "oom", 1), (2.0, "fits", 0)):  # the verdict is the exit status too
         code, out, _ = run(capsys, "plan", *step, "--free-gib", str(free), "--json")
         d = json.loads(out)
+        assert code == status
         # what must fit: the transient peak (the step's allocations beyond its persistent buffers)
         assert d["verdict"] == word and d["needed_bytes"] == d["peak_transient_bytes"] < d["peak_bytes"]
     code, out, _ = run(capsys, "plan", *step, "--free-gib", "0.5")
+    assert code == 1
     assert out.splitlines()[-1].startswith("OOM: the step allocates 1.02 GiB beyond the buffers it already holds")
 
 
@@ -94,7 +115,7 @@ def test_sglangs_stale_cached_budget_from_the_command_line(capsys):
             "--json"]
     code, out, _ = run(capsys, *step, "--budget-free-gib", "20")
     stale = json.loads(out)
-    assert code == 0 and stale["verdict"] == "oom" and stale["num_chunks"] == 1
+    assert code == 1 and stale["verdict"] == "oom" and stale["num_chunks"] == 1
     assert round(stale["budget_bytes"] / GIB, 2) == 2.85 and 2.5 * GIB < stale["largest_logits_bytes"] < 2.85 * GIB
     code, out, _ = run(capsys, *step, "--budget-free-gib", "2.20")
     fresh = json.loads(out)
@@ -156,3 +177,142 @@ def test_reproduce_lists_every_report_from_its_reporters_settings(capsys):
     assert by["sglang-stale-budget"]["modelled_bytes"] > by["sglang-stale-budget"]["reported_bytes"]
     code, out, _ = run(capsys, "reproduce")
     assert code == 0 and out.startswith(f"{len(reports)} public reports, each from its reporter's own settings")
+
+
+# ----------------------------------------------------------------------------- exit statuses
+
+STEP = ["--model", "glm-5", "--query-lens", "8192", "--seq-lens", "65536", "--engine", "vllm==0.19.0"]
+SMALL_MIX = ["--workload", "4x2048x8", "--budgets-mb", "512", "--data-dir", "/nonexistent"]
+
+
+@pytest.mark.parametrize("argv, status", [
+    (["plan", *STEP], 0),  # no verdict asked for
+    (["plan", *STEP, "--free-gib", "2"], 0),
+    (["plan", *STEP, "--free-gib", "0.5"], 1),
+    (["plan", *STEP, "--free-gib", "0.5", "--json"], 1),
+    (["time", *STEP, "--free-gib", "0.5"], 0),  # time gives no verdict
+    (["run", *STEP, "--device", "meta", "--free-gib", "2"], 0),
+    (["run", *STEP, "--device", "meta", "--free-gib", "0.5"], 1),
+    (["auto", "--free-gib", "2.63", *SMALL_MIX], 0),
+    (["auto", "--free-gib", "0.01", *SMALL_MIX], 1),  # nothing fits, not even the engine's knob
+    (["auto", "--free-gib", "0.01", *SMALL_MIX, "--strategies", "vllm,causal"], 1),
+    (["auto", "--free-gib", "0.01", *SMALL_MIX, "--json"], 1),
+])
+def test_the_exit_status_is_the_verdict(argv, status, capsys):
+    """0: it fits (or no verdict was asked for), 1: OOM or nothing fits, said on stdout."""
+    code, out, err = run(capsys, *argv)
+    assert code == status, err
+    assert out.strip() and "Traceback" not in err
+    if status == 1 and "--json" not in argv:
+        assert "\nOOM: " in out or "\nnone: " in out
+
+
+def test_auto_with_nothing_fitting_says_so_under_its_header(capsys):
+    code, out, err = run(capsys, "auto", "--free-gib", "0.01", *SMALL_MIX)
+    lines = out.splitlines()
+    assert code == 1 and err == ""
+    assert lines[0] == f"glm-5 on {get_engine('vllm').name} (h200), 0.01 GiB free, 1 workload (modelled):"
+    assert lines[1].startswith("none: free memory 0.01 GiB: no strategy and budget fits")
+    code, out, _ = run(capsys, "auto", "--free-gib", "0.01", *SMALL_MIX, "--json")
+    d = json.loads(out)
+    assert d["deploy"] is None and d["why_none"] == lines[1] and d["fitting"] == 0 and d["model"] == "glm-5"
+
+
+@pytest.mark.parametrize("argv", [
+    ["plan", "--query-lens", "1", "--seq-lens", "1", "--model", "llama"],
+    ["time", "--query-lens", "1", "--seq-lens", "1", "--gpu", "h300"],
+    ["run", "--query-lens", "1", "--seq-lens", "1", "--strategy", "casual"],
+    ["frontier", "--engine", "vlm==0.33.0", "--out", "x.csv"],
+    ["auto", "--free-gib", "0", "--workload", "4x2048x8"],
+    ["replay", "--query-lens", "1"],
+    ["reproduce", "--bogus"],
+])
+def test_bad_input_is_exit_status_2_in_every_subcommand(argv, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+
+
+def test_an_interrupt_is_130_and_a_crash_is_not_a_verdict(capsys, monkeypatch):
+    from indexer_lib.cli import plan as plan_command
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    def broken(args):
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(plan_command, "cmd_plan", interrupted)
+    code, _, err = run(capsys, "plan", "--query-lens", "1", "--seq-lens", "1")
+    assert code == 130 and err.strip() == "indexer-lab plan: interrupted"
+    monkeypatch.setattr(plan_command, "cmd_plan", broken)
+    code, _, err = run(capsys, "plan", "--query-lens", "1", "--seq-lens", "1")
+    assert code == 3 and "Traceback" in err and "KeyError: 'a bug'" in err
+    assert err.strip().endswith("indexer-lab plan: failed (the traceback above says where)")
+
+
+# ----------------------------------------------------------------------------- help
+
+def subcommand_parsers() -> dict:
+    import argparse
+
+    from indexer_lib.cli.main import build_parser
+
+    (action,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(action.choices)
+
+
+def test_every_option_of_every_subcommand_says_what_it_is_and_its_default():
+    import argparse
+
+    commands = subcommand_parsers()
+    assert set(commands) == {"plan", "time", "frontier", "run", "auto", "replay", "reproduce"}
+    for name, parser in commands.items():
+        for a in parser._actions:
+            if isinstance(a, argparse._HelpAction):
+                continue
+            assert a.help and a.help.strip(), (name, a.option_strings)
+            switch = a.nargs == 0  # --json, --no-padding, --async-scheduling / --no-async-scheduling
+            if a.default is not None and not switch:
+                assert "default" in a.help, (name, a.option_strings, a.help)
+
+
+def test_every_subcommand_plans_the_same_model_by_default():
+    from indexer_lib.presets import DEFAULT_MODEL
+    from indexer_lib.sweep.grid import Grid
+
+    defaults = {name: p.get_default("model") for name, p in subcommand_parsers().items() if name != "reproduce"}
+    assert set(defaults.values()) == {DEFAULT_MODEL} == {Grid.of().model} == {"glm-5"}, defaults
+
+
+@pytest.mark.parametrize("argv", [[], ["plan"], ["time"], ["frontier"], ["run"], ["auto"], ["replay"], ["reproduce"]])
+def test_help_states_the_exit_statuses(argv, capsys):
+    code, out, _ = run(capsys, *argv, "--help")
+    assert code == 0 and "\nexit status:\n" in out
+    for status in (0, 1, 2, 3, 130):
+        assert f"\n  {status:<5}" in out, status
+    assert "\n  130  interrupted (Ctrl-C)" in out
+
+
+def test_the_top_level_help_is_written_for_users(capsys):
+    code, out, _ = run(capsys, "--help")
+    assert code == 0 and "``" not in out  # not a developer docstring
+    words = " ".join(out.split())
+    assert "run out of GPU memory in prefill" in words and "README.md" in words
+    for name in subcommand_parsers():
+        assert f"\n    {name} " in out or f"\n    {name}\n" in out, name  # each with its line
+
+
+@pytest.mark.parametrize("argv", [
+    ["plan", "--query-lens", "256", "--seq-lens", "1024"],
+    ["time", "--query-lens", "256", "--seq-lens", "1024"],
+    ["run", "--query-lens", "256", "--seq-lens", "1024", "--device", "meta"],
+    ["auto", "--free-gib", "2.63", *SMALL_MIX],
+    ["frontier", "--concurrency", "1", "--isl", "2048", "--osl", "1", "--strategy", "vllm", "--budget-mb", "512"],
+])
+def test_the_first_line_names_the_model(argv, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for model in ("glm-5", "deepseek-v3.2"):
+        code, out, err = run(capsys, *argv, *(["--model", model] if model != "glm-5" else []))
+        first = out.splitlines()[0]
+        assert code == 0 and re.search(rf"(^|[ ,]){re.escape(model)}[ ,:]", first), (err, first)

@@ -74,12 +74,16 @@ def test_every_release_from_the_first_indexer_to_the_latest_has_a_profile():
             assert profile.sources.get(fact), f"{name}: {fact} has no source"
 
 
-def test_an_unknown_release_is_one_line_listing_the_known_ones():
+def test_an_unknown_release_is_one_line_naming_the_nearest_or_the_known_ones():
     with pytest.raises(ValueError) as e:
         get_engine("vllm==0.10.2")
     text = str(e.value)
-    assert "\n" not in text and "unknown engine release 'vllm==0.10.2'" in text
-    assert "vllm==0.11.0" in text and "0.33.0" in text and "sglang==0.5.3" in text and "0.5.23" in text
+    assert "\n" not in text and "unknown engine release 'vllm==0.10.2': did you mean vllm==0.11.0, " in text
+    with pytest.raises(ValueError) as e:
+        get_engine("tgi==2.0")
+    text = str(e.value)
+    assert "\n" not in text and "unknown engine release 'tgi==2.0'" in text
+    assert "vllm==0.11.0-0.33.0" in text and "sglang==0.5.3-0.5.23" in text
 
 
 def test_the_eras_as_the_engines_ship_them():
@@ -472,15 +476,17 @@ def test_auto_prints_the_chosen_engines_own_setting(capsys):
     base = ["auto", "--model", "glm-5", "--free-gib", "2.63", "--workload", "32x10240x64",
             "--long-prefill-token-threshold", "256"]
     assert main(base + ["--engine", "vllm==0.19.0"]) == 0
-    assert capsys.readouterr().out.splitlines()[0].startswith("VLLM_SPARSE_INDEXER_MAX_LOGITS_MB=")
+    assert capsys.readouterr().out.splitlines()[1].startswith("VLLM_SPARSE_INDEXER_MAX_LOGITS_MB=")
     assert main(base + ["--engine", "sglang==0.5.23", "--mem-fraction-static", "0.9"]) == 0
-    assert capsys.readouterr().out.splitlines()[0].startswith("SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION=")
-    assert main(base + ["--engine", "sglang==0.5.12"]) == 2  # half the free memory, two chunks alive
-    err = capsys.readouterr().err.strip()
-    assert "no strategy and budget fits" in err and "sglang==0.5.12 at its default" in err
-    assert main(base + ["--engine", "vllm==0.15.1"]) == 2  # no budget to set, and the step OOMs
-    err = capsys.readouterr().err.strip()
-    assert "\n" not in err and "no strategy and budget fits" in err and "vllm==0.15.1 at its default" in err
+    assert capsys.readouterr().out.splitlines()[1].startswith("SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION=")
+    # nothing fits: a negative answer (exit 1) under the header, not an error
+    assert main(base + ["--engine", "sglang==0.5.12"]) == 1  # half the free memory, two chunks alive
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].startswith("none: ") and "no strategy and budget fits" in out[1]
+    assert "sglang==0.5.12 at its default" in out[1]
+    assert main(base + ["--engine", "vllm==0.15.1"]) == 1  # no budget to set, and the step OOMs
+    out = capsys.readouterr().out.splitlines()
+    assert "no strategy and budget fits" in out[1] and "vllm==0.15.1 at its default" in out[1]
 
 
 def test_the_frontier_plans_on_an_engine_release():

@@ -20,17 +20,17 @@ CASES = [
     ("01_oom_frontier", "concurency", [1, 8], "unknown name"),
     ("01_oom_frontier", "isl", "2048", "= '2048': Input should be a valid list"),
     ("01_oom_frontier", "concurrency", [1, -4], "concurrency -4: must be a whole number >= 1"),
-    ("01_oom_frontier", "budget_mb", [0], "budget 0 MB: must be > 0"),
+    ("01_oom_frontier", "budget_mb", [0], "budget 0 MiB: must be > 0"),
     ("01_oom_frontier", "strategies", ["vllm", "fastest"], "unknown strategy 'fastest': must be one of"),
     ("01_oom_frontier", "model", "llama-3", "must be one of deepseek-v3.2, deepseek-v4-flash, deepseek-v4-pro, deepseek-v4.1-flash, glm-5, glm-5.1, glm-5.2"),
     ("01_oom_frontier", "free_gib", float("inf"), "must be a finite number"),
     ("01_oom_frontier", "isl", [2048, 300000], "isl 300000 > max_model_len 202752 of glm-5"),
     ("01_oom_frontier", "shared_prefix", 300_000, "> every isl (at most 202752)"),
     ("01_oom_frontier", "osl", 1.5, "= 1.5: Input should be a valid integer"),
-    ("02_chunk_overhead", "budget_mb", [64, 0], "budget 0 MB: must be > 0"),
+    ("02_chunk_overhead", "budget_mb", [64, 0], "budget 0 MiB: must be > 0"),
     ("02_chunk_overhead", "model", "gpt-4", "must be one of"),
     ("02_chunk_overhead", "max_overhead", -0.1, "max_overhead -0.1: must be a finite number > 0"),
-    ("03_strategies", "budget", 0, "budget 0 MB: must be > 0"),
+    ("03_strategies", "budget", 0, "budget 0 MiB: must be > 0"),
     ("03_strategies", "strategies", ["causal", "greedy"], "unknown strategy 'greedy': must be one of"),
     ("03_strategies", "concurrency", [-1], "must be a whole number >= 1"),
     ("03_strategies", "max_num_batched_tokens", "8192", "= '8192': Input should be a valid integer"),
@@ -77,7 +77,7 @@ def test_the_runner_as_a_process_exits_non_zero(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr == ("run_notebooks: parameter error: 03_strategies.ipynb parameter "
-                           "'budget': budget 0 MB: must be > 0\n")
+                           "'budget': budget 0 MiB: must be > 0\n")
 
 
 # papermill directly (a kernel each): one case of each kind, across the notebooks

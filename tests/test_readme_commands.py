@@ -39,7 +39,9 @@ def test_every_readme_command_line_runs(command, tmp_path, monkeypatch, capsys):
     argv = shlex.split(command)[1:]
     code = main(argv)
     out, err = capsys.readouterr()
-    assert code == 0, (command, err)
+    # 1: an example of a negative verdict (the step runs out of memory, no setting fits), said on stdout
+    negative = "\nOOM: " in out or "\nnone: " in out or '"verdict": "oom"' in out
+    assert code == 0 or (code == 1 and negative), (command, code, err)
     assert out.strip(), command
 
 

@@ -6,23 +6,28 @@ indexer time over a workload mix and no OOM at any step, printed as a line one c
 A workload is ``CONCURRENCYxISLxOSL`` (optionally ``xSHARED_PREFIX``), then optionally its prompt
 lengths: ``:r=0.5`` (vLLM bench's --random-range-ratio: each prompt's length drawn from
 ISL x [0.5, 1.5]), ``:mix=0.01x131072`` (1% of the prompts, rounded up, at 131,072 tokens in the
-same schedule, the rest at ISL) and ``:seed=S`` (of those draws, default 0).  Prints the
-deployable line, the margin to the OOM frontier at the worst step and where the
-time model's constants come from.  The engine is the latest vLLM unless ``--engine``
-names another release.  The line comes from the release's own chunker and its own peak
-(two chunks' logits alive); ``--strategies`` adds ours, printed as what a patched engine
-could do, never as a setting.  Every number is modelled.  Exit status 1: no value of the
-release's knob fits (what a patched engine could do is still printed).  Bad input: one
-line, exit status 2.
+same schedule, the rest at ISL) and ``:seed=S`` (of those draws, default 0).  Prints a line
+naming the model, release, GPU and memory free, then the deployable line, the margin to the OOM
+frontier at the worst step and where the time model's constants come from.  The engine is the
+latest vLLM unless ``--engine`` names another release.  The line comes from the release's own
+chunker and its own peak (two chunks' logits alive); ``--strategies`` adds ours, printed as what
+a patched engine could do, never as a setting.  Every number is modelled.  Exit status 1: no
+value of the release's knob fits, with or without ``--strategies`` (what a patched engine could
+do is still printed where it fits); the others as every subcommand's (``cli.exits``).
 """
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 from ..engines import DEFAULT_ENGINE, SGLANG_MEM_FRACTION_STATIC, get_engine, not_default_text
-from .common import UsageError, add_gpu_option, engine_arg, finite_float, fraction, number_list, str_list, working
+from ..plan import PlanSettings
+from . import exits
+from .common import (UsageError, add_gpu_option, add_model_option, engine_arg, finite_float, fraction, number_list,
+                     str_list, working)
+from .exits import epilog
 from .options import add_setting_options, part_from_args
-from ..presets import MIB, MODELS, budget_bytes_from_mb, check_within_gpu, free_bytes_from_gib
+from ..presets import MIB, budget_bytes_from_mb, check_within_gpu, free_bytes_from_gib
 from ..sweep.deployment import Deployment
 from ..sweep.scheduler_settings import SchedulerSettings
 from ..workload import ClosedLoopWorkload
@@ -65,26 +70,33 @@ def parse_workload(text: str) -> ClosedLoopWorkload:
 def register(subparsers) -> None:
     from ..study.auto import DEFAULT_BUDGETS_MB
 
-    p = subparsers.add_parser("auto", help="choose the fastest strategy and budget that never OOMs "
-                                           "over a workload mix (modelled)")
-    p.add_argument("--model", default="glm-5", help=f"one of {', '.join(MODELS)}")
+    what = "choose the fastest setting of an engine release's own knob that never OOMs over a workload mix (modelled)"
+    p = subparsers.add_parser("auto", help=what, description=what, epilog=epilog(
+        "a value of the release's knob fits: the line under the header is the one to deploy",
+        "no value of the release's knob fits, with or without --strategies (the line under the header "
+        "says why; what a patched engine could do is still printed where it fits)"))
+    add_model_option(p)
     p.add_argument("--free-gib", type=finite_float, required=True,
                    help="memory free for the indexer's transients at run time, on the release's "
-                        "default setting (GiB)")
+                        "default setting (GiB; required)")
     p.add_argument("--workload", action="append", required=True,
                    help="CONCURRENCYxISLxOSL[xSHARED_PREFIX], then optionally its prompt lengths: :r=R (vLLM "
                         "bench's --random-range-ratio, lengths drawn from ISL x [1 - R, 1 + R]), "
                         ":mix=SHARExLENGTH[+...] (that share of the prompts at that length in the same "
                         "schedule, the rest at ISL), :seed=S; e.g. 64x10240x512:r=0.5, 64x2048x512:mix=0.01x131072. "
-                        "Repeat for several workloads, each its own schedule")
+                        "Repeat for several workloads, each its own schedule (required)")
     p.add_argument("--strategies", type=str_list,
-                   help="our budgeted strategies to weigh on the engine too, shown as what a patched "
-                        "engine could do (the deploy line is always the engine's own knob)")
-    p.add_argument("--budgets-mb", type=number_list, default=list(DEFAULT_BUDGETS_MB))
+                   help="our budgeted strategies to weigh on the engine too, comma-separated, shown as what a "
+                        "patched engine could do (the deploy line is always the engine's own knob; default: none)")
+    p.add_argument("--budgets-mb", type=number_list, default=list(DEFAULT_BUDGETS_MB),
+                   help="logits budgets in MiB to try, comma-separated: the values of vLLM's and TensorRT-LLM's "
+                        "knob (SGLang's is a fraction of free memory, tried at its own values) and of --strategies "
+                        f"(default: {','.join(map(str, DEFAULT_BUDGETS_MB))})")
     # the scheduler's and the deployment's settings, as the frontier takes them (the steps come from
     # the simulator; SGLang's memory fraction below, at its own default)
     add_setting_options(p, SchedulerSettings, Deployment, skip=("workload_source", "mem_fraction_static"))
-    p.add_argument("--deepgemm-version", help="--strategies on this DeepGEMM build instead of the engine's")
+    p.add_argument("--deepgemm-version",
+                   help="--strategies on this DeepGEMM build instead of the engine's (default: the engine's)")
     p.add_argument("--engine", default=DEFAULT_ENGINE, type=engine_arg,
                    help="tune this engine release's own knob (vllm==0.19.0: VLLM_SPARSE_INDEXER_MAX_LOGITS_MB; "
                         "sglang==0.5.23: SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION; trtllm==1.4.0rc4: "
@@ -102,15 +114,48 @@ def register(subparsers) -> None:
 
 
 def cmd_auto(args) -> int:
-    from ..plan import GIVEN_BUDGET, PlanSettings, get_strategy
-    from ..engines.kv_capacity import deployment_kv_cache
-    from ..study.auto import recommend
+    from ..study.auto import NothingFits, recommend
     from ..timemodel.model import MEASURED_DIR, TimeModel
+
+    settings, workloads, strategies = checked_inputs(args)
+    scheduler, differs = scheduler_from_args(args, settings)
+    shown = Shown(settings, differs, args.workload, workloads, args.free_gib)
+    try:
+        with working(f"auto: each candidate's worst step over {len(workloads)} workload(s)"):
+            rec = recommend(workloads, args.free_gib, settings, scheduler, strategies, tuple(args.budgets_mb),
+                            TimeModel.from_data(args.data_dir or MEASURED_DIR), args.mem_fraction_static)
+    except NothingFits as nothing:  # not even a patched engine fits: a negative answer, exit 1
+        if args.json:
+            print(json.dumps({**shown.json(), "deploy": None, "why_none": f"none: {nothing}", "deployable": None,
+                              "patched": None, "margin_bytes": None, "time_source": nothing.time_source,
+                              "candidates": nothing.candidates, "fitting": 0}))
+        else:
+            print(shown.header())
+            print(f"none: {nothing}")
+            shown.print_tail(nothing.time_source, 0, nothing.candidates)
+        return exits.NEGATIVE
+    if args.json:
+        print(json.dumps({
+            **shown.json(),
+            "deploy": rec.deploy_line if rec.deployable else None, "why_none": None if rec.deployable else rec.deploy_line,
+            "deployable": _candidate_json(rec.deployable), "patched": _candidate_json(rec.patched),
+            "margin_bytes": rec.margin_bytes if rec.deployable else None, "time_source": rec.time_source,
+            "candidates": len(rec.candidates), "fitting": sum(c.fits for c in rec.candidates)}))
+    else:
+        print_recommendation(rec, shown)
+    return exits.DONE if rec.deployable else exits.NEGATIVE
+
+
+def checked_inputs(args):
+    """(plan settings, workloads, strategies) from the options, each refused in one line where bad."""
+    from ..plan import GIVEN_BUDGET, get_strategy
 
     settings = PlanSettings(args.model, args.engine, args.deepgemm_version, temporaries="deepgemm", gpu=args.gpu)
     if not args.free_gib > 0:
         raise UsageError(f"--free-gib {args.free_gib}: must be > 0")
     check_within_gpu("free_gib", free_bytes_from_gib(args.free_gib), settings.gpu, f"--free-gib {args.free_gib:g}")
+    for mb in args.budgets_mb:
+        check_within_gpu("budget_mb", budget_bytes_from_mb(mb), settings.gpu, f"--budgets-mb {mb:g}")
     workloads = [parse_workload(w) for w in args.workload]
     longest = settings.preset.max_model_len
     for text, w in zip(args.workload, workloads):
@@ -126,6 +171,13 @@ def cmd_auto(args) -> int:
         strategies = tuple(s.name for s in chosen)
     if args.tp < 1:
         raise UsageError(f"--tp {args.tp}: must be a whole number >= 1")
+    return settings, workloads, strategies
+
+
+def scheduler_from_args(args, settings):
+    """(the scheduler the workloads run on, the settings given that differ from the release's)."""
+    from ..engines.kv_capacity import deployment_kv_cache
+
     # the share of the GPU the release gives weights and KV: vLLM's utilization, SGLang's static fraction
     share = (args.mem_fraction_static if settings.profile.engine == "sglang" and args.kv_cache_tokens == "auto"
              else args.gpu_memory_utilization)
@@ -144,23 +196,46 @@ def cmd_auto(args) -> int:
     differs = "; ".join(filter(None, [not_default_text(settings.profile, scheduler, settings.gpu, kv_cache),
                                       *deployment.not_default(settings.engine),
                                       f"tp={args.tp}" if args.tp != 1 else ""]))
-    for mb in args.budgets_mb:
-        check_within_gpu("budget_mb", budget_bytes_from_mb(mb), settings.gpu, f"--budgets-mb {mb:g}")
-    with working(f"auto: each candidate's worst step over {len(workloads)} workload(s)"):
-        rec = recommend(workloads, args.free_gib, settings, scheduler, strategies, tuple(args.budgets_mb),
-                        TimeModel.from_data(args.data_dir or MEASURED_DIR), args.mem_fraction_static)
-    if args.json:
-        print(json.dumps({
-            "deploy": rec.deploy_line if rec.deployable else None, "why_none": None if rec.deployable else rec.deploy_line,
-            "deployable": _candidate_json(rec.deployable), "patched": _candidate_json(rec.patched),
-            "free_bytes": rec.free_bytes, "margin_bytes": rec.margin_bytes if rec.deployable else None,
-            "time_source": rec.time_source, "candidates": len(rec.candidates),
-            "fitting": sum(c.fits for c in rec.candidates), "engine": settings.engine, "gpu": settings.gpu,
-            "scheduler_not_default": differs,
-            "workloads": [{"concurrency": w.concurrency, "isl": w.isl, "osl": w.osl, "shared_prefix": w.shared_prefix,
-                           "random_range_ratio": w.random_range_ratio, "mix": mix_text(w.mix), "seed": w.seed}
-                          for w in workloads]}))
-        return 0 if rec.deployable else 1
+    return scheduler, differs
+
+
+@dataclass(frozen=True)
+class Shown:
+    """What every answer of auto names: the model, release and GPU, the memory free, the
+    scheduler settings that differ from the release's and the workloads."""
+
+    settings: PlanSettings
+    differs: str
+    texts: list[str]  # the workloads as given
+    workloads: list[ClosedLoopWorkload]
+    free_gib: float
+
+    def header(self) -> str:
+        n = len(self.workloads)
+        return (f"{self.settings.model} on {self.settings.engine} ({self.settings.gpu}), {self.free_gib:g} GiB free, "
+                f"{n} workload{'s' if n != 1 else ''} (modelled):")
+
+    def print_tail(self, time_source: str, fitting: int, candidates: int) -> None:
+        print(f"  time: {time_source}")
+        scheduler = f"not the release default: {self.differs}" if self.differs else f"the {self.settings.engine} defaults"
+        print(f"  scheduler: {scheduler}")
+        print(f"  {fitting} of {candidates} candidates fit")
+        mixed = [f"{text} ({w.label}, seed {w.seed}: one schedule)" for text, w in zip(self.texts, self.workloads)
+                 if not w.homogeneous]
+        if mixed:
+            print(f"  prompt lengths: {'; '.join(mixed)}")
+
+    def json(self) -> dict:
+        return {"model": self.settings.model, "engine": self.settings.engine, "gpu": self.settings.gpu,
+                "free_bytes": free_bytes_from_gib(self.free_gib), "scheduler_not_default": self.differs,
+                "workloads": [{"concurrency": w.concurrency, "isl": w.isl, "osl": w.osl,
+                               "shared_prefix": w.shared_prefix, "random_range_ratio": w.random_range_ratio,
+                               "mix": mix_text(w.mix), "seed": w.seed} for w in self.workloads]}
+
+
+def print_recommendation(rec, shown: Shown) -> None:
+    """The header, the line to deploy (or why there is none), and what it rests on."""
+    print(shown.header())
     print(rec.deploy_line)
     d = rec.deployable
     if d is not None:
@@ -169,14 +244,7 @@ def cmd_auto(args) -> int:
               f"(worst step needs {d.needs_bytes / MIB:.0f} MiB of {rec.free_bytes / MIB:.0f} MiB free)")
     if rec.patched is not None and (d is None or rec.patched.total_ms < d.total_ms):
         print(f"  {rec.patched_line}")
-    print(f"  time: {rec.time_source}")
-    print(f"  scheduler: {'not the release default: ' + differs if differs else 'the ' + settings.engine + ' defaults'}")
-    print(f"  {sum(c.fits for c in rec.candidates)} of {len(rec.candidates)} candidates fit")
-    mixed = [f"{text} ({w.label}, seed {w.seed}: one schedule)" for text, w in zip(args.workload, workloads)
-             if not w.homogeneous]
-    if mixed:
-        print(f"  prompt lengths: {'; '.join(mixed)}")
-    return 0 if d is not None else 1
+    shown.print_tail(rec.time_source, sum(c.fits for c in rec.candidates), len(rec.candidates))
 
 
 def _candidate_json(c) -> dict | None:

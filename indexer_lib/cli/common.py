@@ -13,9 +13,10 @@ from ..engines.budget import sglang_static_budget
 from ..padding import DEEPGEMM_RULES
 from ..plan import NO_BUDGET, STRATEGIES, PlanSettings, Strategy, get_strategy
 from ..memory import make_plan
-from ..presets import GPUS, MODELS, budget_bytes_from_mb, check_within_gpu, free_bytes_from_gib, get_gpu, get_model
-from ..presets import format_bytes
+from ..presets import DEFAULT_MODEL, GPUS, MODELS, budget_bytes_from_mb, check_within_gpu, free_bytes_from_gib, get_gpu
+from ..presets import format_bytes, get_model
 from ..workload import MAX_CONCURRENCY, StepBatch
+from . import exits
 
 
 class UsageError(ValueError):
@@ -98,7 +99,8 @@ def add_batch_options(p: argparse.ArgumentParser) -> None:
                         f"(default: the latest vLLM, {get_engine(DEFAULT_ENGINE).name})")
     p.add_argument("--free-gib", type=finite_float,
                    help="GPU memory free when the step runs, as PyTorch's OOM message reports it (GiB): "
-                        "gives the verdict (fits or OOM) and, unless --budget-free-gib, SGLang's budget")
+                        "plan and run give the verdict (fits or OOM, exit status 0 or 1) and, unless "
+                        "--budget-free-gib, SGLang's budget")
     p.add_argument("--budget-free-gib", type=finite_float,
                    help="SGLang: GPU memory free when the engine measured its logits budget, which it "
                         "caches (GiB; default: --free-gib)")
@@ -107,15 +109,19 @@ def add_batch_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mem-fraction-static", type=fraction,
                    help="SGLang: the server's --mem-fraction-static, which caps its budget "
                         f"(default {SGLANG_MEM_FRACTION_STATIC}: SGLang's own choice on an H200)")
-    p.add_argument("--budget-mb", type=finite_float, help="logits budget in MiB (fractions allowed)")
-    p.add_argument("--budget-bytes", type=int, help="logits budget in bytes")
+    p.add_argument("--budget-mb", type=finite_float,
+                   help="logits budget in MiB, fractions allowed (default: the release's own for --strategy "
+                        "engine; 512, vLLM's default, for a strategy of ours that reads one)")
+    p.add_argument("--budget-bytes", type=int, help="logits budget in bytes, instead of --budget-mb")
     p.add_argument("--workspace-tokens", type=int, help="K gather workspace (default: the release's, "
                                                           "40 x max_model_len for vLLM)")
     p.add_argument("--max-model-len", type=int,
                    help="the server's --max-model-len, which sizes vLLM's K workspace (default: the model's)")
-    p.add_argument("--query-lens", type=int_list, required=True, help="comma-separated, one per request")
-    p.add_argument("--seq-lens", type=int_list, required=True, help="comma-separated, one per request")
-    p.add_argument("--model", default="deepseek-v3.2", help=f"one of {', '.join(MODELS)}")
+    p.add_argument("--query-lens", type=int_list, required=True,
+                   help="each request's new tokens in this step (its query rows), comma-separated (required)")
+    p.add_argument("--seq-lens", type=int_list, required=True,
+                   help="each request's length with them (its KV tokens), comma-separated (required)")
+    add_model_option(p)
     p.add_argument("--deepgemm-version",
                    help=f"padding rules: one of {', '.join(DEEPGEMM_RULES)} (default: the --engine "
                         "release's; another version: our strategies on that build instead)")
@@ -124,6 +130,12 @@ def add_batch_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compressed", action="store_true",
                    help="causal: DeepGEMM's compressed max_seqlen_k rows")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+
+
+def add_model_option(p: argparse.ArgumentParser) -> None:
+    """--model, with one default for every subcommand (the grid's: ``DEFAULT_MODEL``)."""
+    p.add_argument("--model", default=DEFAULT_MODEL,
+                   help=f"one of {', '.join(sorted(MODELS))} (default: {DEFAULT_MODEL})")
 
 
 def add_gpu_option(p: argparse.ArgumentParser, what: str) -> None:
@@ -202,6 +214,11 @@ def verdict(report, free_gib: float | None) -> dict:
     free = free_bytes_from_gib(free_gib)
     needed = report.peak_transient
     return {"verdict": "fits" if needed <= free else "oom", "needed_bytes": needed, "free_bytes": free}
+
+
+def verdict_code(v: dict) -> int:
+    """The exit status a verdict gives: 1 for OOM, else 0 (no verdict asked for included)."""
+    return exits.NEGATIVE if v.get("verdict") == "oom" else exits.DONE
 
 
 def verdict_line(v: dict) -> str | None:

@@ -6,11 +6,15 @@ import time
 from ..plan import MEASURED_BUDGET, NO_BUDGET, get_strategy
 from ..sweep.grid import Grid, same_budget
 from .common import UsageError
+from .exits import epilog
 from .options import add_setting_options, grid_from_args
 
 
 def register(subparsers) -> None:
-    f = subparsers.add_parser("frontier", help="model the OOM frontier over a grid; write a table")
+    what = "model the OOM frontier over a grid; write a table"
+    f = subparsers.add_parser("frontier", help=what, description=what, epilog=epilog(
+        "the table was written; points that run out of memory are rows of it, not a failure (the map is "
+        "the answer: --free-gib is an axis, not a verdict)"))
     add_setting_options(f, *Grid.PARTS.values())  # one option per setting of the grid
     f.add_argument("--workers", type=int, default=1,
                    help="processes to spread the workloads over (0: one per CPU; default 1)")
@@ -18,7 +22,7 @@ def register(subparsers) -> None:
                    help="compute the workloads on Ray (pip install -e \".[cluster]\"): alone, a local "
                         "instance (or RAY_ADDRESS); 'auto', the cluster this node joined; ray://HOST:10001")
     f.add_argument("--out", default="results/frontier/frontier.csv",
-                   help="table to write (.csv or .parquet); its journal (OUT.journal) stays beside it, "
+                   help="table to write (.csv or .parquet; default: %(default)s); its journal (OUT.journal) stays beside it, "
                         "so the same command again resumes an interrupted run and recomputes nothing "
                         "for a finished one")
     f.add_argument("--replace", action="store_true",

@@ -36,6 +36,8 @@ def add_setting_option(p: argparse.ArgumentParser, f) -> None:
     m = f.metadata
     help = m["help"]() if callable(m["help"]) else m["help"]
     flag = m["flag"] or "--" + f.name.replace("_", "-")
+    if not help:
+        raise ValueError(f"setting {f.name!r} has no help: every option says what it is")
     if m["read"] == "off":  # a switch that turns the setting off (--no-padding)
         p.add_argument(flag, dest=f.name, action="store_false", help=help)
         return
@@ -46,8 +48,16 @@ def add_setting_option(p: argparse.ArgumentParser, f) -> None:
     default = f.default
     if one and isinstance(default, tuple) and len(default) == 1:  # an axis the option gives one value of
         default = default[0]
-    p.add_argument(flag, dest=f.name, type=reader, default=default, help=help or None, metavar=m["metavar"],
-                   choices=m["choices"])
+    p.add_argument(flag, dest=f.name, type=reader, default=default, help=with_default(help, default),
+                   metavar=m["metavar"], choices=m["choices"])
+
+
+def with_default(help: str, default) -> str:
+    """A setting's help with its default, as the option is written, where the help does not say it."""
+    if default is None or "default" in help:
+        return help
+    shown = ",".join(map(str, default)) if isinstance(default, tuple) else str(default) or "none"
+    return f"{help} (default: {shown})"
 
 
 def grid_from_args(args: argparse.Namespace) -> Grid:

@@ -5,11 +5,15 @@ import json
 
 from ..memory import memory_report
 from ..presets import format_bytes
-from .common import add_batch_options, plan_from_args, size_text, static_budget_note, verdict, verdict_line
+from .common import add_batch_options, plan_from_args, size_text, static_budget_note, verdict, verdict_code, verdict_line
+from .exits import epilog
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("plan", help="split one step batch into chunks and print the plan")
+    what = "split one step batch into chunks and print the plan (with --free-gib: whether it fits)"
+    p = subparsers.add_parser("plan", help=what, description=what,
+                              epilog=epilog("the plan was made and, with --free-gib, the step fits",
+                                            "with --free-gib: the step runs out of memory (OOM)"))
     add_batch_options(p)
     p.set_defaults(func=cmd_plan)
 
@@ -46,7 +50,7 @@ def cmd_plan(args) -> int:
                           "unverified": list(plan.settings.preset.unverified),
                           "gpu_unverified": list(plan.settings.gpu_preset.unverified),  # facts of data/gpus/
                           **({"budget_note": note} if note else {})}))
-        return 0
+        return verdict_code(v)
     on = f" on {plan.engine}" if plan.engine else ""
     kernel = "its own QSA kernel, no DeepGEMM" if plan.settings.preset.qsa else f"DeepGEMM {plan.deepgemm_version}"
     if plan.settings.v41_path == "torch":
@@ -56,7 +60,7 @@ def cmd_plan(args) -> int:
     else:
         counted = "padded" if plan.padded else "unpadded, M x N x 4"
         budget = f"budget {size_text(plan.budget_bytes)} ({counted}; {kernel})"
-    print(f"{plan.strategy}{on}: {plan.num_chunks} chunks, {budget}, "
+    print(f"{plan.strategy}{on}, {plan.model}: {plan.num_chunks} chunks, {budget}, "
           f"peak {format_bytes(report.peak)} ({format_bytes(report.peak_transient)} transient)")
     over = sum(c.over_budget for c in plan.chunks)
     if over:  # a budget below what one row (or the workspace) needs: said, not only flagged per chunk
@@ -92,7 +96,7 @@ def cmd_plan(args) -> int:
     for line in (padding_note(plan), verdict_line(v), note and f"budget: {note}"):
         if line:
             print(line)
-    return 0
+    return verdict_code(v)
 
 
 def layer_kinds_json(plan, report) -> list[dict]:

@@ -8,21 +8,26 @@ from dataclasses import asdict
 
 from ..engines import DEFAULT_ENGINE, check_gpu, get_engine, replayed_engines, scheduler_defaults
 from ..run.replay import replay_profile_run, replay_steps
-from ..presets import MIB, MODELS, check_within_gpu, format_bytes, get_model
+from ..presets import MIB, check_within_gpu, format_bytes, get_model
 from ..workload import StepBatch
-from .common import MAX_STEP_ROWS, UsageError, add_gpu_option, check_seq_lens, engine_arg, int_list, working
+from . import exits
+from .common import MAX_STEP_ROWS, UsageError, add_gpu_option, add_model_option, check_seq_lens, engine_arg, int_list, working
+from .exits import epilog
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "replay", help="run a vLLM release's own indexer code on the meta device for one step")
+    what = "run a vLLM release's own indexer code on the meta device for one step"
+    p = subparsers.add_parser("replay", help=what, description=what,
+                              epilog=epilog("the step (or the profile run) was replayed"))
     p.add_argument("--engine", default=DEFAULT_ENGINE, type=engine_arg,
                    help="a vLLM release whose code is installed (vllm==0.33.0 in .venv; "
                         f"{', '.join(n for n in replayed_engines() if n != get_engine(DEFAULT_ENGINE).name)} "
                         f"from scripts/install_engines.sh; default {get_engine(DEFAULT_ENGINE).name})")
-    p.add_argument("--model", default="glm-5", help=f"one of {', '.join(MODELS)} (default glm-5)")
-    p.add_argument("--query-lens", type=int_list, help="comma-separated, one per request")
-    p.add_argument("--seq-lens", type=int_list, help="comma-separated, one per request")
+    add_model_option(p)
+    p.add_argument("--query-lens", type=int_list,
+                   help="each request's new tokens in this step, comma-separated (required unless --profile-run)")
+    p.add_argument("--seq-lens", type=int_list,
+                   help="each request's length with them, comma-separated (required unless --profile-run)")
     p.add_argument("--budget-mb", type=int,
                    help="VLLM_SPARSE_INDEXER_MAX_LOGITS_MB, whole MiB (default: the release's)")
     p.add_argument("--max-num-batched-tokens", type=int, default=None,
@@ -43,7 +48,7 @@ def cmd_replay(args) -> int:
         return _replay(args)
     except RuntimeError as e:  # the engine's code failed to run: one line, not a traceback
         print(f"indexer-lab replay: {e}", file=sys.stderr)
-        return 1
+        return exits.FAILED
 
 
 def _replay(args) -> int:

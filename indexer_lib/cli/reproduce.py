@@ -10,11 +10,14 @@ from __future__ import annotations
 import json
 
 from ..presets import GIB
+from .exits import epilog
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("reproduce", help="reproduce every public report of an indexer OOM the project "
-                                                "holds, from its reporter's settings (modelled)")
+    what = "reproduce every public report of an indexer OOM the project holds, from its reporter's settings (modelled)"
+    p = subparsers.add_parser("reproduce", help=what, description=what, epilog=epilog(
+        "every report comes out as data/field/ says it does (reproduced, or not with the reason)",
+        "a report no longer comes out as data/field/ says"))
     p.add_argument("--json", action="store_true", help="a JSON list, one object per report")
     p.set_defaults(func=cmd_reproduce)
 

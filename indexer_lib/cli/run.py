@@ -10,18 +10,22 @@ from __future__ import annotations
 import json
 import sys
 
-from .common import UsageError, add_batch_options, plan_from_args, verdict, verdict_line
+from .common import UsageError, add_batch_options, plan_from_args, verdict, verdict_code, verdict_line
+from .exits import epilog
 from ..presets import format_bytes
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("run", help="execute one step batch's plan and print per-chunk figures")
+    what = "execute one step batch's plan and print per-chunk figures"
+    p = subparsers.add_parser("run", help=what, description=what,
+                              epilog=epilog("the step ran and, with --free-gib, its modelled peak fits",
+                                            "with --free-gib: the step runs out of memory (OOM, modelled)"))
     add_batch_options(p)
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda", "meta"),
-                   help="cpu: compute; cuda: measure; meta: trace (no memory)")
+                   help="cpu: compute, cuda: measure, meta: trace without memory (default: %(default)s)")
     p.add_argument("--backend", default="reference", choices=("reference", "deepgemm"),
-                   help="logits + top-k backend (default reference; deepgemm needs a CUDA GPU)")
-    p.add_argument("--seed", type=int, default=0, help="inputs are drawn from this seed")
+                   help="logits + top-k backend: reference or deepgemm (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="inputs are drawn from this seed (default: %(default)s)")
     p.add_argument("--topk", type=int, help="override the model's top-k (small experiments)")
     p.add_argument("--topk-rows", type=int, help="rows of the persistent top-k buffer (default: the step's)")
     p.add_argument("--save-topk", metavar="PATH", help="write the [M, topk] int32 indices as .npy")
@@ -132,8 +136,8 @@ def cmd_run(args) -> int:
 
     if args.json:
         print(json.dumps(out))
-        return 0
-    print(f"{plan.strategy} on {plan.engine}, {args.device} ({args.backend}): {plan.num_chunks} chunks, "
+        return verdict_code(v)
+    print(f"{plan.strategy} on {plan.engine}, {plan.model}, {args.device} ({args.backend}): {plan.num_chunks} chunks, "
           f"{result.seconds * 1e3:.1f} ms, workspace {result.workspace_tokens} tokens")
     print(f"{'#':>4} {'rows':>7} {'width':>8} {'kv':>8} {'gather':>6} {'logits':>11} "
           f"{'metadata':>10} {'ms':>9}" + (f" {'traced peak':>12}" if args.device == "meta" else ""))
@@ -153,4 +157,4 @@ def cmd_run(args) -> int:
         print(line)
     if args.save_topk:
         print(f"top-k indices -> {args.save_topk}")
-    return 0
+    return verdict_code(v)

@@ -7,12 +7,15 @@ from ..checks import BadValue
 from ..timemodel import kernel_rates
 from ..timemodel.model import TimeModel
 from ..memory import memory_report
-from .common import add_batch_options, plan_from_args, verdict, verdict_line
+from .common import add_batch_options, plan_from_args, verdict, verdict_code, verdict_line
+from .exits import epilog
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("time", help="a step's modelled indexer time per kernel, chunk and layer "
-                                           "(the same step arguments as plan)")
+    what = "a step's modelled indexer time per kernel, chunk and layer (the same step arguments as plan)"
+    p = subparsers.add_parser("time", help=what, description=what,
+                              epilog=epilog("the step was timed and, with --free-gib, it fits",
+                                            "with --free-gib: the step runs out of memory (OOM)"))
     add_batch_options(p)
     p.set_defaults(func=cmd_time)
 
@@ -37,9 +40,10 @@ def cmd_time(args) -> int:
         t = tm.plan_time(plan)
     except ValueError as e:  # a GPU the kernels cannot be timed on
         raise BadValue("gpu", str(e)) from None
+    v = verdict(memory_report(plan), args.free_gib)  # with --free-gib, as plan gives it
     if args.json:
-        print(json.dumps({**time_json(plan, t, tm), **verdict(memory_report(plan), args.free_gib)}))
-        return 0
+        print(json.dumps({**time_json(plan, t, tm), **v}))
+        return verdict_code(v)
     low, high = t.bounds_us()
     on = f" on {plan.engine}" if plan.engine else ""
     print(f"{plan.strategy}{on}, {plan.model} on {tm.gpu}: {plan.num_chunks} chunk{'s' if plan.num_chunks != 1 else ''}, one layer "
@@ -51,7 +55,7 @@ def cmd_time(args) -> int:
         print(f"{i:>4} " + " ".join(f"{c.kernels.get(k, 0.0):>11,.1f}" for k in kernels)
               + f" {c.gpu_us:>11,.1f} {c.host_us:>9,.1f}")
     print(f"time model: {tm.source}; assumed: {', '.join(kernel_rates.assumed_constants())}")
-    line = verdict_line(verdict(memory_report(plan), args.free_gib))
+    line = verdict_line(v)
     if line:
         print(line)
-    return 0
+    return verdict_code(v)

@@ -10,12 +10,13 @@ comes from (docs/design.md#engines).
 """
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from ..checks import BadValue
+from ..checks import or_list, unknown_name
 from ..elementwise import where
 from ..refdata import data_path
 
@@ -406,7 +407,21 @@ def get_engine(spec: str | EngineProfile | None = None) -> EngineProfile:
         return latest(spec)
     if spec in profiles:
         return profiles[spec]
-    known = ", ".join(f"{e}=={' '.join(n.split('==')[1] for n in engine_names(e))}" for e in ENGINES)
-    nearest = nearest_release(spec)
-    hint = f" (nearest: {nearest})" if nearest is not None else ""
-    raise BadValue("engine", f"unknown engine release {given!r}: must be ENGINE==RELEASE, one of {known}{hint}")
+    every = releases_text([name for engine in ENGINES for name in engine_names(engine)])
+    raise unknown_name("engine", "engine release", given, list(profiles), near=near_releases(spec),
+                       rule=f"ENGINE==RELEASE, one of {every}, or a bare {or_list(list(ENGINES))} (its latest)")
+
+
+def near_releases(spec: str) -> list[str]:
+    """The known names nearest to an unknown engine spec, nearest first: the release at or before
+    it of the engine it names (or of the engine spelled nearest: ``vlm==0.33.0`` is
+    ``vllm==0.33.0``), then the names spelled alike."""
+    engine, sep, version = spec.partition("==")
+    if engine not in ENGINES:
+        engine = next(iter(difflib.get_close_matches(engine, ENGINES, n=1)), engine)
+    if sep:
+        first = nearest_release(f"{engine}=={version}")
+    else:  # a bare engine name
+        first = engine if engine in ENGINES else None
+    alike = difflib.get_close_matches(spec, [*ENGINES, *engine_names()], n=3)
+    return [name for name in (first, *alike) if name is not None]

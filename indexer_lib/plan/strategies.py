@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 from typing import ClassVar
 
-from ..checks import BadValue
+from ..checks import BadValue, unknown_name
 from ..elementwise import any_of, not_
 from ..engines import EngineProfile, get_engine, process_budget
 from ..engines.v41 import TORCH_LOGITS_ALIVE
@@ -386,7 +386,7 @@ def get_strategy(strategy: str | Strategy, **options) -> Strategy:
         return replace(strategy, **options) if options else strategy
     cls = STRATEGIES.get(strategy)
     if cls is None:
-        raise BadValue("strategy", f"unknown strategy {strategy!r}: must be one of {', '.join(STRATEGIES)}")
+        raise unknown_name("strategy", "strategy", strategy, STRATEGIES)
     known = [f.name for f in fields(cls)]
     unknown = [k for k in options if k not in known]
     if unknown:

@@ -27,6 +27,17 @@ DEFAULT_BUDGETS_MB = (32, 64, 128, 256, 512, 1024, 2048, 4096)
 DEFAULT_FRACTIONS = (0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5)
 
 
+class NothingFits(ValueError):
+    """No candidate's worst step fits the memory free: a negative answer, not bad input (the
+    command line exits 1 on it); ``candidates``: how many were weighed, ``time_source``: the
+    time model's."""
+
+    def __init__(self, message: str, candidates: int, time_source: str):
+        super().__init__(message)
+        self.candidates = candidates
+        self.time_source = time_source
+
+
 @dataclass(frozen=True)
 class Candidate:
     strategy: str
@@ -257,9 +268,9 @@ def choose(candidates: list[Candidate], free_gib: float, time_source: str) -> Re
     fitting = [c for c in candidates if c.fits]
     if not fitting:
         smallest = min(candidates, key=lambda c: c.needs_bytes)
-        raise ValueError(
+        raise NothingFits(
             f"free memory {free_gib} GiB: no strategy and budget fits; the smallest worst step "
-            f"needs {smallest.needs_bytes / MIB:.0f} MiB ({smallest.label})")
+            f"needs {smallest.needs_bytes / MIB:.0f} MiB ({smallest.label})", len(candidates), time_source)
 
     def fastest(kind):
         return min(kind, key=lambda c: (round(c.total_ms, 6), c.needs_bytes), default=None)

@@ -4,7 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..checks import check_int
-from ..presets import budget_bytes_from_mb, free_bytes_from_gib, get_model
+from ..plan import STRATEGIES
+from ..presets import DEFAULT_MODEL, budget_bytes_from_mb, free_bytes_from_gib, get_model
 from ..workload import MAX_CONCURRENCY, MAX_OSL
 from ..workload.lengths import check_range_ratio, mix_text, parse_mix
 from .setting import Settings, setting
@@ -26,16 +27,19 @@ class Axes(Settings):
     """Concurrency, ISL, OSL, the shared prefix, the prompt lengths' spread, the strategy, the budget
     and the free memory.  Checked here each on its own; against the model (max_model_len) by the grid."""
 
-    concurrency: tuple[int, ...] = setting((1, 4, 8, 16, 24, 32, 48, 64), "clients in the closed loop",
-                                           read="ints")
+    concurrency: tuple[int, ...] = setting((1, 4, 8, 16, 24, 32, 48, 64),
+                                           "clients in the closed loop, comma-separated", read="ints")
     isl: tuple[int, ...] | None = setting(  # None: 2,048 up to the model's max_model_len (default_isl)
-        None, lambda: "prompt lengths (default: 2048 up to the model's max_model_len, "
-                      f"{', '.join(map(str, default_isl('glm-5')))} for glm-5)", read="ints")
+        None, lambda: "prompt lengths, comma-separated (default: 2048 up to the model's max_model_len, "
+                      f"{','.join(map(str, default_isl(DEFAULT_MODEL)))} for {DEFAULT_MODEL})", read="ints")
     osl: tuple[int, ...] = setting((64,), "output tokens per request", read="int")
-    budget_mb: tuple[float, ...] = setting((64, 128, 256, 512, 1024, 2048), "logits budgets in MiB", read="numbers")
-    strategy: tuple[str, ...] = setting(("n-only", "vllm", "per-request", "causal"), "chunking strategies",
+    budget_mb: tuple[float, ...] = setting((64, 128, 256, 512, 1024, 2048),
+                                           "logits budgets in MiB, comma-separated", read="numbers")
+    strategy: tuple[str, ...] = setting(("n-only", "vllm", "per-request", "causal"),
+                                        lambda: f"chunking strategies, comma-separated, of {', '.join(STRATEGIES)}",
                                         read="strs")
-    free_gib: tuple[float, ...] = setting((2.63,), "memory free for the indexer at run time (GiB)", read="numbers")
+    free_gib: tuple[float, ...] = setting((2.63,), "memory free for the indexer at run time in GiB, comma-separated",
+                                          read="numbers")
     shared_prefix: tuple[int, ...] = setting((0,), "leading tokens every prompt shares (prefix cache)", read="int")
     # mixed lengths (docs/design.md#mixed-lengths): vLLM bench's --random-range-ratio R (each prompt
     # drawn from ISL x [1 - R, 1 + R]) and mixes ("0.1x131072": a tenth of the prompts at 131,072

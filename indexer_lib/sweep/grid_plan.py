@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 from ..engines import DEFAULT_ENGINE, get_engine
 from ..plan import PlanSettings
-from ..presets import GPUS, MODELS, get_model
+from ..presets import DEFAULT_MODEL, GPUS, MODELS, get_model
 from .setting import Settings, setting
 
 
@@ -15,7 +15,7 @@ class GridPlan(Settings):
     ``engine`` strategy is its own chunker), a DeepGEMM what-if, padded budgets, whose temporaries
     each chunk adds, and the GPU.  Made once, it holds each release's ``PlanSettings``."""
 
-    model: str = setting("glm-5", lambda: f"one of {', '.join(MODELS)} (default glm-5)")
+    model: str = setting(DEFAULT_MODEL, lambda: f"one of {', '.join(sorted(MODELS))} (default: {DEFAULT_MODEL})")
     # engine releases (ENGINE==RELEASE; a bare vllm or sglang: its latest)
     engine: tuple[str, ...] = setting(
         (DEFAULT_ENGINE,), read="engine",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 
+from ...checks import unknown_name
 from .base import Backend
 
 # name -> (module in this package, class); modules are imported lazily by get_backend
@@ -22,7 +23,7 @@ def get_backend(name, **options) -> Backend:
     if isinstance(name, Backend):
         return name
     if name not in BACKENDS:
-        raise ValueError(f"unknown backend {name!r}: must be one of {', '.join(BACKENDS)}")
+        raise unknown_name("backend", "backend", name, BACKENDS)
     module_name, class_name = BACKENDS[name]
     try:
         module = importlib.import_module(module_name, __name__)
