@@ -26,11 +26,13 @@ STEP = ("--query-lens", "100", "--seq-lens", "1000")
 
 @pytest.mark.parametrize("args, message", [
     (("plan", "--query-lens", "1000000000000", "--seq-lens", "1000000000000"),
-     "--seq-lens 1000000000000: past deepseek-v3.2's max_model_len 163,840"),
+     "--seq-lens 1000000000000: past glm-5's max_model_len 202,752"),
+    (("plan", "--model", "deepseek-v3.2", "--query-lens", "100", "--seq-lens", "200000"),
+     "--seq-lens 200000: past deepseek-v3.2's max_model_len 163,840"),
     (("plan", "--model", "glm-5", "--query-lens", "100", "--seq-lens", "10000000"),
      "--seq-lens 10000000: past glm-5's max_model_len 202,752"),
-    (("time", "--query-lens", "100", "--seq-lens", "200000"), "past deepseek-v3.2's max_model_len"),
-    (("run", "--device", "meta", "--query-lens", "100", "--seq-lens", "200000"), "past deepseek-v3.2's max_model_len"),
+    (("time", "--query-lens", "100", "--seq-lens", "300000"), "past glm-5's max_model_len"),
+    (("run", "--device", "meta", "--query-lens", "100", "--seq-lens", "300000"), "past glm-5's max_model_len"),
     (("plan", *STEP, "--free-gib", "1000"), "--free-gib 1000: more than the h200 holds (139.8 GiB)"),
     (("plan", *STEP, "--gpu", "h100", "--free-gib", "100"), "--free-gib 100: more than the h100 holds"),
     (("time", *STEP, "--free-gib", "1000"), "--free-gib 1000: more than the h200 holds"),

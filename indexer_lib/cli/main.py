@@ -75,6 +75,9 @@ def main(argv=None) -> int:
         return exits.BAD_INPUT
     except KeyboardInterrupt as e:  # Ctrl-C: one line (what was kept, where the command says)
         return interrupted(f" {args.command}", str(e))
+    except OSError as e:  # the machine refused (a full disk, a file removed meanwhile): one line
+        print(f"indexer-lab {args.command}: failed: {e}", file=sys.stderr)
+        return exits.FAILED
     except Exception:  # a bug: its traceback, and a status no verdict uses (1 would read as OOM)
         traceback.print_exc()
         print(f"indexer-lab {args.command}: failed (the traceback above says where)", file=sys.stderr)
@@ -82,7 +85,7 @@ def main(argv=None) -> int:
 
 
 def interrupted(command: str, kept: str = "") -> int:
-    print(f"\nindexer-lab{command}: interrupted" + (f": {kept}" if kept else ""), file=sys.stderr)
+    print(f"indexer-lab{command}: interrupted" + (f": {kept}" if kept else ""), file=sys.stderr)
     return exits.INTERRUPTED
 
 
