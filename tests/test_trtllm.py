@@ -7,7 +7,7 @@ import json
 from dataclasses import replace
 
 import pytest
-from hypothesis import given, settings as hsettings, strategies as st
+from hypothesis import example, given, settings as hsettings, strategies as st
 
 from indexer_lib.cli.main import main
 from indexer_lib.engines import EngineBudget, engine_names, get_engine, process_budget
@@ -121,6 +121,8 @@ small_steps = st.lists(st.tuples(st.integers(0, 300), st.integers(1, 300)), min_
 
 
 @hsettings(max_examples=300, deadline=None)
+# requests whose rows fill a chunk exactly: they are packed together, not one a chunk
+@example(requests=[(0, 50), (0, 50)], model="deepseek-v3.2", chunk_rows=100, elements=None, adaptive=False)
 @given(requests=small_steps, model=st.sampled_from(["deepseek-v3.2", "deepseek-v4-flash"]),
        chunk_rows=st.integers(1, 200), elements=st.one_of(st.none(), st.integers(1, 20000)),
        adaptive=st.booleans())
