@@ -14,7 +14,7 @@ from indexer_lib.study import reported
 from indexer_lib.sweep import rows as sweep
 from indexer_lib.timemodel import model as timemodel
 from indexer_lib.plan import PlanSettings
-from indexer_lib.runmode import STRICT_FIGURES_ENV
+from indexer_lib.runmode import HEADLESS_ENV, STRICT_FIGURES_ENV
 from indexer_lib.sweep.grid import Grid
 
 # DeepGEMM 2.6's full [M, N] logits (on the latest vLLM's workspace) with a 256-token
@@ -451,5 +451,9 @@ def test_while_the_kernel_waits_the_other_budgets_are_made_and_a_newer_change_st
         await asyncio.sleep(0.3)
         return dash
 
+    dash = asyncio.run(idle())
+    assert len(dash.budgets_to_plan(dash.state())) == len(dash.BUDGETS) - 1
+    monkeypatch.setattr(FrontierDashboard, "AXIS_IDLE_S", 0.05)
+    monkeypatch.setenv(HEADLESS_ENV, "1")  # an executed notebook is read: nothing made ahead either
     dash = asyncio.run(idle())
     assert len(dash.budgets_to_plan(dash.state())) == len(dash.BUDGETS) - 1

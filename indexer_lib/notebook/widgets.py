@@ -15,6 +15,7 @@ import ipywidgets as w
 from .live_candidates import LiveCandidates
 from .live_heatmap import Kept, LiveHeatmap
 from .headless import show_dashboard
+from ..runmode import headless
 from .plots import lengths_of, not_default_of
 from ..engines import engine_names, get_engine
 from ..fast import young_only
@@ -211,7 +212,7 @@ class FrontierDashboard:
         drag or a run of picks has ended).  A budget drag does not stop it; a free-memory move
         makes only rows not planned yet (none, once a round has ended: they do not depend on it),
         so typing free memory again and again costs nothing ahead.  Without a running event loop
-        (a script, a test) nothing is made ahead."""
+        (a script, a test) or headless (an executed notebook) nothing is made ahead."""
         # the free memory as the figures read it (a browser may send 2.63 back as 2.6300000000000003)
         settings = tuple((k, v) for k, v in self.shown_key(state) if k != "budget_mb")
         if settings == self.axis_settings:  # a budget drag: the round of these settings goes on
@@ -221,7 +222,7 @@ class FrontierDashboard:
         delay = self.AXIS_DELAY_S if self.axis_settings is None else self.AXIS_IDLE_S
         self.axis_settings, self.axis_rows = settings, rows
         self.axis_round += 1
-        if self.AXIS_IDLE_S is None:  # nothing made ahead
+        if self.AXIS_IDLE_S is None or headless():  # nothing made ahead (an executed notebook is read)
             return
         try:
             loop = asyncio.get_running_loop()
