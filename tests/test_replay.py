@@ -108,7 +108,7 @@ def test_refusals_are_one_line(capsys):
     assert main(["replay", "--query-lens", "9000", "--seq-lens", "9000"]) == 2
     assert "max_num_batched_tokens 8192" in capsys.readouterr().err
     assert main(["replay", "--query-lens", "5", "--seq-lens", "10", "--budget-mb", "0"]) == 2
-    assert "budget_mb 0" in capsys.readouterr().err
+    assert "--budget-mb 0: must be" in capsys.readouterr().err
     with pytest.raises(ValueError, match="no logits budget"):
         replay_steps("vllm==0.15.1", "glm-5", [((1,), (1,))], budget_mb=64)
     with pytest.raises(ValueError, match="steps is empty"):
