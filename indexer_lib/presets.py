@@ -12,6 +12,7 @@ import json
 import math
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
+from typing import ClassVar
 
 from .checks import BadValue, unknown_name
 from .refdata import data_path
@@ -101,10 +102,12 @@ class ModelPreset:
             return 2 * self.head_dim
         return self.head_dim + K_SCALE_BYTES
 
+    # vLLM sizes the gather workspace at 40 x max_model_len tokens (planned without an engine release)
+    default_workspace_factor: ClassVar[int] = 40
+
     @property
     def default_workspace_tokens(self) -> int:
-        """vLLM sizes the gather workspace at 40 x max_model_len tokens."""
-        return 40 * self.max_model_len
+        return self.default_workspace_factor * self.max_model_len
 
     @cached_property  # every plan asks (``PlanSettings.view``): found once per model
     def indexing_kinds(self) -> tuple[LayerKind, ...]:

@@ -48,7 +48,8 @@ def test_plan_table_lists_every_chunk(capsys):
     assert out.startswith("causal on vllm==0.33.0, deepseek-v3.2: 18 chunks")
     lines = out.strip().splitlines()
     assert lines[1].startswith("deepseek-v3.2: layer kind dsa (64 heads x 128, top-2048) on 61 of 61 layers")
-    assert len(lines) == 3 + 18
+    assert lines[2] == "persistent 1.31 GiB: K workspace 6,553,600 tokens, 825.0 MiB; top-k output 512.0 MiB"
+    assert len(lines) == 4 + 18
 
 
 @pytest.mark.parametrize("args, message", [

@@ -109,3 +109,25 @@ def test_the_fewest_steps_are_never_more_than_the_simulator_runs(concurrency, is
     workload = ClosedLoopWorkload(concurrency, max(isl, prefix), osl, prefix)
     config = SchedulerConfig(max_num_batched_tokens=tokens)
     assert least_steps(workload, config) <= sum(1 for _ in scheduled_steps(workload, config))
+
+
+@pytest.mark.parametrize("model, engine, rows, tokens", [
+    ("deepseek-v4-flash", "vllm==0.33.0", 8192, 1_048_576),  # K compressed 4 tokens to an entry
+    ("glm-5", "vllm==0.33.0", 8192, 65536),
+    ("glm-5", "vllm==0.15.1", 4096, 32768),
+])
+def test_a_max_model_len_given_equal_to_the_models_plans_the_same_workspace(capsys, model, engine, rows, tokens):
+    from indexer_lib.presets import get_model
+
+    args = ["plan", "--model", model, "--engine", engine, "--query-lens", str(rows), "--seq-lens", str(tokens)]
+    _, default, _, _ = run(capsys, *args, "--json")
+    longest = str(get_model(model).max_model_len)
+    _, given, _, _ = run(capsys, *args, "--max-model-len", longest, "--json")
+    default, given = json.loads(default), json.loads(given)
+    assert default["workspace_tokens"] == given["workspace_tokens"] and default["peak_bytes"] == given["peak_bytes"]
+    small = args[:5] + ["--query-lens", "100", "--seq-lens", "1000"]  # the workspace is the server's, not the step's
+    _, half, _, _ = run(capsys, *small, "--max-model-len", str(get_model(model).max_model_len // 2), "--json")
+    assert json.loads(half)["workspace_tokens"] == default["workspace_tokens"] // 2  # the rule scales with it
+    _, text, _, _ = run(capsys, *args)
+    ratio = get_model(model).kv_ratio
+    assert f"K workspace {default['workspace_tokens']:,} {'entries' if ratio != 1 else 'tokens'}" in text.splitlines()[2]

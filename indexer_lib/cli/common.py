@@ -272,9 +272,9 @@ def with_max_model_len(settings: PlanSettings, max_model_len: int, args) -> Plan
     too_long = [s for s in args.seq_lens if s > max_model_len]
     if too_long:
         raise UsageError(f"--seq-lens {too_long[0]} > --max-model-len {max_model_len}: the server refuses it")
-    if args.workspace_tokens is not None or settings.profile is None:
+    if args.workspace_tokens is not None:
         return settings
-    tokens = settings.profile.workspace_tokens(max_model_len)
+    tokens = settings.workspace_at(max_model_len)  # the release's rule, as for the model's own
     return settings if tokens is None else settings.where(workspace_tokens=tokens)
 
 

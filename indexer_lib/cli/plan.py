@@ -79,6 +79,7 @@ def cmd_plan(args) -> int:
               f"{'entries' if k['compress_ratio'] != 1 else 'tokens'}, {k['num_chunks']} chunks, largest logits "
               f"{format_bytes(k['largest_logits_bytes'])}, peak {format_bytes(k['peak_bytes'])}"
               + ("  <- the step's peak" if k["name"] == plan.layer_kind else ""))
+    print(persistent_line(plan, report))
     gpu = plan.settings.gpu_preset
     if gpu.name != "h200":  # a plan reads the GPU's capacity only (its bandwidth is for the time model)
         print(f"GPU {gpu.name} ({gpu.arch}): {gpu.capacity_gib:.2f} GiB as torch reports it (data/gpus/{gpu.name}.json)"
@@ -97,6 +98,18 @@ def cmd_plan(args) -> int:
         if line:
             print(line)
     return verdict_code(v)
+
+
+def persistent_line(plan, report) -> str:
+    """What the peak holds beyond the step's transients: the K workspace (tokens and bytes) and the
+    top-k output, reserved once."""
+    entries = "entries" if plan.settings.preset.kv_ratio != 1 else "tokens"
+    if plan.workspace_lifetime == "persistent" and plan.workspace_tokens:
+        workspace = f"K workspace {plan.workspace_tokens:,} {entries}, {format_bytes(report.workspace)}"
+    else:  # gathered per chunk or per call: counted with the chunk or the call
+        workspace = f"K gathered per {plan.workspace_lifetime}, no workspace reserved"
+    topk = f"top-k output {format_bytes(report.topk_buffer)}" if report.topk_buffer else "top-k output per call"
+    return f"persistent {format_bytes(report.persistent)}: {workspace}; {topk}"
 
 
 def layer_kinds_json(plan, report) -> list[dict]:

@@ -182,12 +182,17 @@ class PlanSettings:
         """K workspace tokens; None: the engine gathers each step's own K."""
         if self.workspace_tokens is not None:
             return self.workspace_tokens
+        return self.workspace_at(self.preset.max_model_len)
+
+    def workspace_at(self, max_model_len: int) -> int | None:
+        """The K workspace a server started with ``max_model_len`` reserves, in tokens (entries
+        of a compressed K); None: the engine gathers each step's own K."""
         if self.preset.qsa:
             return None  # QSA's paths reserve no K workspace (vLLM reads its cache in place, SGLang gathers per call)
         if self.profile is None:
-            tokens = self.preset.default_workspace_tokens
+            tokens = self.preset.default_workspace_factor * max_model_len
         else:
-            tokens = self.profile.workspace_tokens(self.preset.max_model_len)
+            tokens = self.profile.workspace_tokens(max_model_len)
         # vLLM sizes a compressed indexer's K workspace in entries: the buffer // compress ratio
         return None if tokens is None else tokens // self.preset.kv_ratio
 
