@@ -12,6 +12,7 @@ import json
 import math
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
+from pathlib import Path
 from typing import ClassVar
 
 from .checks import BadValue, unknown_name
@@ -215,15 +216,19 @@ def _topk_tokens(value) -> int:
     return int(value["tokens"]) if isinstance(value, dict) else int(value)
 
 
+def _documents(folder: str, what: str) -> list[tuple[Path, dict]]:
+    """(path, parsed JSON) of every file of ``data/<folder>/``, in name order; one at least."""
+    files = sorted(data_path(folder).glob("*.json"))
+    if not files:
+        raise FileNotFoundError(f"{data_path(folder)}: no {what} files (data/{folder}/*.json)")
+    return [(path, json.loads(path.read_text())) for path in files]
+
+
 @lru_cache(maxsize=None)
 def _load_models() -> dict[str, ModelPreset]:
     """Every model of ``data/models/`` (one JSON file each, every fact with its source)."""
-    files = sorted(data_path("models").glob("*.json"))
-    if not files:
-        raise FileNotFoundError(f"{data_path('models')}: no model files (data/models/*.json)")
     models = {}
-    for path in files:
-        doc = json.loads(path.read_text())
+    for path, doc in _documents("models", "model"):
         kinds = tuple(_layer_kind(k, doc["facts"]) for k in doc["layer_kinds"])
         indexing = _indexing(kinds)
         if not indexing:
@@ -273,12 +278,8 @@ class GpuPreset:
 @lru_cache(maxsize=None)
 def _load_gpus() -> dict[str, GpuPreset]:
     """Every GPU of ``data/gpus/`` (one JSON file each, every fact with its source)."""
-    files = sorted(data_path("gpus").glob("*.json"))
-    if not files:
-        raise FileNotFoundError(f"{data_path('gpus')}: no GPU files (data/gpus/*.json)")
     gpus = {}
-    for path in files:
-        doc = json.loads(path.read_text())
+    for _, doc in _documents("gpus", "GPU"):
         f = doc["facts"]
         sms = _value(f, "sm_count")
         tbps = _value(f, "hbm_tbps")

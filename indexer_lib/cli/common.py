@@ -10,7 +10,7 @@ import threading
 
 from ..engines import DEFAULT_ENGINE, SGLANG_MEM_FRACTION_STATIC, get_engine, process_budget
 from ..engines.budget import sglang_static_budget
-from ..padding import DEEPGEMM_RULES
+from ..padding import DEEPGEMM_RULES, unpadded_logits_bytes
 from ..plan import NO_BUDGET, STRATEGIES, PlanSettings, Strategy, get_strategy
 from ..memory import make_plan
 from ..presets import DEFAULT_MODEL, GPUS, MODELS, budget_bytes_from_mb, check_within_gpu, free_bytes_from_gib, get_gpu
@@ -149,13 +149,13 @@ def budget_from_args(args, batch: StepBatch) -> int | None:
     the project's budgeted strategies)."""
     if args.budget_mb is not None and args.budget_bytes is not None:
         raise UsageError("--budget-mb and --budget-bytes: give one of them, not both")
-    gpu = getattr(args, "gpu", "h200")
     if args.budget_bytes is not None:
         if args.budget_bytes <= 0:
             raise UsageError(f"--budget-bytes {args.budget_bytes}: must be > 0")
-        return check_within_gpu("budget_bytes", args.budget_bytes, gpu, f"--budget-bytes {args.budget_bytes}")
+        return check_within_gpu("budget_bytes", args.budget_bytes, args.gpu, f"--budget-bytes {args.budget_bytes}")
     if args.budget_mb is not None:
-        return check_within_gpu("budget_mb", budget_bytes_from_mb(args.budget_mb), gpu, f"--budget-mb {args.budget_mb:g}")
+        return check_within_gpu("budget_mb", budget_bytes_from_mb(args.budget_mb), args.gpu,
+                                f"--budget-mb {args.budget_mb:g}")
     strategy = get_strategy(args.strategy)
     if strategy.own_build:
         return engine_budget_from_args(args, batch)
@@ -334,7 +334,7 @@ def check_sglang_options(args, strategy: Strategy, settings: PlanSettings) -> No
 def check_free_memory(args, settings: PlanSettings) -> None:
     """--free-gib and --budget-free-gib: readings of the GPU's free memory, so at most its capacity."""
     for flag in ("free_gib", "budget_free_gib"):
-        value = getattr(args, flag, None)
+        value = getattr(args, flag)
         if value is not None:
             option = "--" + flag.replace("_", "-")
             check_within_gpu(flag, free_bytes_from_gib(value), settings.gpu, f"{option} {value:g}")
@@ -349,10 +349,9 @@ def check_step_size(batch: StepBatch, budget: int | None, strategy: Strategy, se
                          f"{MAX_STEP_ROWS:,} (no engine batches that many tokens in one step)")
     if budget is None:
         return
-    ratio = settings.preset.kv_ratio
-    logits = sum(4 * r.query_len * max(1, r.seq_len // ratio) for r in batch.requests)
+    logits = sum(unpadded_logits_bytes(r.query_len, max(1, r.seq_len)) for r in settings.view(batch).requests)
     chunks = -(-logits // budget)
-    if strategy.name != "kv-split":  # the others cut rows: one row a chunk at the least
+    if not strategy.cuts_columns:  # one row a chunk at the least
         chunks = min(chunks, batch.num_rows)
     if chunks > MAX_PLAN_CHUNKS:
         shown = size_text(budget)

@@ -116,14 +116,18 @@ class FrontierDashboard:
         (except SGLang's own chunker's): a free-GiB move only re-reads the planned rows
         (``sweep.at_free_memory``), and the last settings planned are kept."""
         free = round(state["free_gib"], 4)
-        # each control is a setting of the grid: a move makes again only the part that holds it
-        grid = self.grid.where(**{**state, "free_gib": free, "isl": self.isl})
+        grid = self.grid_at(state)
         key = self.planned_key(grid, state)
         frame = self.planned.get(key)
         if frame is None:
             frame = self._keep_planned(key, sweep.to_frame(list(sweep.model_rows(grid))))
         self.grid = grid
         return frame if "free_gib" in dict(key) else sweep.at_free_memory(frame, free)
+
+    def grid_at(self, state: dict) -> Grid:
+        """The grid of ``state``: each control is a setting of the grid, so a move makes again only
+        the part that holds it."""
+        return self.grid.where(**{**state, "free_gib": round(state["free_gib"], 4), "isl": self.isl})
 
     def _keep_planned(self, key: tuple, frame):
         self.planned[key] = frame
@@ -177,9 +181,8 @@ class FrontierDashboard:
             at = {**state, "budget_mb": budget}
             key = self.planned_key(self.grid, at)
             if key not in self.planned:
-                grid = self.grid.where(**{**at, "free_gib": round(at["free_gib"], 4), "isl": self.isl})
                 rows, tasks = [], set()
-                for row in sweep.model_rows(grid):
+                for row in sweep.model_rows(self.grid_at(at)):
                     rows.append(row)
                     tasks.add(row["task"])
                     if len(tasks) == self.ROWS_PER_PART:

@@ -37,6 +37,7 @@ class Strategy:
     # "field" (the serving field's ideas), "beyond" (the project's), "engine" (a release's own chunker)
     family: ClassVar[str]
     needs_full_layout: ClassVar[bool] = False  # DeepGEMM's [M, N] layout, which 2.8 lacks
+    cuts_columns: ClassVar[bool] = False  # a row may be cut into column ranges (else one row a chunk at least)
     # a chunk's memory depends on its shape alone (and its neighbour's where two chunks' logits
     # are alive): a frontier can plan it by shapes (``indexer_lib.fast``)
     by_shapes: ClassVar[bool] = True
@@ -233,6 +234,7 @@ class KvSplit(Strategy):
     name: ClassVar[str] = "kv-split"
     family: ClassVar[str] = "beyond"
     needs_full_layout: ClassVar[bool] = True
+    cuts_columns: ClassVar[bool] = True
     by_shapes: ClassVar[bool] = False  # a column range's memory depends on its neighbours
 
     def split(self, batch, b, build, among=True) -> None:
