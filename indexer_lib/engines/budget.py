@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..dtypes import FP32_BYTES
 from ..presets import budget_bytes_from_mb, get_gpu
 from .profiles import EngineProfile, get_engine
 
@@ -108,7 +109,8 @@ class EngineBudget:
         return self.cached
 
 
-def profile_run_logits_bytes(engine, value: float | None = None, model=None) -> int:
+def profile_run_logits_bytes(engine, value: float | None = None, model=None, worst_decode_tokens: int = 0,
+                             max_model_len: int | None = None) -> int:
     """What the release's profile (dummy) run allocates for the indexer's logits, so that the
     KV cache is sized to leave it free: vLLM from 0.19.0 a ``torch.empty`` of
     ``VLLM_SPARSE_INDEXER_MAX_LOGITS_MB`` (``value``; default the release's), one chunk's
@@ -116,11 +118,21 @@ def profile_run_logits_bytes(engine, value: float | None = None, model=None) -> 
     model's indexer (Qwen3.8-Flash-Next) reserves none in vLLM 0.33.0, whose profile run builds no
     attention metadata (v1/worker/gpu_model_runner.py:6132-6133, :5637), so its QSA indexer
     returns before any logits (models/qwen4_exp/nvidia/indexer_qsa.py:198-205, :257-273) and the
-    DeepSeek indexer's reservation (sparse_attn_indexer.py) is not on its path."""
+    DeepSeek indexer's reservation (sparse_attn_indexer.py) is not on its path.  A pooled model
+    (GLM-5.3-Flash) on a release with ``pooled_decode_reservation`` reserves the larger of that and
+    its worst decode step's logits (``worst_decode_tokens`` rows at ``max_model_len``, default the
+    model's)."""
     profile = get_engine(engine)
     if not profile.dummy_logits_reservation or getattr(model, "qsa", False):
         return 0
-    return budget_bytes_from_mb(profile.budget_default if value is None else value)
+    budget = budget_bytes_from_mb(profile.budget_default if value is None else value)
+    if profile.pooled_decode_reservation and getattr(model, "pooled", False):
+        # vLLM 0.33.0's kpool path: the larger of the budget and the worst decode step's fp32
+        # logits, [min(max_num_seqs x (1 + drafts), max_num_batched_tokens), max_model_len // 4]
+        # (the caller gives that min as ``worst_decode_tokens``)
+        pools = (model.max_model_len if max_model_len is None else max_model_len) // model.kv_ratio
+        return max(budget, worst_decode_tokens * pools * FP32_BYTES)
+    return budget
 
 
 def process_budget(engine, free_bytes: int | None = None, total_bytes: int | None = None,

@@ -138,6 +138,13 @@ class EngineProfile:
     # holds go to the free queue's front, to be reused first (0.30.0 on), or to its end with the rest
     scheduler_reserve_full_isl: bool = True
     scheduler_free_uncached_first: bool = True
+    # the decode path's logits (docs/design.md#the-ledger): "max_model_len" where the release asks
+    # DeepGEMM's paged logits for [decode tokens, max_model_len] fp32 on every decode step (vLLM's
+    # DeepSeek indexer); None: not read, and no decode line
+    decode_logits_cols: str | None = None
+    # vLLM 0.33.0's kpool path: the profile run reserves the larger of the logits budget and the
+    # worst decode step's logits, [min(max_num_seqs x (1 + drafts), max_num_batched_tokens), max_model_len // 4]
+    pooled_decode_reservation: bool = False
     sources: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def __post_init__(self):
