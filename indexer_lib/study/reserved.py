@@ -43,8 +43,11 @@ def long_prompt_steps(prompt_len: int = 65_536, step_tokens: int = 8192) -> list
     return steps
 
 
-def plan_events(plan: Plan, report: MemoryReport, key: str, inputs: bool = False) -> list[tuple]:
-    """The executor's allocations for one step, from the memory model's bytes."""
+def plan_events(plan: Plan, report: MemoryReport, key: str, inputs: bool = False,
+                persistent: bool = True) -> list[tuple]:
+    """The executor's allocations for one step, from the memory model's bytes (``persistent``:
+    with the K workspace and the top-k buffer, allocated and freed with the step; without, the
+    caller holds them, as a server does from boot: ``persistent_events``)."""
     events: list[tuple] = []
     live: list[str] = []
 
@@ -65,11 +68,10 @@ def plan_events(plan: Plan, report: MemoryReport, key: str, inputs: bool = False
                              ("weights", FP32_BYTES * rows * m.index_heads),
                              ("k_cache", tokens * m.head_dim), ("k_scale", FP32_BYTES * tokens)):
             malloc(name, nbytes)
-    d = get_model(plan.model).head_dim
-    tokens = report.workspace // (d + FP32_BYTES)
-    malloc("workspace_k", tokens * d)
-    malloc("workspace_scale", tokens * FP32_BYTES)
-    malloc("topk", report.topk_buffer)
+    if persistent:
+        events += persistent_events(plan, report, key)
+        live += [e[1] for e in events if e[0] == "malloc" and e[1] not in live]
+    malloc("call", report.call)  # an engine's per-call K and top-k, held through the call
     merged = merged_chunks(plan.chunks)
     for i, (c, mem) in enumerate(zip(plan.chunks, report.chunks)):
         rows_key = (c.token_start, c.token_end)
@@ -84,15 +86,31 @@ def plan_events(plan: Plan, report: MemoryReport, key: str, inputs: bool = False
         malloc(f"{i}/slots", mem.metadata - 2 * INT32_BYTES * c.num_rows)
         if merged[i]:
             malloc(f"{i}/candidates", mem.running // 2)
+        malloc(f"{i}/kv", mem.kv_buffer)
         malloc(f"{i}/logits", mem.logits)
+        if mem.held:  # the previous chunk's logits live through this chunk's logits call
+            malloc(f"{i}/with_held", mem.held_with)
+            free(f"{i}/with_held")
+            free(f"{i - 1}/logits")
         malloc(f"{i}/temporaries", mem.temporaries)
-        for name in ("temporaries", "logits", "candidates", "slots", "ke", "ks"):
+        free(f"{i}/temporaries")
+        last_chunk = i + 1 == len(plan.chunks)
+        keep = not last_chunk and report.chunks[i + 1].held  # freed once the next chunk's logits exist
+        for name in ("kv", "candidates", "slots", "ke", "ks") if keep else ("logits", "kv", "candidates", "slots", "ke", "ks"):
             free(f"{i}/{name}")
         if last:
             free("running")
     for name in list(live):
         free(name.split("/", 1)[1])
     return events
+
+
+def persistent_events(plan: Plan, report: MemoryReport, key: str) -> list[tuple]:
+    """The K workspace (values, then scales) and the top-k buffer, as the executor allocates them."""
+    d = get_model(plan.model).head_dim
+    tokens = report.workspace // (d + FP32_BYTES)
+    sizes = (("workspace_k", tokens * d), ("workspace_scale", tokens * FP32_BYTES), ("topk", report.topk_buffer))
+    return [("malloc", f"{key}/{name}", nbytes) for name, nbytes in sizes if nbytes > 0]
 
 
 def traced_events(plan: Plan, key: str, topk_rows: int | None = None,

@@ -1,0 +1,72 @@
+"""The caching allocator over a whole run (the ledger's ``allocator`` line).
+
+The boot buffers are allocated first and held; then every step's allocations (its prefill chunks
+as the executor makes them, ``study.reserved.plan_events``, then its decode logits) go through one
+``memory.allocator.CachingAllocatorModel`` whose driver can give the boot buffers plus the memory
+free when a step runs.  The line is the most the allocator held beyond the boot buffers; where a
+request cannot be served even after the allocator gave its cached segments back, the line is what
+it then needed, which exceeds the free memory, and says whether the total would have fitted (the
+segments it kept were the wrong sizes).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..memory.allocator import AllocatorOutOfMemory, CachingAllocatorModel, replay, round_size, segment_size
+from ..presets import format_bytes
+from .lines import LedgerLine
+
+SOURCE = ("memory/allocator.py: PyTorch's CUDACachingAllocator rules (c10/cuda/CUDACachingAllocator.cpp), "
+          "with what each step allocates in the executor's order")
+
+
+@dataclass(frozen=True)
+class AllocatorRun:
+    high_water: int  # most bytes held from the driver beyond the boot buffers
+    step: int | None  # the engine step where that was reached (or where it failed)
+    failed: bool
+    fragmented: bool  # failed although allocated + the request fitted the free memory
+    segments: int
+    retries: int
+
+    def line(self, expandable: bool) -> LedgerLine:
+        where = f"step {self.step}" if self.step is not None else "boot"
+        conf = "expandable_segments on" if expandable else "expandable_segments off (PyTorch's default)"
+        if self.failed:
+            why = ("the segment it asks the driver for does not fit what is left, although the bytes allocated "
+                   "would (segments rounded up, or kept at the wrong sizes)" if self.fragmented
+                   else "more than the free memory allocated at once")
+            detail = f"fails at {where}: {why}; {conf}"
+        else:
+            detail = f"high water at {where}, {self.segments} segments held; {conf}"
+        return LedgerLine("allocator", "caching allocator across the run", self.high_water, SOURCE, detail)
+
+
+def run_allocator(boot_events: list[tuple], steps, free_bytes: int | None, expandable: bool = False) -> AllocatorRun:
+    """Replay ``boot_events`` then each ``(engine step, events)`` of ``steps``; the driver gives
+    the boot buffers plus ``free_bytes`` (None: no limit)."""
+    alloc = CachingAllocatorModel(**({"expandable_segments": True} if expandable else {}))
+    handles: dict[str, int] = {}
+    replay(boot_events, alloc, handles)
+    held = alloc.reserved
+    if free_bytes is not None:
+        alloc.limit = held + free_bytes
+    high, high_step = 0, None
+    for step, events in steps:
+        try:
+            replay(events, alloc, handles)
+        except AllocatorOutOfMemory as e:
+            need = e.reserved + segment_size(round_size(e.nbytes)) - held
+            fragmented = e.allocated + round_size(e.nbytes) <= e.limit
+            return AllocatorRun(max(high, need), step, True, fragmented, _segments(alloc), alloc.retries)
+        if alloc.peak_reserved - held > high:
+            high, high_step = alloc.peak_reserved - held, step
+    return AllocatorRun(high, high_step, False, False, _segments(alloc), alloc.retries)
+
+
+def _segments(alloc: CachingAllocatorModel) -> int:
+    return sum(s is not None for s in alloc.segments)
+
+
+def phrase(run: AllocatorRun) -> str:
+    return f"{format_bytes(run.high_water)} held beyond the boot buffers"

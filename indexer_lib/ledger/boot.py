@@ -1,0 +1,44 @@
+"""What the indexer reserves when the server starts (the ledger's ``boot`` lines).
+
+Each line is the memory model's own figure for the server's settings (``memory.memory_report``
+of a plan under them: the K workspace the release sizes from ``--max-model-len``, the top-k output
+of ``max_num_batched_tokens`` rows) or the release's profile-run rule
+(``engines.profile_run_logits_bytes``), with the source its profile names.
+"""
+from __future__ import annotations
+
+from ..engines import profile_run_logits_bytes
+from .lines import LedgerLine
+
+PROJECT_WORKSPACE = "assumed: no engine named, the K workspace of vLLM's rule (40 x max_model_len tokens)"
+
+
+def boot_lines(plan, report, max_model_len: int, worst_decode_tokens: int = 0,
+               budget_mb: float | None = None) -> list[LedgerLine]:
+    """The boot lines of a server whose steps are planned as ``plan`` (its settings at the server's
+    ``max_model_len``) with ``report`` (its memory report, the top-k buffer at the server's
+    ``max_num_batched_tokens`` rows); ``worst_decode_tokens``: min(max_num_seqs x (1 + drafts),
+    max_num_batched_tokens); ``budget_mb``: the release's logits knob as the server sets it (None:
+    its default)."""
+    settings, profile = plan.settings, plan.settings.profile
+    sources = profile.sources if profile is not None else {}
+    lines = []
+    if report.workspace:
+        unit = "entries" if settings.preset.kv_ratio != 1 else "tokens"
+        extra = (f"; with {profile.workspace_extra_bytes:,} B the profile run adds "
+                 f"({sources.get('workspace_extra_bytes', 'not sourced')})") if profile and profile.workspace_extra_bytes else ""
+        lines.append(LedgerLine("boot", "K workspace", report.workspace,
+                                sources.get("workspace_factor", PROJECT_WORKSPACE) + extra,
+                                f"{plan.workspace_tokens:,} {unit} at max_model_len {max_model_len:,}"))
+    if report.topk_buffer:
+        lines.append(LedgerLine("boot", "top-k output buffer", report.topk_buffer,
+                                sources.get("topk_output", "assumed: [max_num_batched_tokens, top-k] int32"),
+                                f"{report.topk_buffer // (4 * settings.preset.topk):,} rows x top-{settings.preset.topk} int32"))
+    if profile is not None:
+        reserved = profile_run_logits_bytes(profile, budget_mb, settings.preset, worst_decode_tokens, max_model_len)
+        if reserved:
+            pooled = profile.pooled_decode_reservation and settings.preset.pooled
+            source = sources.get("pooled_decode_reservation" if pooled else "dummy_logits_reservation", "")
+            lines.append(LedgerLine("boot", "profile run's logits reservation", reserved, source,
+                                    "left free for a step's logits: the KV cache is sized without it"))
+    return lines

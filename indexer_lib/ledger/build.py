@@ -1,0 +1,117 @@
+"""A ledger from one planned step (``plan``) or from a whole run's engine steps (``deploy``).
+
+Every figure comes from the one place its rule lives: the memory model for a step's transients
+and the boot buffers, ``engines.profile_run_logits_bytes`` for the profile run's reservation,
+``ledger.decode`` for a decode step's logits, the caching-allocator model for the run.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..memory import make_plan, memory_report
+from ..presets import format_bytes
+from ..study.reserved import persistent_events, plan_events
+from .allocator import AllocatorRun, run_allocator
+from .boot import boot_lines
+from .decode import decode_logits_bytes, decode_logits_cols
+from .free import FreeMemory
+from .lines import Ledger, LedgerLine
+
+
+def prefill_line(plan, report, step: int | None = None) -> LedgerLine:
+    who = plan.engine or plan.strategy
+    where = f"step {step}: " if step is not None else ""
+    detail = (f"{where}{plan.batch.num_rows:,} rows x {plan.batch.num_kv_tokens:,} KV, {plan.num_chunks:,} "
+              f"chunk{'s' if plan.num_chunks != 1 else ''}, largest logits {format_bytes(plan.largest_logits_bytes)}")
+    return LedgerLine("prefill", "prefill step's transient peak", report.peak_transient,
+                      f"memory model of {who}'s path (docs/design.md#the-memory-model)", detail)
+
+
+def decode_line(plan, decode_tokens: int, max_model_len: int, step: int | None = None) -> LedgerLine | None:
+    """The decode logits of ``decode_tokens`` rows, where the release's decode path is read."""
+    profile = plan.settings.profile
+    cols = None if profile is None else decode_logits_cols(profile, plan.settings.preset, max_model_len)
+    if cols is None or decode_tokens < 1:
+        return None
+    where = f"step {step}: " if step is not None else ""
+    return LedgerLine("decode", "decode step's paged logits", int(decode_logits_bytes(decode_tokens, cols)),
+                      profile.sources["decode_logits_cols"],
+                      f"{where}{decode_tokens:,} decode tokens x {cols:,} columns fp32")
+
+
+def plan_ledger(plan, free: FreeMemory | None, max_model_len: int, topk_rows: int, budget_mb: float | None = None,
+                worst_decode_tokens: int = 0, expandable: bool = False, report=None) -> Ledger:
+    """The ledger of one prefill step planned under a server's settings: its boot lines, the
+    step's transients, and the allocator serving that step after the boot buffers (``report``: the
+    step's memory report, default the plan's own with the top-k buffer at ``topk_rows``)."""
+    report = memory_report(plan, topk_rows=topk_rows) if report is None else report
+    lines = boot_lines(plan, report, max_model_len, worst_decode_tokens, budget_mb)
+    lines.append(prefill_line(plan, report))
+    run = run_allocator(persistent_events(plan, report, "boot"),
+                        [(0, plan_events(plan, report, "s0", persistent=False))],
+                        None if free is None else free.bytes, expandable)
+    lines.append(run.line(expandable))
+    return _ledger(lines, free)
+
+
+@dataclass(frozen=True)
+class RunLedger:
+    ledger: Ledger
+    allocator: AllocatorRun
+    prefill_steps: int
+    decode_steps: int
+
+
+def run_ledger(steps, strategy, budget_bytes: int | None, settings, free: FreeMemory | None, max_model_len: int,
+               topk_rows: int, drafts: int, budget_mb: float | None = None, worst_decode_tokens: int = 0,
+               expandable: bool = False, progress=None) -> RunLedger:
+    """The ledger of a run: ``steps`` (the scheduler's ``ScheduledStep``s, in order) planned with
+    ``strategy`` at ``budget_bytes`` under ``settings``; each decoding request takes ``1 + drafts``
+    decode tokens.  Identical steps are planned once.  ``progress(n)``: called per step."""
+    planned: dict[tuple, tuple] = {}
+    worst_prefill = worst_decode = None
+    first = None
+    alloc_steps = []
+    n_prefill = n_decode = 0
+    for s in steps:
+        events = []
+        if s.batch is not None:
+            key = (s.batch.query_lens, s.batch.seq_lens)
+            if key not in planned:
+                plan = make_plan(s.batch, strategy, budget_bytes, settings)
+                report = memory_report(plan, topk_rows=topk_rows)
+                planned[key] = (plan, report, plan_events(plan, report, "p", persistent=False))
+            plan, report, step_events = planned[key]
+            first = first or (plan, report)
+            if worst_prefill is None or report.peak_transient > worst_prefill[1].peak_transient:
+                worst_prefill = (plan, report, s.step)
+            events += [(e[0], f"{s.step}/{e[1]}", *e[2:]) for e in step_events]
+            n_prefill += 1
+        tokens = s.num_decode * (1 + drafts)
+        if tokens and first is not None:
+            line = decode_line(first[0], tokens, max_model_len, s.step)
+            if line is not None:
+                if worst_decode is None or line.bytes > worst_decode.bytes:
+                    worst_decode = line
+                events += [("malloc", f"{s.step}/decode", line.bytes), ("free", f"{s.step}/decode")]
+            n_decode += 1
+        alloc_steps.append((s.step, events))
+        if progress is not None:
+            progress(1)
+    if first is None:
+        raise ValueError("no prefill steps: the schedule has nothing for the indexer to do")
+    plan, report = first
+    lines = boot_lines(plan, report, max_model_len, worst_decode_tokens, budget_mb)
+    lines.append(prefill_line(worst_prefill[0], worst_prefill[1], worst_prefill[2]))
+    if worst_decode is not None:
+        lines.append(worst_decode)
+    run = run_allocator(persistent_events(plan, report, "boot"), alloc_steps,
+                        None if free is None else free.bytes, expandable)
+    lines.append(run.line(expandable))
+    return RunLedger(_ledger(lines, free), run, n_prefill, n_decode)
+
+
+def _ledger(lines, free: FreeMemory | None) -> Ledger:
+    if free is None:
+        return Ledger(tuple(lines))
+    return Ledger(tuple(lines), free.bytes, free.source, free.assumptions)

@@ -1,0 +1,35 @@
+"""The decode path's logits: what one decode step asks for (docs/design.md#the-ledger).
+
+vLLM's DeepSeek indexer hands every decode step to DeepGEMM's paged MQA logits with
+``max_context_len = max_model_len`` (the kpool path: ``max_model_len // 4``, its pools), and
+DeepGEMM allocates ``[decode tokens, align(align(max_context_len, 256), 256)]`` fp32 (its logits
+row stride is 1,024-byte aligned): so a decode step's logits grow with the server's
+``--max-model-len``, not with the requests' contexts.  Decode tokens are the decoding requests
+times ``1 + drafts``.
+"""
+from __future__ import annotations
+
+from ..dtypes import FP32_BYTES
+from ..elementwise import cdiv
+
+SPLIT_KV = 256  # DeepGEMM's paged logits: columns to a multiple of 256, and a 1,024-byte row stride
+ROW_ALIGN_BYTES = 1024
+
+
+def decode_logits_cols(profile, model, max_model_len: int) -> int | None:
+    """The paged logits' columns on this release and model (None: its decode path is not read)."""
+    if profile.decode_logits_cols != "max_model_len":
+        return None
+    if model.pooled:
+        return max_model_len // model.kv_ratio
+    if model.compressed or model.has_candidates:  # C4, QSA and V4.1 decode paths: not read
+        return None
+    return max_model_len
+
+
+def decode_logits_bytes(decode_tokens, cols: int):
+    """fp32 paged logits of ``decode_tokens`` rows (a number or an array) at ``cols`` columns,
+    padded as DeepGEMM allocates them."""
+    per_row = ROW_ALIGN_BYTES // FP32_BYTES
+    aligned = cdiv(cdiv(cols, SPLIT_KV) * SPLIT_KV, per_row) * per_row
+    return decode_tokens * aligned * FP32_BYTES
