@@ -99,8 +99,12 @@ def test_plan_gives_a_verdict_against_the_memory_free(capsys):
         code, out, _ = run(capsys, "plan", *step, "--free-gib", str(free), "--json")
         d = json.loads(out)
         assert code == status
-        # what must fit: the transient peak (the step's allocations beyond its persistent buffers)
-        assert d["verdict"] == word and d["needed_bytes"] == d["peak_transient_bytes"] < d["peak_bytes"]
+        # what must fit: the transient peak (the step's allocations beyond its persistent buffers),
+        # and the caching allocator's segments for them
+        lines = {line["phase"]: line["bytes"] for line in d["ledger"] if line["phase"] != "boot"}
+        assert lines["prefill"] == d["peak_transient_bytes"] < d["peak_bytes"]
+        assert d["verdict"] == word and d["needed_bytes"] == max(lines.values()) >= d["peak_transient_bytes"]
+        assert d["oom_line"] == (None if word == "fits" else "prefill step's transient peak")
     code, out, _ = run(capsys, "plan", *step, "--free-gib", "0.5")
     assert code == 1
     assert out.splitlines()[-1].startswith("OOM: the step allocates 1.02 GiB beyond the buffers it already holds")
@@ -139,8 +143,9 @@ def test_plan_explains_the_engines_unpadded_budget(capsys):
                        "--seq-lens", "65536")
     lines = out.splitlines()
     assert code == 0 and "budget 512.0 MiB (unpadded, M x N x 4; DeepGEMM 2.3)" in lines[0]
-    assert all(line.endswith("-") for line in lines[4:-1])  # none over the budget as the engine counts it
-    assert lines[-1].startswith("4 chunk(s) allocate more than the budget (up to 514.0 MiB) and are not over it")
+    note = lines.index("ledger (modelled; docs/design.md#the-ledger):") - 1
+    assert all(line.endswith("-") for line in lines[4:note])  # none over the budget as the engine counts it
+    assert lines[note].startswith("4 chunk(s) allocate more than the budget (up to 514.0 MiB) and are not over it")
     code, out, _ = run(capsys, "plan", "--engine", "vllm==0.15.1", "--model", "glm-5", "--query-lens", "1024",
                        "--seq-lens", "4096")
     assert "budget none (DeepGEMM 2.1)" in out.splitlines()[0] and "unpadded" not in out

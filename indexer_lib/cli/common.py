@@ -8,12 +8,14 @@ import math
 import sys
 import threading
 
-from ..engines import DEFAULT_ENGINE, SGLANG_MEM_FRACTION_STATIC, get_engine, process_budget
+from ..engines import DEFAULT_ENGINE, SGLANG_MEM_FRACTION_STATIC, get_engine, process_budget, profile_run_logits_bytes
+from ..engines.scheduler import scheduler_defaults
+from ..ledger import Ledger, free_from_flags, given_free, plan_ledger
 from ..engines.budget import sglang_static_budget
 from ..padding import DEEPGEMM_RULES, unpadded_logits_bytes
 from ..plan import NO_BUDGET, STRATEGIES, PlanSettings, Strategy, get_strategy
 from ..memory import make_plan
-from ..presets import DEFAULT_MODEL, GPUS, MODELS, budget_bytes_from_mb, check_within_gpu, free_bytes_from_gib, get_gpu
+from ..presets import DEFAULT_MODEL, GPUS, MIB, MODELS, budget_bytes_from_mb, check_within_gpu, free_bytes_from_gib, get_gpu
 from ..presets import format_bytes, get_model
 from ..workload import MAX_CONCURRENCY, StepBatch
 from . import exits
@@ -132,6 +134,19 @@ def add_batch_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
 
 
+def add_server_options(p: argparse.ArgumentParser) -> None:
+    """The server flags a step's ledger reads beyond the batch options (docs/design.md#the-ledger)."""
+    p.add_argument("--max-num-batched-tokens", type=int, metavar="N",
+                   help="the server's --max-num-batched-tokens: rows of the top-k buffer reserved at boot "
+                        "(default: the release's)")
+    p.add_argument("--gpu-memory-utilization", type=fraction, metavar="F",
+                   help="vLLM: the server's --gpu-memory-utilization; without --free-gib the memory free when the "
+                        "step runs is derived from it (docs/design.md#the-ledger)")
+    p.add_argument("--expandable-segments", action="store_true",
+                   help="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True for the caching allocator's line "
+                        "(default: off, PyTorch's default)")
+
+
 def add_model_option(p: argparse.ArgumentParser) -> None:
     """--model, with one default for every subcommand (the grid's: ``DEFAULT_MODEL``)."""
     p.add_argument("--model", default=DEFAULT_MODEL,
@@ -205,28 +220,47 @@ def engine_budget_from_args(args, batch: StepBatch) -> int | None:
                           mem_fraction_static=mem_fraction_of(args))
 
 
-def verdict(report, free_gib: float | None) -> dict:
-    """Whether the step fits the memory free when it runs: what it allocates beyond the buffers
-    already held when PyTorch read the free memory (its transient peak) against that reading.
-    {} without --free-gib."""
-    if free_gib is None:
-        return {}
-    free = free_bytes_from_gib(free_gib)
-    needed = report.peak_transient
-    return {"verdict": "fits" if needed <= free else "oom", "needed_bytes": needed, "free_bytes": free}
+def verdict(plan, args, report=None) -> Ledger:
+    """The step's ledger (``ledger.plan_ledger``): what the server reserved at boot, the step's
+    transients and the allocator serving them, with a verdict against the memory free when it runs:
+    --free-gib as given, or derived from --gpu-memory-utilization (vLLM); no verdict without either.
+    ``report``: the step's memory report where the caller counts another backend's temporaries."""
+    settings, profile = plan.settings, plan.settings.profile
+    defaults = scheduler_defaults(profile, settings.gpu) if profile is not None else {}
+    rows = getattr(args, "max_num_batched_tokens", None) or defaults.get("max_num_batched_tokens") or plan.batch.num_rows
+    seqs = defaults.get("max_num_seqs") or 0
+    max_model_len = getattr(args, "max_model_len", None) or settings.preset.max_model_len
+    # the server runs the release's knob at the plan's budget (the engine strategy) or its default
+    own = plan.strategy == "engine" and profile is not None and profile.engine == "vllm" and plan.budget_bytes
+    vllm_budget = plan.budget_bytes / MIB if own else None
+    reserve = min(seqs, rows)  # the decode tokens a kpool profile run sizes for (no drafts in a plan)
+    free = None
+    if args.free_gib is not None:
+        free = given_free(args.free_gib)
+    elif getattr(args, "gpu_memory_utilization", None) is not None:
+        if profile is None or profile.engine != "vllm":
+            raise UsageError("--gpu-memory-utilization is vLLM's: give --engine vllm==X (or --free-gib)")
+        free = free_from_flags(profile, settings.gpu, profile_run_logits_bytes(
+            profile, vllm_budget, settings.preset, reserve, max_model_len), args.gpu_memory_utilization)
+    return plan_ledger(plan, free, max_model_len, rows, vllm_budget, reserve,
+                       getattr(args, "expandable_segments", False), report)
 
 
-def verdict_code(v: dict) -> int:
+def verdict_code(ledger: Ledger) -> int:
     """The exit status a verdict gives: 1 for OOM, else 0 (no verdict asked for included)."""
-    return exits.NEGATIVE if v.get("verdict") == "oom" else exits.DONE
+    return exits.NEGATIVE if ledger.verdict == "oom" else exits.DONE
 
 
-def verdict_line(v: dict) -> str | None:
-    if not v:
+def verdict_line(ledger: Ledger) -> str | None:
+    """The verdict in one line: the most a step-time line of the ledger needs, or the first that
+    does not fit, against the memory free when the step runs."""
+    if ledger.verdict is None:
         return None
-    word = "fits" if v["verdict"] == "fits" else "OOM"
-    return (f"{word}: the step allocates {format_bytes(v['needed_bytes'])} beyond the buffers it already holds "
-            f"(its transient peak), against {format_bytes(v['free_bytes'])} free when it runs")
+    line = ledger.oom_line
+    word, needed, what = (("fits", ledger.needed_bytes, "its transient peak, with the caching allocator's segments")
+                          if line is None else ("OOM", line.bytes, line.name))
+    return (f"{word}: the step allocates {format_bytes(needed)} beyond the buffers it already holds ({what}), "
+            f"against {format_bytes(ledger.free_bytes)} free when it runs ({ledger.free_source})")
 
 
 def strategy_from_args(args) -> Strategy:

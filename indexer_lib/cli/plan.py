@@ -5,7 +5,7 @@ import json
 
 from ..memory import memory_report
 from ..presets import format_bytes
-from .common import add_batch_options, plan_from_args, size_text, static_budget_note, verdict, verdict_code, verdict_line
+from .common import add_batch_options, add_server_options, plan_from_args, size_text, static_budget_note, verdict, verdict_code, verdict_line
 from .exits import epilog
 
 
@@ -15,6 +15,7 @@ def register(subparsers) -> None:
                               epilog=epilog("the plan was made and, with --free-gib, the step fits",
                                             "with --free-gib: the step runs out of memory (OOM)"))
     add_batch_options(p)
+    add_server_options(p)
     p.set_defaults(func=cmd_plan)
 
 
@@ -40,11 +41,11 @@ def plan_json(plan, report) -> dict:
 def cmd_plan(args) -> int:
     plan = plan_from_args(args)
     report = memory_report(plan)
-    v = verdict(report, args.free_gib)
+    v = verdict(plan, args)
     kinds = layer_kinds_json(plan, report)
     note = static_budget_note(args)
     if args.json:
-        print(json.dumps({**plan_json(plan, report), **v, "largest_logits_bytes": plan.largest_logits_bytes,
+        print(json.dumps({**plan_json(plan, report), **v.to_json(), "largest_logits_bytes": plan.largest_logits_bytes,
                           "layer_kinds": kinds, "peak_layer_kind": plan.layer_kind or kinds[0]["name"],
                           "gpu": args.gpu,
                           "unverified": list(plan.settings.preset.unverified),
@@ -94,7 +95,11 @@ def cmd_plan(args) -> int:
               f"{str(c.logits_cols) + ('c' if c.compressed else ''):>8} "
               f"{format_bytes(c.logits_bytes):>11}  {'yes' if c.gather else 'no ':>6}  "
               f"{'YES' if c.over_budget else '-'}")
-    for line in (padding_note(plan), verdict_line(v), note and f"budget: {note}"):
+    for line in (padding_note(plan), note and f"budget: {note}"):
+        if line:
+            print(line)
+    print("ledger (modelled; docs/design.md#the-ledger):")
+    for line in v.text_lines() + [verdict_line(v)]:
         if line:
             print(line)
     return verdict_code(v)

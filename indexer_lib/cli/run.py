@@ -126,8 +126,8 @@ def cmd_run(args) -> int:
     report = memory_report(plan, topk_rows=args.topk_rows, topk=result.topk,
                            workspace_tokens=result.workspace_tokens, temporaries=args.backend)
     # the verdict holds the modelled transient peak against the memory free when the step runs
-    v = verdict(report, args.free_gib)
-    out.update(v)
+    v = verdict(plan, args, report)
+    out.update(v.to_json())
     out.update(peak_bytes_model=report.peak, workspace_tokens=result.workspace_tokens,
                topk=result.topk, seconds=result.seconds, chunks=[c.to_json() for c in result.chunks])
     if args.save_topk:

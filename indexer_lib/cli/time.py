@@ -40,9 +40,9 @@ def cmd_time(args) -> int:
         t = tm.plan_time(plan)
     except ValueError as e:  # a GPU the kernels cannot be timed on
         raise BadValue("gpu", str(e)) from None
-    v = verdict(memory_report(plan), args.free_gib)  # with --free-gib, as plan gives it
+    v = verdict(plan, args)  # as plan gives it
     if args.json:
-        print(json.dumps({**time_json(plan, t, tm), **v}))
+        print(json.dumps({**time_json(plan, t, tm), **v.to_json()}))
         return verdict_code(v)
     low, high = t.bounds_us()
     on = f" on {plan.engine}" if plan.engine else ""
