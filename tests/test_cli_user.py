@@ -272,7 +272,7 @@ def test_every_option_of_every_subcommand_says_what_it_is_and_its_default():
     import argparse
 
     commands = subcommand_parsers()
-    assert set(commands) == {"plan", "time", "frontier", "run", "auto", "replay", "reproduce"}
+    assert set(commands) == {"plan", "time", "frontier", "run", "auto", "deploy", "replay", "reproduce"}
     for name, parser in commands.items():
         for a in parser._actions:
             if isinstance(a, argparse._HelpAction):
@@ -291,7 +291,7 @@ def test_every_subcommand_plans_the_same_model_by_default():
     assert set(defaults.values()) == {DEFAULT_MODEL} == {Grid.of().model} == {"glm-5"}, defaults
 
 
-@pytest.mark.parametrize("argv", [[], ["plan"], ["time"], ["frontier"], ["run"], ["auto"], ["replay"], ["reproduce"]])
+@pytest.mark.parametrize("argv", [[], ["plan"], ["time"], ["frontier"], ["run"], ["auto"], ["deploy"], ["replay"], ["reproduce"]])
 def test_help_states_the_exit_statuses(argv, capsys):
     code, out, _ = run(capsys, *argv, "--help")
     assert code == 0 and "\nexit status:\n" in out

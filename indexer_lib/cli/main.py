@@ -1,5 +1,5 @@
 """``indexer-lab`` command line: one module per subcommand (``plan``, ``time``, ``frontier``,
-``run``, ``auto``, ``replay``, ``reproduce``), each adding its parser with ``register(subparsers)``.
+``run``, ``auto``, ``deploy``, ``replay``, ``reproduce``), each adding its parser with ``register(subparsers)``.
 
 Every subcommand ends with the same exit statuses (``exits``): bad input is one line naming the
 value and the rule, exit status 2; Ctrl-C one line saying what was kept, exit status 130; a reader
@@ -13,9 +13,9 @@ import sys
 import traceback
 
 from ..presets import DEFAULT_MODEL
-from . import auto, exits, frontier, plan, replay, reproduce, run, time
+from . import auto, deploy, exits, frontier, plan, replay, reproduce, run, time
 
-SUBCOMMANDS = (plan, time, frontier, run, auto, replay, reproduce)
+SUBCOMMANDS = (plan, time, frontier, run, auto, deploy, replay, reproduce)
 
 DESCRIPTION = f"""\
 Where does the sparse-attention indexer of DeepSeek-V3.2, GLM-5 and their kin run out of GPU

@@ -8,9 +8,19 @@ of ``max_num_batched_tokens`` rows) or the release's profile-run rule
 from __future__ import annotations
 
 from ..engines import profile_run_logits_bytes
+from ..memory.replayed import workspace_path_bytes
 from .lines import LedgerLine
 
 PROJECT_WORKSPACE = "assumed: no engine named, the K workspace of vLLM's rule (40 x max_model_len tokens)"
+
+
+HELD = ("K workspace", "top-k output buffer")  # the boot lines the server allocates and keeps
+
+
+def boot_events(lines) -> list[tuple]:
+    """The buffers the boot lines hold, as allocator events (the profile run's reservation is
+    left free, not held)."""
+    return [("malloc", f"boot/{line.name}", line.bytes) for line in lines if line.name in HELD and line.bytes]
 
 
 def boot_lines(plan, report, max_model_len: int, worst_decode_tokens: int = 0,
@@ -25,9 +35,14 @@ def boot_lines(plan, report, max_model_len: int, worst_decode_tokens: int = 0,
     lines = []
     if report.workspace:
         unit = "entries" if settings.preset.kv_ratio != 1 else "tokens"
+        model = settings.preset
+        # the workspace manager's buffer as the release asks for it (each part rounded up, and what
+        # its profile run adds), where the release is named; else the memory model's K and scales
+        workspace = report.workspace if profile is None else workspace_path_bytes(
+            profile, plan.workspace_tokens, model.head_dim, model.k_bytes_per_token - model.head_dim)
         extra = (f"; with {profile.workspace_extra_bytes:,} B the profile run adds "
                  f"({sources.get('workspace_extra_bytes', 'not sourced')})") if profile and profile.workspace_extra_bytes else ""
-        lines.append(LedgerLine("boot", "K workspace", report.workspace,
+        lines.append(LedgerLine("boot", "K workspace", workspace,
                                 sources.get("workspace_factor", PROJECT_WORKSPACE) + extra,
                                 f"{plan.workspace_tokens:,} {unit} at max_model_len {max_model_len:,}"))
     if report.topk_buffer:

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 from ..memory import make_plan, memory_report
 from ..presets import format_bytes
-from ..study.reserved import persistent_events, plan_events
+from ..study.reserved import plan_events
 from .allocator import AllocatorRun, run_allocator
-from .boot import boot_lines
+from .boot import boot_events, boot_lines
 from .decode import decode_logits_bytes, decode_logits_cols
 from .free import FreeMemory
 from .lines import Ledger, LedgerLine
@@ -47,8 +47,7 @@ def plan_ledger(plan, free: FreeMemory | None, max_model_len: int, topk_rows: in
     report = memory_report(plan, topk_rows=topk_rows) if report is None else report
     lines = boot_lines(plan, report, max_model_len, worst_decode_tokens, budget_mb)
     lines.append(prefill_line(plan, report))
-    run = run_allocator(persistent_events(plan, report, "boot"),
-                        [(0, plan_events(plan, report, "s0", persistent=False))],
+    run = run_allocator(boot_events(lines), [(0, plan_events(plan, report, "s0", persistent=False))],
                         None if free is None else free.bytes, expandable)
     lines.append(run.line(expandable))
     return _ledger(lines, free)
@@ -105,7 +104,7 @@ def run_ledger(steps, strategy, budget_bytes: int | None, settings, free: FreeMe
     lines.append(prefill_line(worst_prefill[0], worst_prefill[1], worst_prefill[2]))
     if worst_decode is not None:
         lines.append(worst_decode)
-    run = run_allocator(persistent_events(plan, report, "boot"), alloc_steps,
+    run = run_allocator(boot_events(lines), alloc_steps,
                         None if free is None else free.bytes, expandable)
     lines.append(run.line(expandable))
     return RunLedger(_ledger(lines, free), run, n_prefill, n_decode)

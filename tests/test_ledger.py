@@ -1,0 +1,292 @@
+"""The ledger: each line held to the release's own code where it is installed (vLLM 0.33.0 in
+.venv, scripts/install_vllm.sh), or to the restated rule; the allocator line to the memory model;
+the free memory to the server's flags; plan and deploy carrying the keys users script against."""
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+
+from indexer_lib.cli.main import main
+from indexer_lib.engines import get_engine, profile_run_logits_bytes
+from indexer_lib.ledger import (PHASES, Ledger, LedgerLine, decode_logits_bytes, decode_logits_cols, free_from_flags,
+                                plan_ledger, run_allocator)
+from indexer_lib.ledger.free import given_free
+from indexer_lib.memory import make_plan, memory_report
+from indexer_lib.plan import PlanSettings
+from indexer_lib.presets import GIB, MIB, get_gpu, get_model
+from indexer_lib.study.reserved import persistent_events, plan_events
+from indexer_lib.workload import StepBatch
+
+
+def vllm_source(relative: str) -> str:
+    """The installed vLLM's source file (skipped where vLLM is not installed)."""
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or spec.origin is None:
+        pytest.skip("vLLM is not installed here (scripts/install_vllm.sh installs 0.33.0)")
+    path = Path(spec.origin).parent / relative
+    if not path.exists():
+        pytest.skip(f"{path}: not in the installed vLLM")
+    return path.read_text()
+
+
+def constant(source: str, name: str) -> int:
+    """A module-level ``NAME = <int expression>`` of a source file, evaluated."""
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == name for t in node.targets):
+            return int(eval(compile(ast.Expression(node.value), name, "eval")))  # a constant expression
+    raise AssertionError(f"{name} not found")
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def glm5_plan(engine="vllm==0.33.0", query=8192, seq=65536):
+    settings = PlanSettings("glm-5", engine, temporaries="deepgemm")
+    return make_plan(StepBatch.from_lengths([query], [seq]), "engine", 512 * MIB, settings)
+
+
+# ----------------------------------------------------------------------------- boot lines
+
+def test_k_workspace_line_is_vllm_033s_buffer():
+    """The profile run asks the workspace manager for K values [T, 128] fp8, scales [T, 4] and the
+    radix top-k workspace in one buffer, each rounded up to 256 bytes; T = 40 x max_model_len."""
+    radix = constant(vllm_source("model_executor/layers/indexer_topk.py"), "RADIX_TOPK_WORKSPACE_SIZE")
+    layer = vllm_source("model_executor/layers/sparse_attn_indexer.py")
+    assert re.search(r"profile_specs.*?=\s*\[\s*values_spec,\s*scales_spec,\s*\(\(RADIX_TOPK_WORKSPACE_SIZE,\), "
+                     r"torch\.uint8\)", layer, re.S)
+    plan = glm5_plan()
+    ledger = plan_ledger(plan, None, 202_752, 8192)
+    (line,) = [x for x in ledger.lines if x.name == "K workspace"]
+    tokens = 40 * 202_752
+    assert plan.workspace_tokens == tokens
+    assert line.bytes == -(-tokens * 128 // 256) * 256 + -(-tokens * 4 // 256) * 256 + radix
+    assert "indexer.py:916-928" in line.source
+
+
+def test_profile_run_reservation_is_the_envs_default():
+    envs = vllm_source("envs.py")
+    default = int(re.search(r'os\.getenv\("VLLM_SPARSE_INDEXER_MAX_LOGITS_MB", "(\d+)"\)', envs).group(1))
+    layer = vllm_source("model_executor/layers/sparse_attn_indexer.py")
+    assert "max_logits_elems = envs.VLLM_SPARSE_INDEXER_MAX_LOGITS_MB * 1024 * 1024" in layer
+    ledger = plan_ledger(glm5_plan(), None, 202_752, 8192)
+    (line,) = [x for x in ledger.lines if x.name == "profile run's logits reservation"]
+    assert line.bytes == default * MIB == 512 * MIB
+    # a release whose profile run reserves no logits has no such line
+    old = plan_ledger(make_plan(StepBatch.from_lengths([1024], [4096]), "engine", None,
+                                PlanSettings("glm-5", "vllm==0.15.1")), None, 202_752, 8192)
+    assert "profile run's logits reservation" not in [x.name for x in old.lines]
+
+
+def test_kpool_profile_run_reserves_the_worst_decode_step():
+    """vLLM 0.33.0's GLM-5.3-Flash path reserves max(budget, min(max_num_seqs x (1 + drafts),
+    max_num_batched_tokens) x max_model_len // 4 x 4): 1 GiB at 1,024 decodes and 1M of context,
+    the figure vllm-project/vllm#57701 gives (3,072 MiB saved of 4,096)."""
+    source = vllm_source("models/glm5next/nvidia/sparse_indexer.py")
+    flat = re.sub(r"\s+", " ", source)
+    assert "worst_decode_tokens = min( sched.max_num_seqs * (num_spec + 1), sched.max_num_batched_tokens, )" in flat
+    assert "max_logits_elems = max(decode_logits_elems, prefill_cap_elems)" in flat
+    assert "self.max_pool_len = vllm_config.model_config.max_model_len // self.index_kpool" in re.sub(
+        r"\s+", " ", vllm_source("models/glm5next/common/attention.py"))
+    model = get_model("glm-5.3-flash")
+    assert profile_run_logits_bytes("vllm==0.33.0", model=model, worst_decode_tokens=min(1024, 16384),
+                                    max_model_len=1_048_576) == 1 * GIB
+    assert profile_run_logits_bytes("vllm==0.33.0", model=model, worst_decode_tokens=8,
+                                    max_model_len=1_048_576) == 512 * MIB  # the budget is larger
+    # the DeepSeek path reserves the budget alone
+    assert profile_run_logits_bytes("vllm==0.33.0", model=get_model("glm-5"), worst_decode_tokens=1024) == 512 * MIB
+
+
+# ----------------------------------------------------------------------------- decode
+
+def test_decode_logits_are_deepgemms_paged_allocation():
+    """[decode tokens, align(align(max_model_len, 256), 256)] fp32 (DeepGEMM's 1,024-byte row stride)."""
+    layer = vllm_source("model_executor/layers/sparse_attn_indexer.py")
+    assert re.search(r"fp8_fp4_paged_mqa_logits\(.*?max_model_len=max_model_len", layer, re.S)
+    assert decode_logits_bytes(256, 1_048_576) == 256 * 1_048_576 * 4
+    assert decode_logits_bytes(3, 1000) == 3 * 1024 * 4
+    assert decode_logits_bytes(1, 257) == 512 * 4
+    vllm = get_engine("vllm==0.33.0")
+    assert decode_logits_cols(vllm, get_model("glm-5"), 202_752) == 202_752
+    assert decode_logits_cols(vllm, get_model("glm-5.3-flash"), 1_048_576) == 262_144  # its pools
+    assert decode_logits_cols(vllm, get_model("deepseek-v4-flash"), 1_048_576) is None  # C4 decode: not read
+    assert decode_logits_cols(get_engine("sglang==0.5.23"), get_model("glm-5"), 202_752) is None
+
+
+# ----------------------------------------------------------------------------- allocator
+
+def raw_peak(events) -> int:
+    live, peak, sizes = 0, 0, {}
+    for e in events:
+        if e[0] == "malloc":
+            sizes[e[1]] = e[2]
+            live += e[2]
+            peak = max(peak, live)
+        else:
+            live -= sizes.pop(e[1])
+    assert not sizes  # every block is freed by the step's end
+    return peak
+
+
+@pytest.mark.parametrize("engine, model, query, seq", [
+    ("vllm==0.33.0", "glm-5", 8192, 65536),  # two chunks' logits alive at once
+    ("vllm==0.33.0", "glm-5", 4096, 200_000),
+    ("sglang==0.5.23", "deepseek-v3.2", 2048, 65536),
+    ("vllm==0.19.0", "glm-5", 8192, 100_000),
+    ("trtllm==1.3.0rc27", "deepseek-v4-flash", 8192, 400_000),
+])
+def test_the_allocator_sees_what_the_memory_model_counts(engine, model, query, seq):
+    """The events the allocator replays hold, at their peak, the step's transient peak exactly."""
+    settings = PlanSettings(model, engine, temporaries="deepgemm")
+    budget = None if settings.profile.budget_rule.startswith("sglang") or settings.profile.engine == "trtllm" \
+        else 512 * MIB
+    if settings.profile.budget_rule.startswith("sglang"):
+        from indexer_lib.engines import process_budget
+        budget = process_budget(settings.profile, 20 * GIB, get_gpu("h200").capacity_bytes)
+    if settings.profile.engine == "trtllm":
+        from indexer_lib.engines import process_budget
+        budget = process_budget(settings.profile)
+    plan = make_plan(StepBatch.from_lengths([query], [seq]), "engine", budget, settings)
+    report = memory_report(plan)
+    assert raw_peak(plan_events(plan, report, "s", persistent=False)) == report.peak_transient
+    assert sum(e[2] for e in persistent_events(plan, report, "b")) == report.persistent
+
+
+def growing_logits_steps(n=40, first=400 * MIB, growth=1.013):
+    """A long prefill: each step one logits block a bit larger than the last, freed before the next."""
+    steps, size = [], first
+    for i in range(n):
+        steps.append((i, [("malloc", f"{i}/logits", int(size)), ("free", f"{i}/logits")]))
+        size *= growth
+    return steps
+
+
+def test_the_allocator_line_fails_where_kept_segments_are_the_wrong_sizes():
+    """Blocks of ever-new sizes, each freed before the next: the allocator keeps every segment until
+    the driver has no more, then gives its cached segments back and retries, so each still fits.
+    But a block cut from a kept segment pins it: a 300 MiB block alive in the 1 GiB segment a
+    larger block left, the next 800 MiB block needs a segment of its own, which does not fit,
+    although 1.1 GiB allocated would."""
+    alone = run_allocator([], growing_logits_steps(), 3 * GIB)
+    assert not alone.failed and alone.retries > 0 and alone.high_water <= 3 * GIB
+    pinned = [(0, [("malloc", "0", 1 * GIB), ("free", "0")]), (1, [("malloc", "1", 300 * MIB)]),
+              (2, [("malloc", "2", 800 * MIB)])]
+    run = run_allocator([], pinned, int(1.5 * GIB))
+    assert run.failed and run.fragmented and run.step == 2
+    assert run.high_water == 1 * GIB + 800 * MIB > 1.5 * GIB  # what it needed from the driver then
+    assert not run_allocator([], pinned, 2 * GIB).failed
+
+
+def test_boot_buffers_are_held_outside_the_free_memory():
+    """The free memory is what a step has beyond the boot buffers: a K workspace larger than it
+    does not make a small step fail."""
+    boot = [("malloc", "boot/k", 4 * GIB)]
+    step = [(0, [("malloc", "0/logits", 256 * MIB), ("free", "0/logits")])]
+    run = run_allocator(boot, step, 1 * GIB)
+    assert not run.failed and run.high_water == 256 * MIB
+
+
+# ----------------------------------------------------------------------------- free memory and verdict
+
+def test_free_memory_from_the_servers_flags():
+    total = get_gpu("h200").capacity_bytes
+    vllm = free_from_flags("vllm==0.33.0", "h200", 512 * MIB)
+    assert vllm.bytes == total - math.ceil(total * 0.92) + 512 * MIB  # the release's default utilization
+    assert "gpu_memory_utilization 0.92)" in vllm.source
+    given = free_from_flags("vllm==0.33.0", "h200", 0, gpu_memory_utilization=0.85)
+    assert given.bytes == total - math.ceil(total * 0.85) and "0.85, given" in given.source
+    # before vLLM estimated CUDA graphs inside its share, the figure is an upper bound, and says so
+    assert any("upper bound" in a for a in free_from_flags("vllm==0.19.0", "h200", 512 * MIB).assumptions)
+    sglang = free_from_flags("sglang==0.5.23", "h200", 0, mem_fraction_static=0.8)
+    assert sglang.bytes == int(total * (1 - 0.8)) and sglang.assumptions
+    with pytest.raises(ValueError, match="give --free-gib"):
+        free_from_flags("trtllm==1.3.0rc27", "h200", 0)
+    with pytest.raises(ValueError, match="gpu_memory_utilization 1.5"):
+        free_from_flags("vllm==0.33.0", "h200", 0, gpu_memory_utilization=1.5)
+
+
+def test_the_verdict_names_the_first_line_that_does_not_fit():
+    lines = (LedgerLine("boot", "K workspace", 10 * GIB, "s"), LedgerLine("prefill", "p", 2 * GIB, "s"),
+             LedgerLine("decode", "d", 3 * GIB, "s"), LedgerLine("allocator", "a", 1 * GIB, "s"))
+    assert Ledger(lines).verdict is None and Ledger(lines).oom_line is None
+    ledger = Ledger(lines, int(2.5 * GIB), "given")
+    assert ledger.verdict == "oom" and ledger.oom_line.name == "d"  # boot lines take KV, not free memory
+    assert ledger.boot_bytes == 10 * GIB and ledger.needed_bytes == 3 * GIB
+    assert Ledger(lines, 3 * GIB, "given").verdict == "fits"
+    with pytest.raises(ValueError, match="phase 'warmup'"):
+        LedgerLine("warmup", "x", 0, "s")
+    d = ledger.to_json()
+    assert set(d) >= {"ledger", "boot_bytes", "needed_bytes", "verdict", "oom_line"}
+    assert all(set(x) >= {"phase", "name", "bytes", "source"} and x["phase"] in PHASES for x in d["ledger"])
+
+
+# ----------------------------------------------------------------------------- commands
+
+def test_plan_json_carries_the_ledger(capsys):
+    code, out, _ = run(capsys, "plan", "--model", "glm-5", "--query-lens", "8192", "--seq-lens", "65536",
+                       "--gpu-memory-utilization", "0.92", "--json")
+    d = json.loads(out)
+    assert code == 0 and d["verdict"] == "fits" and d["oom_line"] is None
+    assert [x["phase"] for x in d["ledger"]] == ["boot", "boot", "boot", "prefill", "allocator"]
+    assert d["boot_bytes"] == sum(x["bytes"] for x in d["ledger"] if x["phase"] == "boot")
+    assert d["needed_bytes"] == max(x["bytes"] for x in d["ledger"] if x["phase"] != "boot")
+    assert "derived" in d["free_source"] and d["ledger_assumptions"]
+
+
+@pytest.mark.parametrize("model, length", [("glm-5", 202_752), ("deepseek-v4-flash", 1_048_576),
+                                           ("glm-5.3-flash", 1_048_576)])
+def test_the_models_max_model_len_given_or_not_gives_one_ledger(capsys, model, length):
+    base = ["plan", "--model", model, "--query-lens", "8192", "--seq-lens", "65536", "--json"]
+    code, plain, _ = run(capsys, *base)
+    code, given, _ = run(capsys, *base, "--max-model-len", str(length))
+    assert json.loads(plain)["ledger"] == json.loads(given)["ledger"]
+    assert json.loads(plain)["workspace_tokens"] == json.loads(given)["workspace_tokens"]
+
+
+def test_plan_prints_the_ledger_with_its_sources(capsys):
+    code, out, _ = run(capsys, "plan", "--model", "glm-5", "--query-lens", "8192", "--seq-lens", "65536",
+                       "--free-gib", "0.5")
+    assert code == 1
+    text = out.split("ledger (modelled; docs/design.md#the-ledger):\n", 1)[1]
+    assert re.search(r"boot +1021\.9 MiB +K workspace \(8,110,080 tokens at max_model_len 202,752\)", text)
+    assert "source: vllm 0.33.0 vllm/v1/attention/backends/mla/indexer.py:916-928" in text
+    assert "<- OOM" in text and out.splitlines()[-1].startswith("OOM: the step allocates 1.02 GiB")
+
+
+def test_deploy_gives_the_ledger_of_a_run(capsys):
+    argv = ["deploy", "--model", "glm-5", "--workload", "16x10240x64", "--speculative-tokens", "1", "--json"]
+    code, out, _ = run(capsys, *argv)
+    d = json.loads(out)
+    assert code == 0 and d["verdict"] == "fits"
+    phases = [x["phase"] for x in d["ledger"]]
+    assert phases == ["boot", "boot", "boot", "prefill", "decode", "allocator"]
+    (decode,) = [x for x in d["ledger"] if x["phase"] == "decode"]
+    # at most 16 requests decoding, each with one draft: 32 rows at the model's max_model_len
+    assert decode["bytes"] <= decode_logits_bytes(32, 202_752) and decode["bytes"] % (202_752 * 4) == 0
+    assert d["prefill_steps"] > 0 and d["allocator_high_water_bytes"] > 0
+    code, out, _ = run(capsys, *argv[:-1], "--free-gib", "0.1")
+    assert code == 1 and out.splitlines()[-1].startswith("OOM: ")
+    assert "--free-gib 0.1, given" in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--engine", "sglang==0.5.23", "--gpu-memory-utilization", "0.9"], "--gpu-memory-utilization is vLLM's"),
+    (["--mem-fraction-static", "0.8"], "--mem-fraction-static is SGLang's"),
+    (["--max-model-len", "4096"], "past --max-model-len 4096"),
+    (["--engine", "trtllm==1.3.0rc27", "--model", "deepseek-v4-flash"], "give --free-gib"),
+])
+def test_deploy_refuses_bad_input_in_one_line(capsys, argv, message):
+    code, out, err = run(capsys, "deploy", "--workload", "4x8192x64", *argv)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and message in err
+
+
+def test_given_free_is_named():
+    assert given_free(2.63).source == "--free-gib 2.63, given"
