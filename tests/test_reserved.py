@@ -93,3 +93,24 @@ def test_device_script_records_the_prediction_per_strategy(tmp_path):
     header = (tmp_path / "reserved.csv").read_text().splitlines()[0]
     assert "predicted_reserved_fixed_shape" in header
     assert rows[-1]["predicted_reserved_vllm"] < 2 * GIB
+
+
+def test_the_reserved_curve_and_auto_count_the_same_free_memory():
+    """Notebook 04's reserved section and ``auto`` on one 64K prompt in 8,192-token steps: a budget
+    runs out of memory in the allocator's replay exactly where its worst step's transient peak
+    (what auto holds against the free memory) does not fit; the K workspace and top-k output are
+    held from boot, beyond the free memory, in both."""
+    from indexer_lib.memory import plan_at
+    from indexer_lib.presets import free_bytes_from_gib
+
+    settings = PlanSettings("glm-5", "vllm==0.32.0", temporaries="deepgemm")
+    steps = long_prompt_steps(65_536, 8192)
+    seen = set()
+    for free_gib in (1.5, 2.63):
+        for mb in (512, 1024, 2048):
+            worst = max(memory_report(plan_at(s, "vllm", mb, settings)).peak_transient for s in steps)
+            curve = reserved_curve("vllm", steps, mb, settings, limit_bytes=free_bytes_from_gib(free_gib))
+            oom = any(r.oom for r in curve)
+            assert oom == (worst > free_bytes_from_gib(free_gib)), (free_gib, mb)
+            seen.add(oom)
+    assert seen == {True, False}  # both sides of the frontier

@@ -161,10 +161,11 @@ def reserved_curve(strategy: str | Strategy, steps: list[StepBatch], budget_mb: 
     sequence length, so one shape serves the whole prefill).  ``settings.temporaries``: whose
     temporaries the model counts (``deepgemm``: the H200 path; ``reference``; None).
     ``planned(batch, strategy)``: a caller's own (plan, memory report) of a step (the device
-    script's, with its backend), instead of the settings'.  ``limit_bytes``: what the driver can
-    give the allocator (the memory free when the prompt starts); past it the allocator gives its
-    cached segments back and retries, as PyTorch does, and a step it still cannot serve ends the
-    curve with ``oom``.
+    script's, with its backend), instead of the settings'.  ``limit_bytes``: the memory free when
+    a step runs beyond the buffers held from boot (the K workspace and the top-k output, which the
+    driver gives on top of it, as the ledger counts them); past it the allocator gives its cached
+    segments back and retries, as PyTorch does, and a step it still cannot serve ends the curve
+    with ``oom``.
     """
     if source not in ("model", "trace"):
         raise ValueError(f"source {source!r}: must be 'model' or 'trace'")
@@ -182,6 +183,10 @@ def reserved_curve(strategy: str | Strategy, steps: list[StepBatch], budget_mb: 
             events = plan_events(plan, report, f"s{i}", include_inputs)
         else:
             events = traced_events(plan, f"s{i}")
+        if limit_bytes is not None:
+            # the free memory is what a step has beyond the buffers a server holds from boot (the
+            # K workspace, the top-k output), as the ledger and every verdict count it
+            alloc.limit = limit_bytes + report.persistent
         segments_before = _segments(alloc)
         try:
             # allocated bytes only peak right after a malloc: the curve's maximum is the peak
