@@ -278,9 +278,9 @@ def test_deploy_gives_the_ledger_of_a_run(capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--engine", "sglang==0.5.23", "--gpu-memory-utilization", "0.9"], "--gpu-memory-utilization is vLLM's"),
-    (["--mem-fraction-static", "0.8"], "--mem-fraction-static is SGLang's"),
-    (["--max-model-len", "4096"], "past --max-model-len 4096"),
+    (["--engine", "sglang==0.5.23", "--gpu-memory-utilization", "0.9"], "gpu_memory_utilization is vLLM's"),
+    (["--mem-fraction-static", "0.8"], "mem_fraction_static is SGLang's"),
+    (["--max-model-len", "4096"], "past max_model_len 4096"),
     (["--engine", "trtllm==1.3.0rc27", "--model", "deepseek-v4-flash"], "give --free-gib"),
 ])
 def test_deploy_refuses_bad_input_in_one_line(capsys, argv, message):
@@ -290,3 +290,39 @@ def test_deploy_refuses_bad_input_in_one_line(capsys, argv, message):
 
 def test_given_free_is_named():
     assert given_free(2.63).source == "--free-gib 2.63, given"
+
+
+# ----------------------------------------------------------------------------- public reports
+
+def test_the_ledgers_public_reports_come_out_as_data_field_says():
+    from indexer_lib.study.reported_ledger import ledger_cases, reproduce_ledger
+
+    cases = ledger_cases()
+    assert len(cases) >= 6 and len({c["case"] for c in cases}) == len(cases)
+    for case in cases:
+        r = reproduce_ledger(case)
+        assert r["verdict"] == case["status"], (case["case"], r["reported"], r["modelled"])
+        assert case["source"].startswith("https://github.com/") and case["note"]
+    by = {c["case"]: reproduce_ledger(c) for c in cases}
+    # the reporter's build locked 40 x max_model_len entries; vLLM 0.33.0 a tenth of that in pools
+    assert by["vllm-55221-kpool-workspace-1m-gb10"]["modelled"] == 40_000_000 * 132 + 2**20
+    assert "sizes it at 529,048,576 B" in by["vllm-55221-kpool-workspace-1m-gb10"]["assumptions"][1]
+    assert by["vllm-57701-kpool-decode-reservation"]["modelled"] == 3072 * MIB
+
+
+def test_unified_memory_fails_where_pytorch_would_retry():
+    """On a GPU that shares the host's memory the driver fails before the allocator's
+    free-and-retry; elsewhere the retry rescues blocks of growing sizes."""
+    steps = growing_logits_steps()
+    assert not run_allocator([], steps, 3 * GIB).failed
+    on_unified = run_allocator([], steps, 3 * GIB, retry=False)
+    assert on_unified.failed and on_unified.high_water > 3 * GIB
+
+
+def test_reproduce_prints_each_reports_unit(capsys):
+    code, out, _ = run(capsys, "reproduce")
+    assert code == 0
+    lines = {line.split()[0]: line for line in out.splitlines() if line.startswith("vllm-5")}
+    assert " 116.0K tok " in lines["vllm-58068-kpool-budget-116k"]
+    assert re.search(r" oom +oom +reproduced", lines["vllm-55569-gb10-231k"])
+    assert re.search(r" 5\.16Gi +5\.16Gi +reproduced", lines["vllm-55222-kpool-workspace-1m"])

@@ -13,17 +13,14 @@ from __future__ import annotations
 
 import json
 
-from ..engines import get_engine, process_budget, profile_run_logits_bytes
-from ..engines.kv_capacity import deployment_kv_cache
-from ..ledger import free_from_flags, given_free, run_ledger
-from ..plan import PlanSettings, get_strategy
-from ..presets import GIB, budget_bytes_from_mb, check_within_gpu, format_bytes, free_bytes_from_gib
+from ..engines import get_engine
+from ..ledger.deployment import Server, deployment_ledger
+from ..presets import format_bytes
 from ..sweep.deployment import Deployment
 from ..sweep.scheduler_settings import SchedulerSettings
 from ..workload.lengths import mix_text
-from ..workload.sources import scheduled_steps
 from . import exits
-from .auto import parse_workload, scheduler_from_args
+from .auto import parse_workload
 from .common import UsageError, add_gpu_option, add_model_option, engine_arg, finite_float, fraction
 from .exits import epilog
 from .options import add_setting_options
@@ -65,70 +62,39 @@ def register(subparsers) -> None:
 def cmd_deploy(args) -> int:
     from tqdm import tqdm
 
-    settings = PlanSettings(args.model, args.engine, temporaries="deepgemm", gpu=args.gpu)
-    profile, model = settings.profile, settings.preset
     workload = parse_workload(args.workload)
-    max_model_len = model.max_model_len if args.max_model_len is None else args.max_model_len
-    if not 1 <= max_model_len <= model.max_model_len:
-        raise UsageError(f"--max-model-len {max_model_len}: must be in [1, {model.max_model_len}] ({model.name}'s)")
-    if workload.max_prompt_len + workload.osl > max_model_len:
-        raise UsageError(f"--workload {args.workload!r}: prompts of up to {workload.max_prompt_len} tokens plus "
-                         f"{workload.osl} output tokens, past --max-model-len {max_model_len}: the server refuses them")
-    tokens = settings.workspace_at(max_model_len)
-    if tokens is not None:
-        settings = settings.where(workspace_tokens=tokens)
-    if args.mem_fraction_static is not None and profile.engine != "sglang":
-        raise UsageError(f"--mem-fraction-static is SGLang's: {profile.name} is not SGLang")
-    if args.gpu_memory_utilization is not None and profile.engine != "vllm":
-        raise UsageError(f"--gpu-memory-utilization is vLLM's: {profile.name} is not vLLM")
-    if args.budget_mb is not None:
-        check_within_gpu("budget_mb", budget_bytes_from_mb(args.budget_mb), settings.gpu, f"--budget-mb {args.budget_mb:g}")
-    strategy = get_strategy(args.strategy)
-    scheduler, differs = scheduler_from_args(args, settings)
-    kv = deployment_kv_cache(args.kv_cache_tokens, model.name, profile, settings.gpu, args.tp,
-                             args.mem_fraction_static if profile.engine == "sglang" else args.gpu_memory_utilization,
-                             args.kv_cache_dtype, args.speculative_tokens)
-    drafts = args.speculative_tokens
-    worst_decode = min(scheduler.max_num_seqs * (1 + drafts), scheduler.max_num_batched_tokens)
-    own_vllm = strategy.own_build and profile.engine == "vllm"
-    knob = args.budget_mb if own_vllm else None
-    if args.free_gib is not None:
-        check_within_gpu("free_gib", free_bytes_from_gib(args.free_gib), settings.gpu, f"--free-gib {args.free_gib:g}")
-        free = given_free(args.free_gib)
-    else:
-        reserved = profile_run_logits_bytes(profile, knob, model, worst_decode, max_model_len)
-        free = free_from_flags(profile, settings.gpu, reserved, args.gpu_memory_utilization, args.mem_fraction_static)
-    budget = deploy_budget(strategy, settings, args, free.bytes)
-    steps = list(scheduled_steps(workload, scheduler))
-    with tqdm(total=len(steps), desc="deploy: the ledger over the schedule", unit=" steps", file=None,
-              disable=None, leave=False) as bar:
-        result = run_ledger(steps, strategy, budget, settings, free, max_model_len, scheduler.max_num_batched_tokens,
-                            drafts, knob, worst_decode, args.expandable_segments, bar.update)
-    ledger = result.ledger
-    kv_tokens = kv.tokens if kv is not None else scheduler.num_kv_blocks * scheduler.block_size
-    boot_kv_tokens = ledger.boot_bytes // kv.bytes_per_token if kv is not None else None
+    server = Server(args.model, args.engine, args.gpu, args.tp, args.gpu_memory_utilization, args.mem_fraction_static,
+                    args.max_model_len, *(one_value(args, name) for name in SCHEDULER_FLAGS),
+                    args.async_scheduling, args.speculative_tokens, args.kv_cache_tokens, args.kv_cache_dtype,
+                    args.budget_mb, args.expandable_segments, args.indexer_tp_shard_min_rows)
+    with tqdm(desc="deploy: the ledger over the schedule", unit=" steps", disable=None, leave=False) as bar:
+        d = deployment_ledger(server, workload, args.strategy, args.free_gib, bar)
+    ledger, profile, model = d.run.ledger, d.settings.profile, d.settings.preset
     if args.json:
         print(json.dumps({
-            "model": model.name, "engine": profile.name, "gpu": settings.gpu, "tp": args.tp, "strategy": strategy.name,
-            "budget_bytes": budget, "max_model_len": max_model_len, "expandable_segments": args.expandable_segments,
+            "model": model.name, "engine": profile.name, "gpu": d.settings.gpu, "tp": args.tp,
+            "strategy": args.strategy, "budget_bytes": d.budget_bytes, "max_model_len": d.max_model_len,
+            "expandable_segments": args.expandable_segments,
             "workload": {"concurrency": workload.concurrency, "isl": workload.isl, "osl": workload.osl,
                          "shared_prefix": workload.shared_prefix, "random_range_ratio": workload.random_range_ratio,
                          "mix": mix_text(workload.mix), "seed": workload.seed},
-            "scheduler_not_default": differs, **ledger.to_json(),
-            "kv_cache_tokens": kv_tokens or None, "kv_cache_derived": kv.phrase() if kv is not None else None,
-            "boot_kv_tokens": boot_kv_tokens, "prefill_steps": result.prefill_steps,
-            "decode_steps": result.decode_steps, "allocator_high_water_bytes": result.allocator.high_water,
-            "allocator_fragmented": result.allocator.fragmented}))
+            "not_default": d.not_default, **ledger.to_json(),
+            "kv_cache_tokens": (d.kv.tokens if d.kv is not None else d.scheduler.num_kv_blocks * d.scheduler.block_size)
+            or None, "kv_cache_derived": d.kv.phrase() if d.kv is not None else None,
+            "boot_kv_tokens": d.boot_kv_tokens, "prefill_steps": d.run.prefill_steps,
+            "decode_steps": d.run.decode_steps, "allocator_high_water_bytes": d.run.allocator.high_water,
+            "allocator_fragmented": d.run.allocator.fragmented}))
         return verdict_code(ledger)
     label = f" ({workload.label})" if workload.label else ""
-    print(f"{model.name} on {profile.name}, {settings.gpu} x TP {args.tp}, workload {args.workload}{label}, "
-          f"{strategy.name} strategy (modelled):")
-    print(f"  scheduler: {'not the release default: ' + differs if differs else 'the ' + profile.name + ' defaults'}"
-          f"; max_model_len {max_model_len:,}{'' if args.max_model_len is not None else ' (the model' + chr(39) + 's)'}")
-    if kv is not None:
-        print(f"  KV cache: {kv.phrase()}; the boot lines below take {boot_kv_tokens:,} tokens of KV")
-    print(f"  {result.prefill_steps:,} prefill steps, {result.decode_steps:,} with decodes; logits budget "
-          f"{'none' if budget is None else format_bytes(budget)}")
+    print(f"{model.name} on {profile.name}, {d.settings.gpu} x TP {args.tp}, workload {args.workload}{label}, "
+          f"{args.strategy} strategy (modelled):")
+    own = "" if args.max_model_len is not None else " (the model's)"
+    print(f"  settings: {'not the release default: ' + d.not_default if d.not_default else 'the release defaults'}"
+          f"; max_model_len {d.max_model_len:,}{own}")
+    if d.kv is not None:
+        print(f"  KV cache: {d.kv.phrase()}; the boot lines below take {d.boot_kv_tokens:,} tokens of it")
+    print(f"  {d.run.prefill_steps:,} prefill steps, {d.run.decode_steps:,} with decodes; logits budget "
+          f"{'none' if d.budget_bytes is None else format_bytes(d.budget_bytes)}")
     print("ledger (modelled; docs/design.md#the-ledger):")
     for line in ledger.text_lines():
         print(line)
@@ -136,18 +102,17 @@ def cmd_deploy(args) -> int:
     return verdict_code(ledger)
 
 
-def deploy_budget(strategy, settings, args, free_bytes: int) -> int | None:
-    """The logits budget the run plans with: the release's own (its knob at --budget-mb for vLLM,
-    SGLang's measured from the free memory) or a strategy's --budget-mb."""
-    profile = settings.profile
-    if strategy.own_build:
-        kwargs = {} if args.mem_fraction_static is None else {"mem_fraction_static": args.mem_fraction_static}
-        return process_budget(profile, free_bytes, settings.gpu_preset.capacity_bytes,
-                              value=args.budget_mb if profile.engine == "vllm" else None,
-                              compressed=settings.preset.kv_ratio != 1, **kwargs)
-    if args.budget_mb is None and strategy.budget_source(profile) != "none":
-        raise UsageError(f"--strategy {strategy.name}: give its --budget-mb")
-    return strategy.budget_bytes(args.budget_mb, free_bytes / GIB, settings, args.mem_fraction_static)
+SCHEDULER_FLAGS = ("max_num_seqs", "max_num_batched_tokens", "long_prefill_token_threshold")
+
+
+def one_value(args, name: str):
+    """A scheduler flag's one value (the options take lists, as the frontier's axes do)."""
+    value = getattr(args, name)
+    if value is None or isinstance(value, int):
+        return value
+    if len(value) != 1:
+        raise UsageError(f"--{name.replace('_', '-')}: deploy takes one server, one value")
+    return value[0]
 
 
 def verdict_code(ledger) -> int:

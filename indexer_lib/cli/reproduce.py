@@ -33,10 +33,17 @@ def cmd_reproduce(args) -> int:
     print(f"{len(rows)} public reports, each from its reporter's own settings (modelled):")
     print(f"{'case':<28} {'reported':>10} {'modelled':>10}  {'verdict':<15} source")
     for r in rows:
-        print(f"{r['case']:<28} {r['reported_bytes'] / GIB:>8.2f}Gi {r['modelled_bytes'] / GIB:>8.2f}Gi  "
-              f"{r['verdict']:<15} {r['source']}")
+        print(f"{r['case']:<28} {shown(r, 'reported'):>10} {shown(r, 'modelled'):>10}  {r['verdict']:<15} {r['source']}")
         for a in r["assumptions"]:
             print(f"{'':<28} assumption or reason: {a}")
     if not as_expected:
         print("a report no longer comes out as data/field/ says it does")
     return 0 if as_expected else 1
+
+
+def shown(row: dict, which: str) -> str:
+    """A report's figure in its unit: GiB, tokens or a verdict."""
+    if row["unit"] == "bytes":
+        return f"{row[which + '_bytes'] / GIB:.2f}Gi"
+    value = row.get(which, row.get(f"{which}_bytes"))
+    return f"{value / 1000:.1f}K tok" if row["unit"] == "tokens" else str(value)

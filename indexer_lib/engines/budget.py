@@ -110,7 +110,7 @@ class EngineBudget:
 
 
 def profile_run_logits_bytes(engine, value: float | None = None, model=None, worst_decode_tokens: int = 0,
-                             max_model_len: int | None = None) -> int:
+                             max_model_len: int | None = None, decode_columns: int | None = None) -> int:
     """What the release's profile (dummy) run allocates for the indexer's logits, so that the
     KV cache is sized to leave it free: vLLM from 0.19.0 a ``torch.empty`` of
     ``VLLM_SPARSE_INDEXER_MAX_LOGITS_MB`` (``value``; default the release's), one chunk's
@@ -120,8 +120,9 @@ def profile_run_logits_bytes(engine, value: float | None = None, model=None, wor
     returns before any logits (models/qwen4_exp/nvidia/indexer_qsa.py:198-205, :257-273) and the
     DeepSeek indexer's reservation (sparse_attn_indexer.py) is not on its path.  A pooled model
     (GLM-5.3-Flash) on a release with ``pooled_decode_reservation`` reserves the larger of that and
-    its worst decode step's logits (``worst_decode_tokens`` rows at ``max_model_len``, default the
-    model's)."""
+    its worst decode step's logits (``worst_decode_tokens`` rows of ``max_model_len // 4`` pools,
+    the model's max_model_len by default; ``decode_columns``: another width, as a build before the
+    release sized them in pools did)."""
     profile = get_engine(engine)
     if not profile.dummy_logits_reservation or getattr(model, "qsa", False):
         return 0
@@ -130,8 +131,9 @@ def profile_run_logits_bytes(engine, value: float | None = None, model=None, wor
         # vLLM 0.33.0's kpool path: the larger of the budget and the worst decode step's fp32
         # logits, [min(max_num_seqs x (1 + drafts), max_num_batched_tokens), max_model_len // 4]
         # (the caller gives that min as ``worst_decode_tokens``)
-        pools = (model.max_model_len if max_model_len is None else max_model_len) // model.kv_ratio
-        return max(budget, worst_decode_tokens * pools * FP32_BYTES)
+        if decode_columns is None:
+            decode_columns = (model.max_model_len if max_model_len is None else max_model_len) // model.kv_ratio
+        return max(budget, worst_decode_tokens * decode_columns * FP32_BYTES)
     return budget
 
 

@@ -42,9 +42,12 @@ class AllocatorRun:
         return LedgerLine("allocator", "caching allocator across the run", self.high_water, SOURCE, detail)
 
 
-def run_allocator(boot_events: list[tuple], steps, free_bytes: int | None, expandable: bool = False) -> AllocatorRun:
+def run_allocator(boot_events: list[tuple], steps, free_bytes: int | None, expandable: bool = False,
+                  retry: bool = True) -> AllocatorRun:
     """Replay ``boot_events`` then each ``(engine step, events)`` of ``steps``; the driver gives
-    the boot buffers plus ``free_bytes`` (None: no limit)."""
+    the boot buffers plus ``free_bytes`` (None: no limit).  ``retry``: a segment past the limit
+    first makes the allocator give its cached segments back (PyTorch's free-and-retry); without
+    it (unified memory, where the driver fails first) the run fails there."""
     alloc = CachingAllocatorModel(**({"expandable_segments": True} if expandable else {}))
     handles: dict[str, int] = {}
     replay(boot_events, alloc, handles)
@@ -53,12 +56,21 @@ def run_allocator(boot_events: list[tuple], steps, free_bytes: int | None, expan
         alloc.limit = held + free_bytes
     high, high_step = 0, None
     for step, events in steps:
-        try:
-            replay(events, alloc, handles)
-        except AllocatorOutOfMemory as e:
-            need = e.reserved + segment_size(round_size(e.nbytes)) - held
-            fragmented = e.allocated + round_size(e.nbytes) <= e.limit
-            return AllocatorRun(max(high, need), step, True, fragmented, _segments(alloc), alloc.retries)
+        for event in events:
+            if event[0] == "free":
+                alloc.free(handles.pop(event[1]))
+                continue
+            before = alloc.reserved, alloc.allocated, alloc.retries
+            try:
+                handles[event[1]] = alloc.malloc(event[2])
+            except AllocatorOutOfMemory as e:
+                need = e.reserved + segment_size(round_size(e.nbytes)) - held
+                fragmented = e.allocated + round_size(e.nbytes) <= e.limit
+                return AllocatorRun(max(high, need), step, True, fragmented, _segments(alloc), alloc.retries)
+            if not retry and alloc.retries > before[2]:  # the driver failed before any retry
+                need = before[0] + segment_size(round_size(event[2])) - held
+                fragmented = before[1] + round_size(event[2]) <= alloc.limit
+                return AllocatorRun(max(high, need), step, True, fragmented, _segments(alloc), before[2])
         if alloc.peak_reserved - held > high:
             high, high_step = alloc.peak_reserved - held, step
     return AllocatorRun(high, high_step, False, False, _segments(alloc), alloc.retries)

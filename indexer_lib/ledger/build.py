@@ -104,10 +104,19 @@ def run_ledger(steps, strategy, budget_bytes: int | None, settings, free: FreeMe
     lines.append(prefill_line(worst_prefill[0], worst_prefill[1], worst_prefill[2]))
     if worst_decode is not None:
         lines.append(worst_decode)
-    run = run_allocator(boot_events(lines), alloc_steps,
-                        None if free is None else free.bytes, expandable)
+    # on unified memory (GB10) the driver fails when the host runs out, before PyTorch's
+    # free-and-retry can give cached segments back (vllm-project/vllm#55569, #58068)
+    unified = settings.gpu_preset.unified_memory
+    run = run_allocator(boot_events(lines), alloc_steps, None if free is None else free.bytes, expandable,
+                        retry=not unified)
     lines.append(run.line(expandable))
-    return RunLedger(_ledger(lines, free), run, n_prefill, n_decode)
+    ledger = _ledger(lines, free)
+    if unified and free is not None:
+        ledger = Ledger(ledger.lines, ledger.free_bytes, ledger.free_source, ledger.assumptions + (
+            f"{settings.gpu_preset.name} shares the host's memory: the driver fails before the caching allocator can "
+            "give its cached segments back and retry (vllm-project/vllm#55569), so a segment past the free memory "
+            "ends the run",))
+    return RunLedger(ledger, run, n_prefill, n_decode)
 
 
 def _ledger(lines, free: FreeMemory | None) -> Ledger:

@@ -1,0 +1,138 @@
+"""A deployment's ledger from the server's flags and a workload (``indexer-lab deploy``, and the
+public reports ``reproduce`` holds): the release's scheduler under those flags, the free memory
+they leave, the logits budget the release plans with, then ``run_ledger`` over the schedule."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..checks import BadValue
+from ..engines import process_budget, profile_run_logits_bytes, release_scheduler
+from ..engines.kv_capacity import KvCapacity, deployment_kv_cache
+from ..engines.scheduler import not_default_text, tp_row_shard_refusal
+from ..plan import PlanSettings, get_strategy
+from ..plan.strategies import NO_BUDGET
+from ..presets import GIB, budget_bytes_from_mb, check_within_gpu, free_bytes_from_gib
+from ..workload import ClosedLoopWorkload, SchedulerConfig
+from ..workload.sources import scheduled_steps
+from .build import RunLedger, run_ledger
+from .free import FreeMemory, free_from_flags, given_free
+
+
+@dataclass(frozen=True)
+class Server:
+    """A server's flags as it was started (None: the release's default)."""
+
+    model: str
+    engine: str | None = None
+    gpu: str = "h200"
+    tp: int = 1
+    gpu_memory_utilization: float | None = None  # vLLM
+    mem_fraction_static: float | None = None  # SGLang
+    max_model_len: int | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    long_prefill_token_threshold: int | None = None
+    async_scheduling: bool | None = None
+    speculative_tokens: int = 0
+    kv_cache_tokens: int | str = 0  # 0: room for every running request; "auto": derived
+    kv_cache_dtype: str = "auto"
+    budget_mb: float | None = None  # vLLM's VLLM_SPARSE_INDEXER_MAX_LOGITS_MB; a strategy's budget
+    expandable_segments: bool = False
+    indexer_tp_shard_min_rows: int | None = None
+
+
+@dataclass(frozen=True)
+class Deployed:
+    run: RunLedger
+    settings: PlanSettings
+    scheduler: SchedulerConfig
+    kv: KvCapacity | None
+    free: FreeMemory
+    budget_bytes: int | None
+    max_model_len: int
+    not_default: str  # the settings that differ from the release's, named wherever a number is shown
+
+    @property
+    def boot_kv_tokens(self) -> int | None:
+        return self.run.ledger.boot_bytes // self.kv.bytes_per_token if self.kv is not None else None
+
+
+def deployment_ledger(server: Server, workload: ClosedLoopWorkload, strategy: str = "engine",
+                      free_gib: float | None = None, progress=None) -> Deployed:
+    """The run's ledger; ``free_gib``: the memory free when a step runs as given (else derived
+    from the server's flags).  BadValue names a flag that does not fit the release or the model."""
+    settings = PlanSettings(server.model, server.engine, temporaries="deepgemm", gpu=server.gpu)
+    profile, model = settings.profile, settings.preset
+    max_model_len = model.max_model_len if server.max_model_len is None else server.max_model_len
+    if not 1 <= max_model_len <= model.max_model_len:
+        raise BadValue("max_model_len", f"max_model_len {max_model_len}: must be in [1, {model.max_model_len}] "
+                                        f"({model.name}'s)")
+    if workload.max_prompt_len + workload.osl > max_model_len:
+        raise BadValue("workload", f"workload {workload.concurrency}x{workload.isl}x{workload.osl}: prompts of up to "
+                                   f"{workload.max_prompt_len} tokens plus {workload.osl} output tokens, past "
+                                   f"max_model_len {max_model_len}: the server refuses them")
+    tokens = settings.workspace_at(max_model_len)
+    if tokens is not None:
+        settings = settings.where(workspace_tokens=tokens)
+    if server.mem_fraction_static is not None and profile.engine != "sglang":
+        raise BadValue("mem_fraction_static", f"mem_fraction_static is SGLang's: {profile.name} is not SGLang")
+    if server.gpu_memory_utilization is not None and profile.engine != "vllm":
+        raise BadValue("gpu_memory_utilization", f"gpu_memory_utilization is vLLM's: {profile.name} is not vLLM")
+    if server.budget_mb is not None:
+        check_within_gpu("budget_mb", budget_bytes_from_mb(server.budget_mb), settings.gpu,
+                         f"budget_mb {server.budget_mb:g}")
+    chosen = get_strategy(strategy)
+    # the memory fraction sizes the KV cache only where it is derived; it always sizes the free memory
+    derived = server.kv_cache_tokens == "auto"
+    share = server.mem_fraction_static if profile.engine == "sglang" else server.gpu_memory_utilization
+    kv = deployment_kv_cache(server.kv_cache_tokens, model.name, profile, settings.gpu, server.tp,
+                             share if derived else None, server.kv_cache_dtype if derived else "auto",
+                             server.speculative_tokens)
+    scheduler = release_scheduler(profile, model.kv_block, settings.gpu,
+                                  kv.tokens if kv is not None else server.kv_cache_tokens,
+                                  max_num_batched_tokens=server.max_num_batched_tokens,
+                                  max_num_seqs=server.max_num_seqs,
+                                  long_prefill_token_threshold=server.long_prefill_token_threshold,
+                                  async_scheduling=server.async_scheduling,
+                                  speculative_tokens=server.speculative_tokens)
+    why = tp_row_shard_refusal(profile, scheduler, server.tp, server.indexer_tp_shard_min_rows)
+    if why:
+        raise BadValue("tp", f"tp {server.tp}: {why}")
+    differs = [not_default_text(profile, scheduler, settings.gpu, kv)]
+    differs += [f"{name} {value:g}" for name, value in (("gpu_memory_utilization", server.gpu_memory_utilization),
+                                                        ("mem_fraction_static", server.mem_fraction_static))
+                if value is not None]
+    differs += [f"tp={server.tp}"] if server.tp != 1 else []
+    drafts = server.speculative_tokens
+    worst_decode = min(scheduler.max_num_seqs * (1 + drafts), scheduler.max_num_batched_tokens)
+    knob = server.budget_mb if chosen.own_build and profile.engine == "vllm" else None
+    if knob is not None:
+        differs.append(f"{profile.budget_env}={knob:g} (default {profile.budget_default:g})")
+    if free_gib is not None:
+        check_within_gpu("free_gib", free_bytes_from_gib(free_gib), settings.gpu, f"free_gib {free_gib:g}")
+        free = given_free(free_gib)
+    else:
+        reserved = profile_run_logits_bytes(profile, knob, model, worst_decode, max_model_len)
+        free = free_from_flags(profile, settings.gpu, reserved, server.gpu_memory_utilization,
+                               server.mem_fraction_static)
+    budget = _budget(chosen, settings, server, free.bytes)
+    steps = list(scheduled_steps(workload, scheduler))
+    if progress is not None:
+        progress.total = len(steps)
+    run = run_ledger(steps, chosen, budget, settings, free, max_model_len, scheduler.max_num_batched_tokens, drafts,
+                     knob, worst_decode, server.expandable_segments, None if progress is None else progress.update)
+    return Deployed(run, settings, scheduler, kv, free, budget, max_model_len, "; ".join(filter(None, differs)))
+
+
+def _budget(strategy, settings, server: Server, free_bytes: int) -> int | None:
+    """The logits budget the run plans with: the release's own (its knob at budget_mb for vLLM,
+    SGLang's measured from the free memory) or a strategy's budget_mb."""
+    profile = settings.profile
+    if strategy.own_build:
+        kwargs = {} if server.mem_fraction_static is None else {"mem_fraction_static": server.mem_fraction_static}
+        return process_budget(profile, free_bytes, settings.gpu_preset.capacity_bytes,
+                              value=server.budget_mb if profile.engine == "vllm" else None,
+                              compressed=settings.preset.kv_ratio != 1, **kwargs)
+    if server.budget_mb is None and strategy.budget_source(profile) != NO_BUDGET:
+        raise BadValue("budget_mb", f"strategy {strategy.name}: give its budget_mb")
+    return strategy.budget_bytes(server.budget_mb, free_bytes / GIB, settings, server.mem_fraction_static)

@@ -1,0 +1,123 @@
+"""The public reports of what the indexer reserves and how a run's memory ends, each reproduced
+from its reporter's own flags through the ledger (``data/field/reported_ledger.csv``,
+docs/design.md#the-ledger): a boot line (the K workspace, the profile run's reservation), the
+prompt length from which a step passes the budget, or a run's verdict.
+
+``reporter_rule`` names where the reporter's build differs from the release planned, as the
+report itself quotes its code: ``workspace 40 x max_model_len`` (the K workspace before a
+release sized it in pools), ``saved: decode at max_model_len`` (what sizing the decode
+reservation in pools saved), ``chunk of N rows`` (the scheduler's chunk the report gives).
+"""
+from __future__ import annotations
+
+from ..engines import get_engine, profile_run_logits_bytes
+from ..ledger import boot_lines
+from ..ledger.deployment import Server, deployment_ledger
+from ..memory import make_plan, memory_report
+from ..memory.replayed import workspace_path_bytes
+from ..plan import PlanSettings
+from ..presets import MIB, get_model
+from ..refdata import number, read_rows
+from ..workload import StepBatch
+
+LEDGER_FILE = ("field", "reported_ledger.csv")
+TEXT = ("case", "line", "what", "model", "engine", "gpu", "workload", "reporter_rule", "unit", "published", "status",
+        "source", "note")
+
+
+def ledger_cases() -> list[dict]:
+    return [{k: (v if k in TEXT else number(v)) for k, v in row.items()} for row in read_rows(*LEDGER_FILE)]
+
+
+def _settings(case: dict) -> PlanSettings:
+    return PlanSettings(case["model"], case["engine"], temporaries="deepgemm", gpu=case["gpu"])
+
+
+def _workspace(case: dict) -> tuple[int, int]:
+    """(the reporter's K workspace, the release's own at the same max_model_len), in bytes."""
+    settings, mml = _settings(case), int(case["max_model_len"])
+    model, profile = settings.preset, settings.profile
+    if case["reporter_rule"] != "workspace 40 x max_model_len":
+        raise ValueError(f"case {case['case']}: reporter_rule {case['reporter_rule']!r} is not a K workspace rule")
+    theirs = workspace_path_bytes(profile, 40 * mml, model.head_dim, model.k_bytes_per_token - model.head_dim)
+    own = settings.where(workspace_tokens=settings.workspace_at(mml))
+    plan = make_plan(StepBatch.from_lengths([1], [1]), "engine", None, own)
+    rows = case["max_num_batched_tokens"] or 8192
+    (line,) = [x for x in boot_lines(plan, memory_report(plan, topk_rows=rows), mml) if x.name == "K workspace"]
+    return theirs, line.bytes
+
+
+def _decode_reservation_saved(case: dict) -> tuple[int, int]:
+    """(what sizing the reservation in pools saved, the release's reservation), in bytes."""
+    profile, model = get_engine(case["engine"]), get_model(case["model"])
+    mml = int(case["max_model_len"])
+    decodes = min(int(case["max_num_seqs"]) * (1 + int(case["speculative_tokens"] or 0)),
+                  int(case["max_num_batched_tokens"]))
+    own = profile_run_logits_bytes(profile, None, model, decodes, mml)
+    before = profile_run_logits_bytes(profile, None, model, decodes, mml, decode_columns=mml)
+    return before - own, own
+
+
+def _past_budget(case: dict) -> tuple[int, int]:
+    """(the shortest sequence whose step of the report's chunk is cut in two, the chunk's rows)."""
+    rows = int(case["reporter_rule"].removeprefix("chunk of ").removesuffix(" rows"))
+    settings = _settings(case)
+    budget = int(case["budget_mb"] or settings.profile.budget_default) * MIB
+
+    def cut(seq: int) -> bool:
+        return make_plan(StepBatch.from_lengths([rows], [seq]), "engine", budget, settings).num_chunks > 1
+
+    low, high = rows, int(case["max_model_len"])  # cut(high), not cut(low)
+    if not cut(high):
+        return high, rows
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if cut(mid) else (mid, high)
+    return high, rows
+
+
+def _verdict(case: dict) -> tuple[str, str]:
+    from ..cli.auto import parse_workload
+
+    server = Server(case["model"], case["engine"], case["gpu"], int(case["tp"] or 1),
+                    gpu_memory_utilization=case["gpu_memory_utilization"], max_model_len=int(case["max_model_len"]),
+                    max_num_seqs=None if case["max_num_seqs"] is None else int(case["max_num_seqs"]),
+                    max_num_batched_tokens=None if case["max_num_batched_tokens"] is None
+                    else int(case["max_num_batched_tokens"]),
+                    speculative_tokens=int(case["speculative_tokens"] or 0), budget_mb=case["budget_mb"])
+    d = deployment_ledger(server, parse_workload(case["workload"]))
+    oom = d.run.ledger.oom_line
+    return d.run.ledger.verdict, (f"{oom.name}: {oom.detail}" if oom is not None else
+                                  f"the most any line asks for: {d.run.ledger.needed_bytes:,} B")
+
+
+def reproduce_ledger(case: dict) -> dict:
+    """One report: the published figure, the modelled one, whether they match."""
+    unit = case["unit"]
+    extra = []
+    if case["line"] == "K workspace":
+        modelled, own = _workspace(case)
+        extra.append(f"{case['engine']} sizes it at {own:,} B")
+    elif case["line"] == "profile run's logits reservation":
+        modelled, own = _decode_reservation_saved(case)
+        extra.append(f"{case['engine']} reserves {own:,} B")
+    elif case["line"] == "prefill step past the budget":
+        modelled, rows = _past_budget(case)
+    elif case["line"] == "verdict":
+        modelled, why = _verdict(case)
+        extra.append(why)
+    else:
+        raise ValueError(f"case {case['case']}: line {case['line']!r} is not one reproduce knows")
+    if unit == "verdict":
+        published, difference, matches = case["published"], None, modelled == case["published"]
+    else:
+        published = int(float(case["published"]))
+        difference = abs(modelled - published) / published
+        matches = difference <= case["tolerance"]
+    return {"case": case["case"], "source": case["source"], "what": case["what"], "engine": case["engine"],
+            "counts": case["line"], "unit": unit,
+            "reported_bytes": published if unit == "bytes" else None,
+            "modelled_bytes": modelled if unit == "bytes" else None,
+            "reported": published, "modelled": modelled, "relative_difference": difference,
+            "tolerance": case["tolerance"], "verdict": "reproduced" if matches else "not reproduced",
+            "expected": case["status"], "assumptions": [case["note"]] + extra}
