@@ -15,8 +15,8 @@ REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "indexer_lib"
 
 # the layer order, written once: a module may import from its own layer and those below
-LAYERS = ["base", "workload", "engines", "plan", "memory", "timemodel", "fast", "run", "search", "sweep", "study",
-          "notebook", "cli"]
+LAYERS = ["base", "workload", "engines", "plan", "memory", "timemodel", "fast", "run", "search", "sweep", "ledger",
+          "study", "notebook", "cli"]
 BASE_MODULES = {"indexer_lib.presets", "indexer_lib.padding", "indexer_lib.refdata", "indexer_lib.checks",
                 "indexer_lib.dtypes", "indexer_lib.elementwise",
                 "indexer_lib.runmode"}

@@ -20,7 +20,7 @@ from indexer_lib.ledger.free import given_free
 from indexer_lib.memory import make_plan, memory_report
 from indexer_lib.plan import PlanSettings
 from indexer_lib.presets import GIB, MIB, get_gpu, get_model
-from indexer_lib.study.reserved import persistent_events, plan_events
+from indexer_lib.memory.events import persistent_events, plan_events
 from indexer_lib.workload import StepBatch
 
 

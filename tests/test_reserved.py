@@ -7,7 +7,8 @@ from indexer_lib.cli import devicecheck as dc
 from indexer_lib.notebook import plots
 from indexer_lib.memory import make_plan, memory_report
 from indexer_lib.plan import PlanSettings
-from indexer_lib.study.reserved import long_prompt_steps, plan_events, reserved_curve, reserved_table
+from indexer_lib.memory.events import plan_events
+from indexer_lib.study.reserved import long_prompt_steps, reserved_curve, reserved_table
 from indexer_lib.presets import GIB, MIB
 
 STEPS = long_prompt_steps(65_536, 8192)

@@ -1,4 +1,13 @@
-"""The indexer's whole memory over a deployment's life, line by line (docs/design.md#the-ledger)."""
+"""Layer 10, the ledger: the indexer's whole memory over a deployment's life, line by line
+(docs/design.md#the-ledger).
+
+- ``lines``: a line (phase, name, bytes, source) and the ledger's verdict;
+- ``boot``: what the server reserves at boot; ``decode``: a decode step's paged logits;
+- ``allocator``: the caching allocator across a run; ``free``: the memory free when a step runs,
+  from the server's flags;
+- ``build``: the ledger of one planned step or of a run's steps; ``deployment``: of a server's
+  flags and a workload (``indexer-lab deploy``).
+"""
 from .allocator import AllocatorRun, run_allocator
 from .boot import boot_lines
 from .build import RunLedger, decode_line, plan_ledger, prefill_line, run_ledger

@@ -1,7 +1,7 @@
 """The caching allocator over a whole run (the ledger's ``allocator`` line).
 
 The boot buffers are allocated first and held; then every step's allocations (its prefill chunks
-as the executor makes them, ``study.reserved.plan_events``, then its decode logits) go through one
+as the executor makes them, ``memory.events.plan_events``, then its decode logits) go through one
 ``memory.allocator.CachingAllocatorModel`` whose driver can give the boot buffers plus the memory
 free when a step runs.  The line is the most the allocator held beyond the boot buffers; where a
 request cannot be served even after the allocator gave its cached segments back, the line is what

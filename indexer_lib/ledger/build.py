@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from ..memory import make_plan, memory_report
 from ..presets import format_bytes
-from ..study.reserved import plan_events
+from ..memory.events import plan_events
 from .allocator import AllocatorRun, run_allocator
 from .boot import boot_events, boot_lines
 from .decode import decode_logits_bytes, decode_logits_cols

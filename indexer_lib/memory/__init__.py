@@ -10,7 +10,8 @@
 - ``tiling``, ``topk_bytes``: the temporaries of the reference backend's tiles and of
   the window top-k, by formula (the tracer checks them against real allocations);
 - ``replayed``: what an engine release's own code allocates around the logits, as replayed;
-- ``allocator``: a model of PyTorch's CUDA caching allocator (reserved vs allocated).
+- ``allocator``: a model of PyTorch's CUDA caching allocator (reserved vs allocated); ``events``: a
+  step's allocations in the executor's order, from the memory model's bytes, for it to replay.
 
 DeepGEMM's padding rules, which the planners need too, sit below every layer in
 ``indexer_lib.padding``.

@@ -1,4 +1,4 @@
-"""Layer 11, what the notebooks show: every figure and widget is a function here.
+"""Layer 12, what the notebooks show: every figure and widget is a function here.
 
 - ``plots``: the figures (one question each, units on the axes, modelled vs measured);
 - ``widgets``: the ipywidgets dashboards (frontier, auto);

@@ -1,4 +1,4 @@
-"""Layer 10, the questions users ask, each answered over many plans and grids.
+"""Layer 11, the questions users ask, each answered over many plans and grids.
 
 - ``reported``: the field's published allocations, reproduced (``data/field/``), and the
   same failures through the engine releases;

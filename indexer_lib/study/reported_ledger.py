@@ -18,7 +18,7 @@ from ..memory.replayed import workspace_path_bytes
 from ..plan import PlanSettings
 from ..presets import MIB, get_model
 from ..refdata import number, read_rows
-from ..workload import StepBatch
+from ..workload import ClosedLoopWorkload, StepBatch
 
 LEDGER_FILE = ("field", "reported_ledger.csv")
 TEXT = ("case", "line", "what", "model", "engine", "gpu", "workload", "reporter_rule", "unit", "published", "status",
@@ -76,16 +76,20 @@ def _past_budget(case: dict) -> tuple[int, int]:
     return high, rows
 
 
-def _verdict(case: dict) -> tuple[str, str]:
-    from ..cli.auto import parse_workload
+def _workload(text: str) -> ClosedLoopWorkload:
+    """``CONCURRENCYxISLxOSL``, as the table writes a workload."""
+    concurrency, isl, osl = (int(v) for v in text.split("x"))
+    return ClosedLoopWorkload(concurrency, isl, osl)
 
+
+def _verdict(case: dict) -> tuple[str, str]:
     server = Server(case["model"], case["engine"], case["gpu"], int(case["tp"] or 1),
                     gpu_memory_utilization=case["gpu_memory_utilization"], max_model_len=int(case["max_model_len"]),
                     max_num_seqs=None if case["max_num_seqs"] is None else int(case["max_num_seqs"]),
                     max_num_batched_tokens=None if case["max_num_batched_tokens"] is None
                     else int(case["max_num_batched_tokens"]),
                     speculative_tokens=int(case["speculative_tokens"] or 0), budget_mb=case["budget_mb"])
-    d = deployment_ledger(server, parse_workload(case["workload"]))
+    d = deployment_ledger(server, _workload(case["workload"]))
     oom = d.run.ledger.oom_line
     return d.run.ledger.verdict, (f"{oom.name}: {oom.detail}" if oom is not None else
                                   f"the most any line asks for: {d.run.ledger.needed_bytes:,} B")

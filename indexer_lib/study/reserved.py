@@ -6,11 +6,11 @@ adds a segment, while a size it has seen is served from the cached block.  This
 module turns each step's plan into the executor's allocation events and replays
 them, step after step, through the allocator model -- no GPU, no torch needed:
 
-- ``source="model"`` (default): events from the memory model's per-chunk bytes,
-  in the executor's order: the K workspace and the top-k buffer, then per chunk
-  its metadata (ks, ke, the gather's slot map), a column group's running values,
-  the candidate indices, the logits and the backend's temporaries (one block at
-  their peak), each freed before the next chunk; the step's inputs (q, weights,
+- ``source="model"`` (default): events from the memory model's per-chunk bytes
+  (``memory.events.plan_events``), in the executor's order: the K workspace and the
+  top-k buffer, then per chunk its metadata, K buffer, running values, logits and the
+  backend's temporaries, each freed before the next chunk (the previous chunk's logits
+  once the next exist, where the path keeps two alive); the step's inputs (q, weights,
   K cache) first when ``include_inputs`` (what the device script allocates);
 - ``source="trace"``: the tracer's own malloc/free stream of the reference
   executor on the meta device (every tensor it allocates).
@@ -23,10 +23,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from ..memory.allocator import AllocatorOutOfMemory, CachingAllocatorModel, replay
-from ..dtypes import FP32_BYTES, INT32_BYTES
-from ..memory import MemoryReport, memory_report, plan_at
-from ..plan import Plan, PlanSettings, Strategy, get_strategy, merged_chunks
-from ..presets import get_model
+from ..memory.events import plan_events
+from ..memory import memory_report, plan_at
+from ..plan import Plan, PlanSettings, Strategy, get_strategy
 from ..workload import PrefillRequest, StepBatch, check_int
 
 STRATEGIES = ("vllm", "causal", "fixed-shape")
@@ -41,76 +40,6 @@ def long_prompt_steps(prompt_len: int = 65_536, step_tokens: int = 8192) -> list
         q = min(step_tokens, prompt_len - done)
         steps.append(StepBatch((PrefillRequest(context_len=done, query_len=q),), step=i))
     return steps
-
-
-def plan_events(plan: Plan, report: MemoryReport, key: str, inputs: bool = False,
-                persistent: bool = True) -> list[tuple]:
-    """The executor's allocations for one step, from the memory model's bytes (``persistent``:
-    with the K workspace and the top-k buffer, allocated and freed with the step; without, the
-    caller holds them, as a server does from boot: ``persistent_events``)."""
-    events: list[tuple] = []
-    live: list[str] = []
-
-    def malloc(name: str, nbytes: int) -> None:
-        if nbytes > 0:
-            events.append(("malloc", f"{key}/{name}", nbytes))
-            live.append(f"{key}/{name}")
-
-    def free(name: str) -> None:
-        if f"{key}/{name}" in live:
-            live.remove(f"{key}/{name}")
-            events.append(("free", f"{key}/{name}"))
-
-    if inputs:
-        m = get_model(plan.model)
-        rows, tokens = plan.batch.num_rows, plan.batch.num_kv_tokens
-        for name, nbytes in (("q", rows * m.index_heads * m.head_dim),
-                             ("weights", FP32_BYTES * rows * m.index_heads),
-                             ("k_cache", tokens * m.head_dim), ("k_scale", FP32_BYTES * tokens)):
-            malloc(name, nbytes)
-    if persistent:
-        events += persistent_events(plan, report, key)
-        live += [e[1] for e in events if e[0] == "malloc" and e[1] not in live]
-    malloc("call", report.call)  # an engine's per-call K and top-k, held through the call
-    merged = merged_chunks(plan.chunks)
-    for i, (c, mem) in enumerate(zip(plan.chunks, report.chunks)):
-        rows_key = (c.token_start, c.token_end)
-        first = merged[i] and (i == 0 or (plan.chunks[i - 1].token_start,
-                                          plan.chunks[i - 1].token_end) != rows_key)
-        last = merged[i] and (i + 1 == len(plan.chunks) or (plan.chunks[i + 1].token_start,
-                                                             plan.chunks[i + 1].token_end) != rows_key)
-        if first:
-            malloc("running", mem.running // 2)
-        malloc(f"{i}/ks", INT32_BYTES * c.num_rows)
-        malloc(f"{i}/ke", INT32_BYTES * c.num_rows)
-        malloc(f"{i}/slots", mem.metadata - 2 * INT32_BYTES * c.num_rows)
-        if merged[i]:
-            malloc(f"{i}/candidates", mem.running // 2)
-        malloc(f"{i}/kv", mem.kv_buffer)
-        malloc(f"{i}/logits", mem.logits)
-        if mem.held:  # the previous chunk's logits live through this chunk's logits call
-            malloc(f"{i}/with_held", mem.held_with)
-            free(f"{i}/with_held")
-            free(f"{i - 1}/logits")
-        malloc(f"{i}/temporaries", mem.temporaries)
-        free(f"{i}/temporaries")
-        last_chunk = i + 1 == len(plan.chunks)
-        keep = not last_chunk and report.chunks[i + 1].held  # freed once the next chunk's logits exist
-        for name in ("kv", "candidates", "slots", "ke", "ks") if keep else ("logits", "kv", "candidates", "slots", "ke", "ks"):
-            free(f"{i}/{name}")
-        if last:
-            free("running")
-    for name in list(live):
-        free(name.split("/", 1)[1])
-    return events
-
-
-def persistent_events(plan: Plan, report: MemoryReport, key: str) -> list[tuple]:
-    """The K workspace (values, then scales) and the top-k buffer, as the executor allocates them."""
-    d = get_model(plan.model).head_dim
-    tokens = report.workspace // (d + FP32_BYTES)
-    sizes = (("workspace_k", tokens * d), ("workspace_scale", tokens * FP32_BYTES), ("topk", report.topk_buffer))
-    return [("malloc", f"{key}/{name}", nbytes) for name, nbytes in sizes if nbytes > 0]
 
 
 def traced_events(plan: Plan, key: str, topk_rows: int | None = None,
