@@ -15,8 +15,8 @@ from ..engines.budget import sglang_static_budget
 from ..padding import DEEPGEMM_RULES, unpadded_logits_bytes
 from ..plan import NO_BUDGET, STRATEGIES, PlanSettings, Strategy, get_strategy
 from ..memory import make_plan
-from ..presets import DEFAULT_MODEL, GPUS, MIB, MODELS, budget_bytes_from_mb, check_within_gpu, free_bytes_from_gib, get_gpu
-from ..presets import format_bytes, get_model
+from ..presets import DEFAULT_MODEL, GPUS, MIB, MODELS, budget_bytes_from_mb, check_within_gpu, free_bytes_from_gib
+from ..presets import format_bytes, get_gpu, get_model
 from ..workload import MAX_CONCURRENCY, StepBatch
 from . import exits
 

@@ -44,8 +44,9 @@ class AllocatorRun:
 
 def run_allocator(boot_events: list[tuple], steps, free_bytes: int | None, expandable: bool = False,
                   retry: bool = True) -> AllocatorRun:
-    """Replay ``boot_events`` then each ``(engine step, events)`` of ``steps``; the driver gives
-    the boot buffers plus ``free_bytes`` (None: no limit).  ``retry``: a segment past the limit
+    """Replay ``boot_events`` then each ``(engine step, events)`` of ``steps`` (a step's keys its
+    own: every block a step allocates is freed by its end); the driver gives the boot buffers plus
+    ``free_bytes`` (None: no limit).  ``retry``: a segment past the limit
     first makes the allocator give its cached segments back (PyTorch's free-and-retry); without
     it (unified memory, where the driver fails first) the run fails there."""
     alloc = CachingAllocatorModel(**({"expandable_segments": True} if expandable else {}))
@@ -56,6 +57,7 @@ def run_allocator(boot_events: list[tuple], steps, free_bytes: int | None, expan
         alloc.limit = held + free_bytes
     high, high_step = 0, None
     for step, events in steps:
+        handles = {}
         for event in events:
             if event[0] == "free":
                 alloc.free(handles.pop(event[1]))

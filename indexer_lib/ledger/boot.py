@@ -7,6 +7,7 @@ of ``max_num_batched_tokens`` rows) or the release's profile-run rule
 """
 from __future__ import annotations
 
+from ..dtypes import INT32_BYTES
 from ..engines import profile_run_logits_bytes
 from ..memory.replayed import workspace_path_bytes
 from .lines import LedgerLine
@@ -40,15 +41,18 @@ def boot_lines(plan, report, max_model_len: int, worst_decode_tokens: int = 0,
         # its profile run adds), where the release is named; else the memory model's K and scales
         workspace = report.workspace if profile is None else workspace_path_bytes(
             profile, plan.workspace_tokens, model.head_dim, model.k_bytes_per_token - model.head_dim)
-        extra = (f"; with {profile.workspace_extra_bytes:,} B the profile run adds "
-                 f"({sources.get('workspace_extra_bytes', 'not sourced')})") if profile and profile.workspace_extra_bytes else ""
+        extra = ""
+        if profile is not None and profile.workspace_extra_bytes:
+            extra = (f"; with {profile.workspace_extra_bytes:,} B the profile run adds "
+                     f"({sources.get('workspace_extra_bytes', 'not sourced')})")
         lines.append(LedgerLine("boot", "K workspace", workspace,
                                 sources.get("workspace_factor", PROJECT_WORKSPACE) + extra,
                                 f"{plan.workspace_tokens:,} {unit} at max_model_len {max_model_len:,}"))
     if report.topk_buffer:
         lines.append(LedgerLine("boot", "top-k output buffer", report.topk_buffer,
                                 sources.get("topk_output", "assumed: [max_num_batched_tokens, top-k] int32"),
-                                f"{report.topk_buffer // (4 * settings.preset.topk):,} rows x top-{settings.preset.topk} int32"))
+                                f"{report.topk_buffer // (INT32_BYTES * settings.preset.topk):,} rows x "
+                                f"top-{settings.preset.topk} int32"))
     if profile is not None:
         reserved = profile_run_logits_bytes(profile, budget_mb, settings.preset, worst_decode_tokens, max_model_len)
         if reserved:

@@ -84,7 +84,7 @@ def run_ledger(steps, strategy, budget_bytes: int | None, settings, free: FreeMe
             first = first or (plan, report)
             if worst_prefill is None or report.peak_transient > worst_prefill[1].peak_transient:
                 worst_prefill = (plan, report, s.step)
-            events += [(e[0], f"{s.step}/{e[1]}", *e[2:]) for e in step_events]
+            events += step_events
             n_prefill += 1
         tokens = s.num_decode * (1 + drafts)
         if tokens and first is not None:
@@ -92,7 +92,7 @@ def run_ledger(steps, strategy, budget_bytes: int | None, settings, free: FreeMe
             if line is not None:
                 if worst_decode is None or line.bytes > worst_decode.bytes:
                     worst_decode = line
-                events += [("malloc", f"{s.step}/decode", line.bytes), ("free", f"{s.step}/decode")]
+                events += [("malloc", "decode", line.bytes), ("free", "decode")]
             n_decode += 1
         alloc_steps.append((s.step, events))
         if progress is not None:

@@ -16,16 +16,15 @@ def plan_events(plan: Plan, report: MemoryReport, key: str, inputs: bool = False
     with the K workspace and the top-k buffer, allocated and freed with the step; without, the
     caller holds them, as a server does from boot: ``persistent_events``)."""
     events: list[tuple] = []
-    live: list[str] = []
+    live: dict[str, None] = {}  # the blocks allocated and not freed, in allocation order
 
     def malloc(name: str, nbytes: int) -> None:
         if nbytes > 0:
             events.append(("malloc", f"{key}/{name}", nbytes))
-            live.append(f"{key}/{name}")
+            live[f"{key}/{name}"] = None
 
     def free(name: str) -> None:
-        if f"{key}/{name}" in live:
-            live.remove(f"{key}/{name}")
+        if live.pop(f"{key}/{name}", False) is None:
             events.append(("free", f"{key}/{name}"))
 
     if inputs:
@@ -37,7 +36,7 @@ def plan_events(plan: Plan, report: MemoryReport, key: str, inputs: bool = False
             malloc(name, nbytes)
     if persistent:
         events += persistent_events(plan, report, key)
-        live += [e[1] for e in events if e[0] == "malloc" and e[1] not in live]
+        live.update((e[1], None) for e in events if e[0] == "malloc")
     malloc("call", report.call)  # an engine's per-call K and top-k, held through the call
     merged = merged_chunks(plan.chunks)
     for i, (c, mem) in enumerate(zip(plan.chunks, report.chunks)):
@@ -63,8 +62,10 @@ def plan_events(plan: Plan, report: MemoryReport, key: str, inputs: bool = False
         free(f"{i}/temporaries")
         last_chunk = i + 1 == len(plan.chunks)
         keep = not last_chunk and report.chunks[i + 1].held  # freed once the next chunk's logits exist
-        for name in ("kv", "candidates", "slots", "ke", "ks") if keep else ("logits", "kv", "candidates", "slots", "ke", "ks"):
+        for name in ("kv", "candidates", "slots", "ke", "ks"):
             free(f"{i}/{name}")
+        if not keep:
+            free(f"{i}/logits")
         if last:
             free("running")
     for name in list(live):
