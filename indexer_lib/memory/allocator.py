@@ -1,7 +1,9 @@
 """A model of PyTorch's CUDA caching allocator (default settings), to predict
 ``memory_reserved`` for a sequence of allocations and frees.
 
-What it models, from PyTorch's documented design:
+It follows c10/cuda/CUDACachingAllocator.cpp of pytorch/pytorch at commit
+001074d25084fdb87a799823e395a50f5ec044d3 (``allocator_constants`` holds its sizes, each with
+the lines it was read from; ``file:N`` below is a line of that file):
 - request sizes round up to multiples of 512 bytes;
 - small requests (<= 1 MiB) come from 2 MiB segments, large ones from their
   own pool: a new large segment is 20 MiB for requests under 10 MiB, else the
@@ -12,54 +14,34 @@ What it models, from PyTorch's documented design:
 - freed blocks merge with free neighbours of the same segment;
 - nothing goes back to the driver until ``empty_cache`` (segments wholly free), or until a
   new segment does not fit the memory the driver can still give (``limit``): then, as
-  ``DeviceCachingAllocator::malloc`` does in c10/cuda/CUDACachingAllocator.cpp, it frees
+  ``DeviceCachingAllocator::malloc`` does, it frees
   enough oversize cached blocks (``release_available_cached_blocks``: only with a
   ``max_split_size``), then every wholly free cached segment (``release_cached_blocks``), and
   retries; only when the segment still does not fit does it raise the OOM.
-Streams and expandable segments are not modelled.
+Streams are not modelled.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-KB = 1024
-MB = 1024 * 1024
-MIN_BLOCK = 512
-SMALL_SIZE = 1 * MB  # largest "small" request
-SMALL_BUFFER = 2 * MB  # segment size of the small pool
-LARGE_BUFFER = 20 * MB  # segment for large requests under MIN_LARGE_ALLOC
-MIN_LARGE_ALLOC = 10 * MB
-ROUND_LARGE = 2 * MB
+from .allocator_constants import (KB, LARGE_BUFFER, MB, MIN_BLOCK, MIN_LARGE_ALLOC, ROUND_LARGE,  # noqa: F401
+                                  SMALL_BUFFER, SMALL_SIZE)
+from .segments import Block, Segment, merge_free
 
 
 def round_size(size: int) -> int:
+    """round_size (CUDACachingAllocator.cpp:2026-2037), without roundup_power2_divisions."""
     if size < MIN_BLOCK:
         return MIN_BLOCK
     return -(-size // MIN_BLOCK) * MIN_BLOCK
 
 
 def segment_size(size: int) -> int:
-    """Bytes the allocator asks cudaMalloc for when no cached block fits."""
+    """Bytes the allocator asks cudaMalloc for when no cached block fits (get_allocation_size,
+    CUDACachingAllocator.cpp:2488-2496)."""
     if size <= SMALL_SIZE:
         return SMALL_BUFFER
     if size < MIN_LARGE_ALLOC:
         return LARGE_BUFFER
     return -(-size // ROUND_LARGE) * ROUND_LARGE
-
-
-@dataclass(eq=False)  # blocks are compared by identity
-class _Block:
-    segment: int
-    offset: int
-    size: int
-    free: bool = True
-
-
-@dataclass
-class _Segment:
-    small: bool
-    size: int
-    blocks: list[_Block] = field(default_factory=list)  # in address order
 
 
 class AllocatorOutOfMemory(MemoryError):
@@ -79,8 +61,8 @@ class CachingAllocatorModel:
     counts how often), then raises ``AllocatorOutOfMemory``."""
 
     def __init__(self, max_split_size: int | None = None, limit: int | None = None):
-        self.segments: list[_Segment | None] = []
-        self.live: dict[int, _Block] = {}
+        self.segments: list[Segment | None] = []
+        self.live: dict[int, Block] = {}
         self.next_handle = 0
         self.allocated = 0
         self.reserved = 0
@@ -96,12 +78,7 @@ class CachingAllocatorModel:
         small = size <= SMALL_SIZE
         block = self._best_fit(size, small)
         if block is None:
-            seg_bytes = segment_size(size)
-            self._make_room(size, seg_bytes, nbytes)
-            self.segments.append(_Segment(small, seg_bytes))
-            block = _Block(len(self.segments) - 1, 0, seg_bytes)
-            self.segments[-1].blocks.append(block)
-            self.reserved += seg_bytes
+            block = self._new_block(size, small, nbytes)
         self._split(block, size, small)
         block.free = False
         handle = self.next_handle
@@ -116,13 +93,7 @@ class CachingAllocatorModel:
         block = self.live.pop(handle)
         self.allocated -= block.size
         block.free = True
-        blocks = self.segments[block.segment].blocks
-        i = blocks.index(block)
-        # merge with the free neighbours: the next one first, then the previous one
-        if i + 1 < len(blocks) and blocks[i + 1].free:
-            block.size += blocks.pop(i + 1).size
-        if i > 0 and blocks[i - 1].free:
-            blocks[i - 1].size += blocks.pop(i).size
+        merge_free(self.segments[block.segment].blocks, block)
 
     def empty_cache(self) -> None:
         """Return wholly free segments to the driver."""
@@ -134,18 +105,34 @@ class CachingAllocatorModel:
     def _fits(self, seg_bytes: int) -> bool:
         return self.limit is None or self.reserved + seg_bytes <= self.limit
 
-    def _make_room(self, size: int, seg_bytes: int, nbytes: int) -> None:
-        """What PyTorch does when cudaMalloc fails: give back oversize cached blocks (only with a
-        max_split_size), then every wholly free cached segment, and retry; else the OOM."""
-        if self._fits(seg_bytes):
-            return
-        if self.max_split_size is not None:
+    def _new_block(self, size: int, small: bool, nbytes: int) -> Block:
+        """A free block from new memory, as DeviceCachingAllocator::malloc gets one when no cached
+        block fits (CUDACachingAllocator.cpp:1247-1255): alloc_block; failing that, with a
+        max_split_size, release_available_cached_blocks and alloc_block again; failing that,
+        release_cached_blocks and alloc_block again; failing that, the OOM."""
+        block = self._alloc_block(size, small)
+        if block is None and self.max_split_size is not None:
             self._release_oversize(max(size, self.max_split_size))
-        if not self._fits(seg_bytes):
+            block = self._alloc_block(size, small)
+        if block is None:
             self.empty_cache()
             self.retries += 1
-        if not self._fits(seg_bytes):
+            block = self._alloc_block(size, small)
+        if block is None:
             raise AllocatorOutOfMemory(nbytes, self.allocated, self.reserved, self.limit)
+        return block
+
+    def _alloc_block(self, size: int, small: bool) -> Block | None:
+        """alloc_block (CUDACachingAllocator.cpp:2630-2723): a new segment holding one free block,
+        or None when the driver cannot give it."""
+        seg_bytes = segment_size(size)
+        if not self._fits(seg_bytes):
+            return None
+        self.segments.append(Segment(small, seg_bytes))
+        block = Block(len(self.segments) - 1, 0, seg_bytes)
+        self.segments[-1].blocks.append(block)
+        self.reserved += seg_bytes
+        return block
 
     def _release_oversize(self, key: int) -> None:
         """release_available_cached_blocks: the smallest wholly free oversize segment of at least
@@ -166,7 +153,7 @@ class CachingAllocatorModel:
             self.reserved -= self.segments[k].size
             self.segments[k] = None
 
-    def _best_fit(self, size: int, small: bool) -> _Block | None:
+    def _best_fit(self, size: int, small: bool) -> Block | None:
         best = None
         for seg in self.segments:
             if seg is None or seg.small != small:
@@ -178,7 +165,7 @@ class CachingAllocatorModel:
                     best = b
         return best
 
-    def _may_use(self, block: _Block, size: int) -> bool:
+    def _may_use(self, block: Block, size: int) -> bool:
         limit = self.max_split_size
         if limit is None:
             return True
@@ -187,7 +174,7 @@ class CachingAllocatorModel:
             return False
         return not (size >= limit and block.size >= size + LARGE_BUFFER)
 
-    def _split(self, block: _Block, size: int, small: bool) -> None:
+    def _split(self, block: Block, size: int, small: bool) -> None:
         remaining = block.size - size
         worth = remaining >= MIN_BLOCK if small else remaining > SMALL_SIZE
         if self.max_split_size is not None and block.size >= self.max_split_size:
@@ -195,7 +182,7 @@ class CachingAllocatorModel:
         if not worth:
             return
         blocks = self.segments[block.segment].blocks
-        rest = _Block(block.segment, block.offset + size, remaining)
+        rest = Block(block.segment, block.offset + size, remaining)
         blocks.insert(blocks.index(block) + 1, rest)
         block.size = size
 
