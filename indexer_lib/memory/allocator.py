@@ -45,12 +45,21 @@ def segment_size(size: int) -> int:
 
 
 class AllocatorOutOfMemory(MemoryError):
-    """A request the allocator cannot serve even after giving its cached segments back."""
+    """A request the allocator cannot serve even after giving its cached segments back.
+
+    ``fragmented``: the live blocks and the request together fit the limit, so the memory is
+    there but not in one piece (pieces of segments that live blocks keep).  ``event``: set by
+    ``replay`` to the index of the event that raised."""
 
     def __init__(self, nbytes: int, allocated: int, reserved: int, limit: int):
         self.nbytes, self.allocated, self.reserved, self.limit = nbytes, allocated, reserved, limit
+        self.event: int | None = None
         super().__init__(f"tried to allocate {nbytes} bytes with {allocated} allocated and {reserved} reserved "
                          f"of {limit} the driver can give (after freeing every cached segment)")
+
+    @property
+    def fragmented(self) -> bool:
+        return self.allocated + self.nbytes <= self.limit
 
 
 class CachingAllocatorModel:
@@ -193,13 +202,19 @@ def replay(events, model: CachingAllocatorModel | None = None,
 
     Returns (allocated, reserved) after each event.  ``model`` and ``handles`` (key
     -> block) carry an allocator's state on from earlier events (default: a fresh one).
+    The first malloc that cannot be served raises ``AllocatorOutOfMemory`` with ``event``, its
+    index in ``events``, and ``fragmented``: whether the memory was there but not in one piece.
     """
     model = CachingAllocatorModel() if model is None else model
     handles = {} if handles is None else handles
     curve = []
-    for event in events:
+    for i, event in enumerate(events):
         if event[0] == "malloc":
-            handles[event[1]] = model.malloc(event[2])
+            try:
+                handles[event[1]] = model.malloc(event[2])
+            except AllocatorOutOfMemory as e:
+                e.event = i
+                raise
         elif event[0] == "free":
             model.free(handles.pop(event[1]))
         else:

@@ -1,0 +1,85 @@
+"""The allocator model held to the rules of c10/cuda/CUDACachingAllocator.cpp (lines are those of
+the commit ``allocator_constants.SOURCE`` names)."""
+import pytest
+
+from indexer_lib.memory import allocator_constants as c
+from indexer_lib.memory.allocator import (MB, AllocatorOutOfMemory, CachingAllocatorModel, replay, round_size,
+                                          segment_size)
+
+
+def test_constants_are_the_documented_values():
+    assert c.MIN_BLOCK == 512  # kMinBlockSize, :118-119
+    assert c.SMALL_SIZE == 1048576  # kSmallSize, :120
+    assert c.SMALL_BUFFER == 2097152  # kSmallBuffer, :121-122
+    assert c.LARGE_BUFFER == 20971520  # kLargeBuffer, :47-49
+    assert c.MIN_LARGE_ALLOC == 10485760  # kMinLargeAlloc, :123-124
+    assert c.ROUND_LARGE == 2097152  # kRoundLarge, :125
+    assert "001074d25084fdb87a799823e395a50f5ec044d3" in c.SOURCE
+
+
+def test_requests_round_up_to_512_bytes():
+    # round_size, :2026-2037: at least kMinBlockSize, else the next multiple of it
+    assert [round_size(n) for n in (0, 1, 512, 513, 1024, 1025)] == [512, 512, 512, 1024, 1024, 1536]
+
+
+def test_new_segment_sizes_by_pool():
+    # get_allocation_size, :2488-2496
+    assert segment_size(c.SMALL_SIZE) == 2 * MB  # small pool: one 2 MiB segment
+    assert segment_size(c.SMALL_SIZE + 512) == 20 * MB  # large pool, under 10 MiB: 20 MiB
+    assert segment_size(10 * MB - 512) == 20 * MB
+    assert segment_size(10 * MB) == 10 * MB  # from 10 MiB: rounded up to 2 MiB
+    assert segment_size(11 * MB) == 12 * MB
+
+
+def test_small_and_large_requests_never_share_a_segment():
+    m = CachingAllocatorModel()
+    m.free(m.malloc(1 * MB))  # a 2 MiB small-pool segment, now 1 MiB used then freed
+    m.malloc(1 * MB + 512)  # large pool: the cached small segment is not for it
+    assert m.reserved == 2 * MB + 20 * MB
+    m.malloc(512 * 1024)  # and a small request goes to the small segment, not the 20 MiB one
+    assert m.reserved == 22 * MB and sum(s is not None for s in m.segments) == 2
+
+
+def _blocks_after(*requests):
+    m = CachingAllocatorModel()
+    for nbytes in requests:
+        m.malloc(nbytes)
+    return [(b.size, b.free) for b in m.segments[0].blocks]
+
+
+def test_split_thresholds_small_pool_512_bytes_large_pool_over_1_mib():
+    # should_split, :2478-2486.  Small pool: a remainder of 512 bytes is kept as a block
+    assert _blocks_after(MB, MB - 512) == [(MB, False), (MB - 512, False), (512, True)]
+    assert _blocks_after(9 * MB) == [(9 * MB, False), (11 * MB, True)]  # large pool: 11 MiB > 1 MiB
+    assert _blocks_after(11 * MB - 512) == [(11 * MB - 512, False), (MB + 512, True)]  # a 12 MiB segment
+    assert _blocks_after(11 * MB) == [(12 * MB, False)]  # exactly 1 MiB left: the block keeps it
+
+
+def test_cached_segments_are_freed_and_the_request_retried_before_an_oom():
+    # malloc, :1247-1255: alloc_block, then release_cached_blocks and alloc_block again
+    m = CachingAllocatorModel(limit=500 * MB)
+    for size in (100, 150, 200):
+        m.free(m.malloc(size * MB))
+    assert (m.reserved, m.retries) == (450 * MB, 0)
+    m.malloc(250 * MB)  # 450 + 250 > 500: the cached segments go back first
+    assert (m.reserved, m.retries) == (250 * MB, 1)
+
+
+def test_a_plain_oom_is_not_fragmented():
+    events = [("malloc", "a", 200 * MB), ("malloc", "b", 200 * MB)]
+    with pytest.raises(AllocatorOutOfMemory) as e:
+        replay(events, CachingAllocatorModel(limit=300 * MB))
+    assert e.value.event == 1 and not e.value.fragmented  # 200 + 200 > 300
+
+
+def test_an_oom_with_room_for_the_request_is_fragmented():
+    events = [("malloc", "a", 60 * MB),  # a 60 MiB segment
+              ("malloc", "k", 4 * MB),  # a 20 MiB segment, 16 MiB of it left free
+              ("free", "a"),
+              ("malloc", "b", 30 * MB),  # best fit: the first half of the 60 MiB segment
+              ("malloc", "c", 40 * MB)]  # fits no free block (30, 16); 80 + 40 > 100 reserved
+    with pytest.raises(AllocatorOutOfMemory) as e:
+        replay(events, CachingAllocatorModel(limit=100 * MB))
+    assert e.value.event == 4
+    assert e.value.allocated == 34 * MB and e.value.reserved == 80 * MB  # nothing wholly free to give back
+    assert e.value.fragmented  # 34 + 40 <= 100
