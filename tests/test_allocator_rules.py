@@ -83,3 +83,32 @@ def test_an_oom_with_room_for_the_request_is_fragmented():
     assert e.value.event == 4
     assert e.value.allocated == 34 * MB and e.value.reserved == 80 * MB  # nothing wholly free to give back
     assert e.value.fragmented  # 34 + 40 <= 100
+
+
+def test_max_split_size_stops_splits_for_large_requests_only():
+    # should_split, :2483-2484: the request's size decides, not the block's
+    m = CachingAllocatorModel(max_split_size=21 * MB)
+    m.malloc(20 * MB + 512 * 1024)  # under 21 MiB, in a 22 MiB segment: 1.5 MiB is split off
+    assert [b.size for b in m.segments[0].blocks] == [20 * MB + 512 * 1024, 1536 * 1024]
+    m.malloc(21 * MB)  # oversize: its 22 MiB segment stays one block
+    assert [b.size for b in m.segments[1].blocks] == [22 * MB]
+
+
+def test_oversize_blocks_serve_only_oversize_requests_close_in_size():
+    # get_free_block, :2544-2551
+    m = CachingAllocatorModel(max_split_size=40 * MB)
+    m.free(m.malloc(100 * MB))
+    m.malloc(30 * MB)  # under max_split_size: not from the cached 100 MiB block
+    assert m.reserved == 130 * MB
+    m.malloc(79 * MB + 512)  # oversize, but 100 >= 79.x + 20: a new segment too
+    assert m.reserved == 210 * MB
+    m.malloc(80 * MB + 512)  # 100 < 80.x + 20: the cached block, whole
+    assert m.reserved == 210 * MB and m.allocated == 30 * MB + (80 * MB) + 100 * MB
+
+
+def test_release_available_cached_blocks_looks_in_the_requests_pool():
+    # :2734: a small request frees no large oversize block; release_cached_blocks does
+    m = CachingAllocatorModel(max_split_size=30 * MB, limit=101 * MB)
+    m.free(m.malloc(100 * MB))
+    m.malloc(512 * 1024)  # a 2 MiB small segment: 102 > 101
+    assert (m.reserved, m.retries) == (2 * MB, 1)

@@ -121,7 +121,7 @@ class CachingAllocatorModel:
         release_cached_blocks and alloc_block again; failing that, the OOM."""
         block = self._alloc_block(size, small)
         if block is None and self.max_split_size is not None:
-            self._release_oversize(max(size, self.max_split_size))
+            self._release_oversize(max(size, self.max_split_size), small)
             block = self._alloc_block(size, small)
         if block is None:
             self.empty_cache()
@@ -143,11 +143,12 @@ class CachingAllocatorModel:
         self.reserved += seg_bytes
         return block
 
-    def _release_oversize(self, key: int) -> None:
-        """release_available_cached_blocks: the smallest wholly free oversize segment of at least
-        ``key`` bytes, else the largest ones until ``key`` bytes are released."""
+    def _release_oversize(self, key: int, small: bool) -> None:
+        """release_available_cached_blocks (CUDACachingAllocator.cpp:2728-2770): of the request's
+        pool, the smallest wholly free oversize segment of at least ``key`` bytes, else the largest
+        ones until ``key`` bytes are released."""
         free = sorted((seg.size, k) for k, seg in enumerate(self.segments)
-                      if seg is not None and not seg.small and len(seg.blocks) == 1 and seg.blocks[0].free
+                      if seg is not None and seg.small == small and len(seg.blocks) == 1 and seg.blocks[0].free
                       and seg.size >= self.max_split_size)
         large = [k for size, k in free if size >= key]
         victims = large[:1] if large else []
@@ -184,10 +185,13 @@ class CachingAllocatorModel:
         return not (size >= limit and block.size >= size + LARGE_BUFFER)
 
     def _split(self, block: Block, size: int, small: bool) -> None:
+        """should_split (CUDACachingAllocator.cpp:2478-2486): keep the remainder as a free block when
+        it is worth it; in the large pool never for a request of max_split_size or more."""
         remaining = block.size - size
-        worth = remaining >= MIN_BLOCK if small else remaining > SMALL_SIZE
-        if self.max_split_size is not None and block.size >= self.max_split_size:
-            worth = False
+        if small:
+            worth = remaining >= MIN_BLOCK
+        else:
+            worth = remaining > SMALL_SIZE and (self.max_split_size is None or size < self.max_split_size)
         if not worth:
             return
         blocks = self.segments[block.segment].blocks
