@@ -112,3 +112,52 @@ def test_release_available_cached_blocks_looks_in_the_requests_pool():
     m.free(m.malloc(100 * MB))
     m.malloc(512 * 1024)  # a 2 MiB small segment: 102 > 101
     assert (m.reserved, m.retries) == (2 * MB, 1)
+
+
+# expandable segments ---------------------------------------------------------------------------
+
+GiB = 1024 * MB
+
+
+def _pages(n: int, page: int = 20 * MB) -> int:
+    return -(-n // page) * page
+
+
+def test_expandable_segments_map_2_mib_pages_small_20_mib_pages_large():
+    # find_expandable_block, :2211: one segment per pool, grown by pages of that size
+    m = CachingAllocatorModel(expandable_segments=True)
+    m.malloc(MB)
+    m.malloc(MB)  # the rest of the first 2 MiB page
+    assert m.reserved == 2 * MB
+    m.malloc(512 * 1024)  # one more small page
+    assert m.reserved == 4 * MB
+    m.malloc(30 * MB)  # large pool: two 20 MiB pages
+    assert m.reserved == 4 * MB + 40 * MB
+    assert [s.small for s in m.segments if s is not None] == [True, False]
+
+
+def test_expandable_segment_grows_its_free_tail_and_unmaps_free_pages():
+    m = CachingAllocatorModel(expandable_segments=True)
+    m.free(m.malloc(30 * MB))  # 40 MiB mapped, all free again
+    b = m.malloc(50 * MB)  # no free block fits: the free 40 MiB grows by one page
+    assert m.reserved == 60 * MB and m.live[b].offset == 0
+    m.empty_cache()  # the free 10 MiB shares its page with b: nothing to unmap
+    assert m.reserved == 60 * MB
+    m.free(b)
+    m.empty_cache()  # unmap_block / release_expandable_segment
+    assert m.reserved == 0 and all(s is None for s in m.segments)
+
+
+def test_expandable_best_fit_takes_a_block_that_cannot_grow_first():
+    # get_free_block, :2511-2527: the free block before unmapped space counts as that much larger
+    m = CachingAllocatorModel(expandable_segments=True)
+    a = m.malloc(30 * MB)  # pages 0-40; 10 MiB free after it
+    m.malloc(12 * MB)  # grows the tail to 30 MiB free: 12 taken, 18 free before the unmapped rest
+    m.free(a)  # a 30 MiB hole at the start
+    c = m.malloc(5 * MB)  # fits the 18 (smaller) and the hole: the hole, as it cannot grow
+    assert m.live[c].offset == 0 and m.reserved == 60 * MB
+
+
+def test_expandable_segments_need_no_max_split_size():
+    with pytest.raises(ValueError, match="not modelled"):
+        CachingAllocatorModel(max_split_size=40 * MB, expandable_segments=True)

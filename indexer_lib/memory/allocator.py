@@ -18,10 +18,12 @@ the lines it was read from; ``file:N`` below is a line of that file):
   enough oversize cached blocks (``release_available_cached_blocks``: only with a
   ``max_split_size``), then every wholly free cached segment (``release_cached_blocks``), and
   retries; only when the segment still does not fit does it raise the OOM.
-Streams are not modelled.
+``expandable_segments=True`` models PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True instead of
+new segments: one segment per pool grown by pages (``expandable``).  Streams are not modelled.
 """
 from __future__ import annotations
 
+from . import expandable
 from .allocator_constants import (KB, LARGE_BUFFER, MB, MIN_BLOCK, MIN_LARGE_ALLOC, ROUND_LARGE,  # noqa: F401
                                   SMALL_BUFFER, SMALL_SIZE)
 from .segments import Block, Segment, merge_free
@@ -67,9 +69,15 @@ class CachingAllocatorModel:
 
     ``limit``: the bytes the driver can give this allocator in all (None: unlimited); a new
     segment past it first makes the allocator give its cached segments back (``retries``
-    counts how often), then raises ``AllocatorOutOfMemory``."""
+    counts how often), then raises ``AllocatorOutOfMemory``.
+    ``expandable_segments``: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; each pool then
+    grows one segment page by page instead of adding segments (see ``expandable``)."""
 
-    def __init__(self, max_split_size: int | None = None, limit: int | None = None):
+    def __init__(self, max_split_size: int | None = None, limit: int | None = None,
+                 expandable_segments: bool = False):
+        if expandable_segments and max_split_size is not None:
+            # PyTorch cannot release an expandable block as an oversize one (release_block, :2818)
+            raise ValueError("max_split_size together with expandable_segments is not modelled")
         self.segments: list[Segment | None] = []
         self.live: dict[int, Block] = {}
         self.next_handle = 0
@@ -80,6 +88,7 @@ class CachingAllocatorModel:
         self.max_split_size = max_split_size  # None: PyTorch's default, no limit
         self.limit = limit
         self.retries = 0  # times the cached segments were given back to fit a new one
+        self.expandable_segments = expandable_segments
 
     def malloc(self, nbytes: int) -> int:
         """Allocate; returns a handle for ``free``."""
@@ -105,9 +114,16 @@ class CachingAllocatorModel:
         merge_free(self.segments[block.segment].blocks, block)
 
     def empty_cache(self) -> None:
-        """Return wholly free segments to the driver."""
+        """Return wholly free segments to the driver, and the free pages of expandable ones
+        (release_cached_blocks, CUDACachingAllocator.cpp:2772-2797)."""
         for k, seg in enumerate(self.segments):
-            if seg is not None and len(seg.blocks) == 1 and seg.blocks[0].free:
+            if seg is None:
+                continue
+            if seg.expandable:
+                self.reserved -= expandable.unmap_free_pages(seg)
+                if not any(b.mapped for b in seg.blocks):
+                    self.segments[k] = None
+            elif len(seg.blocks) == 1 and seg.blocks[0].free:
                 self.reserved -= seg.size
                 self.segments[k] = None
 
@@ -134,6 +150,8 @@ class CachingAllocatorModel:
     def _alloc_block(self, size: int, small: bool) -> Block | None:
         """alloc_block (CUDACachingAllocator.cpp:2630-2723): a new segment holding one free block,
         or None when the driver cannot give it."""
+        if self.expandable_segments:
+            return self._grow_expandable(size, small)
         seg_bytes = segment_size(size)
         if not self._fits(seg_bytes):
             return None
@@ -142,6 +160,29 @@ class CachingAllocatorModel:
         self.segments[-1].blocks.append(block)
         self.reserved += seg_bytes
         return block
+
+    def _grow_expandable(self, size: int, small: bool) -> Block | None:
+        """alloc_block under expandable segments: map pages onto the pool's segment where
+        ``expandable.find_room`` says, a new segment only when none has room."""
+        for seg in self.segments:
+            if seg is not None and seg.expandable and seg.small == small:
+                start = expandable.find_room(seg, size)
+                if start is not None:
+                    return expandable.grow(seg, start, size, self._map)
+        seg = expandable.new_segment(len(self.segments), small, self._address_space())
+        self.segments.append(seg)
+        return expandable.grow(seg, seg.blocks[0], size, self._map)
+
+    def _map(self, nbytes: int) -> bool:
+        """Back ``nbytes`` more of an expandable segment with memory, if the driver can give it."""
+        if not self._fits(nbytes):
+            return False
+        self.reserved += nbytes
+        return True
+
+    def _address_space(self) -> int:
+        # PyTorch reserves 9/8 of the GPU's memory (:2214-2217); unlimited: 256 TiB (:339-341)
+        return 2**48 if self.limit is None else self.limit + self.limit // 8
 
     def _release_oversize(self, key: int, small: bool) -> None:
         """release_available_cached_blocks (CUDACachingAllocator.cpp:2728-2770): of the request's
@@ -164,6 +205,8 @@ class CachingAllocatorModel:
             self.segments[k] = None
 
     def _best_fit(self, size: int, small: bool) -> Block | None:
+        if self.expandable_segments:
+            return self._best_fit_expandable(size, small)
         best = None
         for seg in self.segments:
             if seg is None or seg.small != small:
@@ -174,6 +217,20 @@ class CachingAllocatorModel:
                 if best is None or (b.size, b.segment, b.offset) < (best.size, best.segment, best.offset):
                     best = b
         return best
+
+    def _best_fit_expandable(self, size: int, small: bool) -> Block | None:
+        """get_free_block (:2507-2527): the smallest free block that fits, except that while the
+        next one up in size could grow by less, that one is taken instead."""
+        fits = sorted((b for seg in self.segments if seg is not None and seg.small == small
+                       for b in seg.blocks if b.free and b.mapped and b.size >= size),
+                      key=lambda b: (b.size, b.segment, b.offset))
+        i = 0
+        while i + 1 < len(fits) and self._growth(fits[i + 1]) < self._growth(fits[i]):
+            i += 1
+        return fits[i] if fits else None
+
+    def _growth(self, block: Block) -> int:
+        return expandable.growth_size(self.segments[block.segment], block)
 
     def _may_use(self, block: Block, size: int) -> bool:
         limit = self.max_split_size
@@ -186,9 +243,10 @@ class CachingAllocatorModel:
 
     def _split(self, block: Block, size: int, small: bool) -> None:
         """should_split (CUDACachingAllocator.cpp:2478-2486): keep the remainder as a free block when
-        it is worth it; in the large pool never for a request of max_split_size or more."""
+        it is worth it: 512 bytes in the small pool and in every pool of expandable segments; in the
+        large pool otherwise more than 1 MiB, and never for a request of max_split_size or more."""
         remaining = block.size - size
-        if small:
+        if small or self.expandable_segments:
             worth = remaining >= MIN_BLOCK
         else:
             worth = remaining > SMALL_SIZE and (self.max_split_size is None or size < self.max_split_size)
