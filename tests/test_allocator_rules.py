@@ -161,3 +161,73 @@ def test_expandable_best_fit_takes_a_block_that_cannot_grow_first():
 def test_expandable_segments_need_no_max_split_size():
     with pytest.raises(ValueError, match="not modelled"):
         CachingAllocatorModel(max_split_size=40 * MB, expandable_segments=True)
+
+
+def _logits_stream(sizes, keep=None):
+    """Per step a logits block, freed before the next; with ``keep``, a small tensor kept per step."""
+    events = []
+    for i, size in enumerate(sizes):
+        events.append(("malloc", f"logits{i}", size))
+        if keep:
+            events.append(("malloc", f"kept{i}", keep))
+        events.append(("free", f"logits{i}"))
+    return events
+
+
+GROWING = [int(400 * MB * 1.013**i) for i in range(40)]  # 400 MiB to 662 MiB, 1.3% a step
+
+
+def test_growing_logits_strand_segments_unless_expandable():
+    segments = [segment_size(round_size(s)) for s in GROWING]
+    assert all(a < b for a, b in zip(segments, GROWING[1:]))  # no step fits the last one's segment
+    plain = CachingAllocatorModel()
+    replay(_logits_stream(GROWING), plain)
+    assert plain.reserved == sum(segments) > 20 * GiB  # every segment stays cached
+    capped = CachingAllocatorModel(limit=3 * GiB)
+    replay(_logits_stream(GROWING), capped)
+    assert capped.retries > 0  # ... until the limit makes the allocator give them back
+    for limit in (None, 3 * GiB):
+        grown = CachingAllocatorModel(limit=limit, expandable_segments=True)
+        replay(_logits_stream(GROWING), grown)
+        # one segment, grown at its end: the high-water allocated in whole 20 MiB pages
+        assert grown.reserved == grown.peak_reserved == _pages(grown.peak_allocated) == 680 * MB
+        assert grown.retries == 0
+
+
+# each logits block ends 512 KiB past a 2 MiB boundary, so its cudaMalloc segment keeps a
+# 1.5 MiB tail; the step's kept 1.25 MiB tensor (large pool) best-fits there and pins the segment
+PINNED = [int(400 * MB * 1.013**i) // (2 * MB) * (2 * MB) + 512 * 1024 for i in range(40)]
+KEEP = 1280 * 1024
+
+
+def test_kept_tensors_pin_the_logits_segments_a_fragmentation_oom():
+    cached = [segment_size(s) for s in PINNED]
+    step = next(i for i in range(len(PINNED)) if sum(cached[:i + 1]) > 3 * GiB)  # nothing can go back
+    with pytest.raises(AllocatorOutOfMemory) as e:
+        replay(_logits_stream(PINNED, KEEP), CachingAllocatorModel(limit=3 * GiB))
+    assert e.value.event == 3 * step  # that step's logits malloc
+    assert e.value.reserved == sum(cached[:step])
+    assert e.value.allocated == step * 1536 * 1024  # each kept tensor takes its whole tail
+    assert e.value.fragmented and e.value.allocated + e.value.nbytes < 1 * GiB
+
+
+def test_with_expandable_segments_the_pinned_stream_fits():
+    m = CachingAllocatorModel(limit=3 * GiB, expandable_segments=True)
+    replay(_logits_stream(PINNED, KEEP), m)
+    assert m.retries == 0
+    # the first kept tensor follows the first logits block; the later ones fill that block's hole
+    # (it cannot grow, the tail can), and each logits block reuses the grown tail
+    assert m.reserved == _pages(PINNED[0] + KEEP + max(PINNED)) == 1080 * MB
+    m.empty_cache()  # every page with no live block in it goes back, wherever it is
+    page = 20 * MB
+    live_pages = {p for b in m.live.values() for p in range(b.offset // page, (b.offset + b.size - 1) // page + 1)}
+    assert m.reserved == len(live_pages) * 20 * MB == 80 * MB
+
+
+def test_expandable_retry_unmaps_free_pages_inside_the_segment():
+    with pytest.raises(AllocatorOutOfMemory) as e:
+        replay(_logits_stream(PINNED, KEEP), CachingAllocatorModel(limit=1 * GiB))
+    assert e.value.fragmented
+    m = CachingAllocatorModel(limit=1 * GiB, expandable_segments=True)
+    replay(_logits_stream(PINNED, KEEP), m)  # fits: the retries give back the free pages of the hole
+    assert m.retries > 0 and m.peak_reserved <= 1 * GiB
