@@ -237,6 +237,7 @@ class CachingAllocatorModel:
         if limit is None:
             return True
         # oversize cached blocks serve only requests that are oversize and close in size
+        # (get_free_block, CUDACachingAllocator.cpp:2544-2551)
         if size < limit and block.size >= limit:
             return False
         return not (size >= limit and block.size >= size + LARGE_BUFFER)
