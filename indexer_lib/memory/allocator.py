@@ -1,7 +1,9 @@
 """A model of PyTorch's CUDA caching allocator (default settings), to predict
 ``memory_reserved`` for a sequence of allocations and frees.
 
-What it models, from PyTorch's documented design:
+It follows c10/cuda/CUDACachingAllocator.cpp of pytorch/pytorch at commit
+001074d25084fdb87a799823e395a50f5ec044d3 (``allocator_constants`` holds its sizes, each with
+the lines it was read from; ``file:N`` below is a line of that file):
 - request sizes round up to multiples of 512 bytes;
 - small requests (<= 1 MiB) come from 2 MiB segments, large ones from their
   own pool: a new large segment is 20 MiB for requests under 10 MiB, else the
@@ -12,34 +14,31 @@ What it models, from PyTorch's documented design:
 - freed blocks merge with free neighbours of the same segment;
 - nothing goes back to the driver until ``empty_cache`` (segments wholly free), or until a
   new segment does not fit the memory the driver can still give (``limit``): then, as
-  ``DeviceCachingAllocator::malloc`` does in c10/cuda/CUDACachingAllocator.cpp, it frees
+  ``DeviceCachingAllocator::malloc`` does, it frees
   enough oversize cached blocks (``release_available_cached_blocks``: only with a
   ``max_split_size``), then every wholly free cached segment (``release_cached_blocks``), and
   retries; only when the segment still does not fit does it raise the OOM.
-Streams and expandable segments are not modelled.
+``expandable_segments=True`` models PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True instead of
+new segments: one segment per pool grown by pages (``expandable``).  Streams are not modelled.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-KB = 1024
-MB = 1024 * 1024
-MIN_BLOCK = 512
-SMALL_SIZE = 1 * MB  # largest "small" request
-SMALL_BUFFER = 2 * MB  # segment size of the small pool
-LARGE_BUFFER = 20 * MB  # segment for large requests under MIN_LARGE_ALLOC
-MIN_LARGE_ALLOC = 10 * MB
-ROUND_LARGE = 2 * MB
+from . import expandable
+from .allocator_constants import (KB, LARGE_BUFFER, MB, MIN_BLOCK, MIN_LARGE_ALLOC, ROUND_LARGE,  # noqa: F401
+                                  SMALL_BUFFER, SMALL_SIZE)
+from .segments import Block, Segment, merge_free
 
 
 def round_size(size: int) -> int:
+    """round_size (CUDACachingAllocator.cpp:2026-2037), without roundup_power2_divisions."""
     if size < MIN_BLOCK:
         return MIN_BLOCK
     return -(-size // MIN_BLOCK) * MIN_BLOCK
 
 
 def segment_size(size: int) -> int:
-    """Bytes the allocator asks cudaMalloc for when no cached block fits."""
+    """Bytes the allocator asks cudaMalloc for when no cached block fits (get_allocation_size,
+    CUDACachingAllocator.cpp:2488-2496)."""
     if size <= SMALL_SIZE:
         return SMALL_BUFFER
     if size < MIN_LARGE_ALLOC:
@@ -47,28 +46,22 @@ def segment_size(size: int) -> int:
     return -(-size // ROUND_LARGE) * ROUND_LARGE
 
 
-@dataclass(eq=False)  # blocks are compared by identity
-class _Block:
-    segment: int
-    offset: int
-    size: int
-    free: bool = True
-
-
-@dataclass
-class _Segment:
-    small: bool
-    size: int
-    blocks: list[_Block] = field(default_factory=list)  # in address order
-
-
 class AllocatorOutOfMemory(MemoryError):
-    """A request the allocator cannot serve even after giving its cached segments back."""
+    """A request the allocator cannot serve even after giving its cached segments back.
+
+    ``fragmented``: the live blocks and the request together fit the limit, so the memory is
+    there but not in one piece (pieces of segments that live blocks keep).  ``event``: set by
+    ``replay`` to the index of the event that raised."""
 
     def __init__(self, nbytes: int, allocated: int, reserved: int, limit: int):
         self.nbytes, self.allocated, self.reserved, self.limit = nbytes, allocated, reserved, limit
+        self.event: int | None = None
         super().__init__(f"tried to allocate {nbytes} bytes with {allocated} allocated and {reserved} reserved "
                          f"of {limit} the driver can give (after freeing every cached segment)")
+
+    @property
+    def fragmented(self) -> bool:
+        return self.allocated + self.nbytes <= self.limit
 
 
 class CachingAllocatorModel:
@@ -76,11 +69,17 @@ class CachingAllocatorModel:
 
     ``limit``: the bytes the driver can give this allocator in all (None: unlimited); a new
     segment past it first makes the allocator give its cached segments back (``retries``
-    counts how often), then raises ``AllocatorOutOfMemory``."""
+    counts how often), then raises ``AllocatorOutOfMemory``.
+    ``expandable_segments``: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; each pool then
+    grows one segment page by page instead of adding segments (see ``expandable``)."""
 
-    def __init__(self, max_split_size: int | None = None, limit: int | None = None):
-        self.segments: list[_Segment | None] = []
-        self.live: dict[int, _Block] = {}
+    def __init__(self, max_split_size: int | None = None, limit: int | None = None,
+                 expandable_segments: bool = False):
+        if expandable_segments and max_split_size is not None:
+            # PyTorch cannot release an expandable block as an oversize one (release_block, :2818)
+            raise ValueError("max_split_size together with expandable_segments is not modelled")
+        self.segments: list[Segment | None] = []
+        self.live: dict[int, Block] = {}
         self.next_handle = 0
         self.allocated = 0
         self.reserved = 0
@@ -89,6 +88,7 @@ class CachingAllocatorModel:
         self.max_split_size = max_split_size  # None: PyTorch's default, no limit
         self.limit = limit
         self.retries = 0  # times the cached segments were given back to fit a new one
+        self.expandable_segments = expandable_segments
 
     def malloc(self, nbytes: int) -> int:
         """Allocate; returns a handle for ``free``."""
@@ -96,12 +96,7 @@ class CachingAllocatorModel:
         small = size <= SMALL_SIZE
         block = self._best_fit(size, small)
         if block is None:
-            seg_bytes = segment_size(size)
-            self._make_room(size, seg_bytes, nbytes)
-            self.segments.append(_Segment(small, seg_bytes))
-            block = _Block(len(self.segments) - 1, 0, seg_bytes)
-            self.segments[-1].blocks.append(block)
-            self.reserved += seg_bytes
+            block = self._new_block(size, small, nbytes)
         self._split(block, size, small)
         block.free = False
         handle = self.next_handle
@@ -116,42 +111,85 @@ class CachingAllocatorModel:
         block = self.live.pop(handle)
         self.allocated -= block.size
         block.free = True
-        blocks = self.segments[block.segment].blocks
-        i = blocks.index(block)
-        # merge with the free neighbours: the next one first, then the previous one
-        if i + 1 < len(blocks) and blocks[i + 1].free:
-            block.size += blocks.pop(i + 1).size
-        if i > 0 and blocks[i - 1].free:
-            blocks[i - 1].size += blocks.pop(i).size
+        merge_free(self.segments[block.segment].blocks, block)
 
     def empty_cache(self) -> None:
-        """Return wholly free segments to the driver."""
+        """Return wholly free segments to the driver, and the free pages of expandable ones
+        (release_cached_blocks, CUDACachingAllocator.cpp:2772-2797)."""
         for k, seg in enumerate(self.segments):
-            if seg is not None and len(seg.blocks) == 1 and seg.blocks[0].free:
+            if seg is None:
+                continue
+            if seg.expandable:
+                self.reserved -= expandable.unmap_free_pages(seg)
+                if not any(b.mapped for b in seg.blocks):
+                    self.segments[k] = None
+            elif len(seg.blocks) == 1 and seg.blocks[0].free:
                 self.reserved -= seg.size
                 self.segments[k] = None
 
     def _fits(self, seg_bytes: int) -> bool:
         return self.limit is None or self.reserved + seg_bytes <= self.limit
 
-    def _make_room(self, size: int, seg_bytes: int, nbytes: int) -> None:
-        """What PyTorch does when cudaMalloc fails: give back oversize cached blocks (only with a
-        max_split_size), then every wholly free cached segment, and retry; else the OOM."""
-        if self._fits(seg_bytes):
-            return
-        if self.max_split_size is not None:
-            self._release_oversize(max(size, self.max_split_size))
-        if not self._fits(seg_bytes):
+    def _new_block(self, size: int, small: bool, nbytes: int) -> Block:
+        """A free block from new memory, as DeviceCachingAllocator::malloc gets one when no cached
+        block fits (CUDACachingAllocator.cpp:1247-1255): alloc_block; failing that, with a
+        max_split_size, release_available_cached_blocks and alloc_block again; failing that,
+        release_cached_blocks and alloc_block again; failing that, the OOM."""
+        block = self._alloc_block(size, small)
+        if block is None and self.max_split_size is not None:
+            self._release_oversize(max(size, self.max_split_size), small)
+            block = self._alloc_block(size, small)
+        if block is None:
             self.empty_cache()
             self.retries += 1
-        if not self._fits(seg_bytes):
+            block = self._alloc_block(size, small)
+        if block is None:
             raise AllocatorOutOfMemory(nbytes, self.allocated, self.reserved, self.limit)
+        return block
 
-    def _release_oversize(self, key: int) -> None:
-        """release_available_cached_blocks: the smallest wholly free oversize segment of at least
-        ``key`` bytes, else the largest ones until ``key`` bytes are released."""
+    def _alloc_block(self, size: int, small: bool) -> Block | None:
+        """alloc_block (CUDACachingAllocator.cpp:2630-2723): a new segment holding one free block,
+        or None when the driver cannot give it."""
+        if self.expandable_segments:
+            return self._grow_expandable(size, small)
+        seg_bytes = segment_size(size)
+        if not self._fits(seg_bytes):
+            return None
+        self.segments.append(Segment(small, seg_bytes))
+        block = Block(len(self.segments) - 1, 0, seg_bytes)
+        self.segments[-1].blocks.append(block)
+        self.reserved += seg_bytes
+        return block
+
+    def _grow_expandable(self, size: int, small: bool) -> Block | None:
+        """alloc_block under expandable segments: map pages onto the pool's segment where
+        ``expandable.find_room`` says, a new segment only when none has room."""
+        for seg in self.segments:
+            if seg is not None and seg.expandable and seg.small == small:
+                start = expandable.find_room(seg, size)
+                if start is not None:
+                    return expandable.grow(seg, start, size, self._map)
+        seg = expandable.new_segment(len(self.segments), small, self._address_space())
+        self.segments.append(seg)
+        return expandable.grow(seg, seg.blocks[0], size, self._map)
+
+    def _map(self, nbytes: int) -> bool:
+        """Back ``nbytes`` more of an expandable segment with memory, if the driver can give it."""
+        if not self._fits(nbytes):
+            return False
+        self.reserved += nbytes
+        return True
+
+    def _address_space(self) -> int:
+        # PyTorch reserves 9/8 of the GPU's memory (:2214-2217); unlimited: 256 TiB (:339-341)
+        return 2**48 if self.limit is None else self.limit + self.limit // 8
+
+    def _release_oversize(self, key: int, small: bool) -> None:
+        """release_available_cached_blocks (CUDACachingAllocator.cpp:2728-2770): of the request's
+        pool, the smallest wholly free oversize segment of at least ``key`` bytes, else the largest
+        ones until ``key`` bytes are released."""
         free = sorted((seg.size, k) for k, seg in enumerate(self.segments)
-                      if seg is not None and not seg.small and len(seg.blocks) == 1 and seg.blocks[0].free
+                      if seg is not None and seg.small == small and len(seg.blocks) == 1 and seg.blocks[0].free
                       and seg.size >= self.max_split_size)
         large = [k for size, k in free if size >= key]
         victims = large[:1] if large else []
@@ -166,7 +204,9 @@ class CachingAllocatorModel:
             self.reserved -= self.segments[k].size
             self.segments[k] = None
 
-    def _best_fit(self, size: int, small: bool) -> _Block | None:
+    def _best_fit(self, size: int, small: bool) -> Block | None:
+        if self.expandable_segments:
+            return self._best_fit_expandable(size, small)
         best = None
         for seg in self.segments:
             if seg is None or seg.small != small:
@@ -178,24 +218,43 @@ class CachingAllocatorModel:
                     best = b
         return best
 
-    def _may_use(self, block: _Block, size: int) -> bool:
+    def _best_fit_expandable(self, size: int, small: bool) -> Block | None:
+        """get_free_block (:2507-2527): the smallest free block that fits, except that while the
+        next one up in size could grow by less, that one is taken instead."""
+        fits = sorted((b for seg in self.segments if seg is not None and seg.small == small
+                       for b in seg.blocks if b.free and b.mapped and b.size >= size),
+                      key=lambda b: (b.size, b.segment, b.offset))
+        i = 0
+        while i + 1 < len(fits) and self._growth(fits[i + 1]) < self._growth(fits[i]):
+            i += 1
+        return fits[i] if fits else None
+
+    def _growth(self, block: Block) -> int:
+        return expandable.growth_size(self.segments[block.segment], block)
+
+    def _may_use(self, block: Block, size: int) -> bool:
         limit = self.max_split_size
         if limit is None:
             return True
         # oversize cached blocks serve only requests that are oversize and close in size
+        # (get_free_block, CUDACachingAllocator.cpp:2544-2551)
         if size < limit and block.size >= limit:
             return False
         return not (size >= limit and block.size >= size + LARGE_BUFFER)
 
-    def _split(self, block: _Block, size: int, small: bool) -> None:
+    def _split(self, block: Block, size: int, small: bool) -> None:
+        """should_split (CUDACachingAllocator.cpp:2478-2486): keep the remainder as a free block when
+        it is worth it: 512 bytes in the small pool and in every pool of expandable segments; in the
+        large pool otherwise more than 1 MiB, and never for a request of max_split_size or more."""
         remaining = block.size - size
-        worth = remaining >= MIN_BLOCK if small else remaining > SMALL_SIZE
-        if self.max_split_size is not None and block.size >= self.max_split_size:
-            worth = False
+        if small or self.expandable_segments:
+            worth = remaining >= MIN_BLOCK
+        else:
+            worth = remaining > SMALL_SIZE and (self.max_split_size is None or size < self.max_split_size)
         if not worth:
             return
         blocks = self.segments[block.segment].blocks
-        rest = _Block(block.segment, block.offset + size, remaining)
+        rest = Block(block.segment, block.offset + size, remaining)
         blocks.insert(blocks.index(block) + 1, rest)
         block.size = size
 
@@ -206,13 +265,19 @@ def replay(events, model: CachingAllocatorModel | None = None,
 
     Returns (allocated, reserved) after each event.  ``model`` and ``handles`` (key
     -> block) carry an allocator's state on from earlier events (default: a fresh one).
+    The first malloc that cannot be served raises ``AllocatorOutOfMemory`` with ``event``, its
+    index in ``events``, and ``fragmented``: whether the memory was there but not in one piece.
     """
     model = CachingAllocatorModel() if model is None else model
     handles = {} if handles is None else handles
     curve = []
-    for event in events:
+    for i, event in enumerate(events):
         if event[0] == "malloc":
-            handles[event[1]] = model.malloc(event[2])
+            try:
+                handles[event[1]] = model.malloc(event[2])
+            except AllocatorOutOfMemory as e:
+                e.event = i
+                raise
         elif event[0] == "free":
             model.free(handles.pop(event[1]))
         else:
