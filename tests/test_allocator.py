@@ -127,9 +127,12 @@ def test_the_reserved_curve_ends_at_the_step_that_cannot_fit():
     from indexer_lib.study import reserved
 
     settings = PlanSettings("glm-5", engine="vllm==0.32.0", temporaries="deepgemm")
-    roomy = reserved.reserved_table(65536, 8192, 512, settings, strategies=("vllm",), free_gib=2.63)
+    roomy = reserved.reserved_table(65536, 8192, 512, settings, strategies=("vllm",), free_gib=1.5)
     assert not roomy["oom"].any() and len(roomy) == 8
-    tight = reserved.reserved_table(65536, 8192, 2048, settings, strategies=("vllm",), free_gib=2.63)
-    assert tight["oom"].iloc[-1] and not tight["oom"].iloc[:-1].any()
-    assert tight["peak_allocated"].iloc[-1] > 2.63 * 2**30  # the live blocks alone do not fit
+    tight = reserved.reserved_table(65536, 8192, 2048, settings, strategies=("vllm",), free_gib=1.5)
+    assert tight["oom"].iloc[-1] and not tight["oom"].iloc[:-1].any() and len(tight) < 8
+    # the free memory is beyond the K workspace and top-k output held from boot (1.06 GiB here):
+    # the live blocks alone do not fit it
+    held = 40 * 202_752 * 132 + 8192 * 2048 * 4
+    assert tight["peak_allocated"].iloc[-1] - held > 1.5 * 2**30
     assert tight["retries"].iloc[-1] >= 1

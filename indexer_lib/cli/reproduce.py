@@ -31,11 +31,12 @@ def cmd_reproduce(args) -> int:
         print(json.dumps(rows))
         return 0 if as_expected else 1
     print(f"{len(rows)} public reports, each from its reporter's own settings (modelled):")
-    print(f"{'case':<28} {'reported':>10} {'modelled':>10}  {'verdict':<15} source")
+    width = max(len(r["case"]) for r in rows)
+    print(f"{'case':<{width}} {'reported':>10} {'modelled':>10}  {'verdict':<15} source")
     for r in rows:
-        print(f"{r['case']:<28} {shown(r, 'reported'):>10} {shown(r, 'modelled'):>10}  {r['verdict']:<15} {r['source']}")
+        print(f"{r['case']:<{width}} {shown(r, 'reported'):>10} {shown(r, 'modelled'):>10}  {r['verdict']:<15} {r['source']}")
         for a in r["assumptions"]:
-            print(f"{'':<28} assumption or reason: {a}")
+            print(f"{'':<{width}} assumption or reason: {a}")
     if not as_expected:
         print("a report no longer comes out as data/field/ says it does")
     return 0 if as_expected else 1

@@ -67,7 +67,7 @@ def run_allocator(boot_events: list[tuple], steps, free_bytes: int | None, expan
                 handles[event[1]] = alloc.malloc(event[2])
             except AllocatorOutOfMemory as e:
                 need = e.reserved + segment_size(round_size(e.nbytes)) - held
-                fragmented = e.allocated + round_size(e.nbytes) <= e.limit
+                fragmented = e.fragmented
                 return AllocatorRun(max(high, need), step, True, fragmented, _segments(alloc), alloc.retries)
             if not retry and alloc.retries > before[2]:  # the driver failed before any retry
                 need = before[0] + segment_size(round_size(event[2])) - held

@@ -21,8 +21,8 @@ from ..refdata import number, read_rows
 from ..workload import ClosedLoopWorkload, StepBatch
 
 LEDGER_FILE = ("field", "reported_ledger.csv")
-TEXT = ("case", "line", "what", "model", "engine", "gpu", "workload", "reporter_rule", "unit", "published", "status",
-        "source", "note")
+TEXT = ("case", "line", "what", "model", "engine", "gpu", "expandable_segments", "workload", "reporter_rule", "unit",
+        "published", "status", "source", "note")
 
 
 def ledger_cases() -> list[dict]:
@@ -88,7 +88,8 @@ def _verdict(case: dict) -> tuple[str, str]:
                     max_num_seqs=None if case["max_num_seqs"] is None else int(case["max_num_seqs"]),
                     max_num_batched_tokens=None if case["max_num_batched_tokens"] is None
                     else int(case["max_num_batched_tokens"]),
-                    speculative_tokens=int(case["speculative_tokens"] or 0), budget_mb=case["budget_mb"])
+                    speculative_tokens=int(case["speculative_tokens"] or 0), budget_mb=case["budget_mb"],
+                    expandable_segments=case["expandable_segments"] == "true")
     d = deployment_ledger(server, _workload(case["workload"]))
     oom = d.run.ledger.oom_line
     return d.run.ledger.verdict, (f"{oom.name}: {oom.detail}" if oom is not None else
