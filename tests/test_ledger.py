@@ -326,3 +326,24 @@ def test_reproduce_prints_each_reports_unit(capsys):
     assert " 116.0K tok " in lines["vllm-58068-kpool-budget-116k"]
     assert re.search(r" oom +oom +reproduced", lines["vllm-55569-gb10-231k"])
     assert re.search(r" 5\.16Gi +5\.16Gi +reproduced", lines["vllm-55222-kpool-workspace-1m"])
+
+
+def test_deploy_what_ifs_say_what_each_frees_and_costs(capsys):
+    argv = ["deploy", "--model", "glm-5.3-flash", "--gpu", "gb10", "--tp", "2", "--gpu-memory-utilization", "0.85",
+            "--max-model-len", "262144", "--max-num-seqs", "2", "--workload", "1x231000x64", "--what-if", "--json"]
+    code, out, _ = run(capsys, *argv)
+    d = json.loads(out)
+    assert code == 1 and d["verdict"] == "oom" and d["oom_line"] == "caching allocator across the run"
+    by = {w["what_if"]: w for w in d["what_ifs"]}
+    assert by["as given"]["verdict"] == "oom" and by["as given"]["chunks"] == d["chunks"]
+    assert by["expandable_segments on"]["verdict"] == "fits"
+    small = by["VLLM_SPARSE_INDEXER_MAX_LOGITS_MB=64"]
+    # a smaller budget frees boot memory (the profile run's reservation) and costs logits calls
+    assert small["verdict"] == "fits" and small["boot_bytes"] == d["boot_bytes"] - (512 - 64) * MIB
+    assert small["chunks"] > d["chunks"]
+    (sized,) = [w for name, w in by.items() if name.startswith("K workspace")]
+    assert sized["boot_bytes"] < d["boot_bytes"] and sized["chunks"] == d["chunks"]
+    # the K workspace given as a setting: 2 requests x 262,144 tokens // 4 entries
+    code, out, _ = run(capsys, *argv[:-2], "--workspace-tokens", str(2 * 262_144 // 4), "--json")
+    assert json.loads(out)["boot_bytes"] == sized["boot_bytes"]
+    assert "workspace_tokens=131072" in json.loads(out)["not_default"]

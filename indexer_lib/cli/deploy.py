@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 
 from ..engines import get_engine
-from ..ledger.deployment import Server, deployment_ledger
+from ..ledger.deployment import Server, deployment_ledger, what_ifs
 from ..presets import format_bytes
 from ..sweep.deployment import Deployment
 from ..sweep.scheduler_settings import SchedulerSettings
@@ -55,6 +55,13 @@ def register(subparsers) -> None:
                         "as given wherever shown)")
     p.add_argument("--expandable-segments", action="store_true",
                    help="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (default: off, PyTorch's default)")
+    p.add_argument("--workspace-tokens", type=int, metavar="N",
+                   help="the K workspace in tokens (entries of compressed K), as a patched server would size it "
+                        "(default: the release's rule at --max-model-len)")
+    p.add_argument("--what-if", action="store_true",
+                   help="also run the ledger under each setting users ask about (expandable segments, a 64 MiB "
+                        "logits budget, a K workspace sized to max_num_seqs x max_model_len) and show what each "
+                        "frees and costs")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.set_defaults(func=cmd_deploy)
 
@@ -66,10 +73,15 @@ def cmd_deploy(args) -> int:
     server = Server(args.model, args.engine, args.gpu, args.tp, args.gpu_memory_utilization, args.mem_fraction_static,
                     args.max_model_len, *(one_value(args, name) for name in SCHEDULER_FLAGS),
                     args.async_scheduling, args.speculative_tokens, args.kv_cache_tokens, args.kv_cache_dtype,
-                    args.budget_mb, args.expandable_segments, args.indexer_tp_shard_min_rows)
+                    args.budget_mb, args.expandable_segments, args.indexer_tp_shard_min_rows, args.workspace_tokens)
     with tqdm(desc="deploy: the ledger over the schedule", unit=" steps", disable=None, leave=False) as bar:
         d = deployment_ledger(server, workload, args.strategy, args.free_gib, bar)
     ledger, profile, model = d.run.ledger, d.settings.profile, d.settings.preset
+    others = []
+    if args.what_if:
+        for name, changed in what_ifs(server, model)[1:]:
+            with tqdm(desc=f"deploy: {name}", unit=" steps", disable=None, leave=False) as bar:
+                others.append((name, deployment_ledger(changed, workload, args.strategy, args.free_gib, bar)))
     if args.json:
         print(json.dumps({
             "model": model.name, "engine": profile.name, "gpu": d.settings.gpu, "tp": args.tp,
@@ -83,7 +95,8 @@ def cmd_deploy(args) -> int:
             or None, "kv_cache_derived": d.kv.phrase() if d.kv is not None else None,
             "boot_kv_tokens": d.boot_kv_tokens, "prefill_steps": d.run.prefill_steps,
             "decode_steps": d.run.decode_steps, "allocator_high_water_bytes": d.run.allocator.high_water,
-            "allocator_fragmented": d.run.allocator.fragmented}))
+            "allocator_fragmented": d.run.allocator.fragmented, "chunks": d.run.chunks,
+            **({"what_ifs": [what_if_json(name, o) for name, o in [("as given", d)] + others]} if args.what_if else {})}))
         return verdict_code(ledger)
     label = f" ({workload.label})" if workload.label else ""
     print(f"{model.name} on {profile.name}, {d.settings.gpu} x TP {args.tp}, workload {args.workload}{label}, "
@@ -99,7 +112,27 @@ def cmd_deploy(args) -> int:
     for line in ledger.text_lines():
         print(line)
     print(verdict_phrase(ledger))
+    if others:
+        print_what_ifs(d, others)
     return verdict_code(ledger)
+
+
+def what_if_json(name: str, d) -> dict:
+    oom = d.run.ledger.oom_line
+    return {"what_if": name, "boot_bytes": d.run.ledger.boot_bytes, "boot_kv_tokens": d.boot_kv_tokens,
+            "needed_bytes": d.run.ledger.needed_bytes, "allocator_high_water_bytes": d.run.allocator.high_water,
+            "chunks": d.run.chunks, "free_bytes": d.free.bytes, "verdict": d.run.ledger.verdict,
+            "oom_line": None if oom is None else oom.name}
+
+
+def print_what_ifs(base, others) -> None:
+    """Each what-if next to the server as given: what it frees (boot, KV, the run's need) and what
+    it costs (logits calls over the run's prefill steps)."""
+    print("what-ifs (modelled; each the whole run again with one setting changed):")
+    print(f"  {'setting':<52} {'boot':>10} {'needs':>10} {'allocator':>10} {'chunks':>8}  verdict")
+    for name, d in [("as given", base)] + others:
+        print(f"  {name:<52} {format_bytes(d.run.ledger.boot_bytes):>10} {format_bytes(d.run.ledger.needed_bytes):>10} "
+              f"{format_bytes(d.run.allocator.high_water):>10} {d.run.chunks:>8,}  {d.run.ledger.verdict}")
 
 
 SCHEDULER_FLAGS = ("max_num_seqs", "max_num_batched_tokens", "long_prefill_token_threshold")

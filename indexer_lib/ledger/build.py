@@ -59,6 +59,7 @@ class RunLedger:
     allocator: AllocatorRun
     prefill_steps: int
     decode_steps: int
+    chunks: int = 0  # logits calls over the run's prefill steps (each costs a launch and its top-k)
 
 
 def run_ledger(steps, strategy, budget_bytes: int | None, settings, free: FreeMemory | None, max_model_len: int,
@@ -71,7 +72,7 @@ def run_ledger(steps, strategy, budget_bytes: int | None, settings, free: FreeMe
     worst_prefill = worst_decode = None
     first = None
     alloc_steps = []
-    n_prefill = n_decode = 0
+    n_prefill = n_decode = chunks = 0
     for s in steps:
         events = []
         if s.batch is not None:
@@ -86,6 +87,7 @@ def run_ledger(steps, strategy, budget_bytes: int | None, settings, free: FreeMe
                 worst_prefill = (plan, report, s.step)
             events += step_events
             n_prefill += 1
+            chunks += plan.num_chunks
         tokens = s.num_decode * (1 + drafts)
         if tokens and first is not None:
             line = decode_line(first[0], tokens, max_model_len, s.step)
@@ -116,7 +118,7 @@ def run_ledger(steps, strategy, budget_bytes: int | None, settings, free: FreeMe
             f"{settings.gpu_preset.name} shares the host's memory: the driver fails before the caching allocator can "
             "give its cached segments back and retry (vllm-project/vllm#55569), so a segment past the free memory "
             "ends the run",))
-    return RunLedger(ledger, run, n_prefill, n_decode)
+    return RunLedger(ledger, run, n_prefill, n_decode, chunks)
 
 
 def _ledger(lines, free: FreeMemory | None) -> Ledger:

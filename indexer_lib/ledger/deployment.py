@@ -3,7 +3,7 @@ public reports ``reproduce`` holds): the release's scheduler under those flags, 
 they leave, the logits budget the release plans with, then ``run_ledger`` over the schedule."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..checks import BadValue
 from ..engines import process_budget, profile_run_logits_bytes, release_scheduler
@@ -39,6 +39,7 @@ class Server:
     budget_mb: float | None = None  # vLLM's VLLM_SPARSE_INDEXER_MAX_LOGITS_MB; a strategy's budget
     expandable_segments: bool = False
     indexer_tp_shard_min_rows: int | None = None
+    workspace_tokens: int | None = None  # the K workspace (tokens, or entries of compressed K); None: the release's
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,7 @@ def deployment_ledger(server: Server, workload: ClosedLoopWorkload, strategy: st
         raise BadValue("workload", f"workload {workload.concurrency}x{workload.isl}x{workload.osl}: prompts of up to "
                                    f"{workload.max_prompt_len} tokens plus {workload.osl} output tokens, past "
                                    f"max_model_len {max_model_len}: the server refuses them")
-    tokens = settings.workspace_at(max_model_len)
+    tokens = settings.workspace_at(max_model_len) if server.workspace_tokens is None else server.workspace_tokens
     if tokens is not None:
         settings = settings.where(workspace_tokens=tokens)
     if server.mem_fraction_static is not None and profile.engine != "sglang":
@@ -103,6 +104,9 @@ def deployment_ledger(server: Server, workload: ClosedLoopWorkload, strategy: st
                                                         ("mem_fraction_static", server.mem_fraction_static))
                 if value is not None]
     differs += [f"tp={server.tp}"] if server.tp != 1 else []
+    differs += [f"workspace_tokens={server.workspace_tokens} (the release's: {settings.workspace_at(max_model_len)})"
+                ] if server.workspace_tokens is not None else []
+    differs += ["expandable_segments on (PyTorch's default: off)"] if server.expandable_segments else []
     drafts = server.speculative_tokens
     worst_decode = min(scheduler.max_num_seqs * (1 + drafts), scheduler.max_num_batched_tokens)
     knob = server.budget_mb if chosen.own_build and profile.engine == "vllm" else None
@@ -136,3 +140,29 @@ def _budget(strategy, settings, server: Server, free_bytes: int) -> int | None:
     if server.budget_mb is None and strategy.budget_source(profile) != NO_BUDGET:
         raise BadValue("budget_mb", f"strategy {strategy.name}: give its budget_mb")
     return strategy.budget_bytes(server.budget_mb, free_bytes / GIB, settings, server.mem_fraction_static)
+
+
+# a budget users set on integrated GPUs (vllm-project/vllm#55569, #55572)
+INTEGRATED_BUDGET_MB = 64
+
+
+def what_ifs(server: Server, model) -> list[tuple[str, Server]]:
+    """The settings users ask about, each as the server with it (those a release has, or that
+    PyTorch has): expandable segments, a 64 MiB logits budget (vLLM's knob), a K workspace sized
+    to the most K a step can hold (every running request at max_model_len, in entries of
+    compressed K; the project's what-if, not a release's)."""
+    from ..engines import get_engine
+
+    profile = get_engine(server.engine)
+    out = [("as given", server)]
+    if not server.expandable_segments:
+        out.append(("expandable_segments on", replace(server, expandable_segments=True)))
+    if profile.engine == "vllm" and profile.has_budget and server.budget_mb != INTEGRATED_BUDGET_MB:
+        out.append((f"{profile.budget_env}={INTEGRATED_BUDGET_MB}", replace(server, budget_mb=INTEGRATED_BUDGET_MB)))
+    mml = model.max_model_len if server.max_model_len is None else server.max_model_len
+    seqs = server.max_num_seqs or release_scheduler(profile, model.kv_block, server.gpu).max_num_seqs
+    own = PlanSettings(model.name, profile, temporaries="deepgemm", gpu=server.gpu).workspace_at(mml)
+    sized = seqs * mml // model.kv_ratio
+    if own is not None and server.workspace_tokens is None and sized < own:
+        out.append((f"K workspace {sized:,} (max_num_seqs x max_model_len)", replace(server, workspace_tokens=sized)))
+    return out
