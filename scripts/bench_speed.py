@@ -28,6 +28,10 @@ alternating, so machine noise falls on both.  Measured, one process each:
   (``dashboard-models``, this checkout only) its dashboard on its default axis, on the vllm
   strategy and on the release's own chunker, each of the budget, the strategy and the free GiB
   changed 20 times;
+- this checkout only (the earlier code has no ledger): ``indexer-lab deploy``'s ledger of a long
+  agentic workload (``ledger-agentic``: GLM-5.3-Flash on vLLM 0.33.0 at a 1M max_model_len, 2,000
+  prompts of 10K to 1M tokens, 64 at a time, a 9,000-token shared prefix), the caching allocator
+  over every step included;
 - with ``--main``: the headless main job (``scripts/run_notebooks.py``, default parameters;
   since the default ISL axis reaches max_model_len, the two checkouts run different grids).
 
@@ -52,15 +56,17 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 GOALS_MS = {"dashboard p95": 150, "dashboard free GiB p95": 60, "frontier default grid": 1000,
             "frontier long-context grid": 2000, "main job": 180_000,  # issue 15's
-            "frontier V4-Flash default grid to max_model_len": 5000}  # the project's, on a 2-core machine
+            "frontier V4-Flash default grid to max_model_len": 5000,  # the project's, on a 2-core machine
+            "ledger long agentic workload (2,000 prompts)": 10_000}
 # what issue 15 measured the code before it at, on the machine it was filed from: the two grids
 # measured here before the change, against these, say how fast this machine is
 ISSUE_NOW_MS = {"frontier default grid": 4700, "frontier long-context grid": 35_400}
 ISSUE_BEFORE = "0ab2fb1"  # the code the issue measured
 DEFAULT_ISL = (2048, 4096, 8192, 10240, 16384, 32768)  # issue 15's default grid, 1152 points
-AFTER_ONLY = ("dashboard-max-model-len", "frontier-max-model-len", "dashboard-models")  # the earlier code takes minutes
+# the earlier code takes minutes, or has no ledger
+AFTER_ONLY = ("dashboard-max-model-len", "frontier-max-model-len", "dashboard-models", "ledger-agentic")
 KINDS = ("dashboard", "frontier-default", "frontier-long", "dashboard-max-model-len", "frontier-max-model-len",
-         "frontier-v4-flash", "frontier-models", "dashboard-models")
+         "frontier-v4-flash", "frontier-models", "dashboard-models", "ledger-agentic")
 LONG_CONTEXT = dict(model="glm-5", isl=(4096, 16384, 32768, 65536, 131072, 202752),
                     concurrency=(1, 2, 4, 8, 16, 32, 64))
 
@@ -187,6 +193,15 @@ def measure(kind: str) -> dict:
         return out
     if kind == "dashboard-models":
         return model_dashboards()
+    if kind == "ledger-agentic":
+        from indexer_lib.ledger.deployment import Server, deployment_ledger
+        from indexer_lib.workload import ClosedLoopWorkload
+
+        workload = ClosedLoopWorkload(64, 505_000, 64, shared_prefix=9000, num_prompts=2000, random_range_ratio=0.98)
+        start = time.perf_counter()
+        d = deployment_ledger(Server("glm-5.3-flash", "vllm==0.33.0", max_model_len=1_048_576), workload)
+        return {"ledger long agentic workload (2,000 prompts)": [1e3 * (time.perf_counter() - start)],
+                "steps": d.run.prefill_steps}
     if kind in grids:
         name, axes = grids[kind]
         rows = frontier_rows()
