@@ -109,3 +109,35 @@ def test_a_kv_cache_the_simulator_cannot_model_is_refused():
     next(simulate(w, SchedulerConfig(num_kv_blocks=63, async_scheduling=True)))  # and the asynchronous one
     with pytest.raises(ValueError, match="num_kv_blocks 63: below the 64 blocks .* synchronous scheduler only"):
         next(simulate(w, SchedulerConfig(num_kv_blocks=63, async_scheduling=True, speculative_tokens=1)))
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_a_warm_cache_recomputes_each_prompts_last_block(async_scheduling):
+    # every prompt cached before the run (a rerun of the same prompts): vLLM hits at most
+    # prompt_len - 1 tokens in whole blocks, so a 200-token prompt in blocks of 16 recomputes its
+    # last 8 (192 cached) and a 192-token one its last whole block (176 cached): all three
+    # clients' tails fit one step, each with its whole prompt as context
+    w = ClosedLoopWorkload(concurrency=3, isl=200, osl=2, num_prompts=3, warm_cache=True)
+    c = SchedulerConfig(block_size=16, max_num_batched_tokens=64, max_num_seqs=8, async_scheduling=async_scheduling)
+    check(w, c, [([(192, 8)] * 3, 0), ([], 3)])
+    w = ClosedLoopWorkload(concurrency=2, isl=192, osl=1, num_prompts=4, warm_cache=True)
+    c = SchedulerConfig(block_size=16, max_num_batched_tokens=64, max_num_seqs=8, async_scheduling=async_scheduling)
+    # OSL 1: each finishes with its prompt and the two replacements take the next step (async too:
+    # an idle engine's next step starts with the clients' requests)
+    check(w, c, [([(176, 16)] * 2, 0), ([(176, 16)] * 2, 0)])
+
+
+def test_a_warm_cache_with_mixed_lengths_matches_vllm():
+    if not vllm_scheduler.vllm_available():
+        pytest.skip("vLLM is not installed here (scripts/install_vllm.sh)")
+    w = ClosedLoopWorkload(concurrency=12, isl=3000, osl=8, num_prompts=30, random_range_ratio=0.9, seed=3,
+                           warm_cache=True)
+    # vLLM 0.33.0 (the one installed) schedules a full hit with drafts as a padded decode: a prompt of
+    # 1,729 tokens (27 whole blocks and one token) computes 1 + 2 tokens at context 1,728
+    assert 1729 in w.prompt_lens
+    for drafts in (0, 2):
+        c = SchedulerConfig(block_size=64, max_num_batched_tokens=512, max_num_seqs=16, speculative_tokens=drafts,
+                            indexer_decode_threshold=1 + drafts, pad_new_decodes=True)
+        ours = trace(simulate(w, c))
+        assert ours == trace(vllm_scheduler.schedule(w, c))
+        assert any((1728, 1 + drafts) in rows for rows, _ in ours)

@@ -34,8 +34,8 @@ from ..workload import ClosedLoopWorkload
 from ..workload.lengths import mix_text
 
 
-WORKLOAD_SYNTAX = ("CONCURRENCYxISLxOSL[xSHARED_PREFIX][:r=R][:mix=SHARExLENGTH[+...]][:seed=S], "
-                   "e.g. 64x10240x512 or 64x10240x512:r=0.5 or 64x2048x512:mix=0.01x131072")
+WORKLOAD_SYNTAX = ("CONCURRENCYxISLxOSL[xSHARED_PREFIX][:r=R][:mix=SHARExLENGTH[+...]][:seed=S][:warm], "
+                   "e.g. 64x10240x512 or 64x10240x512:r=0.5 or 64x2048x512:mix=0.01x131072 or 64x10240x64:warm")
 
 
 def parse_workload(text: str) -> ClosedLoopWorkload:
@@ -52,10 +52,13 @@ def parse_workload(text: str) -> ClosedLoopWorkload:
         raise UsageError(f"--workload {text!r}: every field must be a whole number ({WORKLOAD_SYNTAX})") from None
     lengths = {}
     for option in options:
+        if option == "warm" and "warm_cache" not in lengths:  # every prompt cached before the run
+            lengths["warm_cache"] = True
+            continue
         key, eq, value = option.partition("=")
         name = {"r": "random_range_ratio", "mix": "mix", "seed": "seed"}.get(key)
         if not eq or name is None or name in lengths:
-            raise UsageError(f"--workload {text!r}: {option!r} is not r=R, mix=SHARExLENGTH or seed=S "
+            raise UsageError(f"--workload {text!r}: {option!r} is not r=R, mix=SHARExLENGTH, seed=S or warm "
                              "(each at most once)")
         try:
             lengths[name] = value if name == "mix" else (float(value) if name == "random_range_ratio" else int(value))

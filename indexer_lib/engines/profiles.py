@@ -138,6 +138,9 @@ class EngineProfile:
     # holds go to the free queue's front, to be reused first (0.30.0 on), or to its end with the rest
     scheduler_reserve_full_isl: bool = True
     scheduler_free_uncached_first: bool = True
+    # with speculative decoding, a waiting request with one token left (a full prefix-cache hit)
+    # is scheduled as a decode padded to 1 + drafts tokens (vLLM 0.30.0 on)
+    scheduler_pad_new_decodes: bool = False
     # the decode path's logits (docs/design.md#the-ledger): "max_model_len" where the release asks
     # DeepGEMM's paged logits for [decode tokens, max_model_len] fp32 on every decode step (vLLM's
     # DeepSeek indexer); None: not read, and no decode line

@@ -44,7 +44,8 @@ def release_scheduler(engine: str | EngineProfile | None, block_size: int, gpu=N
     return SchedulerConfig(block_size=block_size, indexer_decode_threshold=threshold,
                            reserve_full_isl=profile.scheduler_reserve_full_isl,
                            threshold_lone_exempt=profile.scheduler_threshold_lone_exempt,
-                           free_uncached_first=profile.scheduler_free_uncached_first, **values)
+                           free_uncached_first=profile.scheduler_free_uncached_first,
+                           pad_new_decodes=profile.scheduler_pad_new_decodes, **values)
 
 
 def not_default(engine: str | EngineProfile | None, config: SchedulerConfig, gpu=None, kv_cache=None) -> list[str]:

@@ -32,9 +32,14 @@ REPORTED_FILE = ("field", "reported_allocations.csv")
 
 def published_cases() -> list[dict]:
     """The published allocations, one dict per case, numbers parsed."""
-    text = ("case", "kind", "what", "model", "engine", "layout", "deepgemm_version", "counts", "status", "source",
-            "note")
+    text = ("case", "kind", "what", "model", "engine", "warm_cache", "layout", "deepgemm_version", "counts", "status",
+            "source", "note")
     return [{k: (v if k in text else number(v)) for k, v in row.items()} for row in read_rows(*REPORTED_FILE)]
+
+
+def case_workload(case: dict) -> ClosedLoopWorkload:
+    """A workload case's closed loop; ``warm_cache``: every prompt in the prefix cache before the run."""
+    return ClosedLoopWorkload(case["concurrency"], case["isl"], case["osl"], warm_cache=case["warm_cache"] == "true")
 
 
 def case_scheduler(case: dict) -> SchedulerConfig:
@@ -63,7 +68,7 @@ def _largest_logits(case: dict) -> tuple[int, int, int]:
     if case["kind"] != "workload":
         raise ValueError(f"case {case['case']!r}: kind {case['kind']!r} must be 'workload' or 'shape'")
     model = case["model"]
-    workload = ClosedLoopWorkload(case["concurrency"], case["isl"], case["osl"])
+    workload = case_workload(case)
     config = case_scheduler(case)
     schedule = Schedule(prefill_batches(workload, config))
     if get_engine(case["engine"]).chunker == "tokens":
@@ -161,7 +166,7 @@ def through_releases(releases=FIELD_RELEASES):
             continue
         family = get_engine(case["engine"]).engine
         model = case["model"]
-        workload = ClosedLoopWorkload(case["concurrency"], case["isl"], case["osl"])
+        workload = case_workload(case)
         config = case_scheduler(case)
         mnbt = config.max_num_batched_tokens
         schedule = Schedule(prefill_batches(workload, config))

@@ -55,6 +55,11 @@ class Axes(Settings):
     # the workloads' ``seed`` (not a measure sweep's inputs', RunSettings.seed)
     length_seed: int = setting(0, "seed of the length draws and of where a mix's prompts fall (default 0, "
                                   "vLLM bench's)", read="int", flag="--seed", metavar="SEED")
+    # every prompt in the prefix cache before the run: a rerun of the same seeded prompts
+    # (docs/design.md#warm-cache)
+    warm_cache: bool = setting(False, "every prompt in the prefix cache when the run starts, as when vllm bench serve "
+                                      "sends its seeded random prompts again: each request computes only the tokens "
+                                      "past its last cached full block (default: off, a cold cache)", read="yes-no")
 
     def check(self) -> None:
         for c in self.concurrency:

@@ -147,7 +147,8 @@ def closed_loops(axes: Axes, longest: int) -> Iterator[ClosedLoopWorkload]:
         low, high = length_bounds(isl, ratio)
         lengths = [n for _, n in parse_mix(mix)]
         if 1 <= low and prefix <= min([low] + lengths) and max([high] + lengths) <= longest:
-            yield ClosedLoopWorkload(conc, isl, osl, prefix, None, ratio, mix, axes.length_seed)
+            yield ClosedLoopWorkload(conc, isl, osl, prefix, None, ratio, mix, axes.length_seed,
+                                     warm_cache=axes.warm_cache)
 
 
 @dataclass(frozen=True)

@@ -127,6 +127,7 @@ def base_row(grid: Grid, task: Task, budget_mb: float | None, free_gib: float, m
         "isl": workload.isl, "osl": workload.osl, "shared_prefix": workload.shared_prefix,
         # mixed lengths: 0 and '' for the homogeneous workload (isl is then every prompt's length)
         "random_range_ratio": workload.random_range_ratio, "mix": mix_text(workload.mix), "length_seed": workload.seed,
+        "warm_cache": workload.warm_cache,
         "max_num_batched_tokens": config.max_num_batched_tokens,
         "max_num_seqs": config.max_num_seqs,
         "long_prefill_token_threshold": config.long_prefill_token_threshold,

@@ -51,6 +51,11 @@ class SchedulerConfig:
     # True: the threshold caps no chunk while only one request is running or waiting (vLLM 0.33.0);
     # False: it caps every chunk (vLLM 0.13-0.32)
     threshold_lone_exempt: bool = True
+    # with speculative decoding: a waiting request with one token left to compute (a full
+    # prefix-cache hit) is scheduled as a decode padded to 1 + drafts tokens while no running request
+    # took a prefill chunk this step, or not at all when they do not fit (vLLM 0.30.0 on); False: its
+    # one token (before)
+    pad_new_decodes: bool = False
     # speculative decoding (MTP, EAGLE): each decoding request schedules its sampled token and
     # this many draft tokens per step, and every draft is taken as accepted (an assumption: the
     # most output per step); 0: none, vLLM's default
@@ -88,7 +93,9 @@ class ClosedLoopWorkload:
     lengths ("0.1x131072": a tenth at 131,072 tokens).  Drawn once for the whole run from
     ``seed``: the k-th prompt sent takes the k-th length, so a mix is one schedule.  ``order``
     sends the same lengths in another order ("longest-first", ...; lengths.ORDERS), "drawn" in
-    the draw's.  The defaults (R = 0, no mix) are the homogeneous workload."""
+    the draw's.  The defaults (R = 0, no mix) are the homogeneous workload.  ``warm_cache``: every
+    prompt's blocks are in the prefix cache before the run (a rerun of the same prompts), so each
+    request computes only the tokens past its last cached full block, at least its last one."""
 
     concurrency: int
     isl: int
@@ -99,6 +106,9 @@ class ClosedLoopWorkload:
     mix: tuple[tuple[float, int], ...] = ()  # (share, length) of prompts not at isl; or "0.1x131072"
     seed: int = 0  # of the length draws (vLLM bench's default seed is 0 too)
     order: str = "drawn"  # the arrival order of the drawn lengths (lengths.ORDERS)
+    # every prompt is in the prefix cache when the run starts: a rerun of the same prompts, as
+    # ``vllm bench serve``'s seeded random prompts are when it runs again (docs/design.md#warm-cache)
+    warm_cache: bool = False
 
     def __post_init__(self):
         # the simulator runs every request and every decode step: bounds that no deployment
@@ -155,6 +165,7 @@ class ClosedLoopWorkload:
         parts = [f"R={self.random_range_ratio:g}"] if self.random_range_ratio else []
         parts += [f"mix {mix_text(self.mix)}"] if self.mix else []
         parts += [f"order {self.order}"] if parts and self.order != "drawn" else []
+        parts += ["warm cache"] if self.warm_cache else []
         return ", ".join(parts)
 
 
@@ -211,6 +222,9 @@ def kv_pressure(workload: ClosedLoopWorkload, config: SchedulerConfig) -> bool:
                          f"{workload.max_prompt_len} + {workload.osl} tokens needs (vLLM would never admit it)")
     below = (f"num_kv_blocks {config.num_kv_blocks}: below the {need} blocks the running requests of "
              f"{workload.max_prompt_len} + {workload.osl} tokens can hold; the simulator models preemption")
+    if workload.warm_cache:
+        raise ValueError(f"{below} without a warm cache (which prompts a full cache still holds is not "
+                         "modelled): give a KV cache with room for every running request")
     if workload.shared_prefix:
         raise ValueError(f"{below} without a shared prefix: vLLM's own scheduler models one "
                          "(--workload-source vllm, source='vllm')")
@@ -290,6 +304,7 @@ class _Engine:
             n = req.num_tokens - (req.computed if computed is None else computed)
             return min(min(n, threshold) if cap_chunks else n, budget)
 
+        prefill_chunk_scheduled = False  # a running request took a chunk that leaves its prompt unfinished
         i = 0
         while i < len(self.running) and budget > 0:
             req = self.running[i]
@@ -304,6 +319,8 @@ class _Engine:
             budget -= n
             if not decoding:
                 self.cached_prefix = max(self.cached_prefix, self.cacheable_prefix(req, n))
+                prefill_chunk_scheduled |= req.computed + n < req.num_tokens
+        ran = bool(scheduled)  # running requests scheduled this step
         # a step that preempted admits nobody
         while (self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs
                and not self.preempted_now):
@@ -311,11 +328,22 @@ class _Engine:
             if self.pool is not None and not self.admit(req, chunk):
                 break
             self.waiting.popleft()
-            if self.config.enable_prefix_caching and self.workload.shared_prefix:
+            if self.config.enable_prefix_caching and self.workload.warm_cache:
+                # vLLM hits at most prompt_len - 1 tokens, in whole blocks: the last token is recomputed
+                req.computed = (req.prompt_len - 1) // self.config.block_size * self.config.block_size
+            elif self.config.enable_prefix_caching and self.workload.shared_prefix:
                 hit = min(self.cached_prefix, self.workload.shared_prefix, req.prompt_len - 1)
                 req.computed = hit // self.config.block_size * self.config.block_size
-            self.running.append(req)
             n = chunk(req)
+            if (drafts and self.config.pad_new_decodes and self.pool is None and req.num_tokens - req.computed == 1
+                    and not prefill_chunk_scheduled and (ran or req.computed > 0)):
+                # a full prefix-cache hit scheduled as a decode with placeholder drafts (with a
+                # finite KV cache, a resumed request's hit is not padded here: not modelled)
+                if 1 + drafts > budget:
+                    self.waiting.appendleft(req)
+                    break
+                n = 1 + drafts
+            self.running.append(req)
             if self.pool is not None:
                 self.allocate(req, n)
             scheduled.append((req, n, False))
@@ -415,8 +443,9 @@ class _Engine:
             if decoding:
                 req.outputs += n
                 finished += req.outputs >= self.workload.osl
-            elif req.computed == req.num_tokens:  # its prompt (or its recomputation) is done
-                req.outputs += 1
+            elif req.computed >= req.num_tokens:  # its prompt (or its recomputation) is done
+                # one token, and each placeholder draft of a padded full prefix-cache hit
+                req.outputs += 1 + req.computed - req.num_tokens
                 finished += req.outputs >= self.workload.osl
             if self.config.async_scheduling and req.outputs > outputs:
                 req.in_flight = req.outputs - outputs
@@ -535,6 +564,8 @@ def least_steps(workload: ClosedLoopWorkload, config: SchedulerConfig) -> int:
     shared prefix at max_num_batched_tokens a step, and no fewer than its output length."""
     shortest = min([length_bounds(workload.isl, workload.random_range_ratio)[0]] + [n for _, n in workload.mix])
     prefill = workload.total_prompts * max(0, shortest - workload.shared_prefix)
+    if workload.warm_cache and config.enable_prefix_caching:
+        prefill = workload.total_prompts  # at least each prompt's last token
     return max(-(-prefill // config.max_num_batched_tokens), workload.osl)
 
 

@@ -152,6 +152,8 @@ def build_scheduler(workload: ClosedLoopWorkload, config: SchedulerConfig):
     max_model_len = max(workload.max_prompt_len + workload.osl + config.speculative_tokens,
                         config.long_prefill_token_threshold)
     blocks = config.num_kv_blocks or kv_blocks_needed(workload, config) + 1  # + vLLM's null block
+    if workload.warm_cache and not config.num_kv_blocks:  # room for every prompt's cached blocks too
+        blocks += sum(-(-n // config.block_size) for n in workload.prompt_lens)
     if config.speculative_tokens and config.async_scheduling:
         # ours, not vLLM's limit: the drive plays the drafts between the steps of the synchronous
         # scheduler only (before vLLM sees the settings, so it is not taken for vLLM's refusal)
@@ -264,8 +266,9 @@ def _drive(scheduler, workload: ClosedLoopWorkload, config: SchedulerConfig
                                           block_hasher=block_hasher, **release_args))
             sent += 1
 
-    def process(out, sampled: set[str]) -> None:
-        """Play the model runner's output for one step, then the clients."""
+    def process(out, sampled: set[str], clients: bool = True) -> None:
+        """Play the model runner's output for one step, then the clients (``clients``: each whose
+        request finished sends its next prompt)."""
         ids = list(out.num_scheduled_tokens)
         runner_output = ModelRunnerOutput(
             req_ids=ids,
@@ -285,8 +288,20 @@ def _drive(scheduler, workload: ClosedLoopWorkload, config: SchedulerConfig
                     and not scheduler.requests[r].is_finished()]
             scheduler.update_draft_token_ids(v["DraftTokenIds"](
                 live, [[_SAMPLED_TOKEN] * config.speculative_tokens for _ in live]))
-        send(finished)  # each client whose request finished sends its next prompt
+        if clients:
+            send(finished)  # each client whose request finished sends its next prompt
 
+    if workload.warm_cache:
+        # a run of the same prompts before this one, one output token each, so that every prompt's
+        # full blocks are in the prefix cache when this run starts
+        for k in range(workload.total_prompts):
+            scheduler.add_request(Request(f"warm{k}", _prompt(workload, k),
+                                          SamplingParams(max_tokens=1, ignore_eos=True), None,
+                                          block_hasher=block_hasher, **release_args))
+        while scheduler.has_requests():
+            out = scheduler.schedule()
+            process(out, {r for r in out.num_scheduled_tokens if not _prefill_chunk(scheduler.requests[r])},
+                    clients=False)
     send(workload.concurrency)
     in_flight: deque = deque()  # async: the step scheduled but not yet processed
     step = empty = 0
