@@ -20,7 +20,7 @@ from indexer_lib.ledger.free import given_free
 from indexer_lib.memory import make_plan, memory_report
 from indexer_lib.plan import PlanSettings
 from indexer_lib.presets import GIB, MIB, get_gpu, get_model
-from indexer_lib.memory.events import persistent_events, plan_events
+from indexer_lib.memory.events import live_peak, persistent_events, plan_events
 from indexer_lib.workload import StepBatch
 
 
@@ -123,19 +123,6 @@ def test_decode_logits_are_deepgemms_paged_allocation():
 
 # ----------------------------------------------------------------------------- allocator
 
-def raw_peak(events) -> int:
-    live, peak, sizes = 0, 0, {}
-    for e in events:
-        if e[0] == "malloc":
-            sizes[e[1]] = e[2]
-            live += e[2]
-            peak = max(peak, live)
-        else:
-            live -= sizes.pop(e[1])
-    assert not sizes  # every block is freed by the step's end
-    return peak
-
-
 @pytest.mark.parametrize("engine, model, query, seq", [
     ("vllm==0.33.0", "glm-5", 8192, 65536),  # two chunks' logits alive at once
     ("vllm==0.33.0", "glm-5", 4096, 200_000),
@@ -156,7 +143,7 @@ def test_the_allocator_sees_what_the_memory_model_counts(engine, model, query, s
         budget = process_budget(settings.profile)
     plan = make_plan(StepBatch.from_lengths([query], [seq]), "engine", budget, settings)
     report = memory_report(plan)
-    assert raw_peak(plan_events(plan, report, "s", persistent=False)) == report.peak_transient
+    assert live_peak(plan_events(plan, report, "s", persistent=False)) == report.peak_transient
     assert sum(e[2] for e in persistent_events(plan, report, "b")) == report.persistent
 
 
@@ -347,3 +334,10 @@ def test_deploy_what_ifs_say_what_each_frees_and_costs(capsys):
     code, out, _ = run(capsys, *argv[:-2], "--workspace-tokens", str(2 * 262_144 // 4), "--json")
     assert json.loads(out)["boot_bytes"] == sized["boot_bytes"]
     assert "workspace_tokens=131072" in json.loads(out)["not_default"]
+
+
+def test_a_steps_events_free_what_they_allocate():
+    assert live_peak([("malloc", "a", 10), ("malloc", "b", 5), ("free", "a"), ("malloc", "c", 7), ("free", "b"),
+                      ("free", "c")]) == 15
+    with pytest.raises(ValueError, match="never freed, the first 'b'"):
+        live_peak([("malloc", "a", 1), ("malloc", "b", 2), ("free", "a")])

@@ -7,7 +7,7 @@ from indexer_lib.cli import devicecheck as dc
 from indexer_lib.notebook import plots
 from indexer_lib.memory import make_plan, memory_report
 from indexer_lib.plan import PlanSettings
-from indexer_lib.memory.events import plan_events
+from indexer_lib.memory.events import live_peak, plan_events
 from indexer_lib.study.reserved import long_prompt_steps, reserved_curve, reserved_table
 from indexer_lib.presets import GIB, MIB
 
@@ -51,17 +51,8 @@ def test_plan_events_follow_the_memory_model():
     for strategy in ("vllm", "kv-split", "fixed-shape"):
         plan = make_plan(batch, strategy, 64 * MIB, PlanSettings("glm-5"))
         report = memory_report(plan, temporaries="deepgemm")
-        events = plan_events(plan, report, "x")
-        live, peak, sizes = 0, 0, {}
-        for e in events:
-            if e[0] == "malloc":
-                sizes[e[1]] = e[2]
-                live += e[2]
-                peak = max(peak, live)
-            else:
-                live -= sizes.pop(e[1])
-        assert live == 0 and not sizes  # everything freed at the step's end
-        assert peak == report.peak, strategy
+        # everything freed at the step's end (live_peak refuses a block left over)
+        assert live_peak(plan_events(plan, report, "x")) == report.peak, strategy
 
 
 def test_traced_event_stream_replays_too():

@@ -62,12 +62,28 @@ class RunLedger:
     chunks: int = 0  # logits calls over the run's prefill steps (each costs a launch and its top-k)
 
 
-def run_ledger(steps, strategy, budget_bytes: int | None, settings, free: FreeMemory | None, max_model_len: int,
-               topk_rows: int, drafts: int, budget_mb: float | None = None, worst_decode_tokens: int = 0,
-               expandable: bool = False, progress=None) -> RunLedger:
+@dataclass(frozen=True)
+class ServerSizes:
+    """What a server's flags size in its ledger: ``max_model_len`` (the K workspace and the decode
+    logits), ``topk_rows`` (its max_num_batched_tokens), ``drafts`` per decode, the logits knob as
+    set (``budget_mb``; None: the release's), the decode tokens a kpool profile run sizes for
+    (min(max_num_seqs x (1 + drafts), max_num_batched_tokens)) and PyTorch's expandable segments."""
+
+    max_model_len: int
+    topk_rows: int
+    drafts: int = 0
+    budget_mb: float | None = None
+    worst_decode_tokens: int = 0
+    expandable: bool = False
+
+
+def run_ledger(steps, strategy, budget_bytes: int | None, settings, free: FreeMemory | None, sizes: ServerSizes,
+               progress=None) -> RunLedger:
     """The ledger of a run: ``steps`` (the scheduler's ``ScheduledStep``s, in order) planned with
-    ``strategy`` at ``budget_bytes`` under ``settings``; each decoding request takes ``1 + drafts``
-    decode tokens.  Identical steps are planned once.  ``progress(n)``: called per step."""
+    ``strategy`` at ``budget_bytes`` under ``settings`` and the server's ``sizes``; each decoding
+    request takes ``1 + drafts`` decode tokens.  Identical steps are planned once.
+    ``progress(n)``: called per step."""
+    max_model_len, topk_rows, drafts = sizes.max_model_len, sizes.topk_rows, sizes.drafts
     planned: dict[tuple, tuple] = {}
     worst_prefill = worst_decode = None
     first = None
@@ -102,16 +118,16 @@ def run_ledger(steps, strategy, budget_bytes: int | None, settings, free: FreeMe
     if first is None:
         raise ValueError("no prefill steps: the schedule has nothing for the indexer to do")
     plan, report = first
-    lines = boot_lines(plan, report, max_model_len, worst_decode_tokens, budget_mb)
+    lines = boot_lines(plan, report, max_model_len, sizes.worst_decode_tokens, sizes.budget_mb)
     lines.append(prefill_line(worst_prefill[0], worst_prefill[1], worst_prefill[2]))
     if worst_decode is not None:
         lines.append(worst_decode)
     # on unified memory (GB10) the driver fails when the host runs out, before PyTorch's
     # free-and-retry can give cached segments back (vllm-project/vllm#55569, #58068)
     unified = settings.gpu_preset.unified_memory
-    run = run_allocator(boot_events(lines), alloc_steps, None if free is None else free.bytes, expandable,
+    run = run_allocator(boot_events(lines), alloc_steps, None if free is None else free.bytes, sizes.expandable,
                         retry=not unified)
-    lines.append(run.line(expandable))
+    lines.append(run.line(sizes.expandable))
     ledger = _ledger(lines, free)
     if unified and free is not None:
         ledger = Ledger(ledger.lines, ledger.free_bytes, ledger.free_source, ledger.assumptions + (

@@ -14,7 +14,7 @@ from ..plan.strategies import NO_BUDGET
 from ..presets import GIB, budget_bytes_from_mb, check_within_gpu, free_bytes_from_gib
 from ..workload import ClosedLoopWorkload, SchedulerConfig
 from ..workload.sources import scheduled_steps
-from .build import RunLedger, run_ledger
+from .build import RunLedger, ServerSizes, run_ledger
 from .free import FreeMemory, free_from_flags, given_free
 
 
@@ -123,8 +123,9 @@ def deployment_ledger(server: Server, workload: ClosedLoopWorkload, strategy: st
     steps = list(scheduled_steps(workload, scheduler))
     if progress is not None:
         progress.total = len(steps)
-    run = run_ledger(steps, chosen, budget, settings, free, max_model_len, scheduler.max_num_batched_tokens, drafts,
-                     knob, worst_decode, server.expandable_segments, None if progress is None else progress.update)
+    sizes = ServerSizes(max_model_len, scheduler.max_num_batched_tokens, drafts, knob, worst_decode,
+                        server.expandable_segments)
+    run = run_ledger(steps, chosen, budget, settings, free, sizes, None if progress is None else progress.update)
     return Deployed(run, settings, scheduler, kv, free, budget, max_model_len, "; ".join(filter(None, differs)))
 
 

@@ -81,3 +81,20 @@ def persistent_events(plan: Plan, report: MemoryReport, key: str) -> list[tuple]
     return [("malloc", f"{key}/{name}", nbytes) for name, nbytes in sizes if nbytes > 0]
 
 
+
+
+def live_peak(events) -> int:
+    """The most bytes the events hold at once, as asked (before the allocator rounds them); a block
+    not freed by the end is refused (a step's events free everything they allocate)."""
+    live = peak = 0
+    sizes: dict[str, int] = {}
+    for event in events:
+        if event[0] == "malloc":
+            sizes[event[1]] = event[2]
+            live += event[2]
+            peak = max(peak, live)
+        else:
+            live -= sizes.pop(event[1])
+    if sizes:
+        raise ValueError(f"events: {len(sizes)} block(s) never freed, the first {next(iter(sizes))!r}")
+    return peak

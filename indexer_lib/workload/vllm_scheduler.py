@@ -258,30 +258,24 @@ def _drive(scheduler, workload: ClosedLoopWorkload, config: SchedulerConfig
                    if "prompt_token_id_logprobs_dict" in _parameters(ModelRunnerOutput) else {})
     sent = 0
 
+    def add(rid: str, k: int, max_tokens: int) -> None:
+        """The k-th prompt as request ``rid``, to sample ``max_tokens`` tokens."""
+        scheduler.add_request(Request(rid, _prompt(workload, k), SamplingParams(max_tokens=max_tokens, ignore_eos=True),
+                                      None, block_hasher=block_hasher, **release_args))
+
     def send(n: int) -> None:
         nonlocal sent
         for _ in range(min(n, workload.total_prompts - sent)):
-            params = SamplingParams(max_tokens=workload.osl, ignore_eos=True)
-            scheduler.add_request(Request(str(sent), _prompt(workload, sent), params, None,
-                                          block_hasher=block_hasher, **release_args))
+            add(str(sent), sent, workload.osl)
             sent += 1
 
     def process(out, sampled: set[str], clients: bool = True) -> None:
         """Play the model runner's output for one step, then the clients (``clients``: each whose
         request finished sends its next prompt)."""
         ids = list(out.num_scheduled_tokens)
-        runner_output = ModelRunnerOutput(
-            req_ids=ids,
-            req_id_to_index={r: i for i, r in enumerate(ids)},
-            # every draft accepted: the sampled token and one per draft
-            sampled_token_ids=[[_SAMPLED_TOKEN] * (1 + len(out.scheduled_spec_decode_tokens.get(r, ())))
-                               if r in sampled else [] for r in ids],
-            logprobs=None,
-            prompt_logprobs_dict={},
-            **output_args,
-        )
         finished = 0
-        for outputs in scheduler.update_from_output(out, runner_output).values():
+        for outputs in scheduler.update_from_output(out, _runner_output(ModelRunnerOutput, out, sampled,
+                                                                        output_args)).values():
             finished += sum(o.finish_reason is not None for o in outputs.outputs)
         if config.speculative_tokens:  # the drafter proposes for every request that sampled
             live = [r for r in ids if r in sampled and r in scheduler.requests
@@ -292,16 +286,7 @@ def _drive(scheduler, workload: ClosedLoopWorkload, config: SchedulerConfig
             send(finished)  # each client whose request finished sends its next prompt
 
     if workload.warm_cache:
-        # a run of the same prompts before this one, one output token each, so that every prompt's
-        # full blocks are in the prefix cache when this run starts
-        for k in range(workload.total_prompts):
-            scheduler.add_request(Request(f"warm{k}", _prompt(workload, k),
-                                          SamplingParams(max_tokens=1, ignore_eos=True), None,
-                                          block_hasher=block_hasher, **release_args))
-        while scheduler.has_requests():
-            out = scheduler.schedule()
-            process(out, {r for r in out.num_scheduled_tokens if not _prefill_chunk(scheduler.requests[r])},
-                    clients=False)
+        _warm_cache(scheduler, workload, add, process)
     send(workload.concurrency)
     in_flight: deque = deque()  # async: the step scheduled but not yet processed
     step = empty = 0
@@ -333,6 +318,33 @@ def _drive(scheduler, workload: ClosedLoopWorkload, config: SchedulerConfig
         elif not in_flight:
             break
         process(*in_flight.pop())
+
+
+def _runner_output(ModelRunnerOutput, out, sampled: set[str], output_args: dict):
+    """What the model runner returns for a step: a sampled token for each request in ``sampled``,
+    and every draft accepted (one more token per draft)."""
+    ids = list(out.num_scheduled_tokens)
+    return ModelRunnerOutput(
+        req_ids=ids,
+        req_id_to_index={r: i for i, r in enumerate(ids)},
+        sampled_token_ids=[[_SAMPLED_TOKEN] * (1 + len(out.scheduled_spec_decode_tokens.get(r, ())))
+                           if r in sampled else [] for r in ids],
+        logprobs=None,
+        prompt_logprobs_dict={},
+        **output_args,
+    )
+
+
+def _warm_cache(scheduler, workload: ClosedLoopWorkload, add, process) -> None:
+    """A run of the same prompts before the measured one, one output token each, so that every
+    prompt's full blocks are in the prefix cache when it starts (``add(rid, k, max_tokens)``,
+    ``process(out, sampled, clients)``: ``_drive``'s)."""
+    for k in range(workload.total_prompts):
+        add(f"warm{k}", k, 1)
+    while scheduler.has_requests():
+        out = scheduler.schedule()
+        process(out, {r for r in out.num_scheduled_tokens if not _prefill_chunk(scheduler.requests[r])},
+                clients=False)
 
 
 def _prefill_chunk(request) -> bool:
