@@ -33,7 +33,7 @@ def test_every_notebook_ran_and_wrote_figures_and_tables(ci_run):
     for table in ("reproductions.csv", "frontier-model.parquet", "01_largest_isl_vllm.csv", "01_long_context.csv",
                   "02_chunk_overhead.csv", "02_budget_payoff.csv", "03_strategies_steps.csv",
                   "03_strategies_workloads.csv", "04_frontier.parquet", "04_chunks.csv",
-                  "04_reserved.csv", "04_policies.csv", "04_auto.csv"):
+                  "04_reserved.csv", "04_policies.csv", "04_auto.csv", "04_ledger.csv"):
         assert (tables / table).exists(), table
     # a results folder of tables: the finished sweep's journal and lock are gone
     assert not list(tables.glob("*.journal")) and not list(tables.glob("*.lock"))
@@ -124,6 +124,14 @@ def test_beyond_notebook_shows_the_published_policy_failure_and_flat_fixed_shape
     assert len(auto) == 5 and auto["deploy"].str.len().gt(0).all()
     # a mixed-length deployment is one schedule: its long prompts share steps with the short ones
     assert "chat, long tail: 64 x 2K, 1% at 128K" in set(auto["deployment"])
+    # the ledger of the grid's largest workload, as given and under each what-if
+    ledger = pd.read_csv(out / "tables" / "04_ledger.csv")
+    assert ledger["what_if"].iloc[0] == "as given" and "expandable_segments on" in set(ledger["what_if"])
+    assert ledger["verdict"].isin(["fits", "oom"]).all() and (ledger["boot_bytes"] > 0).all()
+    by = ledger.set_index("what_if")
+    # expandable segments keep no segment per size; a smaller budget costs logits calls
+    assert by.loc["expandable_segments on", "allocator_bytes"] <= by.loc["as given", "allocator_bytes"]
+    assert by.loc["VLLM_SPARSE_INDEXER_MAX_LOGITS_MB=64", "chunks"] > by.loc["as given", "chunks"]
 
 
 def test_notebook_01_opens_with_the_public_reports(ci_run):

@@ -175,3 +175,27 @@ class AutoDeployments:
 
         rec = self.recommend(name, free_gib)
         return pd.DataFrame([{**asdict(c), "needs_bytes": c.needs_bytes} for c in rec.candidates]), rec
+
+
+def ledger_what_ifs(server, workload: ClosedLoopWorkload, free_gib: float | None = None):
+    """The ledger of one run (``ledger.deployment``) as the server is given and under each what-if
+    (``what_ifs``): (a tidy table, one row per what-if; [(what-if, its ``Ledger``)]).  ``free_gib``:
+    the memory free when a step runs, as given (None: derived from the server's flags)."""
+    import pandas as pd
+
+    from ..ledger.deployment import deployment_ledger, what_ifs
+    from ..presets import get_model
+
+    rows, ledgers = [], []
+    for name, changed in what_ifs(server, get_model(server.model)):
+        d = deployment_ledger(changed, workload, free_gib=free_gib)
+        ledger = d.run.ledger
+        by_phase = {phase: max((line.bytes for line in ledger.of(phase)), default=0)
+                    for phase in ("prefill", "decode", "allocator")}
+        rows.append({"what_if": name, "boot_bytes": ledger.boot_bytes, "boot_kv_tokens": d.boot_kv_tokens,
+                     **{f"{phase}_bytes": b for phase, b in by_phase.items()}, "chunks": d.run.chunks,
+                     "free_bytes": ledger.free_bytes, "verdict": ledger.verdict,
+                     "oom_line": ledger.oom_line.name if ledger.oom_line is not None else "",
+                     "not_default": d.not_default, "mode": "model"})
+        ledgers.append((name, ledger))
+    return pd.DataFrame(rows), ledgers

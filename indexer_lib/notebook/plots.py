@@ -798,3 +798,54 @@ def budget_frontier(frame, free_gib: float | None = None, title_detail: str = ""
                 style.context(frame["model"].iloc[0], engine, free_gib, not_default_of(data), "modelled"),
                 f"{lengths}; {sample_of(data)}", title_detail)
     return fig
+
+
+def ledger_bars(ledgers: list[tuple[str, object]], title_detail: str = "") -> Figure:
+    """The ledger of one deployment under each what-if (``[(name, ledger.Ledger), ...]``, the
+    first as the server is given): left, what the indexer reserves at boot, stacked by line (the KV
+    cache gives it up); right, what the run's steps ask for beyond it, line by line, against the
+    memory free when a step runs; the title says which what-ifs fit."""
+    import textwrap
+
+    from ..ledger import PHASES
+
+    fig = style.figure(2.6 + 0.6 * len(ledgers))
+    ax_boot, ax_step = fig.subplots(1, 2, sharey=True, gridspec_kw={"width_ratios": [1, 2]})
+    y = np.arange(len(ledgers))[::-1]
+    boot_names = list(dict.fromkeys(line.name for _, ledger in ledgers for line in ledger.of("boot")))
+    boot_looks = {name: style.PALETTE[k % len(style.PALETTE)] for k, name in enumerate(boot_names)}
+    for yi, (_, ledger) in zip(y, ledgers):
+        left = 0.0
+        for line in ledger.of("boot"):
+            ax_boot.barh(yi, line.bytes / GIB, left=left, color=boot_looks[line.name], edgecolor="white",
+                         label=f"boot: {line.name}")
+            left += line.bytes / GIB
+    step_phases = [p for p in PHASES if p != "boot"]
+    height = 0.8 / len(step_phases)
+    for k, phase in enumerate(step_phases):
+        values = [sum(line.bytes for line in ledger.of(phase)) / GIB for _, ledger in ledgers]
+        ax_step.barh(y + 0.4 - height * (k + 0.5), values, height=height, color=style.PALETTE[3 + k],
+                     label=f"{phase}: the most it needs")
+    for free in sorted({ledger.free_bytes for _, ledger in ledgers if ledger.free_bytes is not None}):
+        ax_step.axvline(free / GIB, color=style.FREE_COLOUR, linewidth=2, label="memory free when a step runs")
+    for yi, (_, ledger) in zip(y, ledgers):
+        if ledger.verdict == "oom":
+            ax_step.plot([ledger.oom_line.bytes / GIB], [yi], marker="X", markersize=10, color=style.FREE_COLOUR,
+                         linestyle="", label="OOM: the first line that does not fit")
+    ax_boot.set_yticks(y, [textwrap.fill(name, 24) for name, _ in ledgers])
+    ax_boot.set_xlabel("at boot (GiB)")
+    ax_boot.set_title("taken from the KV cache", fontsize=style.FONT)
+    ax_step.set_xlabel("beyond the boot buffers (GiB)")
+    ax_step.set_title("asked for by the run's steps", fontsize=style.FONT)
+    for ax in (ax_boot, ax_step):
+        ax.grid(True, axis="x", alpha=0.3)
+    style.legend_below(fig, ncol=3)
+    first = ledgers[0][1]
+    fits = [name for name, ledger in ledgers[1:] if ledger.verdict == "fits"]
+    if first.verdict == "oom":
+        answer = f"OOM as given ({first.oom_line.name}); fits with {', '.join(fits)}" if fits else "OOM as given"
+    else:
+        answer = "fits as given"
+    fig.suptitle(textwrap.fill(f"The indexer's memory over a run (modelled): {answer}", 80) + title_detail,
+                 fontsize=style.FONT + 1)
+    return fig
