@@ -341,3 +341,19 @@ def test_a_steps_events_free_what_they_allocate():
                       ("free", "c")]) == 15
     with pytest.raises(ValueError, match="never freed, the first 'b'"):
         live_peak([("malloc", "a", 1), ("malloc", "b", 2), ("free", "a")])
+
+
+def test_auto_derives_the_free_memory_from_the_servers_flags(capsys):
+    base = ["auto", "--model", "glm-5", "--workload", "16x10240x64", "--budgets-mb", "256,512"]
+    code, out, _ = run(capsys, *base, "--gpu-memory-utilization", "0.95", "--json")
+    d = json.loads(out)
+    total = get_gpu("h200").capacity_bytes
+    assert code == 0 and d["free_bytes"] == total - math.ceil(total * 0.95) + 512 * MIB
+    assert d["free_source"].startswith("derived: h200") and "0.95, given" in d["free_source"]
+    code, out, _ = run(capsys, *base, "--free-gib", "2.63", "--json")
+    assert json.loads(out)["free_source"] == "--free-gib 2.63, given"
+    code, out, _ = run(capsys, *base)
+    assert code == 0 and "  free memory: derived: h200" in out
+    code, out, err = run(capsys, "auto", "--model", "deepseek-v4-flash", "--engine", "trtllm==1.3.0rc27",
+                         "--workload", "4x65536x64")
+    assert code == 2 and out == "" and "give --free-gib" in err and len(err.strip().splitlines()) == 1

@@ -27,7 +27,7 @@ from .common import (UsageError, add_gpu_option, add_model_option, engine_arg, f
                      str_list, working)
 from .exits import epilog
 from .options import add_setting_options, part_from_args
-from ..presets import MIB, budget_bytes_from_mb, check_within_gpu, free_bytes_from_gib
+from ..presets import GIB, MIB, budget_bytes_from_mb, check_within_gpu, free_bytes_from_gib
 from ..sweep.deployment import Deployment
 from ..sweep.scheduler_settings import SchedulerSettings
 from ..workload import ClosedLoopWorkload
@@ -79,9 +79,11 @@ def register(subparsers) -> None:
         "no value of the release's knob fits, with or without --strategies (the line under the header "
         "says why; what a patched engine could do is still printed where it fits)"))
     add_model_option(p)
-    p.add_argument("--free-gib", type=finite_float, required=True,
-                   help="memory free for the indexer's transients at run time, on the release's "
-                        "default setting (GiB; required)")
+    p.add_argument("--free-gib", type=finite_float,
+                   help="memory free for the indexer's transients at run time, on the release's default setting "
+                        "(GiB; default: derived from the server's flags, vLLM's --gpu-memory-utilization or SGLang's "
+                        "--mem-fraction-static at their defaults unless given, as deploy derives it: "
+                        "docs/design.md#the-ledger)")
     p.add_argument("--workload", action="append", required=True,
                    help="CONCURRENCYxISLxOSL[xSHARED_PREFIX], then optionally its prompt lengths: :r=R (vLLM "
                         "bench's --random-range-ratio, lengths drawn from ISL x [1 - R, 1 + R]), "
@@ -122,7 +124,11 @@ def cmd_auto(args) -> int:
 
     settings, workloads, strategies = checked_inputs(args)
     scheduler, differs = scheduler_from_args(args, settings)
-    shown = Shown(settings, differs, args.workload, workloads, args.free_gib)
+    free = None
+    if args.free_gib is None:  # what the server's flags leave a step (the release's default knob)
+        free = derived_free(args, settings, scheduler)
+        args.free_gib = free.bytes / GIB
+    shown = Shown(settings, differs, args.workload, workloads, args.free_gib, free)
     try:
         with working(f"auto: each candidate's worst step over {len(workloads)} workload(s)"):
             rec = recommend(workloads, args.free_gib, settings, scheduler, strategies, tuple(args.budgets_mb),
@@ -154,9 +160,10 @@ def checked_inputs(args):
     from ..plan import GIVEN_BUDGET, get_strategy
 
     settings = PlanSettings(args.model, args.engine, args.deepgemm_version, temporaries="deepgemm", gpu=args.gpu)
-    if not args.free_gib > 0:
-        raise UsageError(f"--free-gib {args.free_gib}: must be > 0")
-    check_within_gpu("free_gib", free_bytes_from_gib(args.free_gib), settings.gpu, f"--free-gib {args.free_gib:g}")
+    if args.free_gib is not None:
+        if not args.free_gib > 0:
+            raise UsageError(f"--free-gib {args.free_gib}: must be > 0")
+        check_within_gpu("free_gib", free_bytes_from_gib(args.free_gib), settings.gpu, f"--free-gib {args.free_gib:g}")
     for mb in args.budgets_mb:
         check_within_gpu("budget_mb", budget_bytes_from_mb(mb), settings.gpu, f"--budgets-mb {mb:g}")
     workloads = [parse_workload(w) for w in args.workload]
@@ -177,6 +184,19 @@ def checked_inputs(args):
     return settings, workloads, strategies
 
 
+def derived_free(args, settings, scheduler):
+    """The memory free when a step runs, from the server's flags (``ledger.free``): the release's
+    profile run reserving its default knob's logits."""
+    from ..engines import profile_run_logits_bytes
+    from ..ledger import free_from_flags
+
+    profile = settings.profile
+    decodes = min(scheduler.max_num_seqs * (1 + args.speculative_tokens), scheduler.max_num_batched_tokens)
+    reserved = profile_run_logits_bytes(profile, None, settings.preset, decodes)
+    return free_from_flags(profile, settings.gpu, reserved, args.gpu_memory_utilization,
+                           args.mem_fraction_static if profile.engine == "sglang" else None)
+
+
 def scheduler_from_args(args, settings):
     """(the scheduler the workloads run on, the settings given that differ from the release's)."""
     from ..engines.kv_capacity import deployment_kv_cache
@@ -184,6 +204,8 @@ def scheduler_from_args(args, settings):
     # the share of the GPU the release gives weights and KV: vLLM's utilization, SGLang's static fraction
     share = (args.mem_fraction_static if settings.profile.engine == "sglang" and args.kv_cache_tokens == "auto"
              else args.gpu_memory_utilization)
+    if args.free_gib is None and args.kv_cache_tokens != "auto":
+        share = None  # the utilization sizes the free memory here (derived_free), not a KV cache
     kv_cache = deployment_kv_cache(args.kv_cache_tokens, settings.model, settings.profile, settings.gpu, args.tp,
                                    share, args.kv_cache_dtype, args.speculative_tokens)
     (scheduler,) = part_from_args(SchedulerSettings, args).configs(
@@ -212,6 +234,7 @@ class Shown:
     texts: list[str]  # the workloads as given
     workloads: list[ClosedLoopWorkload]
     free_gib: float
+    free: object = None  # ledger.FreeMemory where the free memory was derived from the server's flags
 
     def header(self) -> str:
         n = len(self.workloads)
@@ -219,6 +242,8 @@ class Shown:
                 f"{n} workload{'s' if n != 1 else ''} (modelled):")
 
     def print_tail(self, time_source: str, fitting: int, candidates: int) -> None:
+        if self.free is not None:
+            print(f"  free memory: {self.free.source}" + "".join(f"; assumed: {a}" for a in self.free.assumptions))
         print(f"  time: {time_source}")
         scheduler = f"not the release default: {self.differs}" if self.differs else f"the {self.settings.engine} defaults"
         print(f"  scheduler: {scheduler}")
@@ -230,7 +255,9 @@ class Shown:
 
     def json(self) -> dict:
         return {"model": self.settings.model, "engine": self.settings.engine, "gpu": self.settings.gpu,
-                "free_bytes": free_bytes_from_gib(self.free_gib), "scheduler_not_default": self.differs,
+                "free_bytes": free_bytes_from_gib(self.free_gib) if self.free is None else self.free.bytes,
+                "free_source": f"--free-gib {self.free_gib:g}, given" if self.free is None else self.free.source,
+                "scheduler_not_default": self.differs,
                 "workloads": [{"concurrency": w.concurrency, "isl": w.isl, "osl": w.osl,
                                "shared_prefix": w.shared_prefix, "random_range_ratio": w.random_range_ratio,
                                "mix": mix_text(w.mix), "seed": w.seed} for w in self.workloads]}
