@@ -18,6 +18,7 @@ from indexer_lib.ledger import (PHASES, Ledger, LedgerLine, decode_logits_bytes,
                                 plan_ledger, run_allocator)
 from indexer_lib.ledger.free import given_free
 from indexer_lib.memory import make_plan, memory_report
+from indexer_lib.padding import get_rules
 from indexer_lib.plan import PlanSettings
 from indexer_lib.presets import GIB, MIB, get_gpu, get_model
 from indexer_lib.memory.events import live_peak, persistent_events, plan_events
@@ -111,9 +112,10 @@ def test_decode_logits_are_deepgemms_paged_allocation():
     """[decode tokens, align(align(max_model_len, 256), 256)] fp32 (DeepGEMM's 1,024-byte row stride)."""
     layer = vllm_source("model_executor/layers/sparse_attn_indexer.py")
     assert re.search(r"fp8_fp4_paged_mqa_logits\(.*?max_model_len=max_model_len", layer, re.S)
-    assert decode_logits_bytes(256, 1_048_576) == 256 * 1_048_576 * 4
-    assert decode_logits_bytes(3, 1000) == 3 * 1024 * 4
-    assert decode_logits_bytes(1, 257) == 512 * 4
+    dg = get_rules(get_engine("vllm==0.33.0").deepgemm_rules)  # DeepGEMM 2.8
+    assert decode_logits_bytes(256, 1_048_576, dg) == 256 * 1_048_576 * 4
+    assert decode_logits_bytes(3, 1000, dg) == 3 * 1024 * 4
+    assert decode_logits_bytes(1, 257, dg) == 512 * 4
     vllm = get_engine("vllm==0.33.0")
     assert decode_logits_cols(vllm, get_model("glm-5"), 202_752) == 202_752
     assert decode_logits_cols(vllm, get_model("glm-5.3-flash"), 1_048_576) == 262_144  # its pools
@@ -257,7 +259,7 @@ def test_deploy_gives_the_ledger_of_a_run(capsys):
     assert phases == ["boot", "boot", "boot", "prefill", "decode", "allocator"]
     (decode,) = [x for x in d["ledger"] if x["phase"] == "decode"]
     # at most 16 requests decoding, each with one draft: 32 rows at the model's max_model_len
-    assert decode["bytes"] <= decode_logits_bytes(32, 202_752) and decode["bytes"] % (202_752 * 4) == 0
+    assert decode["bytes"] <= decode_logits_bytes(32, 202_752, get_rules("2.8")) and decode["bytes"] % (202_752 * 4) == 0
     assert d["prefill_steps"] > 0 and d["allocator_high_water_bytes"] > 0
     code, out, _ = run(capsys, *argv[:-1], "--free-gib", "0.1")
     assert code == 1 and out.splitlines()[-1].startswith("OOM: ")

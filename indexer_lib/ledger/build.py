@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..memory import make_plan, memory_report
+from ..padding import get_rules
 from ..presets import format_bytes
 from ..memory.events import plan_events
 from .allocator import AllocatorRun, run_allocator
@@ -34,7 +35,8 @@ def decode_line(plan, decode_tokens: int, max_model_len: int, step: int | None =
     if cols is None or decode_tokens < 1:
         return None
     where = f"step {step}: " if step is not None else ""
-    return LedgerLine("decode", "decode step's paged logits", int(decode_logits_bytes(decode_tokens, cols)),
+    rules = get_rules(profile.deepgemm_rules)
+    return LedgerLine("decode", "decode step's paged logits", int(decode_logits_bytes(decode_tokens, cols, rules)),
                       profile.sources["decode_logits_cols"],
                       f"{where}{decode_tokens:,} decode tokens x {cols:,} columns fp32")
 

@@ -2,18 +2,15 @@
 
 vLLM's DeepSeek indexer hands every decode step to DeepGEMM's paged MQA logits with
 ``max_context_len = max_model_len`` (the kpool path: ``max_model_len // 4``, its pools), and
-DeepGEMM allocates ``[decode tokens, align(align(max_context_len, 256), 256)]`` fp32 (its logits
-row stride is 1,024-byte aligned): so a decode step's logits grow with the server's
+DeepGEMM allocates ``[decode tokens, align(align(max_context_len, 256), 256)]`` fp32, the row
+stride of its ``max_seqlen_k`` layout (``padding``): so a decode step's logits grow with the server's
 ``--max-model-len``, not with the requests' contexts.  Decode tokens are the decoding requests
 times ``1 + drafts``.
 """
 from __future__ import annotations
 
 from ..dtypes import FP32_BYTES
-from ..elementwise import cdiv
-
-SPLIT_KV = 256  # DeepGEMM's paged logits: columns to a multiple of 256, and a 1,024-byte row stride
-ROW_ALIGN_BYTES = 1024
+from ..padding import PaddingRules
 
 
 def decode_logits_cols(profile, model, max_model_len: int) -> int | None:
@@ -27,9 +24,8 @@ def decode_logits_cols(profile, model, max_model_len: int) -> int | None:
     return max_model_len
 
 
-def decode_logits_bytes(decode_tokens, cols: int):
-    """fp32 paged logits of ``decode_tokens`` rows (a number or an array) at ``cols`` columns,
-    padded as DeepGEMM allocates them."""
-    per_row = ROW_ALIGN_BYTES // FP32_BYTES
-    aligned = cdiv(cdiv(cols, SPLIT_KV) * SPLIT_KV, per_row) * per_row
-    return decode_tokens * aligned * FP32_BYTES
+def decode_logits_bytes(decode_tokens, cols: int, rules: PaddingRules):
+    """fp32 paged logits of ``decode_tokens`` rows (a number or an array, not padded) at ``cols``
+    columns, under the release's DeepGEMM ``rules``: the paged kernel's row stride is its
+    ``max_seqlen_k`` layout's (``PaddingRules.row_stride(cols, compressed=True)``)."""
+    return decode_tokens * rules.row_stride(cols, compressed=True) * FP32_BYTES
