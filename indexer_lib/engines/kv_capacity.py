@@ -97,6 +97,13 @@ class KvCapacity:
                 f"({self.kv_cache_dtype} cache{', MTP layer' if self.mtp else ''}), blocks of {self.block_tokens})")
 
 
+def vllm_requested_bytes(capacity_bytes: int, gpu_memory_utilization: float) -> int:
+    """The memory vLLM takes for everything it runs (weights, profile run, KV cache, CUDA graphs):
+    ``ceil(total x gpu_memory_utilization)`` (vllm 0.33.0 v1/worker/utils.py:716-726,
+    ``data/kv_cache_rules.json``: vllm_kv_bytes); the rest of the GPU is outside its share."""
+    return math.ceil(capacity_bytes * gpu_memory_utilization)
+
+
 def derive_kv_cache(model: str, engine: str | EngineProfile | None, gpu="h200", tp: int = 1,
                     fraction: float | None = None, kv_cache_dtype: str = "auto",
                     speculative_tokens: int = 0) -> KvCapacity:
@@ -126,7 +133,7 @@ def derive_kv_cache(model: str, engine: str | EngineProfile | None, gpu="h200", 
         other = int(rules["vllm_other_bytes"]["value"])
         assumptions.append("vLLM's profile run (activations, non-torch memory, CUDA graphs) takes "
                            f"{other / GIB:.2f} GiB, as on vllm-project/recipes#893's deployment")
-        requested = math.ceil(g.capacity_bytes * fraction)
+        requested = vllm_requested_bytes(g.capacity_bytes, fraction)
     elif profile.engine == "sglang":
         setting = "mem_fraction_static"
         fraction = SGLANG_MEM_FRACTION_STATIC if fraction is None else fraction

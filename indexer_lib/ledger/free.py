@@ -12,11 +12,11 @@ What neither rule derives is named as an assumption next to the figure.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from ..checks import BadValue
 from ..engines import SGLANG_MEM_FRACTION_STATIC, get_engine
+from ..engines.kv_capacity import vllm_requested_bytes
 from ..engines.profiles import _parse_version
 from ..presets import GIB, free_bytes_from_gib, get_gpu
 
@@ -50,7 +50,7 @@ def free_from_flags(engine, gpu, reservation_bytes: int, gpu_memory_utilization:
             raise BadValue("gpu_memory_utilization", f"{profile.name}'s default gpu_memory_utilization is not "
                                                      "read: give --gpu-memory-utilization (or --free-gib)")
         check_fraction("gpu_memory_utilization", util)
-        outside = total - math.ceil(total * util)
+        outside = total - vllm_requested_bytes(total, util)
         assumptions = ["the step's other activations fit in what vLLM's profile run measured for them "
                        "(it runs max_num_batched_tokens tokens)"]
         if _parse_version(profile.release) < _parse_version(VLLM_CUDAGRAPH_ESTIMATE_FROM):
