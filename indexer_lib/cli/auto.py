@@ -191,8 +191,7 @@ def derived_free(args, settings, scheduler):
     from ..ledger import free_from_flags
 
     profile = settings.profile
-    decodes = min(scheduler.max_num_seqs * (1 + args.speculative_tokens), scheduler.max_num_batched_tokens)
-    reserved = profile_run_logits_bytes(profile, None, settings.preset, decodes)
+    reserved = profile_run_logits_bytes(profile, None, settings.preset, scheduler.most_decode_tokens)
     return free_from_flags(profile, settings.gpu, reserved, args.gpu_memory_utilization,
                            args.mem_fraction_static if profile.engine == "sglang" else None)
 

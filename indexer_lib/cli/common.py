@@ -9,7 +9,7 @@ import sys
 import threading
 
 from ..engines import DEFAULT_ENGINE, SGLANG_MEM_FRACTION_STATIC, get_engine, process_budget, profile_run_logits_bytes
-from ..engines.scheduler import scheduler_defaults
+from ..engines.scheduler import release_scheduler
 from ..ledger import Ledger, free_from_flags, given_free, plan_ledger
 from ..engines.budget import sglang_static_budget
 from ..padding import DEEPGEMM_RULES, unpadded_logits_bytes
@@ -226,14 +226,16 @@ def verdict(plan, args, report=None) -> Ledger:
     --free-gib as given, or derived from --gpu-memory-utilization (vLLM); no verdict without either.
     ``report``: the step's memory report where the caller counts another backend's temporaries."""
     settings, profile = plan.settings, plan.settings.profile
-    defaults = scheduler_defaults(profile, settings.gpu) if profile is not None else {}
-    rows = getattr(args, "max_num_batched_tokens", None) or defaults.get("max_num_batched_tokens") or plan.batch.num_rows
-    seqs = defaults.get("max_num_seqs") or 0
+    given_rows = getattr(args, "max_num_batched_tokens", None) or None
+    if profile is not None:  # the release's scheduler: its top-k rows, its most decode tokens (no drafts)
+        config = release_scheduler(profile, settings.preset.kv_block, settings.gpu, max_num_batched_tokens=given_rows)
+        rows, reserve = config.max_num_batched_tokens, config.most_decode_tokens
+    else:
+        rows, reserve = given_rows or plan.batch.num_rows, 0
     max_model_len = getattr(args, "max_model_len", None) or settings.preset.max_model_len
     # the server runs the release's knob at the plan's budget (the engine strategy) or its default
     own = plan.strategy == "engine" and profile is not None and profile.engine == "vllm" and plan.budget_bytes
     vllm_budget = plan.budget_bytes / MIB if own else None
-    reserve = min(seqs, rows)  # the decode tokens a kpool profile run sizes for (no drafts in a plan)
     free = None
     if args.free_gib is not None:
         free = given_free(args.free_gib)

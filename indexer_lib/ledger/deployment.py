@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from ..checks import BadValue
 from ..engines import process_budget, profile_run_logits_bytes, release_scheduler
 from ..engines.kv_capacity import KvCapacity, deployment_kv_cache
-from ..engines.scheduler import not_default_text, tp_row_shard_refusal
+from ..engines.scheduler import not_default_text, scheduler_defaults, tp_row_shard_refusal
 from ..plan import PlanSettings, get_strategy
 from ..plan.strategies import NO_BUDGET
 from ..presets import GIB, budget_bytes_from_mb, check_within_gpu, free_bytes_from_gib
@@ -108,7 +108,7 @@ def deployment_ledger(server: Server, workload: ClosedLoopWorkload, strategy: st
                 ] if server.workspace_tokens is not None else []
     differs += ["expandable_segments on (PyTorch's default: off)"] if server.expandable_segments else []
     drafts = server.speculative_tokens
-    worst_decode = min(scheduler.max_num_seqs * (1 + drafts), scheduler.max_num_batched_tokens)
+    worst_decode = scheduler.most_decode_tokens
     knob = server.budget_mb if chosen.own_build and profile.engine == "vllm" else None
     if knob is not None:
         differs.append(f"{profile.budget_env}={knob:g} (default {profile.budget_default:g})")
@@ -161,7 +161,7 @@ def what_ifs(server: Server, model) -> list[tuple[str, Server]]:
     if profile.engine == "vllm" and profile.has_budget and server.budget_mb != INTEGRATED_BUDGET_MB:
         out.append((f"{profile.budget_env}={INTEGRATED_BUDGET_MB}", replace(server, budget_mb=INTEGRATED_BUDGET_MB)))
     mml = model.max_model_len if server.max_model_len is None else server.max_model_len
-    seqs = server.max_num_seqs or release_scheduler(profile, model.kv_block, server.gpu).max_num_seqs
+    seqs = server.max_num_seqs or scheduler_defaults(profile, server.gpu)["max_num_seqs"]
     own = PlanSettings(model.name, profile, temporaries="deepgemm", gpu=server.gpu).workspace_at(mml)
     sized = seqs * mml // model.kv_ratio
     if own is not None and server.workspace_tokens is None and sized < own:

@@ -18,7 +18,7 @@ from ..memory.replayed import workspace_path_bytes
 from ..plan import PlanSettings
 from ..presets import MIB, get_model
 from ..refdata import number, read_rows
-from ..workload import ClosedLoopWorkload, StepBatch
+from ..workload import ClosedLoopWorkload, SchedulerConfig, StepBatch
 
 LEDGER_FILE = ("field", "reported_ledger.csv")
 TEXT = ("case", "line", "what", "model", "engine", "gpu", "expandable_segments", "workload", "reporter_rule", "unit",
@@ -51,8 +51,9 @@ def _decode_reservation_saved(case: dict) -> tuple[int, int]:
     """(what sizing the reservation in pools saved, the release's reservation), in bytes."""
     profile, model = get_engine(case["engine"]), get_model(case["model"])
     mml = int(case["max_model_len"])
-    decodes = min(int(case["max_num_seqs"]) * (1 + int(case["speculative_tokens"] or 0)),
-                  int(case["max_num_batched_tokens"]))
+    decodes = SchedulerConfig(max_num_batched_tokens=int(case["max_num_batched_tokens"]),
+                              max_num_seqs=int(case["max_num_seqs"]),
+                              speculative_tokens=int(case["speculative_tokens"] or 0)).most_decode_tokens
     own = profile_run_logits_bytes(profile, None, model, decodes, mml)
     before = profile_run_logits_bytes(profile, None, model, decodes, mml, decode_columns=mml)
     return before - own, own

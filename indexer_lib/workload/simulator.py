@@ -75,6 +75,12 @@ class SchedulerConfig:
         check_int("indexer_decode_threshold", self.indexer_decode_threshold, 0)
 
     @property
+    def most_decode_tokens(self) -> int:
+        """The most decode tokens one step holds: every running request with its drafts, within the
+        step's budget (what vLLM 0.33.0's kpool profile run sizes its decode logits for)."""
+        return min(self.max_num_seqs * (1 + self.speculative_tokens), self.max_num_batched_tokens)
+
+    @property
     def decode_threshold(self) -> int:
         """New tokens up to which a request takes the indexer's decode path."""
         return self.indexer_decode_threshold or 1 + self.speculative_tokens
