@@ -359,3 +359,13 @@ def test_auto_derives_the_free_memory_from_the_servers_flags(capsys):
     code, out, err = run(capsys, "auto", "--model", "deepseek-v4-flash", "--engine", "trtllm==1.3.0rc27",
                          "--workload", "4x65536x64")
     assert code == 2 and out == "" and "give --free-gib" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_single_step_on_unified_memory_has_no_retry_either(capsys):
+    """plan and deploy take one allocator rule: on GB10 the driver fails before the retry."""
+    argv = ["plan", "--model", "glm-5.3-flash", "--gpu", "gb10", "--query-lens", "2048", "--seq-lens", "200000",
+            "--free-gib", "8", "--json"]
+    code, out, _ = run(capsys, *argv)
+    assert any("shares the host's memory" in a for a in json.loads(out)["ledger_assumptions"])
+    code, out, _ = run(capsys, *argv[:4], "h200", *argv[5:])
+    assert not any("shares the host's memory" in a for a in json.loads(out)["ledger_assumptions"])

@@ -21,7 +21,8 @@ from ..sweep.scheduler_settings import SchedulerSettings
 from ..workload.lengths import mix_text
 from . import exits
 from .auto import parse_workload
-from .common import UsageError, add_gpu_option, add_model_option, engine_arg, finite_float, fraction
+from .common import (UsageError, add_gpu_option, add_model_option, engine_arg, finite_float, fraction,
+                     verdict_code)
 from .exits import epilog
 from .options import add_setting_options
 
@@ -146,10 +147,6 @@ def one_value(args, name: str):
     if len(value) != 1:
         raise UsageError(f"--{name.replace('_', '-')}: deploy takes one server, one value")
     return value[0]
-
-
-def verdict_code(ledger) -> int:
-    return exits.NEGATIVE if ledger.verdict == "oom" else exits.DONE
 
 
 def verdict_phrase(ledger) -> str:

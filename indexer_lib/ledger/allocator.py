@@ -13,7 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..memory.allocator import AllocatorOutOfMemory, CachingAllocatorModel, replay, round_size, segment_size
-from ..presets import format_bytes
 from .lines import LedgerLine
 
 SOURCE = ("memory/allocator.py: PyTorch's CUDACachingAllocator rules (c10/cuda/CUDACachingAllocator.cpp), "
@@ -62,17 +61,19 @@ def run_allocator(boot_events: list[tuple], steps, free_bytes: int | None, expan
             if event[0] == "free":
                 alloc.free(handles.pop(event[1]))
                 continue
-            before = alloc.reserved, alloc.allocated, alloc.retries
+            allocated, reserved, retries = alloc.allocated, alloc.reserved, alloc.retries
             try:
                 handles[event[1]] = alloc.malloc(event[2])
             except AllocatorOutOfMemory as e:
-                need = e.reserved + segment_size(round_size(e.nbytes)) - held
-                fragmented = e.fragmented
-                return AllocatorRun(max(high, need), step, True, fragmented, _segments(alloc), alloc.retries)
-            if not retry and alloc.retries > before[2]:  # the driver failed before any retry
-                need = before[0] + segment_size(round_size(event[2])) - held
-                fragmented = before[1] + round_size(event[2]) <= alloc.limit
-                return AllocatorRun(max(high, need), step, True, fragmented, _segments(alloc), before[2])
+                failure, retries = e, alloc.retries
+            else:
+                if retry or alloc.retries == retries:
+                    continue
+                # without the retry, it fails where the allocator first gave cached segments back
+                failure = AllocatorOutOfMemory(event[2], allocated, reserved, alloc.limit)
+            # what it needed from the driver then, beyond the boot buffers
+            need = failure.reserved + segment_size(round_size(failure.nbytes)) - held
+            return AllocatorRun(max(high, need), step, True, failure.fragmented, _segments(alloc), retries)
         if alloc.peak_reserved - held > high:
             high, high_step = alloc.peak_reserved - held, step
     return AllocatorRun(high, high_step, False, False, _segments(alloc), alloc.retries)
@@ -80,7 +81,3 @@ def run_allocator(boot_events: list[tuple], steps, free_bytes: int | None, expan
 
 def _segments(alloc: CachingAllocatorModel) -> int:
     return sum(s is not None for s in alloc.segments)
-
-
-def phrase(run: AllocatorRun) -> str:
-    return f"{format_bytes(run.high_water)} held beyond the boot buffers"

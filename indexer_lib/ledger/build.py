@@ -49,10 +49,9 @@ def plan_ledger(plan, free: FreeMemory | None, max_model_len: int, topk_rows: in
     report = memory_report(plan, topk_rows=topk_rows) if report is None else report
     lines = boot_lines(plan, report, max_model_len, worst_decode_tokens, budget_mb)
     lines.append(prefill_line(plan, report))
-    run = run_allocator(boot_events(lines), [(0, plan_events(plan, report, "s0", persistent=False))],
-                        None if free is None else free.bytes, expandable)
-    lines.append(run.line(expandable))
-    return _ledger(lines, free)
+    ledger, _ = _with_allocator(lines, plan.settings, free, [(0, plan_events(plan, report, "s0", persistent=False))],
+                                expandable)
+    return ledger
 
 
 @dataclass(frozen=True)
@@ -124,22 +123,24 @@ def run_ledger(steps, strategy, budget_bytes: int | None, settings, free: FreeMe
     lines.append(prefill_line(worst_prefill[0], worst_prefill[1], worst_prefill[2]))
     if worst_decode is not None:
         lines.append(worst_decode)
-    # on unified memory (GB10) the driver fails when the host runs out, before PyTorch's
-    # free-and-retry can give cached segments back (vllm-project/vllm#55569, #58068)
-    unified = settings.gpu_preset.unified_memory
-    run = run_allocator(boot_events(lines), alloc_steps, None if free is None else free.bytes, sizes.expandable,
-                        retry=not unified)
-    lines.append(run.line(sizes.expandable))
-    ledger = _ledger(lines, free)
-    if unified and free is not None:
-        ledger = Ledger(ledger.lines, ledger.free_bytes, ledger.free_source, ledger.assumptions + (
-            f"{settings.gpu_preset.name} shares the host's memory: the driver fails before the caching allocator can "
-            "give its cached segments back and retry (vllm-project/vllm#55569), so a segment past the free memory "
-            "ends the run",))
+    ledger, run = _with_allocator(lines, settings, free, alloc_steps, sizes.expandable)
     return RunLedger(ledger, run, n_prefill, n_decode, chunks)
 
 
-def _ledger(lines, free: FreeMemory | None) -> Ledger:
+def _with_allocator(lines: list[LedgerLine], settings, free: FreeMemory | None, alloc_steps,
+                    expandable: bool) -> tuple[Ledger, AllocatorRun]:
+    """The ledger of ``lines`` with the caching allocator's line over ``alloc_steps`` after the
+    boot buffers.  On a GPU that shares the host's memory (GB10) the driver fails when the host
+    runs out, before PyTorch's free-and-retry can give cached segments back
+    (vllm-project/vllm#55569, #58068): there the allocator has no retry, and the ledger says so."""
+    unified = settings.gpu_preset.unified_memory
+    run = run_allocator(boot_events(lines), alloc_steps, None if free is None else free.bytes, expandable,
+                        retry=not unified)
+    lines = tuple(lines) + (run.line(expandable),)
     if free is None:
-        return Ledger(tuple(lines))
-    return Ledger(tuple(lines), free.bytes, free.source, free.assumptions)
+        return Ledger(lines), run
+    assumptions = free.assumptions + ((
+        f"{settings.gpu_preset.name} shares the host's memory: the driver fails before the caching allocator can "
+        "give its cached segments back and retry (vllm-project/vllm#55569), so a segment past the free memory "
+        "ends the run",) if unified else ())
+    return Ledger(lines, free.bytes, free.source, assumptions), run
