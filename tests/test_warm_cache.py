@@ -2,12 +2,18 @@
 the workload, the grid's rows, the command lines that take it, and what it refuses."""
 from __future__ import annotations
 
+import tempfile
+
+import pandas as pd
 import pytest
 
 from indexer_lib.cli.auto import parse_workload
+from indexer_lib.cli.main import main
+from indexer_lib.notebook.plots import with_lengths
 from indexer_lib.engines import release_scheduler
 from indexer_lib.sweep import Grid, model_rows
 from indexer_lib.workload import ClosedLoopWorkload, SchedulerConfig, simulate
+from indexer_lib.workload.simulator import WARM_CACHE
 
 
 def test_each_request_computes_its_last_block_with_its_whole_prompt():
@@ -45,3 +51,16 @@ def test_a_warm_cache_with_a_finite_kv_cache_is_refused():
     w = ClosedLoopWorkload(8, 4096, 64, warm_cache=True)
     with pytest.raises(ValueError, match="without a warm cache"):
         list(simulate(w, SchedulerConfig(num_kv_blocks=200)))
+
+
+def test_a_warm_cache_is_named_wherever_its_numbers_are(capsys):
+    grid = Grid.of(model="glm-5", engine=("vllm==0.16.0",), strategy=("engine",), concurrency=(64,), isl=(10240,),
+                   free_gib=(5.56,), warm_cache=True, budget_mb=(512,))
+    frame = pd.DataFrame(model_rows(grid))
+    assert WARM_CACHE in with_lengths("frontier", frame)
+    assert WARM_CACHE not in with_lengths("frontier", frame.assign(warm_cache=False))
+    with tempfile.TemporaryDirectory() as out:
+        assert main(["frontier", "--model", "glm-5", "--engine", "vllm==0.16.0", "--strategy", "engine",
+                     "--concurrency", "64", "--isl", "10240", "--free-gib", "5.56", "--warm-cache",
+                     "--out", f"{out}/f.csv"]) == 0
+    assert f"prefix cache: {WARM_CACHE}" in capsys.readouterr().out

@@ -4,6 +4,7 @@ from __future__ import annotations
 import time
 
 from ..plan import MEASURED_BUDGET, NO_BUDGET, get_strategy
+from ..workload.simulator import WARM_CACHE
 from ..sweep.grid import Grid, same_budget
 from .common import UsageError
 from .exits import epilog
@@ -75,6 +76,8 @@ def print_frontier_summary(rows: list[dict], grid: Grid) -> None:
         print(f"{grid.model} on {engine}, {free} GiB free (modelled): largest ISL without OOM, per concurrency")
         if lengths:
             print(f"prompt lengths: {lengths}")
+        if grid.warm_cache:  # not the default cold cache: said wherever the numbers are
+            print(f"prefix cache: {WARM_CACHE}")
         print(f"scheduler: {'not the release default: ' + differs if differs else 'the release defaults'}")
         print(f"{'strategy':>12} {'budget':>8} " + " ".join(f"{c:>7}" for c in grid.concurrency))
         for strategy in grid.strategy:

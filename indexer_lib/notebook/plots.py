@@ -118,10 +118,20 @@ def sample_of(frame) -> str:
     return SAMPLE.format(", sent in the order drawn" if lengths_of(frame) else "")
 
 
+def cache_of(frame) -> str:
+    """The prefix cache's state when the run starts, where it is not the default cold one."""
+    if "warm_cache" not in getattr(frame, "columns", ()):
+        return ""
+    from ..workload.simulator import WARM_CACHE
+
+    return WARM_CACHE if frame["warm_cache"].fillna(False).astype(bool).any() else ""
+
+
 def with_lengths(what: str, frame, sample: bool = True) -> str:
-    """``what`` with the prompt lengths where they vary, and (``sample``) what a point's worst step
-    is over (the dashboard says it in its status line: its small figure keeps a short title)."""
-    parts = [what] + [p for p in (lengths_of(frame), sample_of(frame) if sample else "") if p]
+    """``what`` with the prompt lengths where they vary, a warm prefix cache, and (``sample``) what a
+    point's worst step is over (the dashboard says it in its status line: its small figure keeps a
+    short title)."""
+    parts = [what] + [p for p in (lengths_of(frame), cache_of(frame), sample_of(frame) if sample else "") if p]
     return "; ".join(parts)
 
 

@@ -88,6 +88,10 @@ class SchedulerConfig:
 
 
 
+# how a title or a summary names a run that starts with a warm prefix cache (not the default)
+WARM_CACHE = "every prompt in the prefix cache when the run starts (warm cache)"
+
+
 @dataclass(frozen=True)
 class ClosedLoopWorkload:
     """C clients, each sending a prompt and waiting for ``osl`` output tokens before sending the
