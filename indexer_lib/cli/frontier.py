@@ -4,6 +4,7 @@ from __future__ import annotations
 import time
 
 from ..plan import MEASURED_BUDGET, NO_BUDGET, get_strategy
+from ..presets import format_bytes
 from ..workload.simulator import WARM_CACHE
 from ..sweep.grid import Grid, same_budget
 from .common import UsageError
@@ -79,6 +80,7 @@ def print_frontier_summary(rows: list[dict], grid: Grid) -> None:
         if grid.warm_cache:  # not the default cold cache: said wherever the numbers are
             print(f"prefix cache: {WARM_CACHE}")
         print(f"scheduler: {'not the release default: ' + differs if differs else 'the release defaults'}")
+        print(verdict_phrase([r for r in rows if r["free_gib"] == free], engine))
         print(f"{'strategy':>12} {'budget':>8} " + " ".join(f"{c:>7}" for c in grid.concurrency))
         for strategy in grid.strategy:
             label = budget_label(strategy, engine, grid.model)
@@ -90,6 +92,21 @@ def print_frontier_summary(rows: list[dict], grid: Grid) -> None:
                           and same_budget(r["budget_mb"], budget) and r["concurrency"] == conc and not r["oom"]]
                     cells.append(f"{max(ok):>7}" if ok else f"{'OOM':>7}")
                 print(f"{strategy:>12} {label or f'{budget:g}M':>8} " + " ".join(cells))
+
+
+def verdict_phrase(rows: list[dict], engine: str) -> str:
+    """What a point's verdict counts (the ledger's step lines), and how often the decode line fails."""
+    decodes = [r for r in rows if r.get("decode_bytes") is not None]
+    if not decodes:
+        decode = f"no decode line ({engine}'s decode path for this model is not read)"
+    else:
+        worst = max(decodes, key=lambda r: r["decode_bytes"])
+        failed = sum(r.get("oom_line") == "decode" for r in rows)
+        decode = (f"the worst decode step's paged logits (up to {format_bytes(worst['decode_bytes'])}, "
+                  f"{worst['worst_decode_tokens']:,} decode tokens at the model's max_model_len)"
+                  + (f", the failing line at {failed} point(s)" if failed else ""))
+    return (f"verdict: OOM where the worst prefill step's transient peak or {decode} exceeds the free memory "
+            "(the caching allocator over a run: indexer-lab deploy)")
 
 
 def lengths_phrase(grid: Grid) -> str:

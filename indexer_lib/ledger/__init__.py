@@ -2,7 +2,7 @@
 (docs/design.md#the-ledger).
 
 - ``lines``: a line (phase, name, bytes, source) and the ledger's verdict;
-- ``boot``: what the server reserves at boot; ``decode``: a decode step's paged logits;
+- ``boot``: what the server reserves at boot (a decode step's paged logits: ``memory.decode``);
 - ``allocator``: the caching allocator across a run; ``free``: the memory free when a step runs,
   from the server's flags;
 - ``build``: the ledger of one planned step or of a run's steps; ``deployment``: of a server's
@@ -11,7 +11,7 @@
 from .allocator import AllocatorRun, run_allocator
 from .boot import boot_lines
 from .build import RunLedger, ServerSizes, decode_line, plan_ledger, prefill_line, run_ledger
-from .decode import decode_logits_bytes, decode_logits_cols
+from ..memory.decode import decode_logits_bytes, decode_logits_cols
 from .free import FreeMemory, free_from_flags, given_free
 from .lines import PHASES, Ledger, LedgerLine
 

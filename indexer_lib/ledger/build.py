@@ -2,19 +2,18 @@
 
 Every figure comes from the one place its rule lives: the memory model for a step's transients
 and the boot buffers, ``engines.profile_run_logits_bytes`` for the profile run's reservation,
-``ledger.decode`` for a decode step's logits, the caching-allocator model for the run.
+``memory.decode`` for a decode step's logits, the caching-allocator model for the run.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from ..memory import make_plan, memory_report
-from ..padding import get_rules
 from ..presets import format_bytes
+from ..memory.decode import decode_logits_cols, decode_step_bytes
 from ..memory.events import plan_events
 from .allocator import AllocatorRun, run_allocator
 from .boot import boot_events, boot_lines
-from .decode import decode_logits_bytes, decode_logits_cols
 from .free import FreeMemory
 from .lines import Ledger, LedgerLine
 
@@ -30,14 +29,13 @@ def prefill_line(plan, report, step: int | None = None) -> LedgerLine:
 
 def decode_line(plan, decode_tokens: int, max_model_len: int, step: int | None = None) -> LedgerLine | None:
     """The decode logits of ``decode_tokens`` rows, where the release's decode path is read."""
-    profile = plan.settings.profile
-    cols = None if profile is None else decode_logits_cols(profile, plan.settings.preset, max_model_len)
-    if cols is None or decode_tokens < 1:
+    nbytes = decode_step_bytes(plan.settings, decode_tokens, max_model_len) if decode_tokens > 0 else None
+    if nbytes is None:
         return None
     where = f"step {step}: " if step is not None else ""
-    rules = get_rules(profile.deepgemm_rules)
-    return LedgerLine("decode", "decode step's paged logits", int(decode_logits_bytes(decode_tokens, cols, rules)),
-                      profile.sources["decode_logits_cols"],
+    profile = plan.settings.profile
+    cols = decode_logits_cols(profile, plan.settings.preset, max_model_len)
+    return LedgerLine("decode", "decode step's paged logits", nbytes, profile.sources["decode_logits_cols"],
                       f"{where}{decode_tokens:,} decode tokens x {cols:,} columns fp32")
 
 

@@ -11,12 +11,14 @@
   the window top-k, by formula (the tracer checks them against real allocations);
 - ``replayed``: what an engine release's own code allocates around the logits, as replayed;
 - ``allocator``: a model of PyTorch's CUDA caching allocator (reserved vs allocated); ``events``: a
-  step's allocations in the executor's order, from the memory model's bytes, for it to replay.
+  step's allocations in the executor's order, from the memory model's bytes, for it to replay;
+- ``decode``: a decode step's paged logits, as the release's decode path asks for them.
 
 DeepGEMM's padding rules, which the planners need too, sit below every layer in
 ``indexer_lib.padding``.
 """
 from .chunk_bytes import ChunkBytes
+from .decode import decode_logits_bytes, decode_logits_cols, decode_step_bytes
 from .planning import make_plan, plan_at
 from .steps import StepPeaks, StepsMemory
 from .model import (FROM_SETTINGS, NAMED_TEMPORARIES, ChunkMemory, MemoryReport, Temporaries,
@@ -25,7 +27,7 @@ from .model import (FROM_SETTINGS, NAMED_TEMPORARIES, ChunkMemory, MemoryReport,
                     topk_buffer_bytes, workspace_bytes)
 
 __all__ = [
-    "ChunkBytes", "StepPeaks", "StepsMemory", "make_plan", "plan_at", "FROM_SETTINGS", "NAMED_TEMPORARIES", "ChunkMemory", "MemoryReport", "Temporaries",
+    "ChunkBytes", "decode_logits_bytes", "decode_logits_cols", "decode_step_bytes", "StepPeaks", "StepsMemory", "make_plan", "plan_at", "FROM_SETTINGS", "NAMED_TEMPORARIES", "ChunkMemory", "MemoryReport", "Temporaries",
     "buffer_bytes", "chunk_memory", "deepgemm_temporaries_bytes", "fits", "logits_bytes", "memory_report",
     "metadata_bytes", "padded_inputs_bytes", "peak_bytes", "running_topk_bytes", "temporaries_of",
     "topk_buffer_bytes", "workspace_bytes",

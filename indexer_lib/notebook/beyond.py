@@ -4,12 +4,12 @@ a few deployments.  Every number is modelled (memory model, time model).
 """
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 from ..engines import DEFAULT_ENGINE, get_engine, not_default_text, release_scheduler
-from ..study.auto import choose, engine_candidates, evaluate_candidates
+from ..study.auto import choose, engine_candidates, evaluate_candidates, mix_decode_bytes
 from ..study.budget_policy import FixedPolicy, FreshPolicy, SglangPolicy, run_policy, shrinking_free_memory
-from ..search.worst_step import Schedule, prefill_batches
+from ..search.worst_step import Schedule
 from ..memory import memory_report, plan_at
 from ..plan import MEASURED_BUDGET, PlanSettings, get_strategy
 from ..presets import GIB, MIB, free_bytes_from_gib, get_gpu
@@ -116,11 +116,13 @@ class AutoDeployments:
                             strategies=strategies, scheduler=scheduler, time_model=self.tm)
         scheduler = scheduler or release_scheduler(settings.profile, settings.preset.kv_block)
         self.scheduler = scheduler
-        self.schedules = {name: [Schedule(prefill_batches(w, scheduler)) for w in mix]
+        self.schedules = {name: [Schedule.of(w, scheduler) for w in mix]
                           for name, (mix, _) in self.deployments.items()}
         self.patched = {name: evaluate_candidates(schedules, settings, strategies, self.budgets_mb, self.tm)
                         for name, schedules in self.schedules.items()}
         self.own = {}  # (deployment, free GiB or None where free memory does not move it) -> candidates
+        self.decode = {name: mix_decode_bytes(schedules, settings, scheduler.speculative_tokens)
+                       for name, schedules in self.schedules.items()}
 
     def candidates(self, name: str, free_gib: float) -> list:
         """The release's own knob's candidates, then the project's strategies'."""
@@ -132,7 +134,7 @@ class AutoDeployments:
         if key not in self.own:
             self.own[key] = engine_candidates(self.schedules[name], self.settings, free_bytes_from_gib(free_gib),
                                               self.budgets_mb, time_model=self.tm)
-        return self.own[key] + self.patched[name]
+        return [replace(c, decode_bytes=self.decode[name]) for c in self.own[key] + self.patched[name]]
 
     def on_engine(self, engine) -> "AutoDeployments":
         """The same deployments and options, evaluated on another engine release."""

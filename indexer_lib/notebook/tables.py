@@ -58,17 +58,22 @@ def frontier_sentence(frame, budget_mb: float = 512, strategy: str = "vllm") -> 
         else:
             first = budgeted[budgeted["oom"]].sort_values(["concurrency", "isl"]).iloc[0]
             parts.append(f"`{strategy}` at {budget_mb:g} MiB first OOMs at concurrency "
-                         f"{first['concurrency']} x ISL {_k(first['isl'])};")
+                         f"{first['concurrency']} x ISL {_k(first['isl'])}{_failing(first)};")
     unbudgeted = data[data["strategy"] == BASELINE]
     if len(unbudgeted):
         oom = unbudgeted[unbudgeted["oom"]].sort_values(["concurrency", "isl"])
         if len(oom):
             first = oom.iloc[0]
             parts.append(f"without a budget the first OOM is at concurrency "
-                         f"{first['concurrency']} x ISL {_k(first['isl'])}.")
+                         f"{first['concurrency']} x ISL {_k(first['isl'])}{_failing(first)}.")
         else:
             parts.append("without a budget nothing in the grid OOMs.")
     return " ".join(parts)
+
+
+def _failing(row) -> str:
+    """Where the ledger's decode line, not the prefill step, is what fails (a row's ``oom_line``)."""
+    return " (its decode step's paged logits)" if row.get("oom_line") == "decode" else ""
 
 
 def step_strategy_table(steps: dict, strategies, budget_mb: float, settings: PlanSettings,

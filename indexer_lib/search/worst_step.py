@@ -49,12 +49,15 @@ class WorstStep:
 
 
 class Schedule:
-    """A schedule's prefill steps, with identical steps grouped so each is planned once."""
+    """A schedule's prefill steps, with identical steps grouped so each is planned once, and the
+    most requests one step decodes (``most_decoding``; None where the schedule was given as
+    prefill batches alone)."""
 
-    def __init__(self, batches: list[StepBatch]):
+    def __init__(self, batches: list[StepBatch], most_decoding: int | None = None):
         if not batches:
             raise ValueError("no prefill steps: the schedule has nothing for the indexer to do")
         self.batches = batches
+        self.most_decoding = most_decoding
         self.by_step = {batch.step: batch for batch in batches}  # the batch of an engine step
         first: dict[tuple, int] = {}
         self.unique: list[StepBatch] = []  # first occurrence of each distinct step
@@ -66,6 +69,17 @@ class Schedule:
                 self.unique.append(batch)
                 self.count.append(0)
             self.count[k] += 1
+
+    @classmethod
+    def of(cls, workload: ClosedLoopWorkload, config: SchedulerConfig, source: str = "simulator") -> "Schedule":
+        """The schedule of a workload under a scheduler (``prefill_batches``' source), with the most
+        requests one step decodes."""
+        batches, most = [], 0
+        for s in scheduled_steps(workload, config, source):
+            if s.batch is not None:
+                batches.append(s.batch)
+            most = max(most, s.num_decode)
+        return cls(batches, most)
 
     def step(self, index: int) -> StepBatch:
         """The batch of an engine step."""

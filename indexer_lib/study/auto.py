@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..engines import SGLANG_MEM_FRACTION_STATIC, get_engine, process_budget, profile_run_logits_bytes, release_scheduler
-from ..search.worst_step import Schedule, prefill_batches
+from ..search.worst_step import Schedule
+from ..sweep.rows import worst_decode
 from ..memory import make_plan, memory_report
 from ..plan import GIVEN_BUDGET, PlanSettings, get_strategy, strategy_names
 from ..presets import MIB, budget_bytes_from_mb, free_bytes_from_gib, get_gpu
@@ -52,6 +53,9 @@ class Candidate:
     # the release's own chunker below its default setting: its profile run reserves this much less,
     # which the KV cache may take from the memory free (``engines.profile_run_logits_bytes``)
     reservation_shortfall_bytes: int = 0
+    # the worst decode step's paged logits over the mix (the ledger's decode line; 0 where the
+    # release's decode path is not read): the same for every candidate, no budget splits it
+    decode_bytes: int = 0
     # the modelled time's band over the mix (the spread of the published kernel checks)
     total_low_ms: float | None = None
     total_high_ms: float | None = None
@@ -63,8 +67,9 @@ class Candidate:
 
     @property
     def needs_bytes(self) -> int:
-        """Memory free (as measured on the release's default setting) this candidate needs."""
-        return self.peak_transient_bytes + self.reservation_shortfall_bytes
+        """Memory free (as measured on the release's default setting) this candidate needs: its
+        worst prefill step (with what its profile run leaves unreserved) or the worst decode step."""
+        return max(self.peak_transient_bytes + self.reservation_shortfall_bytes, self.decode_bytes)
 
     @property
     def label(self) -> str:
@@ -154,7 +159,7 @@ def recommend(mix: list[ClosedLoopWorkload] | list[Schedule], free_gib: float,
     tm = time_model or TimeModel.from_data()
     if scheduler is None:  # the release's own defaults
         scheduler = release_scheduler(settings.profile, settings.preset.kv_block, settings.gpu)
-    schedules = [m if isinstance(m, Schedule) else Schedule(prefill_batches(m, scheduler)) for m in mix]
+    schedules = [m if isinstance(m, Schedule) else Schedule.of(m, scheduler) for m in mix]
     if settings.engine is None:
         candidates = evaluate_candidates(schedules, settings, strategies, budgets_mb, tm)
     else:
@@ -162,7 +167,15 @@ def recommend(mix: list[ClosedLoopWorkload] | list[Schedule], free_gib: float,
                                        DEFAULT_FRACTIONS, tm, mem_fraction_static, settings.gpu)
         if strategies:
             candidates += evaluate_candidates(schedules, settings, strategies, budgets_mb, tm)
-    return choose(candidates, free_gib, tm.source)
+    decode = mix_decode_bytes(schedules, settings, scheduler.speculative_tokens)
+    return choose([replace(c, decode_bytes=decode) for c in candidates], free_gib, tm.source)
+
+
+def mix_decode_bytes(schedules: list[Schedule], settings: PlanSettings, drafts: int) -> int:
+    """The worst decode step's paged logits over the schedules (a frontier row's ``decode_bytes``,
+    ``sweep.rows.worst_decode``; 0 where the release's decode path is not read)."""
+    most = max(schedules, key=lambda s: s.most_decoding or 0)
+    return worst_decode(most, settings, drafts)["decode_bytes"] or 0
 
 
 def budgeted_strategies(settings: PlanSettings) -> tuple[str, ...]:

@@ -21,8 +21,10 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
+
 from .. import search
-from ..memory import make_plan, topk_buffer_bytes, workspace_bytes
+from ..memory import decode_step_bytes, make_plan, topk_buffer_bytes, workspace_bytes
 from ..runmode import headless
 from ..engines import get_engine, not_default_text
 from ..fast import step_features, step_time_ms, young_only
@@ -113,8 +115,9 @@ def provenance(device: str) -> dict:
 
 @functools.lru_cache(maxsize=256)  # dashboards replan the same schedules; bounded memory
 def schedule_of(workload, config, source: str) -> search.Schedule:
-    """The prefill step batches of a workload, from the simulator or vLLM, grouped."""
-    return search.Schedule(search.prefill_batches(workload, config, source))
+    """The prefill step batches of a workload, from the simulator or vLLM, grouped, with the most
+    requests a step decodes."""
+    return search.Schedule.of(workload, config, source)
 
 
 def base_row(grid: Grid, task: Task, budget_mb: float | None, free_gib: float, mode: str) -> dict:
@@ -186,12 +189,32 @@ def budget_groups(grid: Grid, task: Task) -> list[tuple[tuple[float, ...], list[
     return [(group, [budget_at(grid, task, mb, group[0]) for mb in task.budgets_mb]) for group in groups]
 
 
+def worst_decode(schedule: search.Schedule, settings, drafts: int) -> dict:
+    """The schedule's worst decode step as a row reports it: its decode tokens (the most decoding
+    requests, each with its drafts) and its paged logits at the model's max_model_len, the server's
+    default (``memory.decode``; None where the release's decode path is not read)."""
+    tokens = (schedule.most_decoding or 0) * (1 + drafts)
+    return {"worst_decode_tokens": tokens,
+            "decode_bytes": decode_step_bytes(settings, tokens, settings.preset.max_model_len)}
+
+
+def step_verdict(transient, decode, free_bytes):
+    """(oom, oom_line) of rows as the ledger reads its step lines (``ledger.Ledger.oom_line``):
+    the first of the prefill step's transient peak and the decode step's logits (``decode``: 0
+    where not read) past the memory free when a step runs; numbers or arrays alike."""
+    prefill_oom, decode_oom = np.asarray(transient) > free_bytes, np.asarray(decode) > free_bytes
+    line = np.where(prefill_oom, "prefill", np.where(decode_oom, "decode", ""))
+    return prefill_oom | decode_oom, line
+
+
 def model_task(grid: Grid, task: Task, time_model: TimeModel, prov: dict) -> list[dict]:
     """The modelled rows of a task: every budget and free memory of its workload and strategy."""
     schedule = schedule_of(task.workload, task.scheduler, grid.workload_source)
     settings = grid.settings(task.engine)
     rows = []
     base = base_row(grid, task, None, task.frees_gib[0], "model")  # what every row of the task says
+    base.update(worst_decode(schedule, settings, task.scheduler.speculative_tokens))
+    decode = base["decode_bytes"] or 0
     for group, budgets in budget_groups(grid, task):
         outcomes = search.worst_steps(schedule, task.strategy, budgets, settings,
                                         topk_rows=task.scheduler.max_num_batched_tokens)
@@ -200,9 +223,10 @@ def model_task(grid: Grid, task: Task, time_model: TimeModel, prov: dict) -> lis
             for free in group:
                 row = {**base, "budget_mb": None if mb is None else float(mb), "free_gib": float(free)}
                 row.update(detail)
+                oom, line = step_verdict(w.peak_transient_bytes, decode, free_bytes_from_gib(free))
                 row.update(peak_bytes=w.peak_bytes, peak_transient_bytes=w.peak_transient_bytes,
-                           oom=w.peak_transient_bytes > free_bytes_from_gib(free), time_ms=None,
-                           error=None, **prov)
+                           needed_bytes=max(w.peak_transient_bytes, decode), oom=bool(oom), oom_line=str(line),
+                           time_ms=None, error=None, **prov)
                 rows.append(row)
     return rows
 
@@ -401,7 +425,7 @@ def model_rows(grid: Grid, executor: Local | Ray = Local(), progress=None):
 # -- running a sweep ---------------------------------------------------------------
 
 COLUMN_TYPES = {"time_ms": "float64", "peak_bytes": "Int64", "peak_transient_bytes": "Int64",
-                "oom": "boolean", "error": "string", "reserved_after_bytes": "Int64",
+                "decode_bytes": "Int64", "needed_bytes": "Int64", "oom_line": "string", "oom": "boolean", "error": "string", "reserved_after_bytes": "Int64",
                 "reserved_baseline_bytes": "Int64"}
 # fsync the journal after every measured point; cheap tasks share one fsync a second
 SYNC_SECONDS = {"model": 1.0, "trace": 1.0, "measure": 0.0}
@@ -535,9 +559,11 @@ class TaskIds:
 
 
 def at_free_memory(frame, free_gib: float):
-    """Model-mode rows moved to another free memory: only ``free_gib`` and ``oom`` change, as
-    no plan depends on it (except SGLang's own chunker, whose budget is measured from it:
+    """Model-mode rows moved to another free memory: only ``free_gib``, ``oom`` and ``oom_line``
+    change, as no plan depends on it (except SGLang's own chunker, whose budget is measured from it:
     recompute those rows instead)."""
+    import pandas as pd
+
     measured = frame[["engine", "strategy"]].drop_duplicates()
     if any(get_strategy(s).budget_source(get_engine(e)) == MEASURED_BUDGET
            for e, s in measured.itertuples(index=False)):
@@ -545,7 +571,11 @@ def at_free_memory(frame, free_gib: float):
                          "recompute its rows for another free GiB")
     moved = frame.copy()
     moved["free_gib"] = float(free_gib)
-    moved["oom"] = (moved["peak_transient_bytes"] > free_bytes_from_gib(free_gib)).astype("boolean")
+    decode = moved["decode_bytes"].fillna(0) if "decode_bytes" in moved else 0
+    oom, line = step_verdict(moved["peak_transient_bytes"].to_numpy("int64"), np.asarray(decode, dtype="int64"),
+                             free_bytes_from_gib(free_gib))
+    moved["oom"] = pd.array(oom, dtype="boolean")
+    moved["oom_line"] = pd.array(line, dtype="string")
     return moved
 
 

@@ -5,12 +5,13 @@ vLLM's DeepSeek indexer hands every decode step to DeepGEMM's paged MQA logits w
 DeepGEMM allocates ``[decode tokens, align(align(max_context_len, 256), 256)]`` fp32, the row
 stride of its ``max_seqlen_k`` layout (``padding``): so a decode step's logits grow with the server's
 ``--max-model-len``, not with the requests' contexts.  Decode tokens are the decoding requests
-times ``1 + drafts``.
+times ``1 + drafts``.  The ledger's decode line and a frontier's verdict both read
+``decode_step_bytes``.
 """
 from __future__ import annotations
 
 from ..dtypes import FP32_BYTES
-from ..padding import PaddingRules
+from ..padding import PaddingRules, get_rules
 
 
 def decode_logits_cols(profile, model, max_model_len: int) -> int | None:
@@ -29,3 +30,13 @@ def decode_logits_bytes(decode_tokens, cols: int, rules: PaddingRules):
     columns, under the release's DeepGEMM ``rules``: the paged kernel's row stride is its
     ``max_seqlen_k`` layout's (``PaddingRules.row_stride(cols, compressed=True)``)."""
     return decode_tokens * rules.row_stride(cols, compressed=True) * FP32_BYTES
+
+
+def decode_step_bytes(settings, decode_tokens: int, max_model_len: int) -> int | None:
+    """The paged logits of one decode step of ``decode_tokens`` under plan ``settings`` at the
+    server's ``max_model_len`` (None: no release named, or its decode path is not read)."""
+    profile = settings.profile
+    cols = None if profile is None else decode_logits_cols(profile, settings.preset, max_model_len)
+    if cols is None:
+        return None
+    return int(decode_logits_bytes(decode_tokens, cols, get_rules(profile.deepgemm_rules)))

@@ -1,0 +1,65 @@
+"""A frontier's verdict reads the ledger's step lines: the worst prefill step's transient peak and
+the worst decode step's paged logits (``memory.decode``), the first past the free memory failing."""
+import numpy as np
+
+from indexer_lib.ledger.deployment import Server, deployment_ledger
+from indexer_lib.presets import GIB
+from indexer_lib.search import Schedule
+from indexer_lib.sweep import Grid, at_free_memory, model_rows, to_frame
+from indexer_lib.sweep.rows import step_verdict
+from indexer_lib.workload import ClosedLoopWorkload, SchedulerConfig, scheduled_steps
+
+# GLM-5.3-Flash on vLLM 0.33.0 with three drafts: its decode logits are as wide as max_model_len // 4
+GRID = dict(model="glm-5.3-flash", engine=("vllm==0.33.0",), isl=(2048,), concurrency=(64,), speculative_tokens=3,
+            strategy=("vllm",), budget_mb=(64.0,))
+
+
+def test_the_first_line_past_the_free_memory_fails():
+    oom, line = step_verdict(np.array([10, 30, 10, 10]), np.array([5, 5, 30, 0]), 20)
+    assert oom.tolist() == [False, True, True, False]
+    assert line.tolist() == ["", "prefill", "decode", ""]
+    oom, line = step_verdict(30, 40, 20)  # both past it: the prefill line, as the ledger lists it first
+    assert bool(oom) and str(line) == "prefill"
+
+
+def test_the_schedule_keeps_the_most_requests_one_step_decodes():
+    workload, config = ClosedLoopWorkload(8, 4096, 64), SchedulerConfig(max_num_batched_tokens=4096)
+    schedule = Schedule.of(workload, config)
+    steps = list(scheduled_steps(workload, config))
+    assert schedule.most_decoding == max(s.num_decode for s in steps) > 0
+    assert len(schedule.batches) == sum(s.batch is not None for s in steps)
+
+
+def test_a_decode_step_can_be_the_line_that_fails():
+    (row,) = to_frame(list(model_rows(Grid.of(free_gib=(0.2,), **GRID)))).to_dict("records")
+    assert row["decode_bytes"] > 0.2 * GIB > row["peak_transient_bytes"]
+    assert row["oom"] and row["oom_line"] == "decode" and row["needed_bytes"] == row["decode_bytes"]
+    # the same rows at more free memory: both lines fit; at less, the prefill line fails first
+    frame = to_frame(list(model_rows(Grid.of(free_gib=(0.2,), **GRID))))
+    assert at_free_memory(frame, 1.0)[["oom", "oom_line"]].values.tolist() == [[False, ""]]
+    assert at_free_memory(frame, 0.1)[["oom", "oom_line"]].values.tolist() == [[True, "prefill"]]
+
+
+def test_the_frontiers_decode_line_is_the_ledgers():
+    """The frontier's worst decode step is the one the deployment's ledger finds over the same run."""
+    (row,) = model_rows(Grid.of(free_gib=(2.0,), **GRID))
+    workload = ClosedLoopWorkload(64, 2048, row["osl"])
+    d = deployment_ledger(Server("glm-5.3-flash", "vllm==0.33.0", speculative_tokens=3, budget_mb=64), workload,
+                          strategy="vllm", free_gib=2.0)
+    (decode,) = d.run.ledger.of("decode")
+    assert decode.bytes == row["decode_bytes"]
+    assert f"{row['worst_decode_tokens']:,} decode tokens" in decode.detail
+
+
+def test_auto_counts_the_same_decode_line():
+    """auto's candidates need the worst decode step's logits too: one definition with the frontier's."""
+    from indexer_lib.plan import PlanSettings
+    from indexer_lib.study.auto import recommend
+
+    (row,) = model_rows(Grid.of(free_gib=(2.0,), **GRID))
+    settings = PlanSettings("glm-5.3-flash", "vllm==0.33.0", temporaries="deepgemm")
+    config = SchedulerConfig(max_num_batched_tokens=row["max_num_batched_tokens"], max_num_seqs=row["max_num_seqs"],
+                             speculative_tokens=3)
+    rec = recommend([ClosedLoopWorkload(64, 2048, row["osl"])], 2.0, settings, config, budgets_mb=(64.0,))
+    assert {c.decode_bytes for c in rec.candidates} == {row["decode_bytes"]}
+    assert all(c.needs_bytes >= c.decode_bytes for c in rec.candidates)
