@@ -16,16 +16,20 @@ def plan_events(plan: Plan, report: MemoryReport, key: str, inputs: bool = False
     with the K workspace and the top-k buffer, allocated and freed with the step; without, the
     caller holds them, as a server does from boot: ``persistent_events``)."""
     events: list[tuple] = []
+    append = events.append
     live: dict[str, None] = {}  # the blocks allocated and not freed, in allocation order
+    prefix = key + "/"  # a block's key: the step's key, then its name
 
     def malloc(name: str, nbytes: int) -> None:
         if nbytes > 0:
-            events.append(("malloc", f"{key}/{name}", nbytes))
-            live[f"{key}/{name}"] = None
+            block = prefix + name
+            append(("malloc", block, nbytes))
+            live[block] = None
 
     def free(name: str) -> None:
-        if live.pop(f"{key}/{name}", False) is None:
-            events.append(("free", f"{key}/{name}"))
+        block = prefix + name
+        if live.pop(block, False) is None:
+            append(("free", block))
 
     if inputs:
         m = get_model(plan.model)
@@ -38,38 +42,41 @@ def plan_events(plan: Plan, report: MemoryReport, key: str, inputs: bool = False
         events += persistent_events(plan, report, key)
         live.update((e[1], None) for e in events if e[0] == "malloc")
     malloc("call", report.call)  # an engine's per-call K and top-k, held through the call
-    merged = merged_chunks(plan.chunks)
-    for i, (c, mem) in enumerate(zip(plan.chunks, report.chunks)):
-        rows_key = (c.token_start, c.token_end)
-        first = merged[i] and (i == 0 or (plan.chunks[i - 1].token_start,
-                                          plan.chunks[i - 1].token_end) != rows_key)
-        last = merged[i] and (i + 1 == len(plan.chunks) or (plan.chunks[i + 1].token_start,
-                                                             plan.chunks[i + 1].token_end) != rows_key)
+    chunks = plan.chunks
+    merged = merged_chunks(chunks)
+    rows_keys = [(c.token_start, c.token_end) for c in chunks]
+    last_i = len(chunks) - 1
+    for i, (c, mem) in enumerate(zip(chunks, report.chunks)):
+        rows_key = rows_keys[i]
+        first = merged[i] and (i == 0 or rows_keys[i - 1] != rows_key)
+        last = merged[i] and (i == last_i or rows_keys[i + 1] != rows_key)
+        n = f"{i}/"
         if first:
             malloc("running", mem.running // 2)
-        malloc(f"{i}/ks", INT32_BYTES * c.num_rows)
-        malloc(f"{i}/ke", INT32_BYTES * c.num_rows)
-        malloc(f"{i}/slots", mem.metadata - 2 * INT32_BYTES * c.num_rows)
+        index_bytes = INT32_BYTES * c.num_rows
+        malloc(n + "ks", index_bytes)
+        malloc(n + "ke", index_bytes)
+        malloc(n + "slots", mem.metadata - 2 * index_bytes)
         if merged[i]:
-            malloc(f"{i}/candidates", mem.running // 2)
-        malloc(f"{i}/kv", mem.kv_buffer)
-        malloc(f"{i}/logits", mem.logits)
+            malloc(n + "candidates", mem.running // 2)
+        malloc(n + "kv", mem.kv_buffer)
+        malloc(n + "logits", mem.logits)
         if mem.held:  # the previous chunk's logits live through this chunk's logits call
-            malloc(f"{i}/with_held", mem.held_with)
-            free(f"{i}/with_held")
+            malloc(n + "with_held", mem.held_with)
+            free(n + "with_held")
             free(f"{i - 1}/logits")
-        malloc(f"{i}/temporaries", mem.temporaries)
-        free(f"{i}/temporaries")
-        last_chunk = i + 1 == len(plan.chunks)
-        keep = not last_chunk and report.chunks[i + 1].held  # freed once the next chunk's logits exist
+        malloc(n + "temporaries", mem.temporaries)
+        free(n + "temporaries")
+        # freed once the next chunk's logits exist
+        keep = i != last_i and report.chunks[i + 1].held
         for name in ("kv", "candidates", "slots", "ke", "ks"):
-            free(f"{i}/{name}")
+            free(n + name)
         if not keep:
-            free(f"{i}/logits")
+            free(n + "logits")
         if last:
             free("running")
-    for name in list(live):
-        free(name.split("/", 1)[1])
+    for block in list(live):
+        free(block[len(prefix):])
     return events
 
 
