@@ -59,10 +59,15 @@ def register(subparsers) -> None:
     p.add_argument("--workspace-tokens", type=int, metavar="N",
                    help="the K workspace in tokens (entries of compressed K), as a patched server would size it "
                         "(default: the release's rule at --max-model-len)")
+    p.add_argument("--cuda-graph-backend-prefill", choices=("breakable", "full", "disabled"),
+                   help="SGLang: the prefill CUDA graph backend as the server sets it (default: off for DeepSeek-V4, "
+                        "SGLang's rule); breakable or full captures the C4 logits at the context width")
+    p.add_argument("--cuda-graph-prefill-max-context", type=int, metavar="TOKENS",
+                   help="SGLang: the context width its prefill CUDA graph captures (default: the model's context)")
     p.add_argument("--what-if", action="store_true",
                    help="also run the ledger under each setting users ask about (expandable segments, a 64 MiB "
-                        "logits budget, a K workspace sized to max_num_seqs x max_model_len) and show what each "
-                        "frees and costs")
+                        "logits budget, a K workspace sized to max_num_seqs x max_model_len, a prefill CUDA graph "
+                        "bounded to the workload's longest context) and show what each frees and costs")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.set_defaults(func=cmd_deploy)
 
@@ -74,13 +79,14 @@ def cmd_deploy(args) -> int:
     server = Server(args.model, args.engine, args.gpu, args.tp, args.gpu_memory_utilization, args.mem_fraction_static,
                     args.max_model_len, *(one_value(args, name) for name in SCHEDULER_FLAGS),
                     args.async_scheduling, args.speculative_tokens, args.kv_cache_tokens, args.kv_cache_dtype,
-                    args.budget_mb, args.expandable_segments, args.indexer_tp_shard_min_rows, args.workspace_tokens)
+                    args.budget_mb, args.expandable_segments, args.indexer_tp_shard_min_rows, args.workspace_tokens,
+                    args.cuda_graph_backend_prefill in ("breakable", "full"), args.cuda_graph_prefill_max_context)
     with tqdm(desc="deploy: the ledger over the schedule", unit=" steps", disable=None, leave=False) as bar:
         d = deployment_ledger(server, workload, args.strategy, args.free_gib, bar)
     ledger, profile, model = d.run.ledger, d.settings.profile, d.settings.preset
     others = []
     if args.what_if:
-        for name, changed in what_ifs(server, model)[1:]:
+        for name, changed in what_ifs(server, model, workload.max_prompt_len + workload.osl)[1:]:
             with tqdm(desc=f"deploy: {name}", unit=" steps", disable=None, leave=False) as bar:
                 others.append((name, deployment_ledger(changed, workload, args.strategy, args.free_gib, bar)))
     if args.json:

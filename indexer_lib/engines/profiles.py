@@ -148,6 +148,10 @@ class EngineProfile:
     # vLLM 0.33.0's kpool path: the profile run reserves the larger of the logits budget and the
     # worst decode step's logits, [min(max_num_seqs x (1 + drafts), max_num_batched_tokens), max_model_len // 4]
     pooled_decode_reservation: bool = False
+    # SGLang 0.5.21 on, DeepSeek-V4: an opt-in breakable prefill CUDA graph (off by default for the
+    # model) captures the C4 paged logits at a fixed context width, unchunked, into its graph pool;
+    # --cuda-graph-prefill-max-context bounds the width (ledger.boot.prefill_graph_line)
+    compressed_prefill_graph: bool = False
     sources: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def __post_init__(self):

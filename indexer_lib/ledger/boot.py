@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from ..dtypes import INT32_BYTES
 from ..engines import profile_run_logits_bytes
+from ..memory.decode import decode_logits_bytes
 from ..memory.replayed import workspace_path_bytes
+from ..padding import get_rules
 from .lines import LedgerLine
 
 PROJECT_WORKSPACE = "assumed: no engine named, the K workspace of vLLM's rule (40 x max_model_len tokens)"
@@ -61,3 +63,36 @@ def boot_lines(plan, report, max_model_len: int, worst_decode_tokens: int = 0,
             lines.append(LedgerLine("boot", "profile run's logits reservation", reserved, source,
                                     "left free for a step's logits: the KV cache is sized without it"))
     return lines
+
+
+def graph_buckets(max_bs: int) -> list[int]:
+    """SGLang's prefill CUDA-graph buckets, captured token counts up to ``max_bs``
+    (generate_prefill_cuda_graph_batch_sizes, sglang 0.5.23 arg_groups/cuda_graph_hook.py:480-497)."""
+    sizes = (list(range(4, 33, 4)) + list(range(48, 257, 16)) + list(range(288, 513, 32))
+             + list(range(576, 1025, 64)) + list(range(1280, 4097, 256)) + list(range(4608, max_bs + 1, 512)))
+    return [s for s in sizes if s <= max_bs]
+
+
+def prefill_graph_line(settings, max_bs: int, max_model_len: int, drafts: int,
+                       max_context: int | None = None) -> LedgerLine:
+    """The C4 logits SGLang's breakable prefill CUDA graph captures for DeepSeek-V4 into its graph
+    pool: the largest bucket's rows (``max_bs``: chunked_prefill_size) x the captured context's
+    paged columns, ceil(width / 256) x 64, as DeepGEMM's paged kernel allocates them
+    (``memory.decode.decode_logits_bytes``); the width is ``max_context`` rounded up to 256 where
+    --cuda-graph-prefill-max-context is set, else the request-to-token row (max_model_len + 4 +
+    drafts).  The pool keeps the largest capture's logits: captures run largest first and each
+    frees its logits after top-k, so later ones reuse the block (assumed; one block, no copy per
+    stream)."""
+    profile = settings.profile
+    page = profile.compressed_page_tokens
+    width = -(-max_context // page) * page if max_context is not None else max_model_len + 4 + drafts
+    cols = -(-width // page) * (page // settings.preset.kv_ratio)
+    rows = max(graph_buckets(max_bs))
+    nbytes = int(decode_logits_bytes(rows, cols, get_rules(profile.deepgemm_rules)))
+    bound = (f"--cuda-graph-prefill-max-context {max_context:,}" if max_context is not None
+             else "no --cuda-graph-prefill-max-context: the model's context")
+    return LedgerLine("boot", "prefill CUDA graph's C4 logits", nbytes,
+                      profile.sources["compressed_prefill_graph"] + "; assumed: the pool keeps one largest "
+                      "capture's logits, and the eager warm-ups' same-size logits are given back before steps run",
+                      f"{rows:,} rows (largest bucket) x {cols:,} columns fp32 ({bound}); held in the graph pool "
+                      "outside --mem-fraction-static: taken from the memory free when a step runs")

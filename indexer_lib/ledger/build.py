@@ -74,6 +74,7 @@ class ServerSizes:
     budget_mb: float | None = None
     worst_decode_tokens: int = 0
     expandable: bool = False
+    graph_lines: tuple[LedgerLine, ...] = ()  # boot lines held outside the caching allocator (a CUDA graph's pool)
 
 
 def run_ledger(steps, strategy, budget_bytes: int | None, settings, free: FreeMemory | None, sizes: ServerSizes,
@@ -118,6 +119,7 @@ def run_ledger(steps, strategy, budget_bytes: int | None, settings, free: FreeMe
         raise ValueError("no prefill steps: the schedule has nothing for the indexer to do")
     plan, report = first
     lines = boot_lines(plan, report, max_model_len, sizes.worst_decode_tokens, sizes.budget_mb)
+    lines += sizes.graph_lines
     lines.append(prefill_line(worst_prefill[0], worst_prefill[1], worst_prefill[2]))
     if worst_decode is not None:
         lines.append(worst_decode)

@@ -14,6 +14,7 @@ from ..plan.strategies import NO_BUDGET
 from ..presets import GIB, budget_bytes_from_mb, check_within_gpu, free_bytes_from_gib
 from ..workload import ClosedLoopWorkload, SchedulerConfig
 from ..workload.sources import scheduled_steps
+from .boot import prefill_graph_line
 from .build import RunLedger, ServerSizes, run_ledger
 from .free import FreeMemory, free_from_flags, given_free
 
@@ -40,6 +41,10 @@ class Server:
     expandable_segments: bool = False
     indexer_tp_shard_min_rows: int | None = None
     workspace_tokens: int | None = None  # the K workspace (tokens, or entries of compressed K); None: the release's
+    # SGLang: --cuda-graph-backend-prefill breakable (off by default for DeepSeek-V4), and
+    # --cuda-graph-prefill-max-context (None: the model's context)
+    cuda_graph_prefill: bool = False
+    cuda_graph_prefill_max_context: int | None = None
 
 
 @dataclass(frozen=True)
@@ -119,14 +124,42 @@ def deployment_ledger(server: Server, workload: ClosedLoopWorkload, strategy: st
         reserved = profile_run_logits_bytes(profile, knob, model, worst_decode, max_model_len)
         free = free_from_flags(profile, settings.gpu, reserved, server.gpu_memory_utilization,
                                server.mem_fraction_static)
+    graph = _prefill_graph(server, settings, scheduler, max_model_len)
+    if graph is not None:
+        differs.append("--cuda-graph-backend-prefill breakable (SGLang's default for DeepSeek-V4: off)"
+                       + (f", --cuda-graph-prefill-max-context {server.cuda_graph_prefill_max_context}"
+                          if server.cuda_graph_prefill_max_context is not None else ""))
+        if free_gib is None:  # the graph pool lies outside --mem-fraction-static: it takes the free memory
+            free = replace(free, bytes=free.bytes - graph.bytes,
+                           source=f"{free.source} - {graph.bytes / GIB:.2f} GiB the prefill CUDA graph's pool holds")
     budget = _budget(chosen, settings, server, free.bytes)
     steps = list(scheduled_steps(workload, scheduler))
     if progress is not None:
         progress.total = len(steps)
     sizes = ServerSizes(max_model_len, scheduler.max_num_batched_tokens, drafts, knob, worst_decode,
-                        server.expandable_segments)
+                        server.expandable_segments, () if graph is None else (graph,))
     run = run_ledger(steps, chosen, budget, settings, free, sizes, None if progress is None else progress.update)
     return Deployed(run, settings, scheduler, kv, free, budget, max_model_len, "; ".join(filter(None, differs)))
+
+
+def _prefill_graph(server: Server, settings, scheduler, max_model_len: int):
+    """The boot line of SGLang's prefill CUDA graph where the server turns it on (None: off); BadValue
+    where the release or the model has no such graph, or the bound is past max_model_len."""
+    bound = server.cuda_graph_prefill_max_context
+    if not server.cuda_graph_prefill:
+        if bound is not None:
+            raise BadValue("cuda_graph_prefill_max_context", "cuda_graph_prefill_max_context sizes the prefill CUDA "
+                                                             "graph: turn it on (--cuda-graph-backend-prefill breakable)")
+        return None
+    profile, model = settings.profile, settings.preset
+    if not (profile.compressed_prefill_graph and model.compressed):
+        raise BadValue("cuda_graph_prefill", f"cuda_graph_prefill: a prefill CUDA graph of the C4 indexer is modelled "
+                                             f"for DeepSeek-V4 on SGLang 0.5.21-0.5.23, not {model.name} on {profile.name}")
+    if bound is not None and not 1 <= bound <= max_model_len:
+        raise BadValue("cuda_graph_prefill_max_context", f"cuda_graph_prefill_max_context {bound}: must be in "
+                                                         f"[1, max_model_len {max_model_len}]")
+    return prefill_graph_line(settings, scheduler.max_num_batched_tokens, max_model_len,
+                              scheduler.speculative_tokens, bound)
 
 
 def _budget(strategy, settings, server: Server, free_bytes: int) -> int | None:
@@ -147,11 +180,12 @@ def _budget(strategy, settings, server: Server, free_bytes: int) -> int | None:
 INTEGRATED_BUDGET_MB = 64
 
 
-def what_ifs(server: Server, model) -> list[tuple[str, Server]]:
+def what_ifs(server: Server, model, longest: int | None = None) -> list[tuple[str, Server]]:
     """The settings users ask about, each as the server with it (those a release has, or that
     PyTorch has): expandable segments, a 64 MiB logits budget (vLLM's knob), a K workspace sized
     to the most K a step can hold (every running request at max_model_len, in entries of
-    compressed K; the project's what-if, not a release's)."""
+    compressed K; the project's what-if, not a release's), and where SGLang's prefill CUDA graph is
+    on, its context bounded to ``longest`` (the workload's longest prompt plus its output)."""
     from ..engines import get_engine
 
     profile = get_engine(server.engine)
@@ -166,4 +200,10 @@ def what_ifs(server: Server, model) -> list[tuple[str, Server]]:
     sized = seqs * mml // model.kv_ratio
     if own is not None and server.workspace_tokens is None and sized < own:
         out.append((f"K workspace {sized:,} (max_num_seqs x max_model_len)", replace(server, workspace_tokens=sized)))
+    if server.cuda_graph_prefill and longest is not None:
+        bound = -(-longest // 256) * 256  # SGLang rounds it up to its 256-token page
+        if server.cuda_graph_prefill_max_context is None or bound < server.cuda_graph_prefill_max_context:
+            if bound < mml:
+                out.append((f"--cuda-graph-prefill-max-context {bound:,}",
+                            replace(server, cuda_graph_prefill_max_context=bound)))
     return out

@@ -97,7 +97,8 @@ class Ledger:
             detail = f" ({line.detail})" if line.detail else ""
             out.append(f"  {line.phase:<9} {format_bytes(line.bytes):>11}  {line.name}{detail}{mark}")
             out.append(f"  {'':<9} {'':>11}    source: {short(line.source)}")
-        out.append(f"  boot: {format_bytes(self.boot_bytes)} taken from the KV cache; a step needs up to "
+        out.append(f"  boot: {format_bytes(self.boot_bytes)} reserved (taken from the KV cache unless its line says "
+                   f"otherwise); a step needs up to "
                    f"{format_bytes(self.needed_bytes)} beyond the boot buffers")
         for a in self.assumptions:
             out.append(f"  assumed: {a}")

@@ -189,7 +189,7 @@ def ledger_what_ifs(server, workload: ClosedLoopWorkload, free_gib: float | None
     from ..presets import get_model
 
     rows, ledgers = [], []
-    for name, changed in what_ifs(server, get_model(server.model)):
+    for name, changed in what_ifs(server, get_model(server.model), workload.max_prompt_len + workload.osl):
         d = deployment_ledger(changed, workload, free_gib=free_gib)
         ledger = d.run.ledger
         by_phase = {phase: max((line.bytes for line in ledger.of(phase)), default=0)
