@@ -1,6 +1,7 @@
 """The public reports of what the indexer reserves and how a run's memory ends, each reproduced
 from its reporter's own flags through the ledger (``data/field/reported_ledger.csv``,
-docs/design.md#the-ledger): a boot line (the K workspace, the profile run's reservation), the
+docs/design.md#the-ledger): a boot line (the K workspace, the profile run's reservation, the C4
+logits a prefill CUDA graph captures), the
 prompt length from which a step passes the budget, or a run's verdict.
 
 ``reporter_rule`` names where the reporter's build differs from the release planned, as the
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 from ..engines import get_engine, profile_run_logits_bytes
 from ..ledger import boot_lines
+from ..ledger.boot import prefill_graph_line
 from ..ledger.deployment import Server, deployment_ledger
 from ..memory import make_plan, memory_report
 from ..memory.replayed import workspace_path_bytes
@@ -109,6 +111,9 @@ def reproduce_ledger(case: dict) -> dict:
         extra.append(f"{case['engine']} reserves {own:,} B")
     elif case["line"] == "prefill step past the budget":
         modelled, rows = _past_budget(case)
+    elif case["line"] == "prefill CUDA graph's C4 logits":
+        modelled = prefill_graph_line(_settings(case), int(case["max_num_batched_tokens"]), int(case["max_model_len"]),
+                                      int(case["speculative_tokens"] or 0)).bytes
     elif case["line"] == "verdict":
         modelled, why = _verdict(case)
         extra.append(why)
