@@ -76,7 +76,8 @@ def test_the_frontier_names_the_drafts_and_finds_the_decodes_in_the_prefill_path
                      "--speculative-tokens", str(k), "--out", str(out)]) == 0
         text = capsys.readouterr().out
         assert f"speculative_tokens={k} (default 0)" in text
-        assert text.splitlines()[3].split()[-1] == verdict
+        (row,) = [line for line in text.splitlines() if line.split()[:1] == ["engine"]]
+        assert row.split()[-1] == verdict
     import pandas as pd
 
     row = pd.read_csv(tmp_path / "f2.csv").iloc[0]
