@@ -26,7 +26,7 @@ from __future__ import annotations
 from . import expandable
 from .allocator_constants import (KB, LARGE_BUFFER, MB, MIN_BLOCK, MIN_LARGE_ALLOC, ROUND_LARGE,  # noqa: F401
                                   SMALL_BUFFER, SMALL_SIZE)
-from .segments import Block, Segment, merge_free
+from .segments import Block, Segment, merge_free, split
 
 
 def round_size(size: int) -> int:
@@ -111,7 +111,7 @@ class CachingAllocatorModel:
         block = self.live.pop(handle)
         self.allocated -= block.size
         block.free = True
-        merge_free(self.segments[block.segment].blocks, block)
+        merge_free(block)
 
     def empty_cache(self) -> None:
         """Return wholly free segments to the driver, and the free pages of expandable ones
@@ -123,7 +123,7 @@ class CachingAllocatorModel:
                 self.reserved -= expandable.unmap_free_pages(seg)
                 if not any(b.mapped for b in seg.blocks):
                     self.segments[k] = None
-            elif len(seg.blocks) == 1 and seg.blocks[0].free:
+            elif seg.wholly_free:
                 self.reserved -= seg.size
                 self.segments[k] = None
 
@@ -155,9 +155,8 @@ class CachingAllocatorModel:
         seg_bytes = segment_size(size)
         if not self._fits(seg_bytes):
             return None
-        self.segments.append(Segment(small, seg_bytes))
-        block = Block(len(self.segments) - 1, 0, seg_bytes)
-        self.segments[-1].blocks.append(block)
+        block = Block(len(self.segments), 0, seg_bytes)
+        self.segments.append(Segment(small, seg_bytes, block))
         self.reserved += seg_bytes
         return block
 
@@ -171,7 +170,7 @@ class CachingAllocatorModel:
                     return expandable.grow(seg, start, size, self._map)
         seg = expandable.new_segment(len(self.segments), small, self._address_space())
         self.segments.append(seg)
-        return expandable.grow(seg, seg.blocks[0], size, self._map)
+        return expandable.grow(seg, seg.first, size, self._map)
 
     def _map(self, nbytes: int) -> bool:
         """Back ``nbytes`` more of an expandable segment with memory, if the driver can give it."""
@@ -189,8 +188,7 @@ class CachingAllocatorModel:
         pool, the smallest wholly free oversize segment of at least ``key`` bytes, else the largest
         ones until ``key`` bytes are released."""
         free = sorted((seg.size, k) for k, seg in enumerate(self.segments)
-                      if seg is not None and seg.small == small and len(seg.blocks) == 1 and seg.blocks[0].free
-                      and seg.size >= self.max_split_size)
+                      if seg is not None and seg.small == small and seg.wholly_free and seg.size >= self.max_split_size)
         large = [k for size, k in free if size >= key]
         victims = large[:1] if large else []
         if not victims:
@@ -211,7 +209,7 @@ class CachingAllocatorModel:
         for seg in self.segments:
             if seg is None or seg.small != small:
                 continue
-            for b in seg.blocks:
+            for b in seg:
                 if not b.free or b.size < size or not self._may_use(b, size):
                     continue
                 if best is None or (b.size, b.segment, b.offset) < (best.size, best.segment, best.offset):
@@ -222,15 +220,12 @@ class CachingAllocatorModel:
         """get_free_block (:2507-2527): the smallest free block that fits, except that while the
         next one up in size could grow by less, that one is taken instead."""
         fits = sorted((b for seg in self.segments if seg is not None and seg.small == small
-                       for b in seg.blocks if b.free and b.mapped and b.size >= size),
+                       for b in seg if b.free and b.mapped and b.size >= size),
                       key=lambda b: (b.size, b.segment, b.offset))
         i = 0
-        while i + 1 < len(fits) and self._growth(fits[i + 1]) < self._growth(fits[i]):
+        while i + 1 < len(fits) and expandable.growth_size(fits[i + 1]) < expandable.growth_size(fits[i]):
             i += 1
         return fits[i] if fits else None
-
-    def _growth(self, block: Block) -> int:
-        return expandable.growth_size(self.segments[block.segment], block)
 
     def _may_use(self, block: Block, size: int) -> bool:
         limit = self.max_split_size
@@ -251,12 +246,8 @@ class CachingAllocatorModel:
             worth = remaining >= MIN_BLOCK
         else:
             worth = remaining > SMALL_SIZE and (self.max_split_size is None or size < self.max_split_size)
-        if not worth:
-            return
-        blocks = self.segments[block.segment].blocks
-        rest = Block(block.segment, block.offset + size, remaining)
-        blocks.insert(blocks.index(block) + 1, rest)
-        block.size = size
+        if worth:
+            split(block, size)
 
 
 def replay(events, model: CachingAllocatorModel | None = None,
