@@ -26,7 +26,7 @@ from __future__ import annotations
 from . import expandable
 from .allocator_constants import (KB, LARGE_BUFFER, MB, MIN_BLOCK, MIN_LARGE_ALLOC, ROUND_LARGE,  # noqa: F401
                                   SMALL_BUFFER, SMALL_SIZE)
-from .segments import Block, Segment, merge_free, split
+from .segments import Block, FreeBlocks, Segment, merge_free, split
 
 
 def round_size(size: int) -> int:
@@ -89,6 +89,11 @@ class CachingAllocatorModel:
         self.limit = limit
         self.retries = 0  # times the cached segments were given back to fit a new one
         self.expandable_segments = expandable_segments
+        # the free blocks of each pool (small: True), as PyTorch's BlockPool::blocks.  Not kept under
+        # expandable segments, whose best fit looks past the smallest block (_best_fit_expandable
+        # scans the segments instead).
+        self._free_blocks: dict[bool, FreeBlocks] | None = (None if expandable_segments
+                                                             else {True: FreeBlocks(), False: FreeBlocks()})
 
     def malloc(self, nbytes: int) -> int:
         """Allocate; returns a handle for ``free``."""
@@ -100,18 +105,24 @@ class CachingAllocatorModel:
         self._split(block, size, small)
         block.free = False
         handle = self.next_handle
-        self.next_handle += 1
+        self.next_handle = handle + 1
         self.live[handle] = block
         self.allocated += block.size
-        self.peak_allocated = max(self.peak_allocated, self.allocated)
-        self.peak_reserved = max(self.peak_reserved, self.reserved)
+        if self.allocated > self.peak_allocated:
+            self.peak_allocated = self.allocated
+        if self.reserved > self.peak_reserved:
+            self.peak_reserved = self.reserved
         return handle
 
     def free(self, handle: int) -> None:
         block = self.live.pop(handle)
         self.allocated -= block.size
         block.free = True
-        merge_free(block)
+        if self._free_blocks is None:
+            merge_free(block)
+        else:
+            pool = self._free_blocks[self.segments[block.segment].small]
+            pool.add(merge_free(block, pool.remove))
 
     def empty_cache(self) -> None:
         """Return wholly free segments to the driver, and the free pages of expandable ones
@@ -124,8 +135,14 @@ class CachingAllocatorModel:
                 if not any(b.mapped for b in seg.blocks):
                     self.segments[k] = None
             elif seg.wholly_free:
-                self.reserved -= seg.size
-                self.segments[k] = None
+                self._release(k)
+
+    def _release(self, k: int) -> None:
+        """Give wholly free segment ``k`` back to the driver (release_block, :2815-2848)."""
+        seg = self.segments[k]
+        self._free_blocks[seg.small].remove(seg.first)
+        self.reserved -= seg.size
+        self.segments[k] = None
 
     def _fits(self, seg_bytes: int) -> bool:
         return self.limit is None or self.reserved + seg_bytes <= self.limit
@@ -158,7 +175,7 @@ class CachingAllocatorModel:
         block = Block(len(self.segments), 0, seg_bytes)
         self.segments.append(Segment(small, seg_bytes, block))
         self.reserved += seg_bytes
-        return block
+        return block  # not in the index: the request takes it
 
     def _grow_expandable(self, size: int, small: bool) -> Block | None:
         """alloc_block under expandable segments: map pages onto the pool's segment where
@@ -199,22 +216,15 @@ class CachingAllocatorModel:
                 victims.append(k)
                 released += size
         for k in victims:
-            self.reserved -= self.segments[k].size
-            self.segments[k] = None
+            self._release(k)
 
     def _best_fit(self, size: int, small: bool) -> Block | None:
-        if self.expandable_segments:
+        """get_free_block (:2507-2509, :2544-2553): the first free block of the pool in (size,
+        address) order that fits, taken out of the index; None if there is none or the oversize
+        rules refuse it.  Those refuse every larger block too, so no other block is looked at."""
+        if self._free_blocks is None:
             return self._best_fit_expandable(size, small)
-        best = None
-        for seg in self.segments:
-            if seg is None or seg.small != small:
-                continue
-            for b in seg:
-                if not b.free or b.size < size or not self._may_use(b, size):
-                    continue
-                if best is None or (b.size, b.segment, b.offset) < (best.size, best.segment, best.offset):
-                    best = b
-        return best
+        return self._free_blocks[small].take(size, None if self.max_split_size is None else self._may_use)
 
     def _best_fit_expandable(self, size: int, small: bool) -> Block | None:
         """get_free_block (:2507-2527): the smallest free block that fits, except that while the
@@ -247,7 +257,9 @@ class CachingAllocatorModel:
         else:
             worth = remaining > SMALL_SIZE and (self.max_split_size is None or size < self.max_split_size)
         if worth:
-            split(block, size)
+            rest = split(block, size)
+            if self._free_blocks is not None:
+                self._free_blocks[small].add(rest)
 
 
 def replay(events, model: CachingAllocatorModel | None = None,

@@ -1,10 +1,12 @@
-"""The blocks of an allocator segment, linked in address order, and how they split and merge.
+"""The blocks of an allocator segment, linked in address order, how they split and merge, and a
+pool's free blocks in the order best fit reads them.
 
 As PyTorch's Block (CUDACachingAllocator.cpp), each block links to its neighbours, so a split or a
 merge touches only them, however many blocks the segment holds."""
 from __future__ import annotations
 
-from collections.abc import Iterator
+from bisect import bisect_left
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 
@@ -55,22 +57,65 @@ def split(block: Block, size: int) -> Block:
     return rest
 
 
-def merge_free(block: Block) -> Block:
+def merge_free(block: Block, joining: Callable[[Block], None] | None = None) -> Block:
     """Merge free ``block`` with its free neighbours, the next one first; returns the merged block.
+    ``joining`` is called with each neighbour that merges, before it does (the allocator keeps an
+    index of free blocks by size).
 
     As try_merge_blocks (CUDACachingAllocator.cpp:2412-2443) a mapped block never merges with an
     unmapped one: their memory is of different kinds."""
     after = block.next
     if after is not None and after.free and after.mapped == block.mapped:
+        if joining is not None:
+            joining(after)
         block.size += after.size
         block.next = after.next
         if after.next is not None:
             after.next.prev = block
     before = block.prev
     if before is not None and before.free and before.mapped == block.mapped:
+        if joining is not None:
+            joining(before)
         before.size += block.size
         before.next = block.next
         if block.next is not None:
             block.next.prev = before
         return before
     return block
+
+
+class FreeBlocks:
+    """One pool's free blocks in the order BlockPool::blocks keeps them for best fit: by size, then
+    by address (segment, offset).  ``sizes`` holds their sizes in the same order, to bisect."""
+    __slots__ = ("sizes", "blocks")
+
+    def __init__(self):
+        self.sizes: list[int] = []
+        self.blocks: list[Block] = []
+
+    def add(self, block: Block) -> None:
+        sizes, size = self.sizes, block.size
+        i = bisect_left(sizes, size)
+        while i < len(sizes) and sizes[i] == size and _address(self.blocks[i]) < _address(block):
+            i += 1  # a tie of sizes: the lower address first
+        sizes.insert(i, size)
+        self.blocks.insert(i, block)
+
+    def remove(self, block: Block) -> None:
+        i = bisect_left(self.sizes, block.size)
+        while self.blocks[i] is not block:  # past the blocks of the same size before it
+            i += 1
+        del self.sizes[i], self.blocks[i]
+
+    def take(self, size: int, may_use: Callable[[Block, int], bool] | None = None) -> Block | None:
+        """Take out the first block of at least ``size`` bytes and return it; None if there is none
+        or ``may_use(block, size)`` refuses it."""
+        i = bisect_left(self.sizes, size)
+        if i == len(self.sizes) or may_use is not None and not may_use(self.blocks[i], size):
+            return None
+        del self.sizes[i]
+        return self.blocks.pop(i)
+
+
+def _address(block: Block) -> tuple[int, int]:
+    return block.segment, block.offset
