@@ -55,15 +55,17 @@ def run_allocator(boot_events: list[tuple], steps, free_bytes: int | None, expan
     if free_bytes is not None:
         alloc.limit = held + free_bytes
     high, high_step = 0, None
+    malloc, free = alloc.malloc, alloc.free
     for step, events in steps:
         handles = {}
         for event in events:
             if event[0] == "free":
-                alloc.free(handles.pop(event[1]))
+                free(handles.pop(event[1]))
                 continue
-            allocated, reserved, retries = alloc.allocated, alloc.reserved, alloc.retries
+            if not retry:  # what a failure without the retry reports
+                allocated, reserved, retries = alloc.allocated, alloc.reserved, alloc.retries
             try:
-                handles[event[1]] = alloc.malloc(event[2])
+                handles[event[1]] = malloc(event[2])
             except AllocatorOutOfMemory as e:
                 failure, retries = e, alloc.retries
             else:

@@ -26,7 +26,7 @@ from __future__ import annotations
 from . import expandable
 from .allocator_constants import (KB, LARGE_BUFFER, MB, MIN_BLOCK, MIN_LARGE_ALLOC, ROUND_LARGE,  # noqa: F401
                                   SMALL_BUFFER, SMALL_SIZE)
-from .segments import Block, Segment, merge_free
+from .segments import Block, FreeBlocks, Segment, merge_free, split
 
 
 def round_size(size: int) -> int:
@@ -89,6 +89,11 @@ class CachingAllocatorModel:
         self.limit = limit
         self.retries = 0  # times the cached segments were given back to fit a new one
         self.expandable_segments = expandable_segments
+        # the free blocks of each pool (small: True), as PyTorch's BlockPool::blocks.  Not kept under
+        # expandable segments, whose best fit looks past the smallest block (_best_fit_expandable
+        # scans the segments instead).
+        self._free_blocks: dict[bool, FreeBlocks] | None = (None if expandable_segments
+                                                             else {True: FreeBlocks(), False: FreeBlocks()})
 
     def malloc(self, nbytes: int) -> int:
         """Allocate; returns a handle for ``free``."""
@@ -100,18 +105,24 @@ class CachingAllocatorModel:
         self._split(block, size, small)
         block.free = False
         handle = self.next_handle
-        self.next_handle += 1
+        self.next_handle = handle + 1
         self.live[handle] = block
         self.allocated += block.size
-        self.peak_allocated = max(self.peak_allocated, self.allocated)
-        self.peak_reserved = max(self.peak_reserved, self.reserved)
+        if self.allocated > self.peak_allocated:
+            self.peak_allocated = self.allocated
+        if self.reserved > self.peak_reserved:
+            self.peak_reserved = self.reserved
         return handle
 
     def free(self, handle: int) -> None:
         block = self.live.pop(handle)
         self.allocated -= block.size
         block.free = True
-        merge_free(self.segments[block.segment].blocks, block)
+        if self._free_blocks is None:
+            merge_free(block)
+        else:
+            pool = self._free_blocks[self.segments[block.segment].small]
+            pool.add(merge_free(block, pool.remove))
 
     def empty_cache(self) -> None:
         """Return wholly free segments to the driver, and the free pages of expandable ones
@@ -123,9 +134,15 @@ class CachingAllocatorModel:
                 self.reserved -= expandable.unmap_free_pages(seg)
                 if not any(b.mapped for b in seg.blocks):
                     self.segments[k] = None
-            elif len(seg.blocks) == 1 and seg.blocks[0].free:
-                self.reserved -= seg.size
-                self.segments[k] = None
+            elif seg.wholly_free:
+                self._release(k)
+
+    def _release(self, k: int) -> None:
+        """Give wholly free segment ``k`` back to the driver (release_block, :2815-2848)."""
+        seg = self.segments[k]
+        self._free_blocks[seg.small].remove(seg.first)
+        self.reserved -= seg.size
+        self.segments[k] = None
 
     def _fits(self, seg_bytes: int) -> bool:
         return self.limit is None or self.reserved + seg_bytes <= self.limit
@@ -155,11 +172,10 @@ class CachingAllocatorModel:
         seg_bytes = segment_size(size)
         if not self._fits(seg_bytes):
             return None
-        self.segments.append(Segment(small, seg_bytes))
-        block = Block(len(self.segments) - 1, 0, seg_bytes)
-        self.segments[-1].blocks.append(block)
+        block = Block(len(self.segments), 0, seg_bytes)
+        self.segments.append(Segment(small, seg_bytes, block))
         self.reserved += seg_bytes
-        return block
+        return block  # not in the index: the request takes it
 
     def _grow_expandable(self, size: int, small: bool) -> Block | None:
         """alloc_block under expandable segments: map pages onto the pool's segment where
@@ -171,7 +187,7 @@ class CachingAllocatorModel:
                     return expandable.grow(seg, start, size, self._map)
         seg = expandable.new_segment(len(self.segments), small, self._address_space())
         self.segments.append(seg)
-        return expandable.grow(seg, seg.blocks[0], size, self._map)
+        return expandable.grow(seg, seg.first, size, self._map)
 
     def _map(self, nbytes: int) -> bool:
         """Back ``nbytes`` more of an expandable segment with memory, if the driver can give it."""
@@ -189,8 +205,7 @@ class CachingAllocatorModel:
         pool, the smallest wholly free oversize segment of at least ``key`` bytes, else the largest
         ones until ``key`` bytes are released."""
         free = sorted((seg.size, k) for k, seg in enumerate(self.segments)
-                      if seg is not None and seg.small == small and len(seg.blocks) == 1 and seg.blocks[0].free
-                      and seg.size >= self.max_split_size)
+                      if seg is not None and seg.small == small and seg.wholly_free and seg.size >= self.max_split_size)
         large = [k for size, k in free if size >= key]
         victims = large[:1] if large else []
         if not victims:
@@ -201,36 +216,26 @@ class CachingAllocatorModel:
                 victims.append(k)
                 released += size
         for k in victims:
-            self.reserved -= self.segments[k].size
-            self.segments[k] = None
+            self._release(k)
 
     def _best_fit(self, size: int, small: bool) -> Block | None:
-        if self.expandable_segments:
+        """get_free_block (:2507-2509, :2544-2553): the first free block of the pool in (size,
+        address) order that fits, taken out of the index; None if there is none or the oversize
+        rules refuse it.  Those refuse every larger block too, so no other block is looked at."""
+        if self._free_blocks is None:
             return self._best_fit_expandable(size, small)
-        best = None
-        for seg in self.segments:
-            if seg is None or seg.small != small:
-                continue
-            for b in seg.blocks:
-                if not b.free or b.size < size or not self._may_use(b, size):
-                    continue
-                if best is None or (b.size, b.segment, b.offset) < (best.size, best.segment, best.offset):
-                    best = b
-        return best
+        return self._free_blocks[small].take(size, None if self.max_split_size is None else self._may_use)
 
     def _best_fit_expandable(self, size: int, small: bool) -> Block | None:
         """get_free_block (:2507-2527): the smallest free block that fits, except that while the
         next one up in size could grow by less, that one is taken instead."""
         fits = sorted((b for seg in self.segments if seg is not None and seg.small == small
-                       for b in seg.blocks if b.free and b.mapped and b.size >= size),
+                       for b in seg if b.free and b.mapped and b.size >= size),
                       key=lambda b: (b.size, b.segment, b.offset))
         i = 0
-        while i + 1 < len(fits) and self._growth(fits[i + 1]) < self._growth(fits[i]):
+        while i + 1 < len(fits) and expandable.growth_size(fits[i + 1]) < expandable.growth_size(fits[i]):
             i += 1
         return fits[i] if fits else None
-
-    def _growth(self, block: Block) -> int:
-        return expandable.growth_size(self.segments[block.segment], block)
 
     def _may_use(self, block: Block, size: int) -> bool:
         limit = self.max_split_size
@@ -251,12 +256,10 @@ class CachingAllocatorModel:
             worth = remaining >= MIN_BLOCK
         else:
             worth = remaining > SMALL_SIZE and (self.max_split_size is None or size < self.max_split_size)
-        if not worth:
-            return
-        blocks = self.segments[block.segment].blocks
-        rest = Block(block.segment, block.offset + size, remaining)
-        blocks.insert(blocks.index(block) + 1, rest)
-        block.size = size
+        if worth:
+            rest = split(block, size)
+            if self._free_blocks is not None:
+                self._free_blocks[small].add(rest)
 
 
 def replay(events, model: CachingAllocatorModel | None = None,

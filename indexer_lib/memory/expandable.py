@@ -20,10 +20,9 @@ the driver gives ``nbytes`` more (and its count of them), and what is unmapped i
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 
 from .allocator_constants import LARGE_BUFFER, SMALL_BUFFER
-from .segments import Block, Segment, merge_free
+from .segments import Block, Segment, merge_free, split
 
 
 def page_size(small: bool) -> int:
@@ -34,13 +33,12 @@ def new_segment(index: int, small: bool, address_space: int) -> Segment:
     """A segment of ``address_space`` bytes (in whole pages, :406) with nothing mapped."""
     page = page_size(small)
     size = -(-address_space // page) * page
-    return Segment(small, size, [Block(index, 0, size, mapped=False)], expandable=True)
+    return Segment(small, size, Block(index, 0, size, mapped=False), expandable=True)
 
 
-def growth_size(seg: Segment, block: Block) -> int:
+def growth_size(block: Block) -> int:
     """expandable_size (:2518-2520): a free block's size plus the unmapped space right after it."""
-    i = seg.blocks.index(block)
-    after = seg.blocks[i + 1] if i + 1 < len(seg.blocks) else None
+    after = block.next
     return block.size + (after.size if after is not None and not after.mapped else 0)
 
 
@@ -70,7 +68,7 @@ def grow(seg: Segment, start: Block, size: int, take: Callable[[int], bool]) -> 
     if not block.mapped:
         block = _map(seg, block, min(block.size, size), take)
     while block is not None and block.size < size:
-        after = seg.blocks[seg.blocks.index(block) + 1]  # unmapped: free neighbours are merged
+        after = block.next  # unmapped: free neighbours are merged
         block = _map(seg, after, min(size - block.size, after.size), take)
     return block
 
@@ -83,11 +81,9 @@ def _map(seg: Segment, block: Block, size: int, take: Callable[[int], bool]) -> 
     if not take(nbytes):
         return None
     if nbytes < block.size:  # the rest stays unmapped
-        rest = replace(block, offset=block.offset + nbytes, size=block.size - nbytes)
-        seg.blocks.insert(seg.blocks.index(block) + 1, rest)
-        block.size = nbytes
+        split(block, nbytes)
     block.mapped = True
-    return merge_free(seg.blocks, block)
+    return merge_free(block)
 
 
 def unmap_free_pages(seg: Segment) -> int:
@@ -100,11 +96,11 @@ def unmap_free_pages(seg: Segment) -> int:
         end = (block.offset + block.size) // page * page
         if begin >= end:
             continue
-        parts = [replace(block, size=begin - block.offset),
-                 replace(block, offset=begin, size=end - begin, mapped=False),
-                 replace(block, offset=end, size=block.offset + block.size - end)]
-        i = seg.blocks.index(block)
-        seg.blocks[i:i + 1] = [p for p in parts if p.size > 0]
-        merge_free(seg.blocks, parts[1])
+        if begin > block.offset:  # the part before the first whole page stays mapped
+            block = split(block, begin - block.offset)
+        if end < block.offset + block.size:  # and so does the part after the last one
+            split(block, end - begin)
+        block.mapped = False
+        merge_free(block)
         unmapped += end - begin
     return unmapped
