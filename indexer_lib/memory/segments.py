@@ -68,20 +68,22 @@ def merge_free(block: Block, joining: Callable[[Block], None] | None = None) -> 
     if after is not None and after.free and after.mapped == block.mapped:
         if joining is not None:
             joining(after)
-        block.size += after.size
-        block.next = after.next
-        if after.next is not None:
-            after.next.prev = block
+        _absorb(block, after)
     before = block.prev
     if before is not None and before.free and before.mapped == block.mapped:
         if joining is not None:
             joining(before)
-        before.size += block.size
-        before.next = block.next
-        if block.next is not None:
-            block.next.prev = before
+        _absorb(before, block)
         return before
     return block
+
+
+def _absorb(keep: Block, gone: Block) -> None:
+    """``keep`` takes its next block ``gone``'s bytes and place in the segment's links."""
+    keep.size += gone.size
+    keep.next = gone.next
+    if gone.next is not None:
+        gone.next.prev = keep
 
 
 class FreeBlocks:
