@@ -187,13 +187,10 @@ def checked_inputs(args):
 def derived_free(args, settings, scheduler):
     """The memory free when a step runs, from the server's flags (``ledger.free``): the release's
     profile run reserving its default knob's logits."""
-    from ..engines import profile_run_logits_bytes
-    from ..ledger import free_from_flags
+    from ..ledger.free import server_free
 
-    profile = settings.profile
-    reserved = profile_run_logits_bytes(profile, None, settings.preset, scheduler.most_decode_tokens)
-    return free_from_flags(profile, settings.gpu, reserved, args.gpu_memory_utilization,
-                           args.mem_fraction_static if profile.engine == "sglang" else None)
+    return server_free(settings, None, scheduler.most_decode_tokens, None, args.gpu_memory_utilization,
+                       args.mem_fraction_static if settings.profile.engine == "sglang" else None)
 
 
 def scheduler_from_args(args, settings):

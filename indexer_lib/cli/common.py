@@ -8,9 +8,10 @@ import math
 import sys
 import threading
 
-from ..engines import DEFAULT_ENGINE, SGLANG_MEM_FRACTION_STATIC, get_engine, process_budget, profile_run_logits_bytes
+from ..engines import DEFAULT_ENGINE, SGLANG_MEM_FRACTION_STATIC, get_engine, process_budget
 from ..engines.scheduler import release_scheduler
-from ..ledger import Ledger, free_from_flags, given_free, plan_ledger
+from ..ledger import Ledger, given_free, plan_ledger
+from ..ledger.free import server_free
 from ..engines.budget import sglang_static_budget
 from ..padding import DEEPGEMM_RULES, unpadded_logits_bytes
 from ..plan import NO_BUDGET, STRATEGIES, PlanSettings, Strategy, get_strategy
@@ -242,8 +243,7 @@ def verdict(plan, args, report=None) -> Ledger:
     elif getattr(args, "gpu_memory_utilization", None) is not None:
         if profile is None or profile.engine != "vllm":
             raise UsageError("--gpu-memory-utilization is vLLM's: give --engine vllm==X (or --free-gib)")
-        free = free_from_flags(profile, settings.gpu, profile_run_logits_bytes(
-            profile, vllm_budget, settings.preset, reserve, max_model_len), args.gpu_memory_utilization)
+        free = server_free(settings, vllm_budget, reserve, max_model_len, args.gpu_memory_utilization)
     return plan_ledger(plan, free, max_model_len, rows, vllm_budget, reserve,
                        getattr(args, "expandable_segments", False), report)
 

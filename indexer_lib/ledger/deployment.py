@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..checks import BadValue
-from ..engines import process_budget, profile_run_logits_bytes, release_scheduler
+from ..engines import process_budget, release_scheduler
 from ..engines.kv_capacity import KvCapacity, deployment_kv_cache
 from ..engines.scheduler import not_default_text, scheduler_defaults, tp_row_shard_refusal
 from ..plan import PlanSettings, get_strategy
@@ -16,7 +16,7 @@ from ..workload import ClosedLoopWorkload, SchedulerConfig
 from ..workload.sources import scheduled_steps
 from .boot import prefill_graph_line
 from .build import RunLedger, ServerSizes, run_ledger
-from .free import FreeMemory, free_from_flags, given_free
+from .free import FreeMemory, given_free, server_free
 
 
 @dataclass(frozen=True)
@@ -121,9 +121,8 @@ def deployment_ledger(server: Server, workload: ClosedLoopWorkload, strategy: st
         check_within_gpu("free_gib", free_bytes_from_gib(free_gib), settings.gpu, f"free_gib {free_gib:g}")
         free = given_free(free_gib)
     else:
-        reserved = profile_run_logits_bytes(profile, knob, model, worst_decode, max_model_len)
-        free = free_from_flags(profile, settings.gpu, reserved, server.gpu_memory_utilization,
-                               server.mem_fraction_static)
+        free = server_free(settings, knob, worst_decode, max_model_len, server.gpu_memory_utilization,
+                           server.mem_fraction_static)
     graph = _prefill_graph(server, settings, scheduler, max_model_len)
     if graph is not None:
         differs.append("--cuda-graph-backend-prefill breakable (SGLang's default for DeepSeek-V4: off)"

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..checks import BadValue
-from ..engines import SGLANG_MEM_FRACTION_STATIC, get_engine
+from ..engines import SGLANG_MEM_FRACTION_STATIC, get_engine, profile_run_logits_bytes
 from ..engines.kv_capacity import vllm_requested_bytes
 from ..engines.profiles import _parse_version
 from ..presets import GIB, free_bytes_from_gib, get_gpu
@@ -69,6 +69,17 @@ def free_from_flags(engine, gpu, reservation_bytes: int, gpu_memory_utilization:
             "SGLang's activations and CUDA graphs share that remainder with the indexer and are not derived: "
             "counted as 0, so this free memory is an upper bound",))
     raise BadValue("free_gib", f"{profile.name}: how its server divides the GPU is not read; give --free-gib")
+
+
+def server_free(settings, budget_mb: float | None, decode_tokens: int, max_model_len: int | None = None,
+                gpu_memory_utilization: float | None = None, mem_fraction_static: float | None = None) -> FreeMemory:
+    """``free_from_flags`` for a server planned under ``settings``, with what its profile run
+    reserved (``engines.profile_run_logits_bytes``): the logits knob as set (``budget_mb``; None:
+    the release's default), the decode tokens a kpool profile run sizes for, the server's
+    ``max_model_len`` (None: the model's)."""
+    profile = settings.profile
+    reserved = profile_run_logits_bytes(profile, budget_mb, settings.preset, decode_tokens, max_model_len)
+    return free_from_flags(profile, settings.gpu, reserved, gpu_memory_utilization, mem_fraction_static)
 
 
 def check_fraction(name: str, value: float) -> None:
