@@ -85,7 +85,8 @@ def run_ledger(steps, strategy, budget_bytes: int | None, settings, free: FreeMe
     ``progress(n)``: called per step."""
     max_model_len, topk_rows, drafts = sizes.max_model_len, sizes.topk_rows, sizes.drafts
     planned: dict[tuple, tuple] = {}
-    worst_prefill = worst_decode = None
+    decode_of: dict[int, int | None] = {}  # a decode step's logits by its decode tokens
+    worst_prefill = worst_decode = None  # worst_decode: (bytes, decode tokens, engine step)
     first = None
     alloc_steps = []
     n_prefill = n_decode = chunks = 0
@@ -106,11 +107,13 @@ def run_ledger(steps, strategy, budget_bytes: int | None, settings, free: FreeMe
             chunks += plan.num_chunks
         tokens = s.num_decode * (1 + drafts)
         if tokens and first is not None:
-            line = decode_line(first[0], tokens, max_model_len, s.step)
-            if line is not None:
-                if worst_decode is None or line.bytes > worst_decode.bytes:
-                    worst_decode = line
-                events += [("malloc", "decode", line.bytes), ("free", "decode")]
+            if tokens not in decode_of:
+                decode_of[tokens] = decode_step_bytes(first[0].settings, tokens, max_model_len)
+            nbytes = decode_of[tokens]
+            if nbytes is not None:
+                if worst_decode is None or nbytes > worst_decode[0]:
+                    worst_decode = (nbytes, tokens, s.step)
+                events += [("malloc", "decode", nbytes), ("free", "decode")]
             n_decode += 1
         alloc_steps.append((s.step, events))
         if progress is not None:
@@ -122,7 +125,7 @@ def run_ledger(steps, strategy, budget_bytes: int | None, settings, free: FreeMe
     lines += sizes.graph_lines
     lines.append(prefill_line(worst_prefill[0], worst_prefill[1], worst_prefill[2]))
     if worst_decode is not None:
-        lines.append(worst_decode)
+        lines.append(decode_line(plan, worst_decode[1], max_model_len, worst_decode[2]))
     ledger, run = _with_allocator(lines, settings, free, alloc_steps, sizes.expandable)
     return RunLedger(ledger, run, n_prefill, n_decode, chunks)
 
