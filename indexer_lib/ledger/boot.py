@@ -11,7 +11,8 @@ from ..dtypes import INT32_BYTES
 from ..engines import profile_run_logits_bytes
 from ..memory.decode import decode_logits_bytes
 from ..memory.replayed import workspace_path_bytes
-from ..padding import get_rules
+from ..elementwise import cdiv
+from ..padding import align, get_rules
 from .lines import LedgerLine
 
 PROJECT_WORKSPACE = "assumed: no engine named, the K workspace of vLLM's rule (40 x max_model_len tokens)"
@@ -85,8 +86,8 @@ def prefill_graph_line(settings, max_bs: int, max_model_len: int, drafts: int,
     stream)."""
     profile = settings.profile
     page = profile.compressed_page_tokens
-    width = -(-max_context // page) * page if max_context is not None else max_model_len + 4 + drafts
-    cols = -(-width // page) * (page // settings.preset.kv_ratio)
+    width = align(max_context, page) if max_context is not None else max_model_len + 4 + drafts
+    cols = cdiv(width, page) * (page // settings.preset.kv_ratio)
     rows = max(graph_buckets(max_bs))
     nbytes = int(decode_logits_bytes(rows, cols, get_rules(profile.deepgemm_rules)))
     bound = (f"--cuda-graph-prefill-max-context {max_context:,}" if max_context is not None

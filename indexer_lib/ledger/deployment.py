@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..checks import BadValue
+from ..padding import align
 from ..engines import process_budget, release_scheduler
 from ..engines.kv_capacity import KvCapacity, deployment_kv_cache
 from ..engines.scheduler import not_default_text, scheduler_defaults, tp_row_shard_refusal
@@ -200,9 +201,9 @@ def what_ifs(server: Server, model, longest: int | None = None) -> list[tuple[st
     if own is not None and server.workspace_tokens is None and sized < own:
         out.append((f"K workspace {sized:,} (max_num_seqs x max_model_len)", replace(server, workspace_tokens=sized)))
     if server.cuda_graph_prefill and longest is not None:
-        bound = -(-longest // 256) * 256  # SGLang rounds it up to its 256-token page
-        if server.cuda_graph_prefill_max_context is None or bound < server.cuda_graph_prefill_max_context:
-            if bound < mml:
-                out.append((f"--cuda-graph-prefill-max-context {bound:,}",
-                            replace(server, cuda_graph_prefill_max_context=bound)))
+        bound = align(longest, profile.compressed_page_tokens)  # as SGLang rounds it, to its page
+        given = server.cuda_graph_prefill_max_context
+        if bound < mml and (given is None or bound < given):
+            out.append((f"--cuda-graph-prefill-max-context {bound:,}",
+                        replace(server, cuda_graph_prefill_max_context=bound)))
     return out
