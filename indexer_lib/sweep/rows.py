@@ -425,8 +425,8 @@ def model_rows(grid: Grid, executor: Local | Ray = Local(), progress=None):
 # -- running a sweep ---------------------------------------------------------------
 
 COLUMN_TYPES = {"time_ms": "float64", "peak_bytes": "Int64", "peak_transient_bytes": "Int64",
-                "decode_bytes": "Int64", "needed_bytes": "Int64", "oom_line": "string", "oom": "boolean", "error": "string", "reserved_after_bytes": "Int64",
-                "reserved_baseline_bytes": "Int64"}
+                "decode_bytes": "Int64", "needed_bytes": "Int64", "oom_line": "string", "oom": "boolean",
+                "error": "string", "reserved_after_bytes": "Int64", "reserved_baseline_bytes": "Int64"}
 # fsync the journal after every measured point; cheap tasks share one fsync a second
 SYNC_SECONDS = {"model": 1.0, "trace": 1.0, "measure": 0.0}
 
