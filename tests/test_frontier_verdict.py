@@ -2,7 +2,9 @@
 the worst decode step's paged logits (``memory.decode``), the first past the free memory failing."""
 import numpy as np
 
+from indexer_lib.ledger import Ledger, LedgerLine
 from indexer_lib.ledger.deployment import Server, deployment_ledger
+from indexer_lib.memory import NO_LINE, first_past_free
 from indexer_lib.presets import GIB
 from indexer_lib.search import Schedule
 from indexer_lib.sweep import Grid, at_free_memory, model_rows, to_frame
@@ -20,6 +22,28 @@ def test_the_first_line_past_the_free_memory_fails():
     assert line.tolist() == ["", "prefill", "decode", ""]
     oom, line = step_verdict(30, 40, 20)  # both past it: the prefill line, as the ledger lists it first
     assert bool(oom) and str(line) == "prefill"
+
+
+def test_one_rule_names_the_first_line_past_the_free_memory():
+    """memory.verdict: in the lines' order, the first above the free memory; exactly what is free fits."""
+    assert first_past_free([10, 30, 40], 20) == 1 and first_past_free([10, 20], 20) == NO_LINE
+    assert first_past_free([], 20) == NO_LINE
+    first = first_past_free([np.array([10, 30, 10]), 25, np.array([0, 0, 26])], 25)  # numbers broadcast over rows
+    assert first.tolist() == [NO_LINE, 0, 2]
+
+
+def test_the_ledger_and_the_rows_read_the_same_rule():
+    """Ledger.oom_line (boot lines aside: they take KV cache) and a sweep row name the same line."""
+    rng = np.random.default_rng(0)
+    transient, decode = rng.integers(0, 40, 200), rng.integers(0, 40, 200)
+    oom, line = step_verdict(transient, decode, 20)
+    for t, d, o, name in zip(transient, decode, oom, line):
+        ledger = Ledger((LedgerLine("boot", "K workspace", 99, "s"), LedgerLine("prefill", "prefill", int(t), "s"),
+                         LedgerLine("decode", "decode", int(d), "s")), 20, "given")
+        assert (ledger.verdict == "oom") == o and (ledger.oom_line.name if o else "") == name
+    # the allocator line, last, fails only where both step lines fit
+    ledger = Ledger((LedgerLine("prefill", "p", 10, "s"), LedgerLine("allocator", "a", 30, "s")), 20, "given")
+    assert ledger.oom_line.name == "a" and Ledger(ledger.lines, 30, "given").oom_line is None
 
 
 def test_the_schedule_keeps_the_most_requests_one_step_decodes():

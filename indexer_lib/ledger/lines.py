@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..memory import NO_LINE, first_past_free
 from ..presets import format_bytes
 
 PHASES = ("boot", "prefill", "decode", "allocator")
@@ -64,11 +65,13 @@ class Ledger:
 
     @property
     def oom_line(self) -> LedgerLine | None:
-        """The first step-time line that asks for more than is free (None: all fit, or no free
-        memory given)."""
+        """The first step-time line that asks for more than is free (``memory.verdict``; None: all
+        fit, or no free memory given)."""
         if self.free_bytes is None:
             return None
-        return next((line for line in self.lines if line.phase in STEP_PHASES and line.bytes > self.free_bytes), None)
+        steps = [line for line in self.lines if line.phase in STEP_PHASES]
+        first = int(first_past_free([line.bytes for line in steps], self.free_bytes))
+        return None if first == NO_LINE else steps[first]
 
     @property
     def verdict(self) -> str | None:

@@ -12,7 +12,9 @@
 - ``replayed``: what an engine release's own code allocates around the logits, as replayed;
 - ``allocator``: a model of PyTorch's CUDA caching allocator (reserved vs allocated); ``events``: a
   step's allocations in the executor's order, from the memory model's bytes, for it to replay;
-- ``decode``: a decode step's paged logits, as the release's decode path asks for them.
+- ``decode``: a decode step's paged logits, as the release's decode path asks for them;
+- ``verdict``: ``first_past_free``, which of a step's lines first asks for more than is free (the
+  ledger's verdict and a sweep's rows both read it).
 
 DeepGEMM's padding rules, which the planners need too, sit below every layer in
 ``indexer_lib.padding``.
@@ -21,6 +23,7 @@ from .chunk_bytes import ChunkBytes
 from .decode import decode_logits_bytes, decode_logits_cols, decode_step_bytes
 from .planning import make_plan, plan_at
 from .steps import StepPeaks, StepsMemory
+from .verdict import NO_LINE, first_past_free
 from .model import (FROM_SETTINGS, NAMED_TEMPORARIES, ChunkMemory, MemoryReport, Temporaries,
                     buffer_bytes, chunk_memory, deepgemm_temporaries_bytes, fits, logits_bytes, memory_report,
                     metadata_bytes, padded_inputs_bytes, peak_bytes, running_topk_bytes, temporaries_of,
@@ -30,5 +33,5 @@ __all__ = [
     "ChunkBytes", "decode_logits_bytes", "decode_logits_cols", "decode_step_bytes", "StepPeaks", "StepsMemory", "make_plan", "plan_at", "FROM_SETTINGS", "NAMED_TEMPORARIES", "ChunkMemory", "MemoryReport", "Temporaries",
     "buffer_bytes", "chunk_memory", "deepgemm_temporaries_bytes", "fits", "logits_bytes", "memory_report",
     "metadata_bytes", "padded_inputs_bytes", "peak_bytes", "running_topk_bytes", "temporaries_of",
-    "topk_buffer_bytes", "workspace_bytes",
+    "topk_buffer_bytes", "workspace_bytes", "NO_LINE", "first_past_free",
 ]

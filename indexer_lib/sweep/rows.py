@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import search
-from ..memory import decode_step_bytes, make_plan, topk_buffer_bytes, workspace_bytes
+from ..memory import NO_LINE, decode_step_bytes, first_past_free, make_plan, topk_buffer_bytes, workspace_bytes
 from ..runmode import headless
 from ..engines import get_engine, not_default_text
 from ..fast import step_features, step_time_ms, young_only
@@ -198,13 +198,16 @@ def worst_decode(schedule: search.Schedule, settings, drafts: int) -> dict:
             "decode_bytes": decode_step_bytes(settings, tokens, settings.preset.max_model_len)}
 
 
+# a row's step lines in the ledger's order; NO_LINE (-1) reads the last, '' (every line fits)
+ROW_STEP_LINES = np.array(["prefill", "decode", ""])
+
+
 def step_verdict(transient, decode, free_bytes):
-    """(oom, oom_line) of rows as the ledger reads its step lines (``ledger.Ledger.oom_line``):
-    the first of the prefill step's transient peak and the decode step's logits (``decode``: 0
-    where not read) past the memory free when a step runs; numbers or arrays alike."""
-    prefill_oom, decode_oom = np.asarray(transient) > free_bytes, np.asarray(decode) > free_bytes
-    line = np.where(prefill_oom, "prefill", np.where(decode_oom, "decode", ""))
-    return prefill_oom | decode_oom, line
+    """(oom, oom_line) of rows by the ledger's rule (``memory.verdict``): the first of the prefill
+    step's transient peak and the decode step's logits (``decode``: 0 where not read) past the
+    memory free when a step runs; numbers or arrays alike."""
+    first = first_past_free((transient, decode), free_bytes)
+    return first != NO_LINE, ROW_STEP_LINES[first]
 
 
 def model_task(grid: Grid, task: Task, time_model: TimeModel, prov: dict) -> list[dict]:
