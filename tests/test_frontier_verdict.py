@@ -2,6 +2,7 @@
 the worst decode step's paged logits (``memory.decode``), the first past the free memory failing."""
 import numpy as np
 
+from indexer_lib.cli.common import verdict_line
 from indexer_lib.ledger import Ledger, LedgerLine
 from indexer_lib.ledger.deployment import Server, deployment_ledger
 from indexer_lib.memory import NO_LINE, first_past_free
@@ -44,6 +45,21 @@ def test_the_ledger_and_the_rows_read_the_same_rule():
     # the allocator line, last, fails only where both step lines fit
     ledger = Ledger((LedgerLine("prefill", "p", 10, "s"), LedgerLine("allocator", "a", 30, "s")), 20, "given")
     assert ledger.oom_line.name == "a" and Ledger(ledger.lines, 30, "given").oom_line is None
+
+
+def test_one_step_and_a_run_phrase_the_same_verdict():
+    """cli.common.verdict_line: a step says what it allocates, a run (deploy) names its failing line."""
+    lines = (LedgerLine("prefill", "prefill step's transient peak", 2 * GIB, "s", "step 3"),
+             LedgerLine("decode", "decode", 3 * GIB, "s", "64 decode tokens"))
+    oom, fits = Ledger(lines, int(2.5 * GIB), "given"), Ledger(lines, 3 * GIB, "given")
+    assert verdict_line(Ledger(lines)) is None and verdict_line(Ledger(lines), over_run=True) is None
+    assert verdict_line(oom) == ("OOM: the step allocates 3.00 GiB beyond the buffers it already holds (decode), "
+                                 "against 2.50 GiB free when it runs (given)")
+    assert verdict_line(fits).startswith("fits: the step allocates 3.00 GiB")
+    assert verdict_line(oom, over_run=True) == ("OOM: decode needs 3.00 GiB (64 decode tokens), against 2.50 GiB "
+                                                "free when a step runs (given)")
+    assert verdict_line(fits, over_run=True) == ("fits: every line fits 3.00 GiB free when a step runs (given); "
+                                                 "the most any asks for is 3.00 GiB")
 
 
 def test_the_schedule_keeps_the_most_requests_one_step_decodes():

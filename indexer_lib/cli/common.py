@@ -253,16 +253,23 @@ def verdict_code(ledger: Ledger) -> int:
     return exits.NEGATIVE if ledger.verdict == "oom" else exits.DONE
 
 
-def verdict_line(ledger: Ledger) -> str | None:
-    """The verdict in one line: the most a step-time line of the ledger needs, or the first that
-    does not fit, against the memory free when the step runs."""
+def verdict_line(ledger: Ledger, over_run: bool = False) -> str | None:
+    """The verdict in one line (None: no free memory given): ``fits`` with the most a step-time
+    line of the ledger needs, or ``OOM`` with the first that does not fit, against the memory free
+    when a step runs.  One step (plan, run, time) says what the step allocates; a run
+    (``over_run``: deploy) names the failing line among the run's."""
     if ledger.verdict is None:
         return None
     line = ledger.oom_line
+    free = f"{format_bytes(ledger.free_bytes)} free when {'a step' if over_run else 'it'} runs ({ledger.free_source})"
+    if over_run and line is None:
+        return f"fits: every line fits {free}; the most any asks for is {format_bytes(ledger.needed_bytes)}"
+    if over_run:
+        return f"OOM: {line.name} needs {format_bytes(line.bytes)} ({line.detail}), against {free}"
     word, needed, what = (("fits", ledger.needed_bytes, "its transient peak, with the caching allocator's segments")
                           if line is None else ("OOM", line.bytes, line.name))
     return (f"{word}: the step allocates {format_bytes(needed)} beyond the buffers it already holds ({what}), "
-            f"against {format_bytes(ledger.free_bytes)} free when it runs ({ledger.free_source})")
+            f"against {free}")
 
 
 def strategy_from_args(args) -> Strategy:

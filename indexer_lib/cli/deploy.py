@@ -22,7 +22,7 @@ from ..workload.lengths import mix_text
 from . import exits
 from .auto import parse_workload
 from .common import (UsageError, add_gpu_option, add_model_option, engine_arg, finite_float, fraction,
-                     verdict_code)
+                     verdict_code, verdict_line)
 from .exits import epilog
 from .options import add_setting_options
 
@@ -118,7 +118,7 @@ def cmd_deploy(args) -> int:
     print("ledger (modelled; docs/design.md#the-ledger):")
     for line in ledger.text_lines():
         print(line)
-    print(verdict_phrase(ledger))
+    print(verdict_line(ledger, over_run=True))
     if others:
         print_what_ifs(d, others)
     return verdict_code(ledger)
@@ -154,10 +154,3 @@ def one_value(args, name: str):
         raise UsageError(f"--{name.replace('_', '-')}: deploy takes one server, one value")
     return value[0]
 
-
-def verdict_phrase(ledger) -> str:
-    line = ledger.oom_line
-    free = f"{format_bytes(ledger.free_bytes)} free when a step runs ({ledger.free_source})"
-    if line is None:
-        return f"fits: every line fits {free}; the most any asks for is {format_bytes(ledger.needed_bytes)}"
-    return f"OOM: {line.name} needs {format_bytes(line.bytes)} ({line.detail}), against {free}"

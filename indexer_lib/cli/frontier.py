@@ -80,7 +80,7 @@ def print_frontier_summary(rows: list[dict], grid: Grid) -> None:
         if grid.warm_cache:  # not the default cold cache: said wherever the numbers are
             print(f"prefix cache: {WARM_CACHE}")
         print(f"scheduler: {'not the release default: ' + differs if differs else 'the release defaults'}")
-        print(verdict_phrase([r for r in rows if r["free_gib"] == free], engine))
+        print(verdict_rule([r for r in rows if r["free_gib"] == free], engine))
         print(f"{'strategy':>12} {'budget':>8} " + " ".join(f"{c:>7}" for c in grid.concurrency))
         for strategy in grid.strategy:
             label = budget_label(strategy, engine, grid.model)
@@ -94,8 +94,9 @@ def print_frontier_summary(rows: list[dict], grid: Grid) -> None:
                 print(f"{strategy:>12} {label or f'{budget:g}M':>8} " + " ".join(cells))
 
 
-def verdict_phrase(rows: list[dict], engine: str) -> str:
-    """What a point's verdict counts (the ledger's step lines), and how often the decode line fails."""
+def verdict_rule(rows: list[dict], engine: str) -> str:
+    """The rule a table's verdicts follow (the ledger's step lines, for the summary above it), and
+    how often the decode line is the one that fails."""
     decodes = [r for r in rows if r.get("decode_bytes") is not None]
     if not decodes:
         decode = f"no decode line ({engine}'s decode path for this model is not read)"
