@@ -24,7 +24,7 @@ from .executors import Local, Ray
 from .grid import Grid
 from .results import check_table_path, csv_bytes, write_table
 from .rows import (SYNC_SECONDS, RunSettings, TaskIds, _model_task_rows, spec_defaults, spec_hash, spec_of,
-                   to_frame, with_steps_evaluated)
+                   tagged, to_frame, with_steps_evaluated)
 from .store import ResultStore, StoreError
 
 
@@ -102,9 +102,7 @@ def _compute_missing(grid: Grid, store: ResultStore, executor: Local | Ray, prog
               disable=True if not progress or headless() else None) as bar, \
             contextlib.closing(executor.map(_model_task_rows, items)) as done:  # closed: workers stop on Ctrl-C
         for tid, rows in done:
-            for row in rows:
-                row["task"] = tid
-            store.append(tid, rows)
+            store.append(tid, tagged(tid, rows))
             computed += 1
             bar.update(1)
     return computed

@@ -379,6 +379,13 @@ def measure_task(grid: Grid, settings: RunSettings, measurer: Measurer, task: Ta
     return [row]
 
 
+def tagged(tid: str, rows: list[dict]) -> list[dict]:
+    """A task's rows, each carrying its task id (the table's ``task`` column), as they come back."""
+    for row in rows:
+        row["task"] = tid
+    return rows
+
+
 def _model_task_rows(grid: Grid, task: Task, time_model: TimeModel, prov: dict) -> tuple[str, list[dict]]:
     """One model task where it runs (here, a worker process or a Ray worker): its id and rows."""
     with young_only():  # the plans kept for the grid's other tasks are not walked again
@@ -418,9 +425,7 @@ def model_rows(grid: Grid, executor: Local | Ray = Local(), progress=None):
         tasks = with_steps_evaluated(grid, tasks)
     done = executor.map(_model_task_rows, ((grid, task, time_model, {}) for task in tasks))
     for tid, rows in done:
-        for row in rows:
-            row["task"] = tid
-        yield from rows
+        yield from tagged(tid, rows)
         if progress:
             progress(1)
 
@@ -504,9 +509,7 @@ def run(grid: Grid, out: str | Path, settings: RunSettings = RunSettings(), exec
         else:
             done = _local_task_rows(grid, settings, measurer, todo, time_model, prov, stack)
         for tid, rows in done:
-            for row in rows:
-                row["task"] = tid
-            store.append(tid, rows)
+            store.append(tid, tagged(tid, rows))
             bar.update(1)
             if after_task:
                 after_task(tid)
