@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..memory.cached_fit import served_from_cache
 from ..memory.allocator import AllocatorOutOfMemory, CachingAllocatorModel, replay, round_size, segment_size
 from .lines import LedgerLine
 
@@ -45,7 +46,9 @@ def run_allocator(boot_events: list[tuple], steps, free_bytes: int | None, expan
                   retry: bool = True) -> AllocatorRun:
     """Replay ``boot_events`` then each ``(engine step, events)`` of ``steps`` (a step's keys its
     own: every block a step allocates is freed by its end); the driver gives the boot buffers plus
-    ``free_bytes`` (None: no limit).  ``retry``: a segment past the limit
+    ``free_bytes`` (None: no limit).  A step may carry its events' ``memory.cached_fit.Demand`` as a
+    third item: where the allocator's cached blocks serve it, replaying it would leave every number
+    here as it is, and it is not replayed.  ``retry``: a segment past the limit
     first makes the allocator give its cached segments back (PyTorch's free-and-retry); without
     it (unified memory, where the driver fails first) the run fails there."""
     alloc = CachingAllocatorModel(**({"expandable_segments": True} if expandable else {}))
@@ -56,7 +59,9 @@ def run_allocator(boot_events: list[tuple], steps, free_bytes: int | None, expan
         alloc.limit = held + free_bytes
     high, high_step = 0, None
     malloc, free = alloc.malloc, alloc.free
-    for step, events in steps:
+    for step, events, *known in steps:
+        if known and known[0] is not None and served_from_cache(alloc, known[0]):
+            continue
         handles = {}
         for event in events:
             if event[0] == "free":

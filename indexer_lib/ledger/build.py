@@ -6,11 +6,13 @@ and the boot buffers, ``engines.profile_run_logits_bytes`` for the profile run's
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from ..fast import young_only
 from ..memory import make_plan, memory_report
 from ..presets import format_bytes
 from ..memory.decode import decode_logits_cols, decode_step_bytes
+from ..memory.cached_fit import NOTHING, demand
 from ..memory.events import plan_events
 from .allocator import AllocatorRun, run_allocator
 from .boot import boot_events, boot_lines
@@ -83,51 +85,91 @@ def run_ledger(steps, strategy, budget_bytes: int | None, settings, free: FreeMe
     ``strategy`` at ``budget_bytes`` under ``settings`` and the server's ``sizes``; each decoding
     request takes ``1 + drafts`` decode tokens.  Identical steps are planned once.
     ``progress(n)``: called per step."""
-    max_model_len, topk_rows, drafts = sizes.max_model_len, sizes.topk_rows, sizes.drafts
-    planned: dict[tuple, tuple] = {}
-    decode_of: dict[int, int | None] = {}  # a decode step's logits by its decode tokens
-    worst_prefill = worst_decode = None  # worst_decode: (bytes, decode tokens, engine step)
-    first = None
-    alloc_steps = []
-    n_prefill = n_decode = chunks = 0
-    for s in steps:
-        events = []
-        if s.batch is not None:
-            key = (s.batch.query_lens, s.batch.seq_lens)
-            if key not in planned:
-                plan = make_plan(s.batch, strategy, budget_bytes, settings)
-                report = memory_report(plan, topk_rows=topk_rows)
-                planned[key] = (plan, report, plan_events(plan, report, "p", persistent=False))
-            plan, report, step_events = planned[key]
-            first = first or (plan, report)
-            if worst_prefill is None or report.peak_transient > worst_prefill[1].peak_transient:
-                worst_prefill = (plan, report, s.step)
-            events += step_events
-            n_prefill += 1
-            chunks += plan.num_chunks
-        tokens = s.num_decode * (1 + drafts)
-        if tokens and first is not None:
-            if tokens not in decode_of:
-                decode_of[tokens] = decode_step_bytes(first[0].settings, tokens, max_model_len)
-            nbytes = decode_of[tokens]
-            if nbytes is not None:
-                if worst_decode is None or nbytes > worst_decode[0]:
-                    worst_decode = (nbytes, tokens, s.step)
-                events += [("malloc", "decode", nbytes), ("free", "decode")]
-            n_decode += 1
-        alloc_steps.append((s.step, events))
-        if progress is not None:
-            progress(1)
-    if first is None:
+    # a long run plans a hundred thousand steps and keeps their events: collections walk only
+    # what the run makes, once, after what it no longer needs is gone
+    with young_only():
+        return _run_ledger(steps, strategy, budget_bytes, settings, free, sizes, progress)
+
+
+def _run_ledger(steps, strategy, budget_bytes: int | None, settings, free: FreeMemory | None, sizes: ServerSizes,
+                progress) -> RunLedger:
+    walked = _walk(steps, strategy, budget_bytes, settings, sizes, progress)
+    if walked.first is None:
         raise ValueError("no prefill steps: the schedule has nothing for the indexer to do")
-    plan, report = first
+    plan, report = walked.first
+    max_model_len = sizes.max_model_len
     lines = boot_lines(plan, report, max_model_len, sizes.worst_decode_tokens, sizes.budget_mb)
     lines += sizes.graph_lines
-    lines.append(prefill_line(worst_prefill[0], worst_prefill[1], worst_prefill[2]))
-    if worst_decode is not None:
-        lines.append(decode_line(plan, worst_decode[1], max_model_len, worst_decode[2]))
-    ledger, run = _with_allocator(lines, settings, free, alloc_steps, sizes.expandable)
-    return RunLedger(ledger, run, n_prefill, n_decode, chunks)
+    lines.append(prefill_line(*walked.worst_prefill))
+    if walked.worst_decode is not None:
+        lines.append(decode_line(plan, walked.worst_decode[1], max_model_len, walked.worst_decode[2]))
+    ledger, run = _with_allocator(lines, settings, free, walked.alloc_steps, sizes.expandable)
+    return RunLedger(ledger, run, walked.prefill_steps, walked.decode_steps, walked.chunks)
+
+
+@dataclass
+class _Walked:
+    """What ``run_ledger`` keeps of the steps: the first prefill step's plan and report, the
+    worst prefill step's (plan, report, engine step) and decode step's (bytes, decode tokens,
+    engine step), each step's allocations and the counts."""
+
+    first: tuple | None = None
+    worst_prefill: tuple | None = None
+    worst_decode: tuple | None = None
+    alloc_steps: list = field(default_factory=list)
+    prefill_steps: int = 0
+    decode_steps: int = 0
+    chunks: int = 0
+
+
+def _walk(steps, strategy, budget_bytes: int | None, settings, sizes: ServerSizes, progress) -> _Walked:
+    """Each step planned (identical steps once), its allocations in the executor's order with
+    their demand on the allocator's cache (``memory.cached_fit``)."""
+    max_model_len, topk_rows, drafts = sizes.max_model_len, sizes.topk_rows, sizes.drafts
+    # per distinct batch: (chunks, transient peak, events, their demand); a repeated batch is
+    # never a new worst
+    planned: dict[tuple, tuple] = {}
+    decode_of: dict[int, tuple | None] = {}  # a decode step's (logits, events, demand) by its decode tokens
+    out = _Walked()
+    for s in steps:
+        events, need = (), NOTHING
+        if s.batch is not None:
+            key = (s.batch.query_lens, s.batch.seq_lens)
+            known = planned.get(key)
+            if known is None:
+                plan = make_plan(s.batch, strategy, budget_bytes, settings)
+                report = memory_report(plan, topk_rows=topk_rows)
+                step_events = tuple(plan_events(plan, report, "p", persistent=False))
+                known = planned[key] = (plan.num_chunks, report.peak_transient, step_events, demand(step_events))
+                out.first = out.first or (plan, report)
+                if out.worst_prefill is None or known[1] > out.worst_prefill[1].peak_transient:
+                    out.worst_prefill = (plan, report, s.step)
+            _, _, events, need = known
+            out.prefill_steps += 1
+            out.chunks += known[0]
+        tokens = s.num_decode * (1 + drafts)
+        if tokens and out.first is not None:
+            if tokens not in decode_of:
+                decode_of[tokens] = _decode_events(decode_step_bytes(out.first[0].settings, tokens, max_model_len))
+            decode = decode_of[tokens]
+            if decode is not None:
+                if out.worst_decode is None or decode[0] > out.worst_decode[0]:
+                    out.worst_decode = (decode[0], tokens, s.step)
+                events += decode[1]
+                need = None if need is None else need.then(decode[2])
+            out.decode_steps += 1
+        out.alloc_steps.append((s.step, events, need))
+        if progress is not None:
+            progress(1)
+    return out
+
+
+def _decode_events(nbytes: int | None) -> tuple | None:
+    """(bytes, events, demand) of a decode step's logits; None where the release's decode path is not read."""
+    if nbytes is None:
+        return None
+    events = (("malloc", "decode", nbytes), ("free", "decode"))
+    return nbytes, events, demand(events)
 
 
 def _with_allocator(lines: list[LedgerLine], settings, free: FreeMemory | None, alloc_steps,

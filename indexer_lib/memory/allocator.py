@@ -124,6 +124,14 @@ class CachingAllocatorModel:
             pool = self._free_blocks[self.segments[block.segment].small]
             pool.add(merge_free(block, pool.remove))
 
+    def cached_sizes(self, small: bool) -> list[int]:
+        """The sizes of a pool's free blocks that best fit may hand out (mapped ones, under
+        expandable segments), ascending; not to be changed."""
+        if self._free_blocks is None:
+            return sorted(b.size for seg in self.segments if seg is not None and seg.small == small
+                          for b in seg if b.free and b.mapped)
+        return self._free_blocks[small].sizes
+
     def empty_cache(self) -> None:
         """Return wholly free segments to the driver, and the free pages of expandable ones
         (release_cached_blocks, CUDACachingAllocator.cpp:2772-2797)."""
@@ -247,15 +255,17 @@ class CachingAllocatorModel:
             return False
         return not (size >= limit and block.size >= size + LARGE_BUFFER)
 
+    def least_kept(self, small: bool) -> int:
+        """The fewest bytes left over of a free block that ``_split`` keeps as a free block."""
+        return MIN_BLOCK if small or self.expandable_segments else SMALL_SIZE + 1
+
     def _split(self, block: Block, size: int, small: bool) -> None:
         """should_split (CUDACachingAllocator.cpp:2478-2486): keep the remainder as a free block when
         it is worth it: 512 bytes in the small pool and in every pool of expandable segments; in the
         large pool otherwise more than 1 MiB, and never for a request of max_split_size or more."""
-        remaining = block.size - size
-        if small or self.expandable_segments:
-            worth = remaining >= MIN_BLOCK
-        else:
-            worth = remaining > SMALL_SIZE and (self.max_split_size is None or size < self.max_split_size)
+        worth = block.size - size >= self.least_kept(small)
+        if not (small or self.expandable_segments):
+            worth = worth and (self.max_split_size is None or size < self.max_split_size)
         if worth:
             rest = split(block, size)
             if self._free_blocks is not None:

@@ -44,15 +44,15 @@ def plan_events(plan: Plan, report: MemoryReport, key: str, inputs: bool = False
     malloc("call", report.call)  # an engine's per-call K and top-k, held through the call
     chunks = plan.chunks
     merged = merged_chunks(chunks)
-    rows_keys = [(c.token_start, c.token_end) for c in chunks]
+    rows_keys = [(c.token_start, c.token_end) for c in chunks] if any(merged) else None
     last_i = len(chunks) - 1
     for i, (c, mem) in enumerate(zip(chunks, report.chunks)):
-        rows_key = rows_keys[i]
-        first = merged[i] and (i == 0 or rows_keys[i - 1] != rows_key)
-        last = merged[i] and (i == last_i or rows_keys[i + 1] != rows_key)
         n = f"{i}/"
-        if first:
-            malloc("running", mem.running // 2)
+        if merged[i]:
+            first = i == 0 or rows_keys[i - 1] != rows_keys[i]
+            last = i == last_i or rows_keys[i + 1] != rows_keys[i]
+            if first:
+                malloc("running", mem.running // 2)
         index_bytes = INT32_BYTES * c.num_rows
         malloc(n + "ks", index_bytes)
         malloc(n + "ke", index_bytes)
@@ -70,10 +70,13 @@ def plan_events(plan: Plan, report: MemoryReport, key: str, inputs: bool = False
         # freed once the next chunk's logits exist
         keep = i != last_i and report.chunks[i + 1].held
         for name in ("kv", "candidates", "slots", "ke", "ks"):
-            free(n + name)
+            block = prefix + n + name
+            if block in live:  # the blocks this chunk allocated (the others were never asked for)
+                del live[block]
+                append(("free", block))
         if not keep:
             free(n + "logits")
-        if last:
+        if merged[i] and last:
             free("running")
     for block in list(live):
         free(block[len(prefix):])

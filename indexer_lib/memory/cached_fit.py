@@ -1,0 +1,94 @@
+"""Whether a step's allocations are all served from the caching allocator's cached blocks, so
+that replaying them would leave the allocator as it was.
+
+A step's events (``("malloc", key, bytes)`` / ``("free", key)``, ``memory.events``) that free
+every block they allocate take nothing new from the driver where, in each pool, best fit finds a
+block at every request.  Two ways this is sure, pool by pool:
+- the pool holds at least as many free blocks of the step's largest request (rounded) as the
+  step holds blocks of the pool at once: each live block was cut from one free block at most,
+  and a freed block merges back with what is left of it, so at every request one of those free
+  blocks is still whole;
+- one free block holds every request of the step in the pool (rounded) and, besides, the
+  fewest bytes the allocator keeps as a free block when it cuts a request from a larger one
+  (``least_kept``, should_split): a request cut from the block's free end leaves at least that
+  much there, which stays a free block, and that end shrinks only by the requests cut from it,
+  so it always holds the next request.
+No segment is then added or given back, and once every block is freed again the free blocks
+merge back into the layout they had (the allocator never keeps two free neighbours apart), so
+the allocator ends as it began, its reserved bytes and their peak included; only its handle
+counter and its peak of allocated bytes are not moved.  Without a ``max_split_size`` only: that
+rule lets best fit refuse a block that fits.
+
+``demand`` reads what the test needs of events once (a run's steps repeat their events);
+``served_from_cache`` is the test, against the allocator's state when the step starts.
+"""
+from __future__ import annotations
+
+from bisect import bisect_left
+from typing import NamedTuple
+
+from .allocator import SMALL_SIZE, CachingAllocatorModel, round_size
+
+
+class PoolDemand(NamedTuple):
+    most_live: int  # blocks of the pool live at once, the one being asked for included
+    largest: int  # the largest request, rounded as the allocator rounds it
+    total: int  # every request, rounded
+
+
+class Demand(NamedTuple):
+    small: PoolDemand
+    large: PoolDemand
+
+    def then(self, other: Demand) -> Demand:
+        """The demand of these events followed by ``other``'s (each frees what it allocates)."""
+        return Demand(*(PoolDemand(max(a.most_live, b.most_live), max(a.largest, b.largest), a.total + b.total)
+                        for a, b in zip(self, other)))
+
+
+NOTHING = Demand(PoolDemand(0, 0, 0), PoolDemand(0, 0, 0))  # events that allocate nothing
+
+
+def demand(events) -> Demand | None:
+    """What ``served_from_cache`` reads of ``events``; None for events the test does not cover (a
+    block left allocated at the end, a key allocated twice, a free of a key not allocated)."""
+    live: dict = {}  # key -> its pool (1: small, 0: large)
+    # per pool (index 0: large, 1: small): blocks live now, most live at once, largest, total
+    count, most, largest, total = [0, 0], [0, 0], [0, 0], [0, 0]
+    for event in events:
+        if event[0] == "malloc":
+            if event[1] in live:
+                return None
+            size = round_size(event[2])
+            pool = live[event[1]] = int(size <= SMALL_SIZE)
+            now = count[pool] = count[pool] + 1
+            if now > most[pool]:
+                most[pool] = now
+            if size > largest[pool]:
+                largest[pool] = size
+            total[pool] += size
+        else:
+            pool = live.pop(event[1], None)
+            if pool is None:
+                return None
+            count[pool] -= 1
+    if live:
+        return None
+    return Demand(PoolDemand(most[1], largest[1], total[1]), PoolDemand(most[0], largest[0], total[0]))
+
+
+def served_from_cache(model: CachingAllocatorModel, need: Demand) -> bool:
+    """Whether replaying events of demand ``need`` on ``model`` now takes every block from its cached
+    free blocks and leaves it as it was (see the module's docstring)."""
+    if model.max_split_size is not None:
+        return False
+    for small, pool in ((True, need.small), (False, need.large)):
+        if not pool.most_live:
+            continue
+        sizes = model.cached_sizes(small)
+        if not sizes:
+            return False
+        whole = len(sizes) - bisect_left(sizes, pool.largest)  # free blocks the largest request fits
+        if whole < pool.most_live and sizes[-1] - pool.total < model.least_kept(small):
+            return False
+    return True
