@@ -197,6 +197,10 @@ def scheduler_from_args(args, settings):
     """(the scheduler the workloads run on, the settings given that differ from the release's)."""
     from ..engines.kv_capacity import deployment_kv_cache
 
+    # the deployment's settings as the frontier takes them; SGLang's fraction is auto's own option
+    # (default 0.9), which sizes its budget and cache below
+    deployment = part_from_args(Deployment, args).where(mem_fraction_static=None)
+    deployment.check_engines((settings.engine,))
     # the share of the GPU the release gives weights and KV: vLLM's utilization, SGLang's static fraction
     share = (args.mem_fraction_static if settings.profile.engine == "sglang" and args.kv_cache_tokens == "auto"
              else args.gpu_memory_utilization)
@@ -206,11 +210,7 @@ def scheduler_from_args(args, settings):
                                    share, args.kv_cache_dtype, args.speculative_tokens)
     (scheduler,) = part_from_args(SchedulerSettings, args).configs(
         settings.engine, settings.preset.kv_block, settings.gpu, args.speculative_tokens,
-        kv_cache.tokens if kv_cache else args.kv_cache_tokens)
-    # the deployment's settings as the frontier takes them; SGLang's fraction is auto's own option
-    # (default 0.9), which sizes its budget and cache above
-    deployment = part_from_args(Deployment, args).where(mem_fraction_static=None)
-    deployment.check_engines((settings.engine,))
+        kv_cache.tokens if kv_cache else args.kv_cache_tokens, args.dp)
     why = deployment.tp_refusal(settings.engine, scheduler)
     if why:
         raise UsageError(f"--tp {args.tp}: {why}")

@@ -80,7 +80,8 @@ def cmd_deploy(args) -> int:
                     args.max_model_len, *(one_value(args, name) for name in SCHEDULER_FLAGS),
                     args.async_scheduling, args.speculative_tokens, args.kv_cache_tokens, args.kv_cache_dtype,
                     args.budget_mb, args.expandable_segments, args.indexer_tp_shard_min_rows, args.workspace_tokens,
-                    args.cuda_graph_backend_prefill in ("breakable", "full"), args.cuda_graph_prefill_max_context)
+                    args.cuda_graph_backend_prefill in ("breakable", "full"), args.cuda_graph_prefill_max_context,
+                    args.dp)
     with tqdm(desc="deploy: the ledger over the schedule", unit=" steps", disable=None, leave=False) as bar:
         d = deployment_ledger(server, workload, args.strategy, args.free_gib, bar)
     ledger, profile, model = d.run.ledger, d.settings.profile, d.settings.preset
@@ -91,7 +92,7 @@ def cmd_deploy(args) -> int:
                 others.append((name, deployment_ledger(changed, workload, args.strategy, args.free_gib, bar)))
     if args.json:
         print(json.dumps({
-            "model": model.name, "engine": profile.name, "gpu": d.settings.gpu, "tp": args.tp,
+            "model": model.name, "engine": profile.name, "gpu": d.settings.gpu, "tp": args.tp, "dp": args.dp,
             "strategy": args.strategy, "budget_bytes": d.budget_bytes, "max_model_len": d.max_model_len,
             "expandable_segments": args.expandable_segments,
             "workload": {"concurrency": workload.concurrency, "isl": workload.isl, "osl": workload.osl,
@@ -106,7 +107,8 @@ def cmd_deploy(args) -> int:
             **({"what_ifs": [what_if_json(name, o) for name, o in [("as given", d)] + others]} if args.what_if else {})}))
         return verdict_code(ledger)
     label = f" ({workload.label})" if workload.label else ""
-    print(f"{model.name} on {profile.name}, {d.settings.gpu} x TP {args.tp}, workload {args.workload}{label}, "
+    ranks = f", DP attention {args.dp} ranks (one planned)" if args.dp != 1 else ""
+    print(f"{model.name} on {profile.name}, {d.settings.gpu} x TP {args.tp}{ranks}, workload {args.workload}{label}, "
           f"{args.strategy} strategy (modelled):")
     own = "" if args.max_model_len is not None else " (the model's)"
     print(f"  settings: {'not the release default: ' + d.not_default if d.not_default else 'the release defaults'}"

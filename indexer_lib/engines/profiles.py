@@ -129,6 +129,11 @@ class EngineProfile:
     # vLLM 0.33: with TP > 1 a step of at least this many prefill rows is split over the TP ranks,
     # each scoring its own rows (not modelled: refused); None: every rank scores every row
     tp_prefill_row_shard_min_rows: int | None = None
+    # SGLang's DP attention (--dp-size N --enable-dp-attention; --attn-dp-size N from 0.5.22): N
+    # ranks, each with its own scheduler, its chunked_prefill_size and a given
+    # max_running_requests divided by N, and the requests dealt round robin (``engines.dp_attention``);
+    # False: the release has no such mode, or it is not read
+    dp_attention: bool = False
     # whether a lone request (the only one running or waiting) takes its chunk past
     # long_prefill_token_threshold (vLLM 0.33.0: nobody to starve) or is capped as any other (before)
     scheduler_threshold_lone_exempt: bool = True

@@ -6,6 +6,7 @@ is given; a given setting that differs is named next to the number (``not_defaul
 from __future__ import annotations
 
 from ..workload import SchedulerConfig
+from .dp_attention import dp_phrase, rank_sizes
 from .gpus import scheduler_gpu_defaults
 from .profiles import EngineProfile, get_engine
 
@@ -14,21 +15,24 @@ SCHEDULER_SETTINGS = ("max_num_batched_tokens", "max_num_seqs", "long_prefill_to
                       "async_scheduling")
 
 
-def scheduler_defaults(engine: str | EngineProfile | None, gpu=None) -> dict:
+def scheduler_defaults(engine: str | EngineProfile | None, gpu=None, dp: int = 1) -> dict:
     """The release's default for each scheduler setting (``data/engines/``, with sources) on
-    ``gpu`` (a name or a ``GpuPreset``; None: an H200, the GPU the profiles' figures are for)."""
+    ``gpu`` (a name or a ``GpuPreset``; None: an H200, the GPU the profiles' figures are for), of
+    one rank of ``dp`` (SGLang's DP attention: ``engines.dp_attention``)."""
     profile = get_engine(engine)
     values = {name: getattr(profile, f"scheduler_{name}") for name in SCHEDULER_SETTINGS}
     if gpu is not None:
         values.update(scheduler_gpu_defaults(profile, gpu))
+    values.update(rank_sizes(profile, values["max_num_batched_tokens"], values["max_num_seqs"], False, dp))
     return values
 
 
 def release_scheduler(engine: str | EngineProfile | None, block_size: int, gpu=None, kv_cache_tokens: int = 0,
-                      **given) -> SchedulerConfig:
+                      dp: int = 1, **given) -> SchedulerConfig:
     """The scheduler as the release runs it on ``gpu`` (None: an H200): its defaults, with the
     settings given (not None) in their place; ``kv_cache_tokens`` (0: room for every running
-    request) becomes whole KV blocks."""
+    request) becomes whole KV blocks; ``dp``: the scheduler of one of that many DP attention ranks,
+    the server's sizes divided as the release divides them (``engines.dp_attention``)."""
     if kv_cache_tokens:
         given["num_kv_blocks"] = -(-kv_cache_tokens // block_size)
     unknown = set(given) - set(SCHEDULER_SETTINGS) - {"num_kv_blocks", "enable_prefix_caching", "speculative_tokens"}
@@ -36,6 +40,8 @@ def release_scheduler(engine: str | EngineProfile | None, block_size: int, gpu=N
         raise TypeError(f"release_scheduler: no scheduler setting {sorted(unknown)[0]!r}")
     values = scheduler_defaults(engine, gpu)
     values.update({k: v for k, v in given.items() if v is not None})
+    values.update(rank_sizes(engine, values["max_num_batched_tokens"], values["max_num_seqs"],
+                             given.get("max_num_seqs") is not None, dp))
     drafts = values.get("speculative_tokens") or 0
     # which decodes the release's indexer takes in its prefill path (data/engines/, with sources)
     profile = get_engine(engine)
@@ -45,16 +51,17 @@ def release_scheduler(engine: str | EngineProfile | None, block_size: int, gpu=N
                            reserve_full_isl=profile.scheduler_reserve_full_isl,
                            threshold_lone_exempt=profile.scheduler_threshold_lone_exempt,
                            free_uncached_first=profile.scheduler_free_uncached_first,
-                           pad_new_decodes=profile.scheduler_pad_new_decodes, **values)
+                           pad_new_decodes=profile.scheduler_pad_new_decodes, dp=dp, **values)
 
 
 def not_default(engine: str | EngineProfile | None, config: SchedulerConfig, gpu=None, kv_cache=None) -> list[str]:
     """The settings of ``config`` that differ from the release's defaults on ``gpu``, each as
     ``name=value (default D)``: what a table or a title must name next to its numbers; ``kv_cache``
     (``engines.kv_capacity.KvCapacity``): the cache was derived, and is named with its derivation."""
-    defaults = scheduler_defaults(engine, gpu)
+    defaults = scheduler_defaults(engine, gpu, config.dp)  # one rank's, where there are several
     differ = [f"{name}={getattr(config, name)} (default {default})" for name, default in defaults.items()
               if getattr(config, name) != default]
+    differ += [dp_phrase(config.dp)] if config.dp != 1 else []
     if config.speculative_tokens:  # no release serves with speculative decoding unless asked
         differ.append(f"speculative_tokens={config.speculative_tokens} (default 0)")
     if config.num_kv_blocks:  # the default is a cache with room for every running request

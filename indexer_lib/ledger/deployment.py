@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from ..checks import BadValue
 from ..padding import align
 from ..engines import process_budget, release_scheduler
+from ..engines.dp_attention import check_dp
 from ..engines.kv_capacity import KvCapacity, deployment_kv_cache
 from ..engines.scheduler import not_default_text, scheduler_defaults, tp_row_shard_refusal
 from ..plan import PlanSettings, get_strategy
@@ -46,6 +47,7 @@ class Server:
     # --cuda-graph-prefill-max-context (None: the model's context)
     cuda_graph_prefill: bool = False
     cuda_graph_prefill_max_context: int | None = None
+    dp: int = 1  # SGLang: DP attention ranks (--dp-size with --enable-dp-attention); one is planned
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,7 @@ def deployment_ledger(server: Server, workload: ClosedLoopWorkload, strategy: st
         check_within_gpu("budget_mb", budget_bytes_from_mb(server.budget_mb), settings.gpu,
                          f"budget_mb {server.budget_mb:g}")
     chosen = get_strategy(strategy)
+    check_dp(profile, server.tp, server.dp, server.kv_cache_tokens == "auto")
     # the memory fraction sizes the KV cache only where it is derived; it always sizes the free memory
     derived = server.kv_cache_tokens == "auto"
     share = server.mem_fraction_static if profile.engine == "sglang" else server.gpu_memory_utilization
@@ -96,7 +99,7 @@ def deployment_ledger(server: Server, workload: ClosedLoopWorkload, strategy: st
                              share if derived else None, server.kv_cache_dtype if derived else "auto",
                              server.speculative_tokens)
     scheduler = release_scheduler(profile, model.kv_block, settings.gpu,
-                                  kv.tokens if kv is not None else server.kv_cache_tokens,
+                                  kv.tokens if kv is not None else server.kv_cache_tokens, server.dp,
                                   max_num_batched_tokens=server.max_num_batched_tokens,
                                   max_num_seqs=server.max_num_seqs,
                                   long_prefill_token_threshold=server.long_prefill_token_threshold,

@@ -8,6 +8,7 @@ from ..checks import BadValue, check_int
 from ..engines import DEFAULT_ENGINE, engine_names, get_engine
 from ..engines.budget import SGLANG_MEM_FRACTION_STATIC
 from ..engines.kv_capacity import KV_CACHE_DTYPES, KvCapacity, deployment_kv_cache
+from ..engines.dp_attention import check_dp
 from ..engines.scheduler import tp_row_shard_refusal
 from ..workload import SchedulerConfig
 from ..workload.simulator import MAX_SPECULATIVE_TOKENS
@@ -54,6 +55,13 @@ class Deployment(Settings):
         1, "tensor-parallel size, named next to the numbers; it changes no step: every rank runs the whole "
            "indexer (all its heads), and TP only sizes the KV cache per GPU, which --kv-cache-tokens gives "
            "(default: 1)", read="int")
+    # SGLang's DP attention: the ranks of attention TP tp / dp, each with its own scheduler; one
+    # rank is planned, as the indexer's memory is per GPU (``engines.dp_attention``)
+    dp: int = setting(
+        1, "SGLang: DP attention ranks (the server's --dp-size N --enable-dp-attention, or --attn-dp-size N), "
+           "dividing --tp; one rank is planned: its chunked_prefill_size (and a given --max-num-seqs) divided by "
+           "N as SGLang does, and ceil(concurrency / N) clients, as its round-robin dispatcher deals them "
+           "(default: 1, no DP attention)", read="int")
     # vLLM 0.33.0's attention config indexer_tp_shard_min_rows: at TP > 1 a step of at least this
     # many prefill rows is split over the ranks, which is not modelled (``engines.tp_row_shard_refusal``);
     # None: the release's own (``tp_prefill_row_shard_min_rows`` in data/engines/)
@@ -72,6 +80,7 @@ class Deployment(Settings):
             raise BadValue("kv_cache_dtype", f"kv_cache_dtype {self.kv_cache_dtype!r}: must be one of "
                                              f"{', '.join(KV_CACHE_DTYPES)}")
         check_int("tp", self.tp, 1, 1024)
+        check_int("dp", self.dp, 1, 1024)  # with the release's rules: check_engines
         if self.indexer_tp_shard_min_rows is not None:
             check_int("indexer_tp_shard_min_rows", self.indexer_tp_shard_min_rows, 1)
         m = self.mem_fraction_static
@@ -80,7 +89,10 @@ class Deployment(Settings):
                                                   "(SGLang's --mem-fraction-static)")
 
     def check_engines(self, engines: tuple[str, ...]) -> None:
-        """A setting of one engine's server given to a grid without that engine is refused."""
+        """A setting of one engine's server given to a grid without that engine is refused (DP
+        attention: on every release of the grid)."""
+        for e in engines:
+            check_dp(e, self.tp, self.dp, self.kv_cache_tokens == "auto")
         if self.mem_fraction_static is not None and not any(get_engine(e).engine == "sglang" for e in engines):
             raise BadValue("mem_fraction_static", "mem_fraction_static is SGLang's --mem-fraction-static: the grid "
                                                   f"has no SGLang release ({', '.join(engines)})")

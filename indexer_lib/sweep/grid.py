@@ -78,6 +78,8 @@ class Task:
             parts.append(f"spec{c.speculative_tokens}")
         if c.num_kv_blocks:
             parts.append(f"kvblocks{c.num_kv_blocks}")
+        if c.dp != 1:
+            parts.append(f"dp{c.dp}")
         if self.one_budget and self.budgets_mb[0] is not None:
             parts.append(f"budget{self.budgets_mb[0]:g}")
         if self.one_free:
@@ -99,7 +101,8 @@ def release_schedulers(plan: GridPlan, scheduler: SchedulerSettings,
     """Each release's schedulers on the deployment; one the planners do not model is refused."""
     caches, block = kv_caches(plan, deployment), get_model(plan.model).kv_block
     out = {e: scheduler.configs(e, block, plan.gpu, deployment.speculative_tokens,
-                                caches[e].tokens if caches[e] else deployment.kv_cache_tokens) for e in plan.engine}
+                                caches[e].tokens if caches[e] else deployment.kv_cache_tokens, deployment.dp)
+           for e in plan.engine}
     for e, configs in out.items():
         for config in configs:
             why = deployment.tp_refusal(e, config)

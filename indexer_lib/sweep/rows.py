@@ -37,6 +37,7 @@ from .store import ResultStore
 from ..timemodel.model import TimeModel
 from ..workload import check_int
 from ..workload.lengths import mix_text
+from ..workload.ranks import rank_clients
 
 
 @dataclass(frozen=True)
@@ -138,6 +139,8 @@ def base_row(grid: Grid, task: Task, budget_mb: float | None, free_gib: float, m
         # the deployment: draft tokens per decode, and the KV cache in tokens (0: room for every request)
         "speculative_tokens": config.speculative_tokens,
         "kv_cache_tokens": config.num_kv_blocks * config.block_size, "tp": grid.tp,
+        # SGLang's DP attention: the ranks, and the clients of the one planned (the busiest)
+        "dp": config.dp, "rank_concurrency": rank_clients(workload.concurrency, config.dp),
         # the scheduler settings that differ from the release's defaults ('' where none does)
         "not_default": "; ".join([d for d in [not_default_text(task.engine, config)] if d]
                                  + grid.deployment_not_default(task.engine)),

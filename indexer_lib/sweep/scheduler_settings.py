@@ -48,11 +48,11 @@ class SchedulerSettings(Settings):
         check_source(self.workload_source)
 
     def configs(self, engine: str, block_size: int, gpu: str, speculative_tokens: int,
-                kv_cache_tokens: int) -> tuple[SchedulerConfig, ...]:
+                kv_cache_tokens: int, dp: int = 1) -> tuple[SchedulerConfig, ...]:
         """The scheduler on one release: each setting given, or the release's own default where it is
-        None, one config per combination of the sizes given; the deployment's drafts per decode and KV
-        cache in tokens (0: room for every running request)."""
-        return tuple(release_scheduler(engine, block_size, gpu, max_num_batched_tokens=mnbt, max_num_seqs=seqs,
+        None, one config per combination of the sizes given; the deployment's drafts per decode, KV
+        cache in tokens (0: room for every running request) and DP attention ranks (one rank's)."""
+        return tuple(release_scheduler(engine, block_size, gpu, dp=dp, max_num_batched_tokens=mnbt, max_num_seqs=seqs,
                                        long_prefill_token_threshold=thr, async_scheduling=self.async_scheduling,
                                        speculative_tokens=speculative_tokens, kv_cache_tokens=kv_cache_tokens)
                      for mnbt, seqs, thr in itertools.product(self.max_num_batched_tokens or (None,),

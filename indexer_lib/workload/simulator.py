@@ -15,6 +15,7 @@ from typing import Iterator
 from ..checks import BadValue
 from .batch import PrefillRequest, StepBatch, check_int
 from .kv_blocks import BlockPool
+from .ranks import rank_workload
 from .lengths import (arrange, check_order, check_range_ratio, draw_lengths, length_bounds, mix_prompts, mix_text,
                       parse_mix)
 
@@ -64,6 +65,10 @@ class SchedulerConfig:
     # the indexer computes its logits in the prefill path with its whole context (decodes with
     # drafts included).  0: 1 + speculative_tokens; each release's own rule in data/engines/
     indexer_decode_threshold: int = 0
+    # the data-parallel ranks this scheduler is one of (SGLang's DP attention): each rank runs its
+    # own scheduler on its share of the clients, dealt round robin (``ranks``), and the steps
+    # simulated are the busiest rank's; 1: one scheduler serves every client
+    dp: int = 1
 
     def __post_init__(self):
         check_int("max_num_batched_tokens", self.max_num_batched_tokens, 1, MAX_BATCHED_TOKENS)
@@ -73,6 +78,7 @@ class SchedulerConfig:
         check_int("num_kv_blocks", self.num_kv_blocks, 0)
         check_int("speculative_tokens", self.speculative_tokens, 0, MAX_SPECULATIVE_TOKENS)
         check_int("indexer_decode_threshold", self.indexer_decode_threshold, 0)
+        check_int("dp", self.dp, 1, MAX_CONCURRENCY)
 
     @property
     def most_decode_tokens(self) -> int:
@@ -254,6 +260,7 @@ class _Engine:
     """The simulated engine between steps: who waits, who runs, what is cached, who arrives when."""
 
     def __init__(self, workload: ClosedLoopWorkload, config: SchedulerConfig):
+        workload = rank_workload(workload, config.dp)  # one rank's clients, where there are several
         self.workload, self.config = workload, config
         # a KV cache too small for every running request: blocks are counted, admissions gated and
         # requests preempted as vLLM does; otherwise nothing waits on blocks and none are counted
@@ -571,7 +578,9 @@ def simulate_each_step(workload: ClosedLoopWorkload,
 
 def least_steps(workload: ClosedLoopWorkload, config: SchedulerConfig) -> int:
     """The fewest engine steps the workload's schedule can take: its prompts' tokens past the
-    shared prefix at max_num_batched_tokens a step, and no fewer than its output length."""
+    shared prefix at max_num_batched_tokens a step, and no fewer than its output length (of one
+    rank's share where the scheduler is one of several)."""
+    workload = rank_workload(workload, config.dp)
     shortest = min([length_bounds(workload.isl, workload.random_range_ratio)[0]] + [n for _, n in workload.mix])
     prefill = workload.total_prompts * max(0, shortest - workload.shared_prefix)
     if workload.warm_cache and config.enable_prefix_caching:

@@ -9,6 +9,7 @@ from typing import Iterator
 
 from ..checks import BadValue
 
+from .ranks import rank_workload
 from .simulator import ClosedLoopWorkload, ScheduledStep, SchedulerConfig, check_schedule_size, simulate
 
 
@@ -30,5 +31,5 @@ def scheduled_steps(workload: ClosedLoopWorkload, config: SchedulerConfig = Sche
     if check_source(source) == "vllm":
         from .vllm_scheduler import schedule
 
-        return schedule(workload, config)
+        return schedule(rank_workload(workload, config.dp), config)
     return simulate(workload, config)
