@@ -64,7 +64,7 @@ def test_an_unknown_name_suggests_the_nearest(argv, message, capsys):
 @pytest.mark.parametrize("argv, known", [
     (["--engine", "foo==1"], "one of vllm==0.11.0-0.33.0, sglang==0.5.3-0.5.23, trtllm==1.3.0rc15.post1-1.4.0rc4"),
     (["--strategy", "bogus"], "one of n-only, vllm, per-request, causal, kv-split, fixed-shape, engine"),
-    (["--gpu", "tpu"], "one of b200, b300, gb10, h100, h20, h200, mi355x"),
+    (["--gpu", "tpu"], "one of a100, b200, b300, gb10, gb200, gb300, h100, h20, h200, l40s, mi300x, mi325x"),
     (["--model", "llama"], "one of deepseek-v3.2, "),
 ])
 def test_an_unknown_name_with_nothing_close_lists_the_known_ones_briefly(argv, known, capsys):

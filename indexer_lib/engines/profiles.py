@@ -115,6 +115,9 @@ class EngineProfile:
     # the CUDA capability families (90, 100, 120) on which the release runs DeepGEMM's logits;
     # None: every CUDA GPU
     deepgemm_families: tuple | None = None
+    # the compute-capability majors (9, 10, 12) on which the release has an indexer path for these
+    # models at all (vLLM: a sparse-MLA attention backend; SGLang: a DeepGEMM kernel); None: not read
+    indexer_cuda_majors: tuple | None = None
     # TensorRT-LLM: query rows per indexer chunk (indexer_max_chunk_size's default), and the smaller
     # row counts it picks by the step's longest compressed K: [[more than this many entries, rows], ...]
     chunk_rows: int | None = None
@@ -278,7 +281,7 @@ def _load() -> dict[str, EngineProfile]:
             if overlay is not None:
                 facts = {**facts, **overlay[1]}
             values = {k: v["value"] for k, v in facts.items()}
-            for name in ("metadata", "workspace_factor_long", "deepgemm_families"):
+            for name in ("metadata", "workspace_factor_long", "deepgemm_families", "indexer_cuda_majors"):
                 if values.get(name) is not None:
                     values[name] = tuple(values[name])
             if values.get("chunk_rows_by_kv") is not None:
