@@ -374,7 +374,9 @@ def normalise_engine(spec: str) -> tuple[str, str | None]:
     there (None: nothing but case, spaces and a leading v).  ``vLLM==v0.16.0`` is
     ``vllm==0.16.0``, ``TensorRT-LLM==1.4.0rc4`` is ``trtllm==1.4.0rc4``; a pre-release or
     development build (``0.16.0rc2.dev126``) is planned as the release it leads to, and the note
-    says so (TensorRT-LLM's release candidates are releases: each is a profile of its own)."""
+    says so; one leading to a release without a profile (``0.28.1rc1.dev628``) is planned as the
+    release before it, whose code it is (TensorRT-LLM's release candidates are releases: each is a
+    profile of its own, and an unknown one is refused)."""
     text = str(spec).strip().lower().replace(" ", "")
     engine, sep, version = text.partition("==")
     engine = ENGINE_ALIASES.get(engine, engine)
@@ -393,7 +395,25 @@ def normalise_engine(spec: str) -> tuple[str, str | None]:
         release = f"{engine}=={match.group(1)}"
         if release in _load():
             return release, f"{spec} is a pre-release or development build: planned as {release}"
+        # a build of a release without a profile: its code is the release before it (TensorRT-LLM:
+        # a release candidate is a release, so only its development builds count)
+        leads_to = built.partition("==")[2] if engine == "trtllm" else match.group(1)
+        before = None if engine == "trtllm" and built == name else release_before(engine, leads_to)
+        if before is not None:
+            return before, (f"{spec} is a pre-release or development build of {engine} {leads_to}, which has no "
+                            f"profile: planned as {before}, the release before it (its code)")
     return name, None
+
+
+def release_before(engine: str, version: str) -> str | None:
+    """The latest known release of ``engine`` strictly before ``version`` (None: none, or an
+    unreadable version)."""
+    try:
+        wanted = _parse_version(version)
+    except ValueError:
+        return None
+    before = [r for r in engine_names(engine) if _parse_version(r.split("==")[1]) < wanted]
+    return before[-1] if before else None
 
 
 def nearest_release(name: str) -> str | None:
