@@ -11,6 +11,7 @@ import json
 import os
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -287,6 +288,30 @@ def test_vllm_scheduler_defaults_per_gpu_are_the_releases_own(release, gpu):
     assert (d["max_num_batched_tokens"], d["max_num_seqs"]) == release_batch_defaults(release, get_gpu(gpu))
 
 
+def release_sparse_mla_majors(release: str) -> set[int]:
+    """The compute-capability majors some sparse-MLA attention backend of the release accepts: each
+    ``supports_compute_capability`` of its v1/attention/backends/mla/*sparse*.py, run from its source
+    for majors 7 to 13 (a GPU none accepts stops at startup: 'No valid attention backend found')."""
+    folder = _arg_utils(release).parent.parent / "v1" / "attention" / "backends" / "mla"
+    majors = set()
+    for path in sorted(folder.glob("*sparse*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef) and node.name == "supports_compute_capability":
+                node.decorator_list, node.returns = [], None
+                for arg in node.args.args:
+                    arg.annotation = None
+                namespace = {}
+                exec(compile(ast.fix_missing_locations(ast.Module([node], [])), str(path), "exec"), namespace)
+                accepts = namespace[node.name]
+                majors |= {m for m in range(7, 14) if accepts(None, SimpleNamespace(major=m, minor=0))}
+    return majors
+
+
+@pytest.mark.parametrize("release", ["0.15.1", "0.19.0", "0.20.0", "0.30.0", "0.33.0"])
+def test_vllm_indexer_cuda_majors_are_its_sparse_mla_backends_own(release):
+    assert set(get_engine(f"vllm=={release}").indexer_cuda_majors) == release_sparse_mla_majors(release)
+
+
 def test_vllm_scheduler_defaults_by_gpu_restated():
     """The tiers as the releases state them (OpenAI server): >= 160 GiB from 0.30.0; a GB10 on the
     small tier from 0.33.0."""
@@ -367,3 +392,41 @@ def test_plan_names_the_gpu_and_its_unverified_facts(capsys):
     assert json.loads(out)["gpu_unverified"] == ["hbm_tbps"]
     code, out, err = run(capsys, "plan", "--model", "glm-5", "--query-lens", "4096", "--seq-lens", "65536")
     assert "GPU " not in out  # the default H200: as before
+
+
+# ----------------------------------------------------------------------------- every entry
+
+def test_every_gpu_is_reachable_from_every_entry(capsys):
+    """The command line's --gpu, a sweep's grid, the notebooks' parameters and the dashboard's GPU
+    drop-down all read data/gpus/: a new file is a choice everywhere, planned or refused with why."""
+    from indexer_lib.notebook.widgets import FrontierDashboard
+
+    code, out, err = run(capsys, "plan", "--help")
+    assert code == 0 and f"one of {', '.join(GPUS)} (default h200" in " ".join(out.split())
+    dash = FrontierDashboard(Grid.of(concurrency=(1,), isl=(2048,), strategy=("vllm",)), budget_mb=512)
+    assert list(dash.controls["gpu"].options) == sorted(NAMES)
+    for name in NAMES:
+        why = gpu_refusal("sglang", name)
+        if why is None:
+            assert Grid.of(model="glm-5", engine=("sglang",), gpu=name.upper()).gpu == name
+            assert check_values("03_strategies", {"gpu": name, "engine": "sglang"}).settings().gpu == name
+        else:
+            with pytest.raises(BadValue, match="not planned"):
+                Grid.of(model="glm-5", engine=("sglang",), gpu=name)
+            with pytest.raises(ParameterError, match=rf"'gpu': GPU '{re.escape(name)}': not planned"):
+                check_values("03_strategies", {"gpu": name, "engine": "sglang"})
+    dash.controls["gpu"].value = "l40s"  # refused: the status line says why, the last figure is kept
+    assert "cannot compute" in dash.status.value and "platforms/cuda.py:472-473" in dash.status.value
+
+
+def test_sglang_indexer_cuda_majors_restated_from_its_source():
+    """SGLang 0.5.23: DeepGEMM off below sm90, and the DSA indexer's only CUDA scorer is DeepGEMM's
+    (its torch scorer behind an environment variable)."""
+    root = next(ENGINES.glob("sglang-0.5.23/**/sglang/srt"), None)
+    if root is None:
+        pytest.skip("sglang 0.5.23 is not installed here: bash scripts/install_engines.sh")
+    configurer = (root / "layers/deep_gemm_wrapper/configurer.py").read_text().splitlines()
+    assert "sm_version < 90" in configurer[38]
+    resolve = (root / "layers/attention/dsa/utils.py").read_text().splitlines()[498:504]
+    assert "def resolve_fp8_mqa_logits_fn" in resolve[0] and "return deep_gemm.fp8_mqa_logits" in resolve[-1]
+    assert get_engine("sglang").indexer_cuda_majors == (9, 10, 12)
