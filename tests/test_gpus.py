@@ -109,7 +109,7 @@ def test_facts_a_time_model_reads_and_the_unverified_ones():
     # derived from a sibling part or a rack figure, and said so in the file's note
     assert get_gpu("mi325x").unverified == ("capacity_bytes",)
     assert get_gpu("gb300").unverified == ("capacity_bytes", "sm_count")
-    assert get_gpu("gb200").unverified == ("hbm_tbps",) and get_gpu("rtx-pro-6000").unverified == ("hbm_tbps",)
+    assert get_gpu("gb200").unverified == get_gpu("rtx-pro-6000").unverified == get_gpu("l40s").unverified == ()
     for name in NAMES:
         facts = json.loads((data_path("gpus") / f"{name}.json").read_text())["facts"]
         assert all(facts[u].get("note") for u in get_gpu(name).unverified), name
