@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import re
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from pathlib import Path
@@ -271,6 +272,13 @@ class GpuPreset:
         return int(self.arch[2:]) // 10 * 10
 
     @property
+    def cuda_major(self) -> int | None:
+        """The compute capability's major (8, 9, 10, 12) as the engines' backends test it
+        (``supports_compute_capability``); None off CUDA."""
+        family = self.cuda_family
+        return None if family is None else family // 10
+
+    @property
     def capacity_gib(self) -> float:
         return self.capacity_bytes / GIB
 
@@ -318,14 +326,29 @@ def get_model(name: str) -> ModelPreset:
     raise unknown_name("model", "model", name, sorted(MODELS), near=difflib.get_close_matches(key, list(known), n=3))
 
 
+# words a GPU's name carries that do not change which GPU it is: the vendor and product line, the
+# board, the rack, the memory size and kind (``NVIDIA GB200 NVL72``, ``A100-SXM4-80GB``)
+_NAME_NOISE = re.compile(r"nvidia|amd|instinct|blackwell|server edition|workstation edition|max-?q|superchip|"
+                         r"hgx|dgx|nvl\d*|sxm\d*|pcie|oam|\d+\s*gb|hbm\d*e?|gddr\d*")
+
+
+def gpu_key(name: str) -> str:
+    """A GPU's name as the lookup compares it: lower case, without the words of ``_NAME_NOISE`` and
+    without spaces or punctuation (``GB200 NVL72``, ``gb-200`` and ``NVIDIA GB200`` are ``gb200``)."""
+    return re.sub(r"[^a-z0-9]", "", _NAME_NOISE.sub("", str(name).strip().lower()))
+
+
 def get_gpu(name: str | GpuPreset) -> GpuPreset:
-    """A GPU's preset by name; case and spaces do not matter (``H200`` is ``h200``)."""
+    """A GPU's preset by name, as people and tools write it (``H200``, ``NVIDIA GB200 NVL72``,
+    ``A100-SXM4-80GB``: ``gpu_key``); an unknown name is refused with the nearest known ones."""
     if isinstance(name, GpuPreset):
         return name
-    try:
-        return GPUS[str(name).strip().lower()]
-    except KeyError:
-        raise unknown_name("gpu", "GPU", name, sorted(GPUS)) from None
+    by_key = {gpu_key(n): n for n in GPUS}
+    key = gpu_key(name)
+    if key in by_key:
+        return GPUS[by_key[key]]
+    near = [by_key[k] for k in difflib.get_close_matches(key, list(by_key), n=3)] if key else []
+    raise unknown_name("gpu", "GPU", name, sorted(GPUS), near=near, rule=f"one of {', '.join(sorted(GPUS))}")
 
 
 def free_bytes_from_gib(free_gib: float) -> int:

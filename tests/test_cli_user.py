@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from indexer_lib.checks import BadValue
 from indexer_lib.cli.main import main
 from indexer_lib.engines import get_engine
 from indexer_lib.engines.profiles import normalise_engine
@@ -43,6 +44,35 @@ def test_a_pre_release_build_is_planned_as_its_release_with_a_note(capsys):
                            "planned as vllm==0.16.0")
 
 
+@pytest.mark.parametrize("given, release, leads_to", [
+    ("vllm==0.28.1rc1.dev628", "vllm==0.28.0", "vllm 0.28.1"),  # a nightly of a patch without a profile
+    ("vllm==0.28.1.dev5+g1234abc", "vllm==0.28.0", "vllm 0.28.1"),
+    ("vllm==0.34.0rc1", "vllm==0.33.0", "vllm 0.34.0"),  # past the latest: the latest is its code
+    ("sglang==0.5.24rc1", "sglang==0.5.23", "sglang 0.5.24"),
+    ("trtllm==1.4.0rc5.dev3", "trtllm==1.4.0rc4", "trtllm 1.4.0rc5"),
+])
+def test_a_build_of_a_release_without_a_profile_is_planned_as_the_release_before_it(capsys, given, release, leads_to):
+    name, note = normalise_engine(given)
+    assert name == release and get_engine(given).name == release
+    assert note == (f"{given} is a pre-release or development build of {leads_to}, which has no profile: "
+                    f"planned as {release}, the release before it (its code)")
+    code, out, err = run(capsys, "plan", "--engine", given, "--model", "glm-5", "--query-lens", "1024",
+                         "--seq-lens", "4096")
+    assert code == 0 and out.startswith(f"engine on {release}, glm-5:")
+    assert err == f"indexer-lab: note: {note}\n"
+
+
+@pytest.mark.parametrize("given, nearest", [
+    ("vllm==0.28.1", "vllm==0.28.0"),  # a final release without a profile: refused, the nearest first
+    ("trtllm==1.4.0rc5", "trtllm==1.4.0rc4"),  # TensorRT-LLM's release candidates are releases
+    ("vllm==0.10.0rc1", "vllm==0.11.0"),  # a build before the first known release: nothing is its code
+])
+def test_an_unknown_release_is_refused_with_the_nearest(given, nearest):
+    assert normalise_engine(given) == (given, None)
+    with pytest.raises(BadValue, match=rf"unknown engine release '{re.escape(given)}': did you mean {re.escape(nearest)}"):
+        get_engine(given)
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--engine", "vlm==0.33.0"], "unknown engine release 'vlm==0.33.0': did you mean vllm==0.33.0, "),
     (["--engine", "vlm"], "unknown engine release 'vlm': did you mean vllm?"),
@@ -64,7 +94,7 @@ def test_an_unknown_name_suggests_the_nearest(argv, message, capsys):
 @pytest.mark.parametrize("argv, known", [
     (["--engine", "foo==1"], "one of vllm==0.11.0-0.33.0, sglang==0.5.3-0.5.23, trtllm==1.3.0rc15.post1-1.4.0rc4"),
     (["--strategy", "bogus"], "one of n-only, vllm, per-request, causal, kv-split, fixed-shape, engine"),
-    (["--gpu", "tpu"], "one of b200, b300, gb10, h100, h20, h200, mi355x"),
+    (["--gpu", "tpu"], "one of a100, b200, b300, gb10, gb200, gb300, h100, h20, h200, l40s, mi300x, mi325x"),
     (["--model", "llama"], "one of deepseek-v3.2, "),
 ])
 def test_an_unknown_name_with_nothing_close_lists_the_known_ones_briefly(argv, known, capsys):

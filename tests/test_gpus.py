@@ -9,7 +9,9 @@ import enum
 import importlib.util
 import json
 import os
+import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -26,7 +28,9 @@ from indexer_lib.sweep.rows import RunSettings, spec_of
 REPO = Path(__file__).resolve().parent.parent
 ENGINES = REPO / ".venv-engines"
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-NAMES = ("h100", "h20", "h200", "b200", "b300", "gb10", "mi355x")
+NAMES = ("h100", "h20", "h200", "b200", "b300", "gb200", "gb300", "gb10", "rtx-pro-6000", "a100", "l40s", "mi300x",
+         "mi325x", "mi355x")
+AMD = ("mi300x", "mi325x", "mi355x")
 
 
 def run(capsys, *argv):
@@ -63,6 +67,13 @@ def test_every_gpu_file_loads_with_a_source_for_each_fact():
     ("b300", round(267.69 * GIB), "267.69 GiB"),
     ("gb10", 130602405888, "totalMem=130602405888"),
     ("mi355x", round(287.98 * GIB), "287.98 GiB"),
+    ("gb200", round(184.31 * GIB), "184.31 GiB"),
+    ("gb300", round(276.50 * GIB), "276.50 GiB"),
+    ("rtx-pro-6000", 97250 * MIB, "total_memory=97250MB"),
+    ("a100", round(79.15 * GIB), "79.15 GB"),  # a CUDA device query that prints GiB as GB
+    ("l40s", 45589 * MIB, "total_memory=45589MB"),
+    ("mi300x", 196592 * MIB, "total_memory=196592MB"),
+    ("mi325x", 262128 * MIB, "255.98 GiB"),
 ])
 def test_capacities_are_the_numbers_their_sources_print(name, capacity, printed):
     g = get_gpu(name)
@@ -79,39 +90,71 @@ def test_the_h200_and_b200_capacities_are_unchanged():
 def test_facts_a_time_model_reads_and_the_unverified_ones():
     expected = {"h100": (132, 3.35, "sm90"), "h20": (78, 4.0, "sm90"), "h200": (132, 4.8, "sm90"),
                 "b200": (148, 8.0, "sm100"), "b300": (148, 8.0, "sm103"), "gb10": (48, 0.273, "sm121"),
-                "mi355x": (256, 8.0, "gfx950")}
+                "mi355x": (256, 8.0, "gfx950"), "gb200": (152, 8.0, "sm100"), "gb300": (160, 8.0, "sm103"),
+                "rtx-pro-6000": (188, 1.792, "sm120"), "a100": (108, 2.039, "sm80"), "l40s": (142, 0.864, "sm89"),
+                "mi300x": (304, 5.3, "gfx942"), "mi325x": (304, 6.0, "gfx942")}
     for name, (sms, tbps, arch) in expected.items():
         g = get_gpu(name)
         assert isinstance(g.sm_count, int) and isinstance(g.hbm_tbps, float)
         assert (g.sm_count, g.hbm_tbps, g.arch) == (sms, tbps, arch)
     assert get_gpu("gb10").unified_memory and not get_gpu("h200").unified_memory
-    assert [g.cuda_family for g in map(get_gpu, NAMES)] == [90, 90, 90, 100, 100, 120, None]
+    assert [g.cuda_family for g in map(get_gpu, NAMES)] == [90, 90, 90, 100, 100, 100, 100, 120, 120, 80, 80,
+                                                            None, None, None]
+    assert [get_gpu(n).cuda_major for n in ("a100", "l40s", "h200", "gb300", "rtx-pro-6000", "mi300x")] == [
+        8, 8, 9, 10, 12, None]
     # derived or unread figures say so
     assert get_gpu("mi355x").unverified == ("capacity_bytes",)
     assert "hbm_tbps" in get_gpu("h100").unverified and "hbm_tbps" in get_gpu("h20").unverified
     assert get_gpu("h200").unverified == ()
+    # derived from a sibling part or a rack figure, and said so in the file's note
+    assert get_gpu("mi325x").unverified == ("capacity_bytes",)
+    assert get_gpu("gb300").unverified == ("capacity_bytes", "sm_count")
+    assert get_gpu("gb200").unverified == get_gpu("rtx-pro-6000").unverified == get_gpu("l40s").unverified == ()
+    for name in NAMES:
+        facts = json.loads((data_path("gpus") / f"{name}.json").read_text())["facts"]
+        assert all(facts[u].get("note") for u in get_gpu(name).unverified), name
 
 
 def test_gpu_names_as_people_write_them():
     assert get_gpu(" H200 ") is GPUS["h200"]
     assert get_gpu(GPUS["b300"]) is GPUS["b300"]
     assert isinstance(get_gpu("GB10"), GpuPreset)
+    # the vendor, the board, the rack and the memory size do not change which GPU it is
+    for given, name in [("gb-200", "gb200"), ("GB200 NVL72", "gb200"), ("NVIDIA GB300", "gb300"),
+                        ("RTX PRO 6000 Blackwell Server Edition", "rtx-pro-6000"), ("rtx pro 6000", "rtx-pro-6000"),
+                        ("A100-SXM4-80GB", "a100"), ("NVIDIA L40S", "l40s"), ("AMD Instinct MI300X", "mi300x"),
+                        ("H100 80GB HBM3", "h100"), ("mi-325x", "mi325x")]:
+        assert get_gpu(given).name == name, given
+
+
+@pytest.mark.parametrize("given, nearest", [
+    ("rtx6000", "did you mean rtx-pro-6000?"),  # the RTX 6000 Ada is another GPU: not taken for it
+    ("mi355", "did you mean mi355x or mi325x?"),
+    ("gb100", "did you mean gb10, gb300 or gb200?"),
+    ("a10", "did you mean a100?"),
+])
+def test_a_misspelt_gpu_is_refused_with_the_nearest(capsys, given, nearest):
+    with pytest.raises(BadValue, match=rf"^unknown GPU '{given}': {re.escape(nearest)}$"):
+        get_gpu(given)
+    code, out, err = run(capsys, "plan", "--gpu", given, "--query-lens", "8", "--seq-lens", "8")
+    assert code == 2 and err.count("\n") == 1 and nearest in err
 
 
 # ----------------------------------------------------------------------------- refused input
 
 def test_an_unknown_gpu_is_one_line_naming_it_and_the_choices(capsys):
-    with pytest.raises(BadValue, match=r"unknown GPU 'a100': did you mean h100\?$"):
-        get_gpu("a100")
-    with pytest.raises(BadValue, match=r"unknown GPU 'tpu': must be one of b200, b300, gb10, h100, h20, h200, mi355x$"):
+    with pytest.raises(BadValue, match=r"unknown GPU 'h300': did you mean h200, h100 or b300\?$"):
+        get_gpu("h300")
+    with pytest.raises(BadValue, match=r"unknown GPU 'tpu': must be one of a100, b200, b300, gb10, gb200, gb300, h100, "
+                                       r"h20, h200, l40s, mi300x, mi325x, mi355x, rtx-pro-6000$"):
         get_gpu("tpu")
     for command in (["plan", "--query-lens", "8", "--seq-lens", "8"], ["run", "--query-lens", "8", "--seq-lens", "8"],
                     ["frontier", "--out", "x.csv"], ["auto", "--free-gib", "4", "--workload", "1x2048x64"],
                     ["replay", "--query-lens", "8", "--seq-lens", "8"]):
-        code, out, err = run(capsys, *command, "--gpu", "a100")
+        code, out, err = run(capsys, *command, "--gpu", "h300")
         assert code == 2, command
         assert err.count("\n") == 1 and "Traceback" not in err
-        assert "unknown GPU 'a100': did you mean h100?" in err
+        assert "unknown GPU 'h300': did you mean h200, h100 or b300?" in err
 
 
 @pytest.mark.parametrize("gpu, engine, why", [
@@ -119,8 +162,23 @@ def test_an_unknown_gpu_is_one_line_naming_it_and_the_choices(capsys):
     ("mi355x", "sglang", "no DeepGEMM"),
     ("b200", "vllm==0.33.0", "as_fp32_logits"),
     ("b300", "vllm==0.33.0", "as_fp32_logits"),
-    ("gb10", "vllm==0.20.0", "runs DeepGEMM only on CUDA families 9.x, 10.x"),
-    ("gb10", "vllm==0.15.1", "runs DeepGEMM only on CUDA families 9.x, 10.x"),
+    ("mi300x", "vllm", "mi300x (gfx942, ROCm) has no DeepGEMM"),
+    ("mi325x", "sglang", "mi325x (gfx942, ROCm) has no DeepGEMM"),
+    ("gb200", "vllm==0.33.0", "as_fp32_logits"),
+    ("gb300", "vllm==0.33.0", "as_fp32_logits"),
+    # vLLM before 0.30.0 has no sparse-MLA attention backend on capability 12.x: it stops at startup
+    ("gb10", "vllm==0.20.0", "flashmla_sparse.py:133 (major 9 or 10)"),
+    ("gb10", "vllm==0.15.1", "platforms/cuda.py:351-352 raises 'No valid attention backend found'"),
+    ("rtx-pro-6000", "vllm==0.19.0", "no indexer path for these models on compute capability 12.x"),
+    ("rtx-pro-6000", "trtllm", "runs DeepGEMM only on CUDA families 9.x, 10.x"),
+    # no sparse-MLA backend and no DeepGEMM below capability 9: each engine's own reason
+    ("a100", "vllm", "platforms/cuda.py:472-473 raises 'No valid attention backend found'"),
+    ("a100", "vllm==0.20.0", "platforms/cuda.py:332-333"),
+    ("l40s", "vllm==0.30.0", "no indexer path for these models on compute capability 8.x (l40s, sm89)"),
+    ("a100", "sglang", "configurer.py:39 turns DeepGEMM off below sm90"),
+    ("l40s", "sglang==0.5.3", "configurer.py:39 turns DeepGEMM off below sm90"),
+    ("a100", "trtllm", "runs DeepGEMM only on CUDA families 9.x, 10.x"),
+    ("l40s", "trtllm==1.3.0rc27", "runs DeepGEMM only on CUDA families 9.x, 10.x"),
 ])
 def test_a_gpu_on_which_the_release_path_is_not_modelled_is_refused(capsys, gpu, engine, why):
     assert why in gpu_refusal(engine, gpu)
@@ -135,6 +193,10 @@ def test_a_gpu_on_which_the_release_path_is_not_modelled_is_refused(capsys, gpu,
 @pytest.mark.parametrize("gpu, engine", [
     ("h100", "vllm"), ("h20", "vllm"), ("h200", "vllm"), ("gb10", "vllm"), ("gb10", "vllm==0.30.0"),
     ("b200", "vllm==0.30.0"), ("b300", "vllm==0.19.0"), ("b200", "sglang"), ("gb10", "sglang"),
+    # sm120: DeepGEMM's fp32 logits from vllm 0.30.0 (support_deep_gemm family 12.x, FLASHINFER_MLA_SPARSE_SM120)
+    ("rtx-pro-6000", "vllm"), ("rtx-pro-6000", "vllm==0.30.0"), ("rtx-pro-6000", "sglang"),
+    ("gb200", "vllm==0.30.0"), ("gb200", "sglang"), ("gb300", "vllm==0.20.0"), ("gb300", "sglang"),
+    ("gb200", "trtllm"),
 ])
 def test_the_modelled_paths_plan_on_every_gpu(capsys, gpu, engine):
     assert gpu_refusal(engine, gpu) is None
@@ -220,10 +282,34 @@ def release_batch_defaults(release: str, gpu: GpuPreset) -> tuple[int, int]:
 
 
 @pytest.mark.parametrize("release", ["0.15.1", "0.19.0", "0.20.0", "0.30.0", "0.33.0"])
-@pytest.mark.parametrize("gpu", [g for g in NAMES if g != "mi355x"])
+@pytest.mark.parametrize("gpu", [g for g in NAMES if g not in AMD])
 def test_vllm_scheduler_defaults_per_gpu_are_the_releases_own(release, gpu):
     d = scheduler_defaults(f"vllm=={release}", gpu)
     assert (d["max_num_batched_tokens"], d["max_num_seqs"]) == release_batch_defaults(release, get_gpu(gpu))
+
+
+def release_sparse_mla_majors(release: str) -> set[int]:
+    """The compute-capability majors some sparse-MLA attention backend of the release accepts: each
+    ``supports_compute_capability`` of its v1/attention/backends/mla/*sparse*.py, run from its source
+    for majors 7 to 13 (a GPU none accepts stops at startup: 'No valid attention backend found')."""
+    folder = _arg_utils(release).parent.parent / "v1" / "attention" / "backends" / "mla"
+    majors = set()
+    for path in sorted(folder.glob("*sparse*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef) and node.name == "supports_compute_capability":
+                node.decorator_list, node.returns = [], None
+                for arg in node.args.args:
+                    arg.annotation = None
+                namespace = {}
+                exec(compile(ast.fix_missing_locations(ast.Module([node], [])), str(path), "exec"), namespace)
+                accepts = namespace[node.name]
+                majors |= {m for m in range(7, 14) if accepts(None, SimpleNamespace(major=m, minor=0))}
+    return majors
+
+
+@pytest.mark.parametrize("release", ["0.15.1", "0.19.0", "0.20.0", "0.30.0", "0.33.0"])
+def test_vllm_indexer_cuda_majors_are_its_sparse_mla_backends_own(release):
+    assert set(get_engine(f"vllm=={release}").indexer_cuda_majors) == release_sparse_mla_majors(release)
 
 
 def test_vllm_scheduler_defaults_by_gpu_restated():
@@ -231,7 +317,9 @@ def test_vllm_scheduler_defaults_by_gpu_restated():
     small tier from 0.33.0."""
     table = {"vllm==0.15.1": {"h100": 8192, "h200": 8192, "b200": 8192, "gb10": 8192},
              "vllm==0.30.0": {"h100": 8192, "h200": 8192, "b200": 16384, "b300": 16384, "gb10": 8192},
-             "vllm==0.33.0": {"h100": 8192, "h20": 8192, "h200": 8192, "b200": 16384, "b300": 16384, "gb10": 2048}}
+             "vllm==0.33.0": {"h100": 8192, "h20": 8192, "h200": 8192, "b200": 16384, "b300": 16384, "gb10": 2048,
+                              "gb200": 16384, "gb300": 16384, "rtx-pro-6000": 8192, "l40s": 2048,
+                              "a100": 2048}}  # an A100 is left out of the middle tier by name
     for engine, by_gpu in table.items():
         for gpu, tokens in by_gpu.items():
             assert scheduler_defaults(engine, gpu)["max_num_batched_tokens"] == tokens, (engine, gpu)
@@ -304,3 +392,41 @@ def test_plan_names_the_gpu_and_its_unverified_facts(capsys):
     assert json.loads(out)["gpu_unverified"] == ["hbm_tbps"]
     code, out, err = run(capsys, "plan", "--model", "glm-5", "--query-lens", "4096", "--seq-lens", "65536")
     assert "GPU " not in out  # the default H200: as before
+
+
+# ----------------------------------------------------------------------------- every entry
+
+def test_every_gpu_is_reachable_from_every_entry(capsys):
+    """The command line's --gpu, a sweep's grid, the notebooks' parameters and the dashboard's GPU
+    drop-down all read data/gpus/: a new file is a choice everywhere, planned or refused with why."""
+    from indexer_lib.notebook.widgets import FrontierDashboard
+
+    code, out, err = run(capsys, "plan", "--help")
+    assert code == 0 and f"one of {', '.join(GPUS)} (default h200" in " ".join(out.split())
+    dash = FrontierDashboard(Grid.of(concurrency=(1,), isl=(2048,), strategy=("vllm",)), budget_mb=512)
+    assert list(dash.controls["gpu"].options) == sorted(NAMES)
+    for name in NAMES:
+        why = gpu_refusal("sglang", name)
+        if why is None:
+            assert Grid.of(model="glm-5", engine=("sglang",), gpu=name.upper()).gpu == name
+            assert check_values("03_strategies", {"gpu": name, "engine": "sglang"}).settings().gpu == name
+        else:
+            with pytest.raises(BadValue, match="not planned"):
+                Grid.of(model="glm-5", engine=("sglang",), gpu=name)
+            with pytest.raises(ParameterError, match=rf"'gpu': GPU '{re.escape(name)}': not planned"):
+                check_values("03_strategies", {"gpu": name, "engine": "sglang"})
+    dash.controls["gpu"].value = "l40s"  # refused: the status line says why, the last figure is kept
+    assert "cannot compute" in dash.status.value and "platforms/cuda.py:472-473" in dash.status.value
+
+
+def test_sglang_indexer_cuda_majors_restated_from_its_source():
+    """SGLang 0.5.23: DeepGEMM off below sm90, and the DSA indexer's only CUDA scorer is DeepGEMM's
+    (its torch scorer behind an environment variable)."""
+    root = next(ENGINES.glob("sglang-0.5.23/**/sglang/srt"), None)
+    if root is None:
+        pytest.skip("sglang 0.5.23 is not installed here: bash scripts/install_engines.sh")
+    configurer = (root / "layers/deep_gemm_wrapper/configurer.py").read_text().splitlines()
+    assert "sm_version < 90" in configurer[38]
+    resolve = (root / "layers/attention/dsa/utils.py").read_text().splitlines()[498:504]
+    assert "def resolve_fp8_mqa_logits_fn" in resolve[0] and "return deep_gemm.fp8_mqa_logits" in resolve[-1]
+    assert get_engine("sglang").indexer_cuda_majors == (9, 10, 12)

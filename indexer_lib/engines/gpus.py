@@ -28,7 +28,9 @@ def scheduler_gpu_defaults(engine: str | EngineProfile | None, gpu: str | GpuPre
     if rule.startswith("vllm"):
         if rule != "vllm-70gib" and memory >= 160 * GIB:
             tokens, seqs = 16384, 1024
-        elif memory >= 70 * GIB and not (rule == "vllm-160gib-gb10" and g.arch == "sm121"):
+        # the middle tier leaves out A100s by device name ('"a100" not in device_name': arg_utils.py
+        # get_batch_defaults, 0.15.1:1837 to 0.33.0:2983-2986)
+        elif memory >= 70 * GIB and g.name != "a100" and not (rule == "vllm-160gib-gb10" and g.arch == "sm121"):
             tokens, seqs = 8192, 1024
         else:
             tokens, seqs = 2048, 256
@@ -51,10 +53,15 @@ def gpu_refusal(engine: str | EngineProfile | None, gpu: str | GpuPreset) -> str
                 "not modelled (data/gpus/" + g.name + ".json)")
     if profile is None:
         return None
+    majors = profile.indexer_cuda_majors
+    if majors is not None and g.cuda_major not in majors:
+        return (f"{profile.name} has no indexer path for these models on compute capability {g.cuda_major}.x "
+                f"({g.name}, {g.arch}): only on {', '.join(f'{m}.x' for m in majors)} "
+                f"(sources: {profile.sources.get('indexer_cuda_majors')})")
     families = profile.deepgemm_families
     if families is not None and g.cuda_family not in families:
         return (f"{profile.name} runs DeepGEMM only on CUDA families {', '.join(f'{f // 10}.x' for f in families)}; "
-                f"on {g.name} ({g.arch}) its indexer takes another kernel, which is not modelled "
+                f"on {g.name} ({g.arch}) its indexer does not take DeepGEMM's logits, the path the memory model counts "
                 f"(sources: {profile.sources.get('deepgemm_families', profile.sources.get('file'))})")
     if g.cuda_family == 100 and profile.sm100_logits != "float32":
         return (f"{profile.name} on {g.name} ({g.arch}): DeepGEMM returns bf16 logits there and the release copies "

@@ -115,6 +115,9 @@ class EngineProfile:
     # the CUDA capability families (90, 100, 120) on which the release runs DeepGEMM's logits;
     # None: every CUDA GPU
     deepgemm_families: tuple | None = None
+    # the compute-capability majors (9, 10, 12) on which the release has an indexer path for these
+    # models at all (vLLM: a sparse-MLA attention backend; SGLang: a DeepGEMM kernel); None: not read
+    indexer_cuda_majors: tuple | None = None
     # TensorRT-LLM: query rows per indexer chunk (indexer_max_chunk_size's default), and the smaller
     # row counts it picks by the step's longest compressed K: [[more than this many entries, rows], ...]
     chunk_rows: int | None = None
@@ -283,7 +286,7 @@ def _load() -> dict[str, EngineProfile]:
             if overlay is not None:
                 facts = {**facts, **overlay[1]}
             values = {k: v["value"] for k, v in facts.items()}
-            for name in ("metadata", "workspace_factor_long", "deepgemm_families"):
+            for name in ("metadata", "workspace_factor_long", "deepgemm_families", "indexer_cuda_majors"):
                 if values.get(name) is not None:
                     values[name] = tuple(values[name])
             if values.get("chunk_rows_by_kv") is not None:
@@ -376,7 +379,9 @@ def normalise_engine(spec: str) -> tuple[str, str | None]:
     there (None: nothing but case, spaces and a leading v).  ``vLLM==v0.16.0`` is
     ``vllm==0.16.0``, ``TensorRT-LLM==1.4.0rc4`` is ``trtllm==1.4.0rc4``; a pre-release or
     development build (``0.16.0rc2.dev126``) is planned as the release it leads to, and the note
-    says so (TensorRT-LLM's release candidates are releases: each is a profile of its own)."""
+    says so; one leading to a release without a profile (``0.28.1rc1.dev628``) is planned as the
+    release before it, whose code it is (TensorRT-LLM's release candidates are releases: each is a
+    profile of its own, and an unknown one is refused)."""
     text = str(spec).strip().lower().replace(" ", "")
     engine, sep, version = text.partition("==")
     engine = ENGINE_ALIASES.get(engine, engine)
@@ -395,7 +400,25 @@ def normalise_engine(spec: str) -> tuple[str, str | None]:
         release = f"{engine}=={match.group(1)}"
         if release in _load():
             return release, f"{spec} is a pre-release or development build: planned as {release}"
+        # a build of a release without a profile: its code is the release before it (TensorRT-LLM:
+        # a release candidate is a release, so only its development builds count)
+        leads_to = built.partition("==")[2] if engine == "trtllm" else match.group(1)
+        before = None if engine == "trtllm" and built == name else release_before(engine, leads_to)
+        if before is not None:
+            return before, (f"{spec} is a pre-release or development build of {engine} {leads_to}, which has no "
+                            f"profile: planned as {before}, the release before it (its code)")
     return name, None
+
+
+def release_before(engine: str, version: str) -> str | None:
+    """The latest known release of ``engine`` strictly before ``version`` (None: none, or an
+    unreadable version)."""
+    try:
+        wanted = _parse_version(version)
+    except ValueError:
+        return None
+    before = [r for r in engine_names(engine) if _parse_version(r.split("==")[1]) < wanted]
+    return before[-1] if before else None
 
 
 def nearest_release(name: str) -> str | None:
