@@ -117,8 +117,6 @@ def test_an_unknown_gpu_is_one_line_naming_it_and_the_choices(capsys):
 @pytest.mark.parametrize("gpu, engine, why", [
     ("mi355x", "vllm", "no DeepGEMM"),
     ("mi355x", "sglang", "no DeepGEMM"),
-    ("b200", "vllm==0.33.0", "as_fp32_logits"),
-    ("b300", "vllm==0.33.0", "as_fp32_logits"),
     ("gb10", "vllm==0.20.0", "runs DeepGEMM only on CUDA families 9.x, 10.x"),
     ("gb10", "vllm==0.15.1", "runs DeepGEMM only on CUDA families 9.x, 10.x"),
 ])
@@ -135,6 +133,7 @@ def test_a_gpu_on_which_the_release_path_is_not_modelled_is_refused(capsys, gpu,
 @pytest.mark.parametrize("gpu, engine", [
     ("h100", "vllm"), ("h20", "vllm"), ("h200", "vllm"), ("gb10", "vllm"), ("gb10", "vllm==0.30.0"),
     ("b200", "vllm==0.30.0"), ("b300", "vllm==0.19.0"), ("b200", "sglang"), ("gb10", "sglang"),
+    ("b200", "vllm==0.33.0"), ("b300", "vllm==0.33.0"),
 ])
 def test_the_modelled_paths_plan_on_every_gpu(capsys, gpu, engine):
     assert gpu_refusal(engine, gpu) is None
