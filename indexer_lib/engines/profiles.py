@@ -84,6 +84,9 @@ class EngineProfile:
     # chunker on seq_len // ratio entries, the workspace in entries, and no logits at all while the
     # step's longest compressed K is at most top-k
     compressed_kv: bool = False
+    # where the release has a DeepSeek-V4 (compressed K) indexer path the project does not model:
+    # how it differs, with its source (the refusal names it)
+    compressed_kv_unmodelled: str | None = None
     # the release's path for a pooled indexer (GLM-5.3-Flash's kpool: pools of ``pool`` tokens are
     # its compressed entries) is modelled: vLLM 0.33.0 runs the compressed chunker on it and skips
     # the logits while the longest prefill is at most top-k tokens; SGLang 0.5.23 has a path of its
