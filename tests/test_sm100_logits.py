@@ -163,3 +163,13 @@ def test_the_replayed_path_on_sm100_holds_each_chunks_bf16_weights():
     for c, mem_b, mem_h in zip(plan.chunks, on_b200.chunks, on_h200.chunks):
         assert mem_b.metadata - mem_h.metadata == 2 * c.num_rows * heads
         assert mem_b.metadata == 4 * c.num_rows + 2 * c.num_rows * heads  # row_ends int32, weights bf16
+
+
+def test_the_replay_refuses_a_gpu_whose_path_it_does_not_run(capsys):
+    """The replay runs the release's sm90 path on the meta device (fp32 logits): on a B200 it would
+    claim a path the release does not take there."""
+    from indexer_lib.cli.main import main
+    code = main(["replay", "--engine", "vllm==0.33.0", "--gpu", "b200", "--query-lens", "8", "--seq-lens", "8"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
+    assert "GPU 'b200': vllm==0.33.0 replays its sm90 path" in err and "as_fp32_logits" in err
