@@ -173,3 +173,17 @@ def test_the_replay_refuses_a_gpu_whose_path_it_does_not_run(capsys):
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
     assert "GPU 'b200': vllm==0.33.0 replays its sm90 path" in err and "as_fp32_logits" in err
+
+
+def test_the_studys_ceiling_counts_the_pair_on_sm100():
+    """``study.bounds.ceiling_logits_bytes``: max_num_batched_tokens rows as wide as the longest
+    prompt, on a B200 the bf16 block and its fp32 copy (GLM-5: 32 heads, rows to 4)."""
+    from indexer_lib.study import bounds
+    from indexer_lib.workload import ClosedLoopWorkload
+    one = ClosedLoopWorkload(16, 4096, 16)
+    from indexer_lib.engines import release_scheduler
+    config = release_scheduler("vllm==0.33.0", 64, "b200")
+    rows = config.max_num_batched_tokens
+    bf16, copy = restated(rows, 4096, 32)
+    settings = PlanSettings("glm-5", "vllm==0.33.0", gpu="b200")
+    assert bounds.ceiling_logits_bytes(one, config, settings, "compressed") == bf16 + copy == rows * 4096 * 6
