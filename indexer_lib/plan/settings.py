@@ -60,7 +60,7 @@ class PlanSettings:
         if self.deepgemm_version is not None:
             get_rules(self.deepgemm_version)  # an unknown version says so here
         if self.upcast:
-            self._upcast_counters  # a what-if build whose rows the release's bf16 rule does not fit says so here
+            self._upcast_counters  # a what-if build whose row alignment is not the bf16 rule's says so here
         if not isinstance(self.padded, bool):
             raise BadValue("padded", f"padded {self.padded!r}: must be true or false")
         if self.workspace_tokens is not None:
