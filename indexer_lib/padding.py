@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .checks import BadValue
-from .dtypes import FP32_BYTES
+from .dtypes import BF16_BYTES, FP32_BYTES
 from .elementwise import maximum, minimum, where
 # the compressed layout's width, max_seqlen_k, is aligned to DeepGEMM's block of KV columns
 COMPRESSED_ALIGN = 256
@@ -77,11 +77,41 @@ class PaddingRules:
 
 
 def _row_stride(cols, compressed: bool, extra: int, stride_align: int):
-    """A row's stride in fp32 elements: ``cols`` aligned to DeepGEMM's block of KV columns in the
-    compressed layout, else ``cols + extra`` aligned to the build's stride."""
+    """A row's stride in elements: ``cols`` aligned to DeepGEMM's block of KV columns, then to the
+    build's stride, in the compressed layout (for fp32 the block already is a whole stride), else
+    ``cols + extra`` aligned to the build's stride."""
     if compressed:
-        return -(-cols // COMPRESSED_ALIGN) * COMPRESSED_ALIGN
+        return -(-(-(-cols // COMPRESSED_ALIGN) * COMPRESSED_ALIGN) // stride_align) * stride_align
     return -(-(cols + extra) // stride_align) * stride_align
+
+
+def upcast_counters(rules: PaddingRules, heads: int, stride_bytes: int, pad_rows: bool = True):
+    """(``copy``, ``staged``): the bytes of the two logits allocations alive at once where DeepGEMM
+    returns bf16 logits and the engine copies them to fp32 at their strides (vLLM 0.33.0 on SM100:
+    ``sparse_attn_indexer.py:304-325`` as_fp32_logits), each ``count(rows, cols, compressed)``.
+
+    ``staged``: DeepGEMM's bf16 ``[align(M, 128 / H), S]``, its rows as ``rules`` pads them and
+    the row stride S aligned to ``stride_bytes`` (the release's ``sm100_logits_stride_bytes``:
+    1024, 512 bf16 elements).  ``copy``: ``torch.empty_strided`` of the returned ``[M, W]`` view's
+    shape and strides ``(S, 1)``, which holds ``(M - 1) x S + W`` fp32 elements (no padded rows,
+    the last row cut at W); nothing for an empty view.  ``pad_rows`` False: the paged kernel's
+    rows, not padded (its width the compressed layout's).  Only a build whose fp32 rows align to
+    the same bytes is taken (the alignment is in bytes whatever the dtype)."""
+    if rules.stride_align * FP32_BYTES != stride_bytes:
+        raise BadValue("deepgemm_version", f"DeepGEMM {rules.version} aligns an fp32 logits row to "
+                                           f"{rules.stride_align * FP32_BYTES} bytes, not the {stride_bytes} "
+                                           "of the release's bf16 rule: bf16 logits are not modelled on it")
+    m, extra = rules.row_multiple(heads) if pad_rows else 1, rules.stride_extra
+    bf16_align = stride_bytes // BF16_BYTES
+
+    def staged(rows, cols, compressed=False):
+        return -(-rows // m) * m * _row_stride(cols, compressed, extra, bf16_align) * BF16_BYTES
+
+    def copy(rows, cols, compressed=False):
+        elements = (rows - 1) * _row_stride(cols, compressed, extra, bf16_align) + cols
+        return where((rows > 0) & (cols > 0), elements * FP32_BYTES, 0)
+
+    return copy, staged
 
 
 def _rows_within(row_bytes, multiple: int, budget: int, cap):

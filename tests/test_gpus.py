@@ -160,12 +160,8 @@ def test_an_unknown_gpu_is_one_line_naming_it_and_the_choices(capsys):
 @pytest.mark.parametrize("gpu, engine, why", [
     ("mi355x", "vllm", "no DeepGEMM"),
     ("mi355x", "sglang", "no DeepGEMM"),
-    ("b200", "vllm==0.33.0", "as_fp32_logits"),
-    ("b300", "vllm==0.33.0", "as_fp32_logits"),
     ("mi300x", "vllm", "mi300x (gfx942, ROCm) has no DeepGEMM"),
     ("mi325x", "sglang", "mi325x (gfx942, ROCm) has no DeepGEMM"),
-    ("gb200", "vllm==0.33.0", "as_fp32_logits"),
-    ("gb300", "vllm==0.33.0", "as_fp32_logits"),
     # vLLM before 0.30.0 has no sparse-MLA attention backend on capability 12.x: it stops at startup
     ("gb10", "vllm==0.20.0", "flashmla_sparse.py:133 (major 9 or 10)"),
     ("gb10", "vllm==0.15.1", "platforms/cuda.py:351-352 raises 'No valid attention backend found'"),
@@ -197,6 +193,7 @@ def test_a_gpu_on_which_the_release_path_is_not_modelled_is_refused(capsys, gpu,
     ("rtx-pro-6000", "vllm"), ("rtx-pro-6000", "vllm==0.30.0"), ("rtx-pro-6000", "sglang"),
     ("gb200", "vllm==0.30.0"), ("gb200", "sglang"), ("gb300", "vllm==0.20.0"), ("gb300", "sglang"),
     ("gb200", "trtllm"),
+    ("b200", "vllm==0.33.0"), ("b300", "vllm==0.33.0"), ("gb200", "vllm==0.33.0"), ("gb300", "vllm==0.33.0"),
 ])
 def test_the_modelled_paths_plan_on_every_gpu(capsys, gpu, engine):
     assert gpu_refusal(engine, gpu) is None

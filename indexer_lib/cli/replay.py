@@ -6,6 +6,7 @@ import json
 import sys
 from dataclasses import asdict
 
+from ..checks import BadValue
 from ..engines import DEFAULT_ENGINE, check_gpu, get_engine, replayed_engines, scheduler_defaults
 from ..run.replay import replay_profile_run, replay_steps
 from ..presets import MIB, check_within_gpu, format_bytes, get_model
@@ -52,7 +53,12 @@ def cmd_replay(args) -> int:
 
 
 def _replay(args) -> int:
-    check_gpu(args.engine, args.gpu)  # the replay runs the path the release takes on an sm90 GPU
+    gpu = check_gpu(args.engine, args.gpu)  # the replay runs the path the release takes on an sm90 GPU
+    profile = get_engine(args.engine)
+    if gpu.cuda_family == 100 and profile.sm100_logits != "float32":
+        raise BadValue("gpu", f"GPU {gpu.name!r}: {profile.name} replays its sm90 path (fp32 logits) on the meta "
+                              "device, while on this GPU DeepGEMM returns bf16 logits that the release copies to fp32 "
+                              "(as_fp32_logits); replay on an sm90 GPU and plan on this one")
     get_model(args.model)  # a known model, before the release's code starts
     if args.budget_mb is not None:
         if args.budget_mb < 1:

@@ -44,7 +44,9 @@ def scheduler_gpu_defaults(engine: str | EngineProfile | None, gpu: str | GpuPre
 
 def gpu_refusal(engine: str | EngineProfile | None, gpu: str | GpuPreset) -> str | None:
     """Why no plan is made for this release on this GPU (one line), or None where its path is
-    the one the memory model counts: DeepGEMM's fp32 logits."""
+    one the memory model counts: DeepGEMM's fp32 logits, or on CUDA family 100 under a release
+    whose ``sm100_logits`` is "bfloat16+float32", DeepGEMM's bf16 logits and the release's fp32
+    copy alive at once (``PlanSettings.upcast``)."""
     g = get_gpu(gpu)
     profile = None if engine is None else get_engine(engine)
     if g.vendor != "nvidia":
@@ -63,10 +65,6 @@ def gpu_refusal(engine: str | EngineProfile | None, gpu: str | GpuPreset) -> str
         return (f"{profile.name} runs DeepGEMM only on CUDA families {', '.join(f'{f // 10}.x' for f in families)}; "
                 f"on {g.name} ({g.arch}) its indexer does not take DeepGEMM's logits, the path the memory model counts "
                 f"(sources: {profile.sources.get('deepgemm_families', profile.sources.get('file'))})")
-    if g.cuda_family == 100 and profile.sm100_logits != "float32":
-        return (f"{profile.name} on {g.name} ({g.arch}): DeepGEMM returns bf16 logits there and the release copies "
-                "them to fp32 while both are alive (sparse_attn_indexer.py as_fp32_logits), which the memory model "
-                "does not count; plan on an sm90 GPU, or on a release before vllm==0.33.0 (fp32 logits)")
     return None
 
 

@@ -33,6 +33,8 @@ PATHS = (None, "vllm-request-spans", "vllm-chunk-rows", "vllm-row-ends")
 QSA_PATHS = (None, "vllm-qsa", "sglang-qsa")
 # DeepSeek-V4.1's kinds (engines.v41): vLLM's dense chunker for every kind, SGLang's torch scores
 V41_PATHS = (None, "dense", "torch")
+# the logits on CUDA family 100: fp32 from DeepGEMM, or its bf16 and the release's fp32 copy
+SM100_LOGITS = ("float32", "bfloat16+float32")
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,9 @@ class EngineProfile:
     # chunker on seq_len // ratio entries, the workspace in entries, and no logits at all while the
     # step's longest compressed K is at most top-k
     compressed_kv: bool = False
+    # where the release has a DeepSeek-V4 (compressed K) indexer path the project does not model:
+    # how it differs, with its source (the refusal names it)
+    compressed_kv_unmodelled: str | None = None
     # the release's path for a pooled indexer (GLM-5.3-Flash's kpool: pools of ``pool`` tokens are
     # its compressed entries) is modelled: vLLM 0.33.0 runs the compressed chunker on it and skips
     # the logits while the longest prefill is at most top-k tokens; SGLang 0.5.23 has a path of its
@@ -112,6 +117,9 @@ class EngineProfile:
     # the logits on CUDA family 100 (B200, B300): "float32" as elsewhere, or "bfloat16+float32"
     # (vLLM 0.33: DeepGEMM returns bf16 logits and the release copies them to fp32 while both live)
     sm100_logits: str = "float32"
+    # "bfloat16+float32": the bytes DeepGEMM aligns a bf16 logits row to (its row stride), which the
+    # fp32 copy keeps (padding.upcast_counters)
+    sm100_logits_stride_bytes: int | None = None
     # the CUDA capability families (90, 100, 120) on which the release runs DeepGEMM's logits;
     # None: every CUDA GPU
     deepgemm_families: tuple | None = None
@@ -171,10 +179,14 @@ class EngineProfile:
                                      ("compressed_budget_rule", self.compressed_budget_rule,
                                       COMPRESSED_BUDGET_RULES),
                                      ("qsa_path", self.qsa_path, QSA_PATHS),
-                                     ("v41_path", self.v41_path, V41_PATHS)):
+                                     ("v41_path", self.v41_path, V41_PATHS),
+                                     ("sm100_logits", self.sm100_logits, SM100_LOGITS)):
             if value not in allowed:
                 raise ValueError(f"engine profile {self.engine}=={self.release}: {name} {value!r} "
                                  f"must be one of {', '.join(allowed)}")
+        if (self.sm100_logits != "float32") != (self.sm100_logits_stride_bytes is not None):
+            raise ValueError(f"engine profile {self.engine}=={self.release}: sm100_logits {self.sm100_logits!r} "
+                             "takes sm100_logits_stride_bytes exactly where it is not 'float32'")
 
     @property
     def name(self) -> str:

@@ -16,12 +16,13 @@ from ..elementwise import is_array, maximum, where
 from .topk_bytes import topk_counter, topk_holds_every_row
 
 
-def transient_total(logits, metadata, temporaries, running=0, kv_buffer=0, held=0, held_with=0):
+def transient_total(logits, metadata, temporaries, running=0, kv_buffer=0, held=0, held_with=0, staged=0):
     """A chunk's transient bytes: its logits, metadata, a column range's merge state
     (``running``) and its own K buffer, with the larger of its temporaries and what lives
-    during its logits call next to the previous chunk's logits (``held``; ``held_with``: its own
-    temporaries then)."""
-    return logits + metadata + running + kv_buffer + maximum(temporaries, held + held_with)
+    during its logits call: the previous chunk's logits (``held``), the kernel's own logits before
+    the engine's copy of them (``staged``: DeepGEMM's bf16 on SM100) and its own temporaries then
+    (``held_with``)."""
+    return logits + metadata + running + kv_buffer + maximum(temporaries, held + held_with + staged)
 
 
 def metadata_bytes_of(rows, gathered):
@@ -60,6 +61,14 @@ def logits_alloc(allocated, rows, cols, compressed: bool, alloc_rows=None, alloc
     return allocated(rows if alloc_rows is None else alloc_rows, cols, compressed)
 
 
+def staged_alloc(staged, rows, cols, compressed: bool, alloc_rows=None, alloc_bytes=None):
+    """The kernel's own logits before the engine's copy (``PlanSettings.staged``), counted as
+    ``logits_alloc`` counts the copy: none where there is no copy or the path sizes its own."""
+    if staged is None or alloc_bytes is not None:
+        return 0
+    return staged(rows if alloc_rows is None else alloc_rows, cols, compressed)
+
+
 class ChunkBytes:
     """A chunk's transient bytes from its shape, under one set of plan settings, with the H200
     path's temporaries (``deepgemm``: the window top-k's, or a fixed-shape chunk's padded inputs)
@@ -69,6 +78,7 @@ class ChunkBytes:
         model = settings.preset
         self.deepgemm = deepgemm
         self.allocated = settings.counters[1]  # what DeepGEMM allocates, padding included
+        self.staged = settings.staged  # DeepGEMM's bf16 before the engine's fp32 copy, or None
         self.topk_bytes = topk_counter(topk)  # the window top-k's temporaries
         self.topk_grows = topk_holds_every_row(topk)  # where they only grow with the width
         self.heads, self.head_dim = model.index_heads, model.head_dim
@@ -81,14 +91,15 @@ class ChunkBytes:
         """The chunk's transient bytes, ``held``: the logits of the chunk before it still alive
         (freed before the top-k's temporaries take their place)."""
         gathered = where(gather, kv, 0)
+        staged = staged_alloc(self.staged, rows, cols, compressed, alloc_rows, alloc_bytes)
         tmp = held_with = 0
         if self.deepgemm:
             during_logits, during_topk = deepgemm_phases(rows, cols, alloc_rows, self.heads, self.head_dim,
                                                          self.topk_bytes)
-            tmp, held_with = maximum(during_logits, during_topk), where(held > 0, during_logits, 0)
+            tmp, held_with = maximum(during_logits, during_topk), where((held > 0) | (staged > 0), during_logits, 0)
         return transient_total(self.logits(rows, cols, compressed, alloc_rows, alloc_bytes),
                                metadata_bytes_of(rows, gathered), tmp, 0, gathered * self.kv_per_token, held,
-                               held_with)
+                               held_with, staged)
 
     def run_largest(self, rows, start, count, ratio: int, compressed: bool, gather, kv):
         """The largest of a causal run's ``count`` chunks of ``rows`` rows, the j-th (j = 1..count)

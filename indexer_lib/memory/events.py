@@ -60,11 +60,14 @@ def plan_events(plan: Plan, report: MemoryReport, key: str, inputs: bool = False
         if merged[i]:
             malloc(n + "candidates", mem.running // 2)
         malloc(n + "kv", mem.kv_buffer)
+        # the kernel's own logits first (DeepGEMM's bf16), then the engine's copy of them
+        malloc(n + "staged", mem.staged)
         malloc(n + "logits", mem.logits)
-        if mem.held:  # the previous chunk's logits live through this chunk's logits call
+        if mem.held or mem.staged:  # what lives through this chunk's logits call
             malloc(n + "with_held", mem.held_with)
             free(n + "with_held")
-            free(f"{i - 1}/logits")
+            free(n + "staged")
+            free(f"{i - 1}/logits")  # the previous chunk's, where it is held
         malloc(n + "temporaries", mem.temporaries)
         free(n + "temporaries")
         # freed once the next chunk's logits exist

@@ -31,8 +31,9 @@ from ..padding import unpadded_logits_bytes
 from ..plan import Chunk, Plan, PlanSettings, merged_chunks
 from ..presets import ModelPreset
 from .chunk_bytes import (deepgemm_phases, kv_bytes_per_gathered_token, logits_alloc, metadata_bytes_of,
-                          padded_inputs_of, transient_total)
-from .replayed import call_metadata_bytes, chunk_path_bytes, replayed_profile, workspace_path_bytes
+                          padded_inputs_of, staged_alloc, transient_total)
+from .replayed import (call_metadata_bytes, chunk_path_bytes, replayed_profile, upcast_weights_bytes,
+                       workspace_path_bytes)
 from .tiling import merge_temporaries_bytes, reference_phase_bytes, reference_temporaries_bytes
 from .topk_bytes import topk_counter
 
@@ -47,6 +48,16 @@ def logits_bytes(chunk: Chunk, plan: Plan, count_padding: bool = True) -> int:
         return unpadded_logits_bytes(chunk.logits_rows, chunk.logits_cols)
     # what the kernel allocates: DeepGEMM's padded layout (SGLang's torch scores for DeepSeek-V4.1: plain)
     return logits_alloc(plan.settings.counters[1], chunk.num_rows, chunk.logits_cols, chunk.compressed,
+                        chunk.alloc_rows, chunk.alloc_bytes)
+
+
+def staged_bytes(chunk: Chunk, plan: Plan, count_padding: bool = True) -> int:
+    """The kernel's own logits, alive through the chunk's logits call next to ``logits_bytes``
+    (DeepGEMM's bf16 before the release's fp32 copy: ``PlanSettings.staged``); 0 elsewhere, and
+    counted unpadded (``count_padding`` False) as the engines count: M x N x 4 alone."""
+    if not count_padding:
+        return 0
+    return staged_alloc(plan.settings.staged, chunk.num_rows, chunk.logits_cols, chunk.compressed,
                         chunk.alloc_rows, chunk.alloc_bytes)
 
 
@@ -175,12 +186,13 @@ class ChunkMemory:
     running: int = 0  # column-split chunks: running values + candidate indices
     kv_buffer: int = 0  # a K buffer allocated for this chunk alone (workspace per chunk)
     held: int = 0  # the previous chunk's logits, alive while this chunk's logits are computed
-    held_with: int = 0  # this chunk's temporaries during its logits call (next to ``held``)
+    held_with: int = 0  # this chunk's temporaries during its logits call (next to ``held``, ``staged``)
+    staged: int = 0  # the kernel's own logits before the engine's copy (``logits``), during the call
 
     @property
     def total(self) -> int:
         return transient_total(self.logits, self.metadata, self.temporaries, self.running, self.kv_buffer,
-                               self.held, self.held_with)
+                               self.held, self.held_with, self.staged)
 
 
 def chunk_memory(plan: Plan, chunk: Chunk, held: int, merged: bool, temporaries: Temporaries,
@@ -197,9 +209,10 @@ def chunk_memory(plan: Plan, chunk: Chunk, held: int, merged: bool, temporaries:
         if temporaries.counts:
             tmp = max(tmp, merge_temporaries_bytes(chunk.num_rows, k))
     kv_buffer = chunk.kv_tokens * kv_bytes_per_gathered_token(plan.settings) if chunk.gather else 0
-    held_with = temporaries.phases(chunk)[0] if held else 0
+    staged = staged_bytes(chunk, plan, count_padding)
+    held_with = temporaries.phases(chunk)[0] if held or staged else 0
     return ChunkMemory(logits_bytes(chunk, plan, count_padding), metadata_bytes(chunk), tmp, running,
-                       kv_buffer, held, held_with)
+                       kv_buffer, held, held_with, staged)
 
 
 @dataclass(frozen=True)
@@ -285,8 +298,11 @@ def _engine_report(plan: Plan, topk_rows: int, k: int, workspace_tokens: int, co
     for c in plan.chunks:
         logits = logits_bytes(c, plan, count_padding)
         with_logits, during_topk = chunk_path_bytes(c, profile.path)
+        if plan.settings.upcast:
+            with_logits += upcast_weights_bytes(c.num_rows, model.index_heads)
         held = previous if plan.logits_alive > 1 else 0
-        chunks.append(ChunkMemory(logits, with_logits, during_topk, held=held))
+        chunks.append(ChunkMemory(logits, with_logits, during_topk, held=held,
+                                  staged=staged_bytes(c, plan, count_padding)))
         previous = logits
     workspace = workspace_path_bytes(profile, workspace_tokens, model.head_dim,
                                      model.k_bytes_per_token - model.head_dim)

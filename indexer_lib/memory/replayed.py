@@ -14,7 +14,8 @@ fact), this module counts what that code allocates, byte for byte:
 - ``vllm-chunk-rows`` (vLLM 0.20.0, 0.30.0): the same metadata, but ks and ke for the chunk's
   own rows (``build_prefill_chunk_metadata``); the chunk loop allocates nothing but the logits.
 - ``vllm-row-ends`` (vLLM 0.33.0): as ``vllm-chunk-rows``, and in the chunk loop, ``row_ends = ke - ks`` (int32 per row) is made before the logits and
-  lives through the top-k, and ``zeros_like(row_ends)`` lives during the top-k.
+  lives through the top-k, and ``zeros_like(row_ends)`` lives during the top-k.  On SM100 the
+  chunk's weights are cast to bf16 too (``upcast_weights_bytes``).
 
 In both the K workspace is the workspace manager's one buffer: each part rounded up to 256
 bytes, plus what the profile run asked for in the same buffer (from 0.20.0: the 1 MiB radix
@@ -22,7 +23,7 @@ top-k workspace).
 """
 from __future__ import annotations
 
-from ..dtypes import INT32_BYTES
+from ..dtypes import BF16_BYTES, INT32_BYTES
 from ..engines import EngineProfile, get_engine, replayed_engines
 from ..plan import Chunk, Plan
 
@@ -56,6 +57,13 @@ def chunk_path_bytes(chunk: Chunk, path: str) -> tuple[int, int]:
         row_ends = INT32_BYTES * chunk.num_rows
         return row_ends, row_ends
     return 0, 0
+
+
+def upcast_weights_bytes(rows, heads: int):
+    """vLLM 0.33.0 on SM100: ``mqa_logits_mx_inputs`` (utils/deep_gemm.py:615-635) casts a chunk's
+    weights ``[rows, H]`` to bf16 before its logits (sparse_attn_indexer.py:723-725); the loop's
+    name holds them through the top-k, until the next chunk's cast."""
+    return BF16_BYTES * rows * heads
 
 
 def workspace_path_bytes(profile: EngineProfile, tokens: int, head_dim: int, scale_bytes: int) -> int:

@@ -15,7 +15,7 @@ from functools import cached_property
 from ..engines import DEFAULT_ENGINE, EngineProfile, check_gpu, engines_for, get_engine
 from ..engines.profiles import releases_text
 from ..engines.v41 import v41_path
-from ..padding import DEFAULT_DEEPGEMM_VERSION, PaddingRules, get_rules
+from ..padding import DEFAULT_DEEPGEMM_VERSION, PaddingRules, get_rules, upcast_counters
 from ..presets import GpuPreset, ModelPreset, get_gpu, get_model
 from ..checks import BadValue, check_int
 
@@ -59,6 +59,8 @@ class PlanSettings:
             object.__setattr__(self, "preset", self.preset.for_kind(self.kind))
         if self.deepgemm_version is not None:
             get_rules(self.deepgemm_version)  # an unknown version says so here
+        if self.upcast:
+            self._upcast_counters  # a what-if build whose row alignment is not the bf16 rule's says so here
         if not isinstance(self.padded, bool):
             raise BadValue("padded", f"padded {self.padded!r}: must be true or false")
         if self.workspace_tokens is not None:
@@ -90,6 +92,9 @@ class PlanSettings:
             elif self.preset.qsa:
                 path = (f"prefill path for {self.model}'s QSA indexer ({ratio}x-compressed K blocks, weight-free) "
                         "is not modelled (its code not read at this release)")
+            elif profile is not None and profile.compressed_kv_unmodelled is not None:
+                path = (f"indexer path for {self.model}'s {kind} layers ({ratio}x-compressed K) is not modelled: "
+                        f"{profile.compressed_kv_unmodelled}")
             else:
                 path = f"indexer path for {self.model}'s {kind} layers ({ratio}x-compressed K) is not modelled"
             raise BadValue("engine", f"{on}: its {path}; modelled on: {releases_text(modelled)}")
@@ -126,7 +131,8 @@ class PlanSettings:
 
     # what the settings compute from their fields and keep: never pickled (closures, and a hash
     # of strings, which differs from process to process)
-    DERIVED = ("_hash", "rules", "counters", "workspace", "own_chunker", "workspace_lifetime", "topk_output",
+    DERIVED = ("_hash", "rules", "counters", "staged", "upcast", "_upcast_counters",
+               "workspace", "own_chunker", "workspace_lifetime", "topk_output",
                "v41_path", "_kinds")
 
     def __getstate__(self) -> dict:
@@ -175,7 +181,26 @@ class PlanSettings:
         if self.v41_path == "torch":  # SGLang's torch scores: [rows, width] fp32, no DeepGEMM
             plain = self.rules.counter(heads, padded=False)
             return plain, plain
+        if self.upcast:  # what stays allocated is the engine's fp32 copy (DeepGEMM's bf16: ``staged``)
+            return self.rules.counter(heads, self.padded), self._upcast_counters[0]
         return self.rules.counter(heads, self.padded), self.rules.counter(heads)
+
+    @cached_property
+    def upcast(self) -> bool:
+        """Whether DeepGEMM returns bf16 logits here and the release copies them to fp32 at their
+        strides (the profile's ``sm100_logits`` on a CUDA family 100 GPU: vLLM 0.33.0 on B200, B300)."""
+        return (self.profile is not None and self.profile.sm100_logits == "bfloat16+float32"
+                and self.gpu_preset.cuda_family == 100 and self.v41_path != "torch")
+
+    @cached_property
+    def staged(self):
+        """``count(rows, cols, compressed)``: the kernel's own logits, alive through the logits call
+        next to what ``counters`` allocates (DeepGEMM's bf16 where ``upcast``), else None."""
+        return self._upcast_counters[1] if self.upcast else None
+
+    @cached_property
+    def _upcast_counters(self):
+        return upcast_counters(self.rules, self.preset.index_heads, self.profile.sm100_logits_stride_bytes)
 
     @cached_property
     def workspace(self) -> int | None:

@@ -111,7 +111,7 @@ def search(workload: ClosedLoopWorkload, config: SchedulerConfig, strategy: str,
 def ceiling_logits_bytes(workload: ClosedLoopWorkload, config: SchedulerConfig, settings: PlanSettings,
                          layout: str = "full") -> int:
     """The largest logits one step can ask for in one call without a budget (DeepGEMM's padding
-    of the settings' build included): rows up to the token budget, each request at least one
+    of the settings' build included, and on SM100 under vLLM 0.33.0 the fp32 copy): rows up to the token budget, each request at least one
     row, every request as long as the longest prompt any seed can draw; the compressed layout is
     as wide as one request."""
     rows = config.max_num_batched_tokens
@@ -119,6 +119,8 @@ def ceiling_logits_bytes(workload: ClosedLoopWorkload, config: SchedulerConfig, 
     longest = workload.max_prompt_len // settings.preset.kv_ratio
     compressed = layout == "compressed"
     width = longest if compressed else requests * longest
+    if settings.upcast:  # DeepGEMM's bf16 and the release's fp32 copy, alive at once (padding.upcast_counters)
+        return settings.counters[1](rows, width, compressed) + settings.staged(rows, width, compressed)
     return get_rules(settings.deepgemm).logits_bytes(rows, width, settings.preset.index_heads, compressed)
 
 
