@@ -271,6 +271,11 @@ class GpuPreset:
         return int(self.arch[2:]) // 10 * 10
 
     @property
+    def rocm(self) -> bool:
+        """An AMD GPU: no DeepGEMM, the engines call aiter (docs/design.md#rocm)."""
+        return self.vendor == "amd"
+
+    @property
     def capacity_gib(self) -> float:
         return self.capacity_bytes / GIB
 
