@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from .aiter_logits import AITER_LOGITS_RULES
 from .checks import BadValue
 from .dtypes import BF16_BYTES, FP32_BYTES
 from .elementwise import maximum, minimum, where
@@ -31,8 +32,11 @@ class PaddingRules:
     stride_align: int  # fp32 elements
     has_compressed: bool  # max_seqlen_k > 0 layout exists (2.2+)
     full_width: bool = True  # 2.8 keeps only the compressed layout
+    row_align: int | None = None  # rows aligned to this fixed multiple (aiter: 1), over the two above
 
     def row_multiple(self, heads: int) -> int:
+        if self.row_align is not None:
+            return self.row_align
         return 128 // heads if self.rows_align_to_128_over_heads else 4
 
     def rows_allocated(self, rows: int, heads: int) -> int:
@@ -138,14 +142,20 @@ DEEPGEMM_RULES: dict[str, PaddingRules] = {
     "2.8": PaddingRules("2.8", True, 256, 256, has_compressed=True, full_width=False),
 }
 DEFAULT_DEEPGEMM_VERSION = "2.6"
+# aiter's logits on ROCm (``aiter_logits``): rows unpadded, one [M, align(N, col_align)] layout
+AITER_RULES: dict[str, PaddingRules] = {
+    name: PaddingRules(name, False, 0, col_align, has_compressed=False, row_align=1)
+    for name, col_align in AITER_LOGITS_RULES.items()
+}
 
 
 def get_rules(version: str) -> PaddingRules:
-    try:
-        return DEEPGEMM_RULES[version]
-    except KeyError:
+    """A DeepGEMM build's padding rules, or aiter's logits rule on ROCm (``AITER_RULES``)."""
+    rules = DEEPGEMM_RULES.get(version) or AITER_RULES.get(version)
+    if rules is None:
         raise BadValue("deepgemm_version",
-                       f"unknown DeepGEMM version {version!r}: must be one of {', '.join(DEEPGEMM_RULES)}") from None
+                       f"unknown DeepGEMM version {version!r}: must be one of {', '.join(DEEPGEMM_RULES)}")
+    return rules
 
 
 def unpadded_logits_bytes(rows, cols, compressed: bool = False):

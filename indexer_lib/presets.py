@@ -279,6 +279,11 @@ class GpuPreset:
         return None if family is None else family // 10
 
     @property
+    def rocm(self) -> bool:
+        """An AMD GPU: no DeepGEMM, the engines call aiter (docs/design.md#rocm)."""
+        return self.vendor == "amd"
+
+    @property
     def capacity_gib(self) -> float:
         return self.capacity_bytes / GIB
 

@@ -158,10 +158,9 @@ def test_an_unknown_gpu_is_one_line_naming_it_and_the_choices(capsys):
 
 
 @pytest.mark.parametrize("gpu, engine, why", [
-    ("mi355x", "vllm", "no DeepGEMM"),
-    ("mi355x", "sglang", "no DeepGEMM"),
-    ("mi300x", "vllm", "mi300x (gfx942, ROCm) has no DeepGEMM"),
-    ("mi325x", "sglang", "mi325x (gfx942, ROCm) has no DeepGEMM"),
+    ("mi355x", "vllm==0.30.0", "its prefill chunk loop and workspace on ROCm were not read"),
+    ("mi355x", "sglang==0.5.19", "were not read before 0.5.20"),
+    ("mi355x", "vllm==0.19.0", "its ROCm indexer path was not read at this release"),
     # vLLM before 0.30.0 has no sparse-MLA attention backend on capability 12.x: it stops at startup
     ("gb10", "vllm==0.20.0", "flashmla_sparse.py:133 (major 9 or 10)"),
     ("gb10", "vllm==0.15.1", "platforms/cuda.py:351-352 raises 'No valid attention backend found'"),
@@ -194,6 +193,7 @@ def test_a_gpu_on_which_the_release_path_is_not_modelled_is_refused(capsys, gpu,
     ("gb200", "vllm==0.30.0"), ("gb200", "sglang"), ("gb300", "vllm==0.20.0"), ("gb300", "sglang"),
     ("gb200", "trtllm"),
     ("b200", "vllm==0.33.0"), ("b300", "vllm==0.33.0"), ("gb200", "vllm==0.33.0"), ("gb300", "vllm==0.33.0"),
+    ("mi355x", "vllm"), ("mi355x", "sglang"), ("mi355x", "sglang==0.5.20"), ("mi300x", "sglang"), ("mi325x", "sglang"),
 ])
 def test_the_modelled_paths_plan_on_every_gpu(capsys, gpu, engine):
     assert gpu_refusal(engine, gpu) is None
@@ -351,7 +351,7 @@ def test_release_scheduler_and_grid_take_the_gpu():
     with pytest.raises(BadValue, match="unknown GPU 'x'"):
         Grid.of(model="glm-5", gpu="x")
     with pytest.raises(BadValue, match="not planned"):
-        Grid.of(model="glm-5", engine=("vllm",), gpu="mi355x")
+        Grid.of(model="glm-5", engine=("vllm==0.30.0",), gpu="mi355x")
     # the default GPU leaves a sweep's journal key as it was; another GPU is part of it
     settings = RunSettings(mode="model")
     assert "gpu" not in spec_of(Grid.of(model="glm-5"), settings)
@@ -377,7 +377,7 @@ def test_notebook_parameters_take_a_gpu():
     with pytest.raises(ParameterError, match=r"03_strategies.ipynb parameter 'gpu': unknown GPU 'h300'"):
         check_values("03_strategies", {"gpu": "h300"})
     with pytest.raises(ParameterError, match=r"'gpu': GPU 'mi355x': not planned"):
-        check_values("01_oom_frontier", {"gpu": "mi355x"})
+        check_values("01_oom_frontier", {"gpu": "mi355x", "engine": "vllm==0.30.0"})
 
 
 def test_plan_names_the_gpu_and_its_unverified_facts(capsys):

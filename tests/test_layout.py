@@ -18,7 +18,7 @@ PACKAGE = REPO / "indexer_lib"
 LAYERS = ["base", "workload", "engines", "plan", "memory", "timemodel", "fast", "run", "search", "sweep", "ledger",
           "study", "notebook", "cli"]
 BASE_MODULES = {"indexer_lib.presets", "indexer_lib.padding", "indexer_lib.refdata", "indexer_lib.checks",
-                "indexer_lib.dtypes", "indexer_lib.elementwise",
+                "indexer_lib.dtypes", "indexer_lib.elementwise", "indexer_lib.aiter_logits",
                 "indexer_lib.runmode"}
 FACADE = {"indexer_lib", "indexer_lib.__main__"}  # the package's front door, above every layer
 

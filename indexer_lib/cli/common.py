@@ -218,7 +218,7 @@ def engine_budget_from_args(args, batch: StepBatch) -> int | None:
                          "give --free-gib or --budget-free-gib (or --budget-mb)")
     free = None if reading is None else free_bytes_from_gib(reading)
     return process_budget(engine, free, get_gpu(args.gpu).capacity_bytes,
-                          mem_fraction_static=mem_fraction_of(args))
+                          mem_fraction_static=mem_fraction_of(args), rocm=get_gpu(args.gpu).rocm)
 
 
 def verdict(plan, args, report=None) -> Ledger:

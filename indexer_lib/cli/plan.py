@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 
+from ..engines.rocm import rocm_setting
 from ..memory import memory_report
 from ..presets import format_bytes
 from .common import add_batch_options, add_server_options, plan_from_args, size_text, static_budget_note, verdict, verdict_code, verdict_line
@@ -53,7 +54,9 @@ def cmd_plan(args) -> int:
                           **({"budget_note": note} if note else {})}))
         return verdict_code(v)
     on = f" on {plan.engine}" if plan.engine else ""
-    kernel = "its own QSA kernel, no DeepGEMM" if plan.settings.preset.qsa else f"DeepGEMM {plan.deepgemm_version}"
+    kernel = ("its own QSA kernel, no DeepGEMM" if plan.settings.preset.qsa else
+              f"aiter's fp8_mqa_logits, {plan.deepgemm_version}" if plan.settings.gpu_preset.rocm else
+              f"DeepGEMM {plan.deepgemm_version}")
     if plan.settings.v41_path == "torch":
         budget = "budget none (torch scores, rows capped by 1 GiB of bf16 per-head scores; no DeepGEMM)"
     elif plan.budget_bytes is None:
@@ -85,6 +88,9 @@ def cmd_plan(args) -> int:
     if gpu.name != "h200":  # a plan reads the GPU's capacity only (its bandwidth is for the time model)
         print(f"GPU {gpu.name} ({gpu.arch}): {gpu.capacity_gib:.2f} GiB as torch reports it (data/gpus/{gpu.name}.json)"
               + ("; unverified" if "capacity_bytes" in gpu.unverified else ""))
+        setting = rocm_setting(plan.settings.profile, gpu)
+        if setting:
+            print(f"served with {setting}")
     if not plan.chunks:
         print(f"no logits: {plan.engine} selects every token of this step (its longest sequence fits the top-k)")
     print(f"{'#':>4} {'requests':>11} {'rows':>15} {'tokens':>15} {'kv':>8} {'cols':>8} "

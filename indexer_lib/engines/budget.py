@@ -5,6 +5,8 @@
   0.2), capped by ``f x (1 - mem_fraction_static) x total`` and ``0.3 x total``, read
   at the first call with at least 8,000,000 logits elements and kept for the process;
 - SGLang 0.5.6-0.5.12: half the free memory, read on every such call;
+- SGLang 0.5.20+ on ROCm (``rocm``): any of its budgets capped at 2^31-1 bytes a call
+  (``rocm_budget_cap_bytes``, aiter's logits limit);
 - SGLang 0.5.23's DeepSeek-V4 C4 indexer (``compressed=True``): the 0.5.13+ arithmetic, read on
   every forward at or past the gate and never cached;
 - TensorRT-LLM from the element cap: ``TLLM_INDEXER_MQA_LOGITS_ELEM_BUDGET`` (2^31) fp32
@@ -59,6 +61,7 @@ class EngineBudget:
     # the budget of the release's path for compressed K (DeepSeek-V4's C4 indexer), where its
     # profile has one of its own (``compressed_budget_rule``)
     compressed: bool = False
+    rocm: bool = False  # on a ROCm GPU: the release's ROCm cap applies (``rocm_budget_cap_bytes``)
     cached: int | None = field(default=None, init=False)  # SGLang's first measured budget
     readings: int = field(default=0, init=False)  # free-memory readings taken
 
@@ -84,7 +87,16 @@ class EngineBudget:
         return self.engine.budget_rule
 
     def for_call(self, rows: int, cols: int, free_bytes: int | None = None) -> int | None:
-        """The budget an indexer call over ``rows`` x ``cols`` logits plans with."""
+        """The budget an indexer call over ``rows`` x ``cols`` logits plans with, under the
+        release's ROCm cap where it runs on ROCm (each place SGLang reads its budget caps it:
+        0.5.23 layers/attention/mqa_logits_utils.py:66-67, :88-89)."""
+        budget = self._uncapped(rows, cols, free_bytes)
+        cap = self.engine.rocm_budget_cap_bytes
+        if budget is None or not self.rocm or cap is None:
+            return budget
+        return min(budget, cap)
+
+    def _uncapped(self, rows: int, cols: int, free_bytes: int | None) -> int | None:
         rule = self.rule
         if rule == "none":
             return None
@@ -139,18 +151,18 @@ def profile_run_logits_bytes(engine, value: float | None = None, model=None, wor
 
 def process_budget(engine, free_bytes: int | None = None, total_bytes: int | None = None,
                    mem_fraction_static: float | None = SGLANG_MEM_FRACTION_STATIC,
-                   value: float | None = None, compressed: bool = False) -> int | None:
+                   value: float | None = None, compressed: bool = False, rocm: bool = False) -> int | None:
     """The budget a release plans every large step with, in a process that first measured
     ``free_bytes`` free: vLLM's MiB (``value``, default the release's; none before 0.19.0);
     TensorRT-LLM's elements per call, as fp32 bytes;
     SGLang's own rule (``value``: its free-memory fraction) on a GPU of ``total_bytes``
     (default: an H200).  ``compressed``: the budget of the release's path for compressed K
-    (DeepSeek-V4's C4 indexer) where it has one of its own."""
+    (DeepSeek-V4's C4 indexer) where it has one of its own; ``rocm``: on a ROCm GPU (its cap)."""
     profile = get_engine(engine)
     if not profile.budget_rule.startswith("sglang"):
-        return EngineBudget(profile, value).for_call(1, 1)
+        return EngineBudget(profile, value, rocm=rocm).for_call(1, 1)
     if free_bytes is None:
         raise ValueError(f"{profile.name} measures its logits budget from free memory: give free_bytes")
     total = total_bytes if total_bytes is not None else get_gpu("h200").capacity_bytes
-    budget = EngineBudget(profile, value, total, mem_fraction_static, compressed)
+    budget = EngineBudget(profile, value, total, mem_fraction_static, compressed, rocm)
     return budget.for_call(profile.chunk_skip_elements or 1, 1, free_bytes)

@@ -1,5 +1,6 @@
 """What the GPU changes in each engine release: its scheduler defaults, and the GPUs on which
-the release's indexer path is not the one the memory model counts (refused, with the reason).
+the release's indexer path is not the one the memory model counts (refused, with the reason; on
+ROCm, ``engines.rocm``).
 
 The GPUs are data (``data/gpus/``); each rule here is named by a fact of the release's profile
 (``data/engines/``), whose source says where the release does it (docs/design.md#gpus).
@@ -9,6 +10,7 @@ from __future__ import annotations
 from ..checks import BadValue
 from ..presets import GIB, GpuPreset, get_gpu
 from .profiles import EngineProfile, get_engine
+from .rocm import rocm_refusal
 
 # the scheduler rules a profile's ``scheduler_gpu_rule`` names
 SCHEDULER_GPU_RULES = ("none", "vllm-70gib", "vllm-160gib", "vllm-160gib-gb10", "sglang-memory-tiers")
@@ -42,17 +44,16 @@ def scheduler_gpu_defaults(engine: str | EngineProfile | None, gpu: str | GpuPre
     return {"max_num_batched_tokens": 16384 if memory >= 160 * GIB else 8192}
 
 
-def gpu_refusal(engine: str | EngineProfile | None, gpu: str | GpuPreset) -> str | None:
-    """Why no plan is made for this release on this GPU (one line), or None where its path is
-    one the memory model counts: DeepGEMM's fp32 logits, or on CUDA family 100 under a release
-    whose ``sm100_logits`` is "bfloat16+float32", DeepGEMM's bf16 logits and the release's fp32
-    copy alive at once (``PlanSettings.upcast``)."""
+def gpu_refusal(engine: str | EngineProfile | None, gpu: str | GpuPreset, model=None) -> str | None:
+    """Why no plan is made for this release (and ``model``, a preset, where given) on this GPU
+    (one line), or None where its path is one the memory model counts: DeepGEMM's fp32 logits, on
+    CUDA family 100 under a release whose ``sm100_logits`` is "bfloat16+float32" DeepGEMM's bf16
+    logits and the release's fp32 copy alive at once (``PlanSettings.upcast``), or on ROCm aiter's
+    (``engines.rocm``)."""
     g = get_gpu(gpu)
     profile = None if engine is None else get_engine(engine)
-    if g.vendor != "nvidia":
-        return (f"{g.name} ({g.arch}, ROCm) has no DeepGEMM: vLLM runs its own rocm_aiter_sparse_attn_indexer and "
-                "SGLang aiter's triton fp8_mqa_logits (logits capped at 2^31-1 bytes), whose allocation rule is "
-                "not modelled (data/gpus/" + g.name + ".json)")
+    if g.rocm:
+        return rocm_refusal(profile, g, model)
     if profile is None:
         return None
     majors = profile.indexer_cuda_majors
@@ -68,10 +69,10 @@ def gpu_refusal(engine: str | EngineProfile | None, gpu: str | GpuPreset) -> str
     return None
 
 
-def check_gpu(engine: str | EngineProfile | None, gpu: str | GpuPreset) -> GpuPreset:
-    """The GPU's preset, or BadValue naming why the release is not planned on it."""
+def check_gpu(engine: str | EngineProfile | None, gpu: str | GpuPreset, model=None) -> GpuPreset:
+    """The GPU's preset, or BadValue naming why the release (and model) is not planned on it."""
     g = get_gpu(gpu)
-    why = gpu_refusal(engine, g)
+    why = gpu_refusal(engine, g, model)
     if why is not None:
         raise BadValue("gpu", f"GPU {g.name!r}: not planned: {why}")
     return g

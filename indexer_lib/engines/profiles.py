@@ -168,6 +168,18 @@ class EngineProfile:
     # model) captures the C4 paged logits at a fixed context width, unchunked, into its graph pool;
     # --cuda-graph-prefill-max-context bounds the width (ledger.boot.prefill_graph_line)
     compressed_prefill_graph: bool = False
+    # ROCm (docs/design.md#rocm): the aiter logits rule (``aiter_logits``) of the release's indexer
+    # path on the GPU architectures ``rocm_arches`` where that path is modelled (None: on none);
+    # ``rocm_path``: one line, with the release's file and line, saying what its indexer runs on
+    # ROCm, and ``rocm_not_modelled`` why the rest is refused (None: the path was not read)
+    rocm_logits: str | None = None
+    rocm_arches: tuple | None = None
+    rocm_path: str | None = None
+    rocm_not_modelled: str | None = None
+    # the non-default setting the modelled ROCm path needs (named wherever its numbers are shown)
+    rocm_setting: str | None = None
+    # SGLang 0.5.20 on: the logits budget on ROCm is at most this many bytes a call (None: no cap)
+    rocm_budget_cap_bytes: int | None = None
     sources: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def __post_init__(self):
@@ -298,7 +310,7 @@ def _load() -> dict[str, EngineProfile]:
             if overlay is not None:
                 facts = {**facts, **overlay[1]}
             values = {k: v["value"] for k, v in facts.items()}
-            for name in ("metadata", "workspace_factor_long", "deepgemm_families", "indexer_cuda_majors"):
+            for name in ("metadata", "workspace_factor_long", "deepgemm_families", "indexer_cuda_majors", "rocm_arches"):
                 if values.get(name) is not None:
                     values[name] = tuple(values[name])
             if values.get("chunk_rows_by_kv") is not None:

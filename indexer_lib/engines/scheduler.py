@@ -5,10 +5,12 @@ is given; a given setting that differs is named next to the number (``not_defaul
 """
 from __future__ import annotations
 
+from ..presets import get_gpu
 from ..workload import SchedulerConfig
 from .dp_attention import dp_phrase, rank_sizes
 from .gpus import scheduler_gpu_defaults
 from .profiles import EngineProfile, get_engine
+from .rocm import rocm_setting
 
 # the scheduler settings a release has a default for, as SchedulerConfig names them
 SCHEDULER_SETTINGS = ("max_num_batched_tokens", "max_num_seqs", "long_prefill_token_threshold",
@@ -62,6 +64,8 @@ def not_default(engine: str | EngineProfile | None, config: SchedulerConfig, gpu
     differ = [f"{name}={getattr(config, name)} (default {default})" for name, default in defaults.items()
               if getattr(config, name) != default]
     differ += [dp_phrase(config.dp)] if config.dp != 1 else []
+    rocm = rocm_setting(get_engine(engine), get_gpu(gpu)) if gpu is not None else None
+    differ += [rocm] if rocm else []
     if config.speculative_tokens:  # no release serves with speculative decoding unless asked
         differ.append(f"speculative_tokens={config.speculative_tokens} (default 0)")
     if config.num_kv_blocks:  # the default is a cache with room for every running request

@@ -173,7 +173,7 @@ def _budget(strategy, settings, server: Server, free_bytes: int) -> int | None:
         kwargs = {} if server.mem_fraction_static is None else {"mem_fraction_static": server.mem_fraction_static}
         return process_budget(profile, free_bytes, settings.gpu_preset.capacity_bytes,
                               value=server.budget_mb if profile.engine == "vllm" else None,
-                              compressed=settings.preset.kv_ratio != 1, **kwargs)
+                              compressed=settings.preset.kv_ratio != 1, rocm=settings.gpu_preset.rocm, **kwargs)
     if server.budget_mb is None and strategy.budget_source(profile) != NO_BUDGET:
         raise BadValue("budget_mb", f"strategy {strategy.name}: give its budget_mb")
     return strategy.budget_bytes(server.budget_mb, free_bytes / GIB, settings, server.mem_fraction_static)

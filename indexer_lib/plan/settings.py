@@ -52,7 +52,7 @@ class PlanSettings:
         object.__setattr__(self, "profile", profile)
         if profile is not None:
             object.__setattr__(self, "engine", profile.name)  # the release in full: vllm -> its latest
-        object.__setattr__(self, "gpu", check_gpu(profile, self.gpu).name)  # one spelling: H200 is h200
+        object.__setattr__(self, "gpu", check_gpu(profile, self.gpu, self.preset).name)  # one spelling: H200 is h200
         if self.preset.has_candidates:  # DeepSeek-V4.1: planned on the releases whose code for it was read
             v41_path(self.model, None if profile is None else profile.name, self.gpu_preset)
         if self.kind is not None:
@@ -164,10 +164,15 @@ class PlanSettings:
 
     @property
     def deepgemm(self) -> str:
-        """The DeepGEMM build the plan's logits are padded by: the what-if, else the engine's own."""
+        """The DeepGEMM build the plan's logits are padded by: the what-if, else the engine's own; on
+        a ROCm GPU, the release's aiter logits rule (``aiter_logits``; check_gpu refused the rest)."""
         if self.deepgemm_version is not None:
             return self.deepgemm_version
-        return DEFAULT_DEEPGEMM_VERSION if self.profile is None else self.profile.deepgemm_rules
+        if self.profile is None:
+            return DEFAULT_DEEPGEMM_VERSION
+        if self.gpu_preset.rocm:
+            return self.profile.rocm_logits
+        return self.profile.deepgemm_rules
 
     @cached_property  # planners read these for every step of a grid
     def rules(self) -> PaddingRules:

@@ -62,7 +62,7 @@ class Strategy:
         if source == MEASURED_BUDGET and free_gib is not None:
             kwargs = {} if mem_fraction_static is None else {"mem_fraction_static": mem_fraction_static}
             return process_budget(profile, free_bytes_from_gib(free_gib), settings.gpu_preset.capacity_bytes,
-                                  compressed=settings.preset.kv_ratio != 1, **kwargs)
+                                  compressed=settings.preset.kv_ratio != 1, rocm=settings.gpu_preset.rocm, **kwargs)
         return budget_bytes_from_mb(budget_mb)
 
     def runs_under(self, settings: PlanSettings) -> PlanSettings:

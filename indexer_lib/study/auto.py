@@ -263,7 +263,8 @@ def engine_candidates(schedules: list[Schedule], settings: PlanSettings, free_by
     candidates = []
     for setting in knobs:
         budget = (None if one_call or (setting is None and compressed) else
-                  process_budget(profile, free_bytes, total, mem_fraction_static, setting, compressed=compressed))
+                  process_budget(profile, free_bytes, total, mem_fraction_static, setting, compressed=compressed,
+                                 rocm=get_gpu(gpu).rocm))
         *totals, band = _over_schedules(schedules, tm, lambda batch: make_plan(batch, "engine", budget, settings),
                                         _own_peak)
         mb = float("nan") if budget is None else budget / MIB

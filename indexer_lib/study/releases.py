@@ -58,7 +58,7 @@ def release_rows(deployment: str, releases=ERA_RELEASES, free_gib: float | None 
         profile = get_engine(name)
         # the deployment's settings where it gives them, the release's defaults elsewhere
         config = release_scheduler(profile, get_model(model).kv_block, d["gpu"], **deployment_scheduler(d))
-        budget = process_budget(profile, free, get_gpu(d["gpu"]).capacity_bytes)
+        budget = process_budget(profile, free, get_gpu(d["gpu"]).capacity_bytes, rocm=get_gpu(d["gpu"]).rocm)
         for conc in d["concurrency"]:
             if (conc, config) not in schedules:
                 schedules[conc, config] = Schedule(prefill_batches(ClosedLoopWorkload(conc, d["isl"], d["osl"]), config))

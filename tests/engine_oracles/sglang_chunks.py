@@ -11,7 +11,8 @@ server's schedule), ``torch.cuda.mem_get_info`` (the free memory given per call)
 CUDA-graph capture flag (off).
 
 stdin:  {"scenarios": [{"total_bytes": T, "mem_fraction_static": f or null, "fraction": the env
-         fraction, "calls": [{"rows": M, "cols": N, "free_bytes": F}, ...]}, ...]}
+         fraction, "rocm": whether the process runs on ROCm (is_hip; optional, false),
+         "calls": [{"rows": M, "cols": N, "free_bytes": F}, ...]}, ...]}
 stdout: {"results": [[{"need_chunk": bool, "budget": bytes (0: not read),
                        "chunks": [[row_start, row_end], ...], "readings": n}, ...], ...]}
 Each scenario is one process's life: a fresh Indexer class, so a fresh budget cache.
@@ -69,7 +70,7 @@ def _lift(path, names, namespace, cls=None):
 
 
 def load(src):
-    """(should_chunk, budget method's class, the chunk-walk code) from the release's files."""
+    """(the mqa_logits_utils module, budget method's class, the chunk-walk code) from the release's files."""
     for name in ("sglang", "sglang.srt", "sglang.srt.layers", "sglang.srt.layers.attention"):
         _module(name, package=True)
     _module("sglang.srt.environ", os.path.join(src, "sglang/srt/environ.py"))  # stdlib only
@@ -103,7 +104,7 @@ def load(src):
             "_mqa_logits_budget_bytes": {},
             "_MQA_LOGITS_BYTES_PER_ELEM": m.MQA_LOGITS_BYTES_PER_ELEM,
         })
-    return m.mqa_logits_should_chunk, new_process, _chunk_walk(path)
+    return m, new_process, _chunk_walk(path)
 
 
 def _chunk_walk(path):
@@ -126,8 +127,10 @@ def _chunk_walk(path):
     return compile(module, path, "exec")
 
 
-def run_process(should_chunk, indexer_cls, walk, scenario) -> list[dict]:
+def run_process(utils, indexer_cls, walk, scenario) -> list[dict]:
     os.environ["SGLANG_DSA_MQA_LOGITS_FREE_MEM_FRACTION"] = repr(scenario["fraction"])
+    rocm = scenario.get("rocm", False)
+    utils.is_hip = lambda: rocm  # the process's platform, as mqa_logits_budget_bytes asks it
     Device.total_bytes = scenario["total_bytes"]
     Device.mem_fraction_static = scenario["mem_fraction_static"]
     Device.readings = 0
@@ -136,7 +139,7 @@ def run_process(should_chunk, indexer_cls, walk, scenario) -> list[dict]:
     for call in scenario["calls"]:
         Device.free_bytes = call["free_bytes"]
         rows, cols = call["rows"], call["cols"]
-        need, budget = should_chunk(num_rows=rows, num_cols=cols, rocm=False,
+        need, budget = utils.mqa_logits_should_chunk(num_rows=rows, num_cols=cols, rocm=rocm,
                                     get_budget_bytes=lambda: indexer._get_mqa_logits_budget_bytes(0))
         chunks = [[0, rows]]
         if need:
@@ -149,9 +152,9 @@ def run_process(should_chunk, indexer_cls, walk, scenario) -> list[dict]:
 
 
 def main():
-    should_chunk, new_process, walk = load(sys.argv[1])
+    utils, new_process, walk = load(sys.argv[1])
     request = json.load(sys.stdin)
-    json.dump({"results": [run_process(should_chunk, new_process(), walk, s) for s in request["scenarios"]]},
+    json.dump({"results": [run_process(utils, new_process(), walk, s) for s in request["scenarios"]]},
               sys.stdout)
 
 

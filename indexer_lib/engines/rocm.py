@@ -1,0 +1,53 @@
+"""Which (release, ROCm GPU, model) the memory model plans, and why the others are refused
+(docs/design.md#rocm).
+
+On ROCm there is no DeepGEMM: a release's indexer calls aiter's ``fp8_mqa_logits``, whose logits
+allocation is ``aiter_logits``.  A release is planned on a ROCm GPU where its profile names that
+rule (``rocm_logits``) for the GPU's architecture (``rocm_arches``) and the model's indexer is
+the DSA one (uncompressed K: DeepSeek-V3.2, GLM-5); everything else is refused in one line naming
+the release's own reason (``rocm_path``, ``rocm_not_modelled``: each with its file and line).
+"""
+from __future__ import annotations
+
+from ..presets import GpuPreset
+from .profiles import EngineProfile, engine_names, get_engine
+
+
+def rocm_modelled_text() -> str:
+    """The releases whose ROCm path is modelled, and on which architectures, for a refusal's last
+    words: consecutive releases of one engine on the same architectures as one range."""
+    runs: list[list] = []  # [engine, arches, first release, last release]
+    for profile in map(get_engine, engine_names()):
+        key = (profile.engine, profile.rocm_arches if profile.rocm_logits is not None else None)
+        if runs and (runs[-1][0], runs[-1][1]) == key:
+            runs[-1][3] = profile.release
+        else:
+            runs.append([*key, profile.release, profile.release])
+    text = [f"{engine}=={first}" + ("" if last == first else f"-{last}") + f" on {', '.join(arches)}"
+            for engine, arches, first, last in runs if arches is not None]
+    return "; ".join(text) or "none"
+
+
+def rocm_refusal(profile: EngineProfile | None, gpu: GpuPreset, model=None) -> str | None:
+    """Why no plan is made for this release (and model) on this ROCm GPU, in one line, or None
+    where its path is modelled."""
+    where = f"{gpu.name} ({gpu.arch}, ROCm)"
+    modelled = f"modelled on ROCm: {rocm_modelled_text()}"
+    if profile is None:
+        return f"{where} has no DeepGEMM: name the engine release whose ROCm path is planned ({modelled})"
+    path = profile.rocm_path or "its ROCm indexer path was not read at this release"
+    if profile.rocm_logits is None or gpu.arch not in (profile.rocm_arches or ()):
+        why = profile.rocm_not_modelled or "its logits allocation there is not modelled"
+        return f"{profile.name} on {where}: {path}; {why} ({modelled})"
+    if model is not None and (model.kv_ratio != 1 or model.pooled or model.qsa or model.has_candidates):
+        return (f"{profile.name} on {where}: only its DSA indexer (uncompressed K: DeepSeek-V3.2, GLM-5) is "
+                f"modelled on ROCm; {model.name}'s indexer takes the release's AMD model path, not read")
+    return None
+
+
+def rocm_setting(profile: EngineProfile | None, gpu: GpuPreset) -> str | None:
+    """The setting that differs from the release's default which its modelled ROCm path needs
+    (vLLM 0.33.0: aiter turned on), as ``name=value (default D)``; None off ROCm or where none."""
+    if profile is None or not gpu.rocm or profile.rocm_setting is None:
+        return None
+    return f"{profile.rocm_setting}: the ROCm path modelled (docs/design.md#rocm)"

@@ -1,0 +1,284 @@
+"""ROCm (docs/design.md#rocm): aiter's logits allocation, the releases planned on a ROCm GPU, and
+the one-line refusals of the rest.
+
+Differential where the engine's code runs on a CPU: vLLM 0.33.0's ROCm indexer module imports here,
+so its own ``rocm_fp8_mqa_logits`` picks the kernel per architecture; SGLang's budget and row
+chunks run from its own files (``engine_oracles/sglang_chunks.py``) with ``is_hip`` true.  aiter
+itself needs ROCm's Triton: its allocation is the restated rule with file and line.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+import sys
+import types
+
+import numpy as np
+import pytest
+
+from indexer_lib.aiter_logits import AITER_LOGITS_RULES, aiter_logits_bytes
+from indexer_lib.checks import BadValue
+from indexer_lib.cli.main import main
+from indexer_lib.engines import EngineBudget, get_engine, gpu_refusal
+from indexer_lib.memory import make_plan
+from indexer_lib.memory.model import logits_bytes
+from indexer_lib.padding import get_rules
+from indexer_lib.plan import PlanSettings
+from indexer_lib.presets import GIB, MIB, get_gpu, get_model
+from indexer_lib.workload import StepBatch
+
+from test_engines import run_oracle, sglang_src
+
+ROCM_CAP = 2**31 - 1  # sglang 0.5.23 layers/attention/mqa_logits_utils.py:24 MQA_LOGITS_MAX_BYTES_ROCM
+
+
+def run(capsys, *argv):
+    try:
+        code = main(list(argv))
+    except SystemExit as e:
+        code = e.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def gfx942() -> object:
+    """A gfx942 part (MI300X / MI325X) for the rules that go by architecture alone: the MI355X's
+    preset with the other architecture (its capacity does not enter them)."""
+    return dataclasses.replace(get_gpu("mi355x"), name="gfx942-part", arch="gfx942")
+
+
+# ----------------------------------------------------------------------------- aiter's allocation
+
+def test_aiter_logits_are_rows_by_columns_aligned_to_256_restated():
+    """ROCm/aiter aiter/ops/triton/attention/fp8_mqa_logits.py:114-128 (c16d44b93a, e4048607a5):
+    ``seq_len_kv_aligned = ceil(seq_len_kv / 256) x 256``; ``torch.empty((seq_len,
+    seq_len_kv_aligned), float32)[:, :seq_len_kv]``; rows never padded.  Before c69b84ef0b (the
+    same file at 4c2a3025b6, :36): ``torch.full((seq_len, seq_len_kv))``."""
+    assert aiter_logits_bytes(3, 1000) == 3 * 1024 * 4
+    assert aiter_logits_bytes(1, 256) == 1024 and aiter_logits_bytes(1, 257) == 512 * 4
+    assert aiter_logits_bytes(3, 1000, "aiter-unaligned") == 3 * 1000 * 4
+    rows, cols = np.array([1, 7, 4095]), np.array([1, 65_536, 131_073])
+    assert list(aiter_logits_bytes(rows, cols)) == [1024, 7 * 65_536 * 4, 4095 * 131_328 * 4]
+    with pytest.raises(BadValue, match="unknown aiter logits rule 'aiter-512': must be one of aiter-256, "):
+        aiter_logits_bytes(1, 1, "aiter-512")
+
+
+def test_the_planners_count_aiter_logits_by_the_one_rule():
+    rng = random.Random(950)
+    for name in AITER_LOGITS_RULES:
+        count = get_rules(name).counter(heads=64)
+        for _ in range(300):
+            rows, cols = rng.randint(1, 20_000), rng.randint(1, 1_100_000)
+            assert count(rows, cols) == aiter_logits_bytes(rows, cols, name)
+            budget = rng.randint(1, 4 * GIB)
+            widest = count.widest(rows, budget)  # the widest row the budget holds
+            assert widest < 0 or count(rows, widest) <= budget < count(rows, widest + AITER_LOGITS_RULES[name])
+
+
+# ----------------------------------------------------------------------------- vLLM 0.33.0's own dispatch
+
+def _vllm_rocm_module():
+    try:
+        from vllm.v1.attention.ops import rocm_aiter_mla_sparse
+    except Exception as e:  # noqa: BLE001 - any import failure: the module is not on this CPU
+        pytest.skip(f"vLLM's ROCm indexer module does not import here: {e}")
+    return rocm_aiter_mla_sparse
+
+
+def _fp8_inputs(rows: int, cols: int, heads: int = 4, dim: int = 32):
+    import torch
+
+    gen = torch.Generator().manual_seed(rows * 1000 + cols)
+    q = torch.randn(rows, heads, dim, generator=gen).to(torch.float8_e4m3fn)
+    k = torch.randn(cols, dim, generator=gen).to(torch.float8_e4m3fn)
+    scale = torch.rand(cols, 1, generator=gen)
+    weights = torch.rand(rows, heads, generator=gen)
+    ks = torch.zeros(rows, dtype=torch.int32)
+    ke = torch.full((rows,), cols, dtype=torch.int32)
+    return q, (k, scale), weights, ks, ke
+
+
+def test_vllm_033_scores_with_aiters_fp8_mqa_logits_on_gfx950_and_flydsl_on_gfx942(monkeypatch):
+    """vLLM 0.33.0's own ``rocm_fp8_mqa_logits`` (v1/attention/ops/rocm_aiter_mla_sparse.py:941-987)
+    with aiter stubbed by the allocation aiter makes: on gfx950 with VLLM_ROCM_USE_AITER it hands
+    the chunk to aiter's ``fp8_mqa_logits`` with ``clean_logits=False`` and returns aiter's tensor
+    ([M, align(N, 256)] fp32, the planned bytes); on gfx942 it calls ``flydsl_fp8_mqa_logits``
+    instead (refused); without the variable it scores with its torch fallback (not planned)."""
+    import torch
+
+    module = _vllm_rocm_module()
+    import vllm._aiter_ops as aiter_ops
+    from vllm._aiter_ops import rocm_aiter_ops
+
+    monkeypatch.setattr(aiter_ops, "is_aiter_found_and_supported", lambda: True)  # a ROCm gfx9 host with aiter
+    calls = []
+
+    def aiter_fp8_mqa_logits(q, k, scale, weights, ks, ke, clean_logits=True):
+        calls.append(("aiter", clean_logits))
+        cols = k.shape[0]
+        return torch.empty((q.shape[0], -(-cols // 256) * 256), dtype=torch.float32)[:, :cols]
+
+    def flydsl_fp8_mqa_logits(q, k, scale, weights, ks, ke, clean_logits=True):
+        calls.append(("flydsl", clean_logits))
+        return torch.empty((q.shape[0], k.shape[0]), dtype=torch.float32)
+
+    monkeypatch.setattr(module, "mqa_logits_module", lambda: types.SimpleNamespace(fp8_mqa_logits=aiter_fp8_mqa_logits))
+    for name in ("aiter", "aiter.ops"):
+        monkeypatch.setitem(sys.modules, name, sys.modules.get(name) or types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "aiter.ops.flydsl", types.SimpleNamespace(flydsl_fp8_mqa_logits=flydsl_fp8_mqa_logits))
+    monkeypatch.setattr(rocm_aiter_ops, "_AITER_ENABLED", True)
+    monkeypatch.setattr(module, "_ON_GFX950", True)
+    monkeypatch.setattr(module, "_ON_GFX942", False)
+    for rows, cols in ((5, 300), (64, 1024), (7, 1)):
+        logits = module.rocm_fp8_mqa_logits(*_fp8_inputs(rows, cols))
+        assert calls[-1] == ("aiter", False) and logits.shape == (rows, cols)
+        assert logits.untyped_storage().nbytes() == aiter_logits_bytes(rows, cols)
+    assert get_engine("vllm==0.33.0").rocm_logits == "aiter-256"
+    assert get_engine("vllm==0.33.0").rocm_arches == ("gfx950",)
+
+    monkeypatch.setattr(module, "_ON_GFX950", False)
+    monkeypatch.setattr(module, "_ON_GFX942", True)
+    module.rocm_fp8_mqa_logits(*_fp8_inputs(5, 300))
+    assert calls[-1][0] == "flydsl"
+    assert "flydsl_fp8_mqa_logits" in gpu_refusal("vllm==0.33.0", gfx942())
+
+    monkeypatch.setattr(rocm_aiter_ops, "_AITER_ENABLED", False)
+    monkeypatch.setattr(module, "_ON_GFX942", False)
+    before = len(calls)
+    assert module.rocm_fp8_mqa_logits(*_fp8_inputs(5, 300)).shape == (5, 300)  # fp8_mqa_logits_torch
+    assert len(calls) == before
+    assert "VLLM_ROCM_USE_AITER" in get_engine("vllm==0.33.0").rocm_path
+
+
+def test_vllm_033_on_mi355x_chunks_as_on_cuda_with_aiters_full_width_logits():
+    """The same metadata builder splits the step (v1/attention/backends/mla/indexer.py:293-294):
+    the chunks' rows and requests are the H200's; each chunk's logits are [rows, align(N, 256)]
+    fp32 over its whole K (rocm_aiter_mla_sparse.py:1281-1300), not DeepGEMM 2.8's max_seqlen_k."""
+    rng = random.Random(355)
+    for _ in range(25):
+        n = rng.randint(1, 6)
+        seqs = [rng.randint(1, 200_000) for _ in range(n)]
+        queries = [rng.randint(1, s) for s in seqs]
+        batch = StepBatch.from_lengths(queries, seqs)
+        budget = rng.choice((64, 512, 2048)) * MIB
+        rocm = make_plan(batch, "engine", budget, PlanSettings("glm-5", "vllm", gpu="mi355x", temporaries="deepgemm"))
+        cuda = make_plan(batch, "engine", budget, PlanSettings("glm-5", "vllm", gpu="h200", temporaries="deepgemm"))
+        assert [(c.requests, c.rows) for c in rocm.chunks] == [(c.requests, c.rows) for c in cuda.chunks]
+        for c in rocm.chunks:
+            assert c.logits_cols == c.kv_tokens and not c.compressed
+            assert logits_bytes(c, rocm) == aiter_logits_bytes(c.num_rows, c.kv_tokens)
+
+
+# ----------------------------------------------------------------------------- SGLang's own budget on ROCm
+
+def test_sglang_rocm_budget_and_row_chunks_match_its_own_code():
+    """SGLang 0.5.23's own mqa_logits_utils and Indexer code with ``is_hip`` true: every budget
+    it reads capped at 2^31-1 bytes (mqa_logits_utils.py:24, :66-67, :88-89), its rows sliced by
+    that; ours with the release's ``rocm_budget_cap_bytes`` on the MI355X."""
+    src = sglang_src()
+    engine = get_engine("sglang==0.5.23")
+    assert engine.rocm_budget_cap_bytes == ROCM_CAP
+    rng = random.Random(2031)
+    total = get_gpu("mi355x").capacity_bytes
+    scenarios = []
+    for _ in range(40):
+        calls = []
+        for _ in range(rng.randint(1, 6)):
+            rows = rng.choice((rng.randint(1, 600), rng.randint(2048, 16384)))
+            calls.append({"rows": rows, "cols": rows + rng.randint(8_000, 400_000),
+                          "free_bytes": rng.randint(4, 260) * GIB})
+        scenarios.append({"total_bytes": total, "mem_fraction_static": rng.choice((None, 0.8, 0.9)),
+                          "fraction": rng.choice((0.2, 0.5)), "rocm": True, "calls": calls})
+    answers = run_oracle(sys.executable, "sglang_chunks.py", {"scenarios": scenarios}, src)["results"]
+    capped = 0
+    for scenario, theirs in zip(scenarios, answers, strict=True):
+        budget = EngineBudget(engine, value=scenario["fraction"], total_bytes=total,
+                              mem_fraction_static=scenario["mem_fraction_static"], rocm=True)
+        for call, result in zip(scenario["calls"], theirs, strict=True):
+            ours = budget.for_call(call["rows"], call["cols"], call["free_bytes"])
+            assert (ours or 0) == result["budget"], (scenario, call)
+            plan = make_plan(StepBatch.from_lengths([call["rows"]], [call["cols"]]), "engine", ours,
+                             PlanSettings(engine=engine, gpu="mi355x"))
+            assert [list(c.rows) for c in plan.chunks] == result["chunks"], (scenario, call)
+            for c in plan.chunks:
+                assert logits_bytes(c, plan) == aiter_logits_bytes(c.num_rows, call["cols"])
+            capped += ours == ROCM_CAP
+    assert capped >= 20
+
+
+# ----------------------------------------------------------------------------- planned and refused
+
+@pytest.mark.parametrize("engine, model, why", [
+    ("vllm==0.33.0", "glm-5", None),
+    ("sglang==0.5.23", "glm-5", None),
+    ("sglang==0.5.20", "deepseek-v3.2", None),
+    ("vllm==0.30.0", "glm-5", "its prefill chunk loop and workspace on ROCm were not read"),
+    ("sglang==0.5.19", "glm-5", "were not read before 0.5.20"),
+    ("vllm==0.33.0", "deepseek-v4-flash", "only its DSA indexer"),
+    ("sglang==0.5.23", "deepseek-v4-flash", "only its DSA indexer"),
+])
+def test_which_releases_and_models_plan_on_the_mi355x(engine, model, why):
+    refusal = gpu_refusal(engine, "mi355x", get_model(model))
+    if why is None:
+        assert refusal is None
+        assert PlanSettings(model, engine, gpu="mi355x").deepgemm == "aiter-256"
+    else:
+        assert why in refusal and "\n" not in refusal and "mi355x (gfx950, ROCm)" in refusal
+        with pytest.raises(BadValue, match="not planned"):
+            PlanSettings(model, engine, gpu="mi355x")
+
+
+def test_gfx942_by_architecture_alone():
+    """vLLM 0.33.0 runs another kernel on gfx942 (refused, naming it); SGLang 0.5.20-0.5.23 the
+    same aiter Triton kernel on both architectures (planned)."""
+    part = gfx942()
+    why = gpu_refusal("vllm", part)
+    assert "gfx942-part (gfx942, ROCm)" in why and "rocm_aiter_mla_sparse.py:970-975" in why
+    assert "fp8_mqa_logits.py:390-395, :530-536" in why and "\n" not in why
+    assert gpu_refusal("sglang", part) is None and gpu_refusal("sglang==0.5.20", part) is None
+    assert "modelled on ROCm: sglang==0.5.20-0.5.23 on gfx942, gfx950; vllm==0.33.0 on gfx950" in \
+        gpu_refusal("vllm==0.19.0", part)
+    assert "has no DeepGEMM" in gpu_refusal(None, part)
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_plan_frontier_and_auto_run_on_the_mi355x(capsys, tmp_path, engine):
+    code, out, err = run(capsys, "plan", "--gpu", "mi355x", "--engine", engine, "--model", "glm-5",
+                         "--query-lens", "16384", "--seq-lens", "131072", "--free-gib", "60", "--json")
+    assert code == 0, err
+    plan = json.loads(out)
+    assert plan["gpu"] == "mi355x"
+    csv = tmp_path / "f.csv"
+    code, out, err = run(capsys, "frontier", "--model", "glm-5", "--engine", engine, "--gpu", "mi355x",
+                         "--concurrency", "1", "--isl", "8192", "--strategy", "engine", "--free-gib", "60",
+                         "--out", str(csv))
+    assert code == 0, err
+    assert csv.exists()
+    code, out, err = run(capsys, "auto", "--engine", engine, "--gpu", "mi355x", "--free-gib", "60",
+                         "--workload", "1x8192x64", "--json")
+    assert code == 0, err
+    assert json.loads(out)["gpu"] == "mi355x"
+
+
+def test_a_refused_rocm_release_is_one_line_naming_its_reason(capsys):
+    code, out, err = run(capsys, "plan", "--gpu", "mi355x", "--engine", "vllm==0.30.0", "--model", "glm-5",
+                         "--query-lens", "4096", "--seq-lens", "65536", "--free-gib", "20")
+    assert code == 2 and out == "" and err.count("\n") == 1 and "Traceback" not in err
+    assert "rocm_aiter_mla_sparse.py:999" in err and ":810-829" in err
+
+
+def test_vllm_on_rocm_names_the_aiter_setting_it_is_planned_with(capsys):
+    """vLLM 0.33.0 scores with aiter only under VLLM_ROCM_USE_AITER=1 (envs.py:1267-1269, off by
+    default): its ROCm plan is made as served so, and the tables and `plan` name that setting."""
+    from indexer_lib.cli.main import main
+    from indexer_lib.engines import not_default
+    from indexer_lib.engines.scheduler import release_scheduler
+
+    config = release_scheduler("vllm==0.33.0", 64, "mi355x")
+    assert any(s.startswith("VLLM_ROCM_USE_AITER=1 (default 0)") for s in not_default("vllm==0.33.0", config, "mi355x"))
+    assert not any("VLLM_ROCM_USE_AITER" in s for s in not_default("vllm==0.33.0", release_scheduler("vllm==0.33.0", 64, "h200"), "h200"))
+    sglang = release_scheduler("sglang", 64, "mi355x")
+    assert not any("VLLM_ROCM_USE_AITER" in s for s in not_default("sglang", sglang, "mi355x"))
+    assert main(["plan", "--gpu", "mi355x", "--query-lens", "8192", "--seq-lens", "8192", "--free-gib", "10"]) == 0
+    assert "served with VLLM_ROCM_USE_AITER=1 (default 0)" in capsys.readouterr().out
