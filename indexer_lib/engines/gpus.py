@@ -51,6 +51,9 @@ def gpu_refusal(engine: str | EngineProfile | None, gpu: str | GpuPreset) -> str
                 "not modelled (data/gpus/" + g.name + ".json)")
     if profile is None:
         return None
+    if profile.rocm_only:  # an AMD GPU answered above; this one is not
+        return (f"{profile.name} runs only on ROCm (AMD GPUs, aiter's kernels), not on {g.name} ({g.arch}) "
+                f"(sources: {profile.sources.get('rocm_only', profile.sources.get('file'))})")
     families = profile.deepgemm_families
     if families is not None and g.cuda_family not in families:
         return (f"{profile.name} runs DeepGEMM only on CUDA families {', '.join(f'{f // 10}.x' for f in families)}; "
