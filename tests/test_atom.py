@@ -131,6 +131,22 @@ def test_the_engine_strategy_walks_atoms_rows(planned_on_rocm):
     assert engine_rows("atom==0.1.10", short, 2048) == []
 
 
+def test_atoms_path_evaluated_for_arrays_of_steps_is_each_steps_plan(planned_on_rocm):
+    """Steps of two requests evaluated together (``fast.step_table``) give each step's own plan."""
+    from indexer_lib.fast.step_table import step_table
+    from test_step_table import assert_each_step, step_by_step
+
+    rng = random.Random(5)
+    pairs = [tuple(PrefillRequest(*step[k % len(step)]) for k in range(2)) for step in random_steps(rng, 40)]
+    first, second = [a for a, _ in pairs], [b for _, b in pairs]
+    for release, budget in (("atom==0.1.5", None), ("atom==0.1.10", 64 * MIB), ("atom==0.1.10", 2048 * MIB)):
+        settings = PlanSettings("glm-5", release, gpu="mi355x", temporaries="deepgemm")
+        evaluator = step_table("engine", settings, None)
+        got = evaluator.at_budget([a.query_len for a in first], [a.context_len for a in first], budget,
+                                  second=([b.query_len for b in second], [b.context_len for b in second]))
+        assert_each_step(got, step_by_step("engine", settings, None, [StepBatch(p) for p in pairs], budget), pairs)
+
+
 def test_the_budgets_that_cut_a_step_alike(planned_on_rocm):
     """Every budget in the plan's stable interval gives the same chunks, and its ends do not."""
     settings = PlanSettings("glm-5", "atom", gpu="mi355x")
