@@ -237,7 +237,7 @@ def test_gfx942_by_architecture_alone():
     assert "gfx942-part (gfx942, ROCm)" in why and "rocm_aiter_mla_sparse.py:970-975" in why
     assert "fp8_mqa_logits.py:390-395, :530-536" in why and "\n" not in why
     assert gpu_refusal("sglang", part) is None and gpu_refusal("sglang==0.5.20", part) is None
-    assert "modelled on ROCm: sglang==0.5.20-0.5.23 on gfx942, gfx950; vllm==0.33.0 on gfx950" in \
+    assert "modelled on ROCm: atom==0.1.3-0.1.10 on gfx942, gfx950; sglang==0.5.20-0.5.23 on gfx942, gfx950; vllm==0.33.0 on gfx950" in \
         gpu_refusal("vllm==0.19.0", part)
     assert "has no DeepGEMM" in gpu_refusal(None, part)
 

@@ -56,6 +56,9 @@ def gpu_refusal(engine: str | EngineProfile | None, gpu: str | GpuPreset, model=
         return rocm_refusal(profile, g, model)
     if profile is None:
         return None
+    if profile.rocm_only:  # an AMD GPU answered above; this one is not
+        return (f"{profile.name} runs only on ROCm (AMD GPUs, aiter's kernels), not on {g.name} ({g.arch}) "
+                f"(sources: {profile.sources.get('rocm_only', profile.sources.get('file'))})")
     majors = profile.indexer_cuda_majors
     if majors is not None and g.cuda_major not in majors:
         return (f"{profile.name} has no indexer path for these models on compute capability {g.cuda_major}.x "

@@ -1,4 +1,4 @@
-"""Engine profiles: what each vLLM, SGLang and TensorRT-LLM release does in the indexer's prefill.
+"""Engine profiles: what each vLLM, SGLang, TensorRT-LLM and ATOM release does in the indexer's prefill.
 
 A profile is plain data read from ``data/engines/`` (one JSON file per era, each
 fact with the release, file and function it was read from, and per-release
@@ -20,8 +20,8 @@ from ..checks import or_list, unknown_name
 from ..elementwise import where
 from ..refdata import data_path
 
-ENGINES = ("vllm", "sglang", "trtllm")
-CHUNKERS = ("workspace", "logits-budget", "rows", "tokens", "none")
+ENGINES = ("vllm", "sglang", "trtllm", "atom")
+CHUNKERS = ("workspace", "logits-budget", "rows", "rows-128", "tokens", "none")
 BUDGET_RULES = ("none", "fixed-mib", "fixed-elements", "sglang-free-per-call", "sglang-cached")
 # SGLang's budget for DeepSeek-V4's C4 indexer: "none", every query row in one call (0.5.12-0.5.20);
 # "sglang-capped-per-call", the cached rule's arithmetic read on every forward (0.5.21-0.5.23)
@@ -39,20 +39,21 @@ SM100_LOGITS = ("float32", "bfloat16+float32")
 
 @dataclass(frozen=True)
 class EngineProfile:
-    engine: str  # "vllm", "sglang" or "trtllm"
+    engine: str  # "vllm", "sglang", "trtllm" or "atom"
     release: str  # "0.33.0"
     era: str
     # how the engine splits a step: "workspace" (pack requests while the sum of seq_lens
     # fits the workspace, rows unbounded), "logits-budget" (vLLM #36178), "rows" (SGLang:
     # query rows against the whole batch's K), "tokens" (TensorRT-LLM: requests packed while their
     # query rows fit ``chunk_rows``, a longer one cut into blocks of that many rows, each chunk's
-    # logits call tiled to the element budget), "none" (one logits call per step)
+    # logits call tiled to the element budget), "rows-128" (ATOM: "rows" with the budget's rows rounded
+    # down to a multiple of 128, a power of two below 128), "none" (one logits call per step)
     chunker: str
     workspace_factor: int | None  # K workspace tokens per max_model_len; None: the batch's own K
     workspace_lifetime: str  # "persistent" (reserved once), "chunk" or "call" (allocated per chunk / call)
     budget_rule: str  # where the logits budget comes from (BUDGET_RULES)
     deepgemm_build: str
-    deepgemm_rules: str  # padding rule name (indexer_lib.padding)
+    deepgemm_rules: str | None  # padding rule name (indexer_lib.padding); None: no DeepGEMM (ROCm only)
     layout: str  # "full" ([M, N]) or "compressed" ([M, max_seqlen_k] of the chunk's requests)
     topk: str  # "kernel" (writes into the output, nothing else) or "torch.topk"
     topk_output: str  # "persistent" ([max_num_batched_tokens, k] with the model) or "call"
@@ -180,6 +181,8 @@ class EngineProfile:
     rocm_setting: str | None = None
     # SGLang 0.5.20 on: the logits budget on ROCm is at most this many bytes a call (None: no cap)
     rocm_budget_cap_bytes: int | None = None
+    # the release runs only on ROCm (ATOM: AMD GPUs, aiter's kernels); refused on any other GPU
+    rocm_only: bool = False
     sources: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def __post_init__(self):

@@ -115,6 +115,61 @@ class SglangRows(ReleasePath):
         build.add_rows(RowSlices(0, len(batch.requests), rows, per, cols), among=among)
 
 
+ATOM_ROW_ALIGN = 128  # ATOM rounds its budget's rows down to a multiple of this (deepseek_v2.py:1713-1714)
+
+
+def _power_of_two_at_most(n):
+    """The largest power of two at most ``n`` (1 to 127; a number or an array of them)."""
+    out = 1
+    for p in (2, 4, 8, 16, 32, 64):
+        out = where(n >= p, p, out)
+    return out
+
+
+def atom_rows_per_chunk(budget: int, cols, rows):
+    """ATOM's query rows per ``fp8_mqa_logits`` call (ROCm/ATOM main ffdf3bb5
+    ``atom/models/deepseek_v2.py:1699-1719``; the same lines in ``deepseek_v4.py:1662-1680`` and
+    ``plugin/vllm/attention/layer_sparse_mla.py:352-400``): ``budget_rows = budget // (cols x 4)``,
+    the unpadded fp32 row; every row in one call unless ``budget_rows < rows``, then
+    ``budget_rows`` rounded down to a multiple of 128, or below 128 the largest power of two at
+    most ``max(1, budget_rows)``.  ``budget`` in bytes (> 0; ATOM's 0 disables: no budget)."""
+    budget_rows = budget // maximum(cols * FP32_BYTES, 1)
+    aligned = budget_rows // ATOM_ROW_ALIGN * ATOM_ROW_ALIGN
+    cut = where(budget_rows >= ATOM_ROW_ALIGN, aligned, _power_of_two_at_most(budget_rows))
+    return where((cols > 0) & (budget_rows < rows), cut, rows)
+
+
+def _atom_budgets_alike(per, rows, row_bytes) -> tuple:
+    """[low, high) of the budgets that give ATOM the same rows per call (``atom_rows_per_chunk``)
+    for one step: every budget from rows x row up is one call; a multiple of 128 holds until the
+    next one, a power of two below 128 until its double (one row from no budget at all)."""
+    if per >= rows:
+        return rows * row_bytes, None
+    above = per + ATOM_ROW_ALIGN if per >= ATOM_ROW_ALIGN else 2 * per
+    return (per * row_bytes if per > 1 else 0), min(above, rows) * row_bytes
+
+
+class AtomRows(ReleasePath):
+    """ATOM's indexer prefill (``sparse_attn_indexer``, DeepSeek-V3.2 and GLM-5): one gather of the
+    step's K (``total_kv``, the sum of its seq_lens), its query rows in order in slices of
+    ``atom_rows_per_chunk`` rows, each against all ``total_kv`` columns; no logits while the step's
+    longest sequence is at most top-k (``deepseek_v2.py:1638``).  Before its budget (0.1.3-0.1.5,
+    chunker "none"), one call."""
+
+    def __init__(self, budgeted: bool):
+        self.budget_read = "given" if budgeted else "none"
+        self.name = "atom-rows" if budgeted else "atom-one-call"
+
+    def split(self, batch, b, build, among=True) -> None:
+        rows, cols = batch.num_rows, batch.num_kv_tokens
+        per = rows
+        if b.budget is not None:
+            per = atom_rows_per_chunk(b.budget, cols, rows)
+            if b.tracks and among and rows > 0:
+                b.narrow(*_atom_budgets_alike(per, rows, cols * FP32_BYTES))
+        build.add_rows(RowSlices(0, len(batch.requests), rows, maximum(per, 1), cols), among=among & (rows > 0))
+
+
 def mqa_logits_row_bytes(cols):
     """SGLang's ``mqa_logits_row_bytes``: a row of fp32 logits, its width aligned to 256 columns."""
     return cdiv(cols, 256) * 256 * FP32_BYTES
@@ -420,7 +475,7 @@ class SglangV41Torch(ReleasePath):
 def release_path(settings: PlanSettings) -> ReleasePath:
     """The release's own path for these settings' model (``settings.profile``), the one place it is
     chosen: QSA's and DeepSeek-V4.1's paths where the model has them, SGLang's kpool and C4 paths and
-    TensorRT-LLM's kpool path for pooled and compressed K, else the release's chunker."""
+    TensorRT-LLM's kpool path for pooled and compressed K, else the release's chunker (ATOM's own)."""
     profile, preset = settings.profile, settings.preset
     if preset.qsa:
         return VllmQsa() if profile.qsa_path == "vllm-qsa" else SglangQsa()
@@ -433,6 +488,8 @@ def release_path(settings: PlanSettings) -> ReleasePath:
         return TrtllmKpool()
     if compressed and profile.engine == "sglang" and profile.compressed_kv and not pooled:
         return SglangC4(not profile.compressed_one_call)
+    if profile.engine == "atom":
+        return AtomRows(profile.budget_rule != "none")
     if profile.chunker in ("workspace", "logits-budget"):
         return VllmChunker(profile.chunker == "logits-budget")
     if profile.chunker == "tokens":
