@@ -87,6 +87,7 @@ def test_atom_is_refused_on_nvidia_as_rocm_only_and_on_amd_as_any_release_is():
     for gpu in ("h200", "b200", "gb10"):
         why = gpu_refusal("atom==0.1.10", gpu)
         assert why.startswith("atom==0.1.10 runs only on ROCm") and "README.md:61-63" in why
+        assert "name one with --gpu (mi300x, mi325x, mi355x)" in why
     assert gpu_refusal("atom", "mi355x") is None  # planned with aiter's logits
     assert gpu_refusal("vllm", "h200") is None
     with pytest.raises(ValueError, match="runs only on ROCm"):

@@ -8,7 +8,7 @@ The GPUs are data (``data/gpus/``); each rule here is named by a fact of the rel
 from __future__ import annotations
 
 from ..checks import BadValue
-from ..presets import GIB, GpuPreset, get_gpu
+from ..presets import GIB, GPUS, GpuPreset, get_gpu
 from .profiles import EngineProfile, get_engine
 from .rocm import rocm_refusal
 
@@ -57,7 +57,9 @@ def gpu_refusal(engine: str | EngineProfile | None, gpu: str | GpuPreset, model=
     if profile is None:
         return None
     if profile.rocm_only:  # an AMD GPU answered above; this one is not
-        return (f"{profile.name} runs only on ROCm (AMD GPUs, aiter's kernels), not on {g.name} ({g.arch}) "
+        amd = ", ".join(sorted(name for name, preset in GPUS.items() if preset.rocm))
+        return (f"{profile.name} runs only on ROCm (AMD GPUs, aiter's kernels), not on {g.name} ({g.arch}): "
+                f"name one with --gpu ({amd}) "
                 f"(sources: {profile.sources.get('rocm_only', profile.sources.get('file'))})")
     majors = profile.indexer_cuda_majors
     if majors is not None and g.cuda_major not in majors:
