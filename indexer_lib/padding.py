@@ -154,7 +154,8 @@ def get_rules(version: str) -> PaddingRules:
     rules = DEEPGEMM_RULES.get(version) or AITER_RULES.get(version)
     if rules is None:
         raise BadValue("deepgemm_version",
-                       f"unknown DeepGEMM version {version!r}: must be one of {', '.join(DEEPGEMM_RULES)}")
+                       f"unknown DeepGEMM version {version!r}: must be one of {', '.join(DEEPGEMM_RULES)} "
+                       f"(on ROCm, an aiter rule: {', '.join(AITER_RULES)})")
     return rules
 
 

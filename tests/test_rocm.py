@@ -17,7 +17,7 @@ import types
 import numpy as np
 import pytest
 
-from indexer_lib.aiter_logits import AITER_LOGITS_RULES, aiter_logits_bytes
+from indexer_lib.aiter_logits import AITER_LOGITS_RULES
 from indexer_lib.checks import BadValue
 from indexer_lib.cli.main import main
 from indexer_lib.engines import EngineBudget, get_engine, gpu_refusal
@@ -29,6 +29,13 @@ from indexer_lib.presets import GIB, MIB, get_gpu, get_model
 from indexer_lib.workload import StepBatch
 
 from test_engines import run_oracle, sglang_src
+
+def aiter_logits_bytes(rows, cols, rule: str = "aiter-256"):
+    """aiter's allocation restated: ``rows x align(cols, col_align) x 4`` fp32 (aiter
+    aiter/ops/triton/attention/fp8_mqa_logits.py:114-128 at c16d44b93a and e4048607a5)."""
+    align = AITER_LOGITS_RULES[rule]
+    return rows * (-(-cols // align) * align) * 4
+
 
 ROCM_CAP = 2**31 - 1  # sglang 0.5.23 layers/attention/mqa_logits_utils.py:24 MQA_LOGITS_MAX_BYTES_ROCM
 
@@ -55,13 +62,14 @@ def test_aiter_logits_are_rows_by_columns_aligned_to_256_restated():
     ``seq_len_kv_aligned = ceil(seq_len_kv / 256) x 256``; ``torch.empty((seq_len,
     seq_len_kv_aligned), float32)[:, :seq_len_kv]``; rows never padded.  Before c69b84ef0b (the
     same file at 4c2a3025b6, :36): ``torch.full((seq_len, seq_len_kv))``."""
-    assert aiter_logits_bytes(3, 1000) == 3 * 1024 * 4
-    assert aiter_logits_bytes(1, 256) == 1024 and aiter_logits_bytes(1, 257) == 512 * 4
-    assert aiter_logits_bytes(3, 1000, "aiter-unaligned") == 3 * 1000 * 4
+    count = get_rules("aiter-256").counter(heads=64)
+    assert count(3, 1000) == 3 * 1024 * 4
+    assert count(1, 256) == 1024 and count(1, 257) == 512 * 4
+    assert get_rules("aiter-unaligned").counter(heads=64)(3, 1000) == 3 * 1000 * 4
     rows, cols = np.array([1, 7, 4095]), np.array([1, 65_536, 131_073])
-    assert list(aiter_logits_bytes(rows, cols)) == [1024, 7 * 65_536 * 4, 4095 * 131_328 * 4]
-    with pytest.raises(BadValue, match="unknown aiter logits rule 'aiter-512': must be one of aiter-256, "):
-        aiter_logits_bytes(1, 1, "aiter-512")
+    assert list(count(rows, cols)) == [1024, 7 * 65_536 * 4, 4095 * 131_328 * 4]
+    with pytest.raises(BadValue, match="unknown DeepGEMM version 'aiter-512': .*an aiter rule: aiter-256, "):
+        get_rules("aiter-512")
 
 
 def test_the_planners_count_aiter_logits_by_the_one_rule():
