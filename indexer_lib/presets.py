@@ -337,10 +337,17 @@ _NAME_NOISE = re.compile(r"nvidia|amd|instinct|blackwell|server edition|workstat
                          r"hgx|dgx|nvl\d*|sxm\d*|pcie|oam|\d+\s*gb|hbm\d*e?|gddr\d*")
 
 
+@lru_cache(maxsize=256)
 def gpu_key(name: str) -> str:
     """A GPU's name as the lookup compares it: lower case, without the words of ``_NAME_NOISE`` and
     without spaces or punctuation (``GB200 NVL72``, ``gb-200`` and ``NVIDIA GB200`` are ``gb200``)."""
     return re.sub(r"[^a-z0-9]", "", _NAME_NOISE.sub("", str(name).strip().lower()))
+
+
+@lru_cache(maxsize=None)
+def _gpus_by_key() -> dict[str, str]:
+    """Each GPU of ``GPUS`` by its ``gpu_key`` (read once: every plan and row looks its GPU up)."""
+    return {gpu_key(n): n for n in GPUS}
 
 
 def get_gpu(name: str | GpuPreset) -> GpuPreset:
@@ -348,8 +355,8 @@ def get_gpu(name: str | GpuPreset) -> GpuPreset:
     ``A100-SXM4-80GB``: ``gpu_key``); an unknown name is refused with the nearest known ones."""
     if isinstance(name, GpuPreset):
         return name
-    by_key = {gpu_key(n): n for n in GPUS}
-    key = gpu_key(name)
+    by_key = _gpus_by_key()
+    key = gpu_key(str(name))
     if key in by_key:
         return GPUS[by_key[key]]
     near = [by_key[k] for k in difflib.get_close_matches(key, list(by_key), n=3)] if key else []
