@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ..checks import BadValue
 from ..presets import GIB, GPUS, GpuPreset, get_gpu
-from .profiles import EngineProfile, get_engine
+from .profiles import ENGINES, EngineProfile, engine_names, get_engine, releases_text
 from .rocm import rocm_refusal
 
 # the scheduler rules a profile's ``scheduler_gpu_rule`` names
@@ -72,6 +72,16 @@ def gpu_refusal(engine: str | EngineProfile | None, gpu: str | GpuPreset, model=
                 f"on {g.name} ({g.arch}) its indexer does not take DeepGEMM's logits, the path the memory model counts "
                 f"(sources: {profile.sources.get('deepgemm_families', profile.sources.get('file'))})")
     return None
+
+
+def planned_on(gpu: str | GpuPreset, model=None) -> dict[str, str | None]:
+    """Per engine, the releases planned on this GPU (for ``model``, a preset, where given) as one
+    phrase (``vllm==0.30.0-0.33.0``), None where every release is refused there."""
+    out = {}
+    for engine in ENGINES:
+        planned = [n for n in engine_names(engine) if gpu_refusal(n, gpu, model) is None]
+        out[engine] = releases_text(planned) if planned else None
+    return out
 
 
 def check_gpu(engine: str | EngineProfile | None, gpu: str | GpuPreset, model=None) -> GpuPreset:
