@@ -146,3 +146,14 @@ def test_deploy_what_if_shows_the_buffers_and_the_decode_budget(capsys):
     d = json.loads(capsys.readouterr().out)
     assert d["logits_buffer"] == "fixed-width" and "fixed width of 65,536 columns" in d["not_default"]
     assert d["allocator_high_water_bytes"] == by["fixed-width prefill logits (vllm#58068)"]["allocator_high_water_bytes"]
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--engine", "vllm==0.30.0", "--logits-buffer", "fixed-width"], "not vllm==0.30.0's vllm path"),
+    (["--logits-buffer", "pooled", "--strategy", "vllm", "--budget-mb", "512"], "release's own path"),
+    (["--logits-buffer", "pool"], "invalid choice"),
+])
+def test_a_buffer_the_path_has_not_is_one_line_and_exit_2(argv, says, capsys):
+    code = main(["deploy", "--workload", "4x2048x8", *argv])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and says in err, err

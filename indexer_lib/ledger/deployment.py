@@ -213,7 +213,8 @@ def what_ifs(server: Server, model, longest: int | None = None) -> list[tuple[st
         out.append((f"{profile.budget_env}={INTEGRATED_BUDGET_MB}", replace(server, budget_mb=INTEGRATED_BUDGET_MB)))
     mml = model.max_model_len if server.max_model_len is None else server.max_model_len
     seqs = server.max_num_seqs or scheduler_defaults(profile, server.gpu)["max_num_seqs"]
-    own = PlanSettings(model.name, profile, temporaries="deepgemm", gpu=server.gpu).workspace_at(mml)
+    settings = PlanSettings(model.name, profile, temporaries="deepgemm", gpu=server.gpu)
+    own = settings.workspace_at(mml)
     sized = seqs * mml // model.kv_ratio
     if own is not None and server.workspace_tokens is None and sized < own:
         out.append((f"K workspace {sized:,} (max_num_seqs x max_model_len)", replace(server, workspace_tokens=sized)))
@@ -224,9 +225,8 @@ def what_ifs(server: Server, model, longest: int | None = None) -> list[tuple[st
             out.append((f"--cuda-graph-prefill-max-context {bound:,}",
                         replace(server, cuda_graph_prefill_max_context=bound)))
     if server.logits_buffer is None:
-        own = PlanSettings(model.name, profile, temporaries="deepgemm", gpu=server.gpu).own_chunker
         out += [(name, replace(server, logits_buffer=kind)) for kind, name in BUFFER_WHAT_IFS
-                if buffer_refusal(kind, own) is None]
+                if buffer_refusal(kind, settings.own_chunker) is None]
     return out
 
 
