@@ -140,12 +140,13 @@ def test_deploy_what_if_shows_the_buffers_and_the_decode_budget(capsys):
     d = json.loads(capsys.readouterr().out)
     assert d["decode_budget"] == decode_budget_note() and d["logits_buffer"] is None
     by = {w["what_if"]: w for w in d["what_ifs"]}
-    assert by["fixed-width prefill logits (vllm#58068)"]["allocator_high_water_bytes"] < d["allocator_high_water_bytes"]
+    fixed = by["fixed-width prefill logits (vllm#58068)"]
+    assert fixed["allocator_high_water_bytes"] < d["allocator_high_water_bytes"]
     # the setting itself: named with the numbers it gives
     assert main(argv[:-1] + ["--logits-buffer", "fixed-width", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["logits_buffer"] == "fixed-width" and "fixed width of 65,536 columns" in d["not_default"]
-    assert d["allocator_high_water_bytes"] == by["fixed-width prefill logits (vllm#58068)"]["allocator_high_water_bytes"]
+    assert d["allocator_high_water_bytes"] == fixed["allocator_high_water_bytes"]
 
 
 @pytest.mark.parametrize("argv, says", [

@@ -18,7 +18,8 @@ POOL_SOURCE = ("sglang 0.5.23 python/sglang/kernels/ops/attention/dsv4/fp4_index
                "SGLANG_DSV4_FP4_LOGITS_BUDGET_MB x 2**20 // 4 fp32 elements, environ.py:1101 default 2048), "
                ":217-220 (logits_rows_per_chunk: max(1, elements // width)), :223-257 (_alloc_logits: a prefill "
                "launch within the buffer is a view of it, allocated once per device and never freed; "
-               "sgl-project/sglang#37660, SGLang 0.5.20-0.5.23, the HIP FP4 indexer alone)")
+               "sgl-project/sglang#37660; in the installed SGLang 0.5.20-0.5.23, not 0.5.17, 0.5.18-0.5.19 not "
+               "read; the HIP FP4 indexer alone)")
 FIXED_SOURCE = ("assumed from vllm-project/vllm#58068 (open, in no release) as its description reads: the "
                 "prefill logits at one fixed width so that a long prefill reuses the allocator's block; width "
                 "and rows are the project's reading (the widest window at max_model_len, rows within the budget)")
@@ -70,7 +71,8 @@ def what_if_buffer(kind: str | None, strategy, settings, budget: int | None, max
         raise BadValue("logits_buffer", why)
     if kind == "fixed-width":
         if budget is None:
-            raise BadValue("logits_buffer", "logits_buffer fixed-width: its rows come from the logits budget, none given")
+            raise BadValue("logits_buffer", "logits_buffer fixed-width: its rows come from the logits budget, "
+                                            "none given")
         return LogitsBuffer(kind, budget, cdiv(max_model_len, settings.preset.kv_ratio)), None
     pool = budget if settings.profile.engine == "vllm" else SGLANG_POOL_MIB * MIB
     buffer = LogitsBuffer(kind, pool)
@@ -88,7 +90,8 @@ def buffer_text(buffer: LogitsBuffer) -> str:
     """The buffer as a setting that differs from the release's, for every figure shown with it."""
     if buffer.kind == "fixed-width":
         return (f"prefill logits at a fixed width of {buffer.width:,} columns, at most "
-                f"{buffer.rows_for(buffer.width):,} rows a launch (vllm-project/vllm#58068, open; the release's: each "
-                "chunk's own width)")
+                f"{buffer.rows_for(buffer.width):,} rows a launch (vllm-project/vllm#58068, open; the release's: "
+                "each chunk's own width)")
     return (f"a pooled prefill logits buffer of {format_bytes(buffer.budget)} (the project's what-if, on "
-            "sgl-project/sglang#37660's rule for SGLang's AMD FP4 indexer; the release's: a new allocation per launch)")
+            "sgl-project/sglang#37660's rule for SGLang's AMD FP4 indexer; the release's: a new allocation per "
+            "launch)")

@@ -49,7 +49,7 @@ class Server:
     cuda_graph_prefill: bool = False
     cuda_graph_prefill_max_context: int | None = None
     dp: int = 1  # SGLang: DP attention ranks (--dp-size with --enable-dp-attention); one is planned
-    logits_buffer: str | None = None  # a what-if prefill logits buffer (``plan.logits_buffer.KINDS``); None: the release's
+    logits_buffer: str | None = None  # a what-if prefill logits buffer (``plan.logits_buffer.KINDS``); None: none
 
 
 @dataclass(frozen=True)
@@ -155,7 +155,8 @@ def _held_apart(free: FreeMemory, free_gib: float | None, line, what: str) -> Fr
     it is derived from the server's flags (a given ``free_gib`` is the memory free as given)."""
     if line is None or free_gib is not None:
         return free
-    return replace(free, bytes=free.bytes - line.bytes, source=f"{free.source} - {line.bytes / GIB:.2f} GiB {what} holds")
+    return replace(free, bytes=free.bytes - line.bytes,
+                   source=f"{free.source} - {line.bytes / GIB:.2f} GiB {what} holds")
 
 
 def _prefill_graph(server: Server, settings, scheduler, max_model_len: int):

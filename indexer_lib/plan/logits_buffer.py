@@ -6,8 +6,9 @@ caching allocator for one block size instead of a new, larger one every chunk:
   entries), and at most ``budget // (width x 4)`` rows, so each block fits in the one
   ``[rows, width]`` block the first long chunk asked for.  Assumed: the PR's description, as read,
   says the width is fixed so that long prefills reuse allocator blocks; its diff was not readable.
-- ``pooled`` (sgl-project/sglang#37660, merged, SGLang 0.5.20-0.5.23's AMD FP4 indexer alone,
-  ``kernels/ops/attention/dsv4/fp4_indexer_hip.py:62-67, 217-257`` at 0.5.23): one persistent
+- ``pooled`` (sgl-project/sglang#37660, merged; SGLang's AMD FP4 indexer alone, from 0.5.20 among
+  the installed releases, ``kernels/ops/attention/dsv4/fp4_indexer_hip.py:62-67, 217-257`` at
+  0.5.23): one persistent
   buffer of the budget's bytes serves every prefill launch's logits as a view; rows are cut to
   ``budget_elements // width`` (its ``logits_rows_per_chunk``), and a launch past the buffer
   (one row wider than it) allocates its own.  On any other path it is the project's what-if.
