@@ -76,7 +76,10 @@ class ServerSizes:
     budget_mb: float | None = None
     worst_decode_tokens: int = 0
     expandable: bool = False
-    graph_lines: tuple[LedgerLine, ...] = ()  # boot lines held outside the caching allocator (a CUDA graph's pool)
+    # boot lines taken from the memory free when a step runs, held apart from the steps' blocks (a
+    # CUDA graph's pool, a pooled logits buffer)
+    graph_lines: tuple[LedgerLine, ...] = ()
+    logits_buffer: object = None  # a what-if prefill logits buffer (``plan.logits_buffer``); None: the release's
 
 
 def run_ledger(steps, strategy, budget_bytes: int | None, settings, free: FreeMemory | None, sizes: ServerSizes,
@@ -138,6 +141,8 @@ def _walk(steps, strategy, budget_bytes: int | None, settings, sizes: ServerSize
             known = planned.get(key)
             if known is None:
                 plan = make_plan(s.batch, strategy, budget_bytes, settings)
+                if sizes.logits_buffer is not None:
+                    plan = sizes.logits_buffer.apply(plan)
                 report = memory_report(plan, topk_rows=topk_rows)
                 step_events = tuple(plan_events(plan, report, "p", persistent=False))
                 known = planned[key] = (plan.num_chunks, report.peak_transient, step_events, demand(step_events))
