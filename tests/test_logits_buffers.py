@@ -133,14 +133,14 @@ def test_deploy_what_if_shows_the_buffers_and_the_decode_budget(capsys):
     assert code == 1
     rows = {m.group(1).strip(): m.group(2) for m in re.finditer(r"^  (\S.{51}) .* (fits|oom)$", out, re.M)}
     assert rows["as given"] == "oom"
-    assert rows["fixed-width prefill logits (vllm#58068)"] == "fits"
+    assert rows["fixed-width logits (vllm#58068, sizing assumed)"] == "fits"
     assert rows["pooled prefill logits buffer (sglang#37660)"] == "fits"
     assert decode_budget_note() in out
     main(argv + ["--json"])
     d = json.loads(capsys.readouterr().out)
     assert d["decode_budget"] == decode_budget_note() and d["logits_buffer"] is None
     by = {w["what_if"]: w for w in d["what_ifs"]}
-    fixed = by["fixed-width prefill logits (vllm#58068)"]
+    fixed = by["fixed-width logits (vllm#58068, sizing assumed)"]
     assert fixed["allocator_high_water_bytes"] < d["allocator_high_water_bytes"]
     # the setting itself: named with the numbers it gives
     assert main(argv[:-1] + ["--logits-buffer", "fixed-width", "--json"]) == 0

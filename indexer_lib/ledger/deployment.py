@@ -231,5 +231,5 @@ def what_ifs(server: Server, model, longest: int | None = None) -> list[tuple[st
     return out
 
 
-BUFFER_WHAT_IFS = (("fixed-width", "fixed-width prefill logits (vllm#58068)"),
+BUFFER_WHAT_IFS = (("fixed-width", "fixed-width logits (vllm#58068, sizing assumed)"),
                    ("pooled", "pooled prefill logits buffer (sglang#37660)"))
