@@ -336,6 +336,10 @@ def test_the_ledgers_public_reports_come_out_as_data_field_says():
         assert by[case]["modelled"] == "refused" and why in by[case]["assumptions"][1], case
     amd = by["sglang-37660-mi355x-dsv4-pro-oom"]
     assert (amd["reported"], amd["modelled"], amd["verdict"]) == ("oom", "refused", "not reproduced")
+    # before SGLang capped its ROCm budget, the second 16,384-row chunk of a 32,768-token prompt
+    # asked aiter for 2^31 B in one call, the first at its buffer_store limit
+    limit = by["sglang-36960-rocm-aiter-limit-32k"]
+    assert limit["modelled"] == 32_768 and "steps of 16,384 rows" in limit["assumptions"][1]
     gpus = {c["gpu"] for c in cases}
     assert {"mi355x", "a100", "rtx-pro-6000", "gb10"} <= gpus
 
@@ -352,10 +356,14 @@ def test_unified_memory_fails_where_pytorch_would_retry():
 def test_reproduce_prints_each_reports_unit(capsys):
     code, out, _ = run(capsys, "reproduce")
     assert code == 0
-    lines = {line.split()[0]: line for line in out.splitlines() if line.startswith("vllm-5")}
+    lines = {line.split()[0]: line for line in out.splitlines() if line.startswith(("vllm-", "sglang-"))}
     assert " 116.0K tok " in lines["vllm-58068-kpool-budget-116k"]
     assert re.search(r" oom +oom +reproduced", lines["vllm-55569-gb10-231k"])
     assert re.search(r" 5\.16Gi +5\.16Gi +reproduced", lines["vllm-55222-kpool-workspace-1m"])
+    assert re.search(r" 32\.00Gi +32\.00Gi +reproduced", lines["vllm-55132-rocm-decode-workspace-32gib"])
+    assert re.search(r" refused +refused +reproduced", lines["vllm-41525-a800-glm51-refused"])
+    assert re.search(r" oom +refused +not reproduced", lines["sglang-37660-mi355x-dsv4-pro-oom"])
+    assert re.search(r" 32\.8K tok +32\.8K tok +reproduced", lines["sglang-36960-rocm-aiter-limit-32k"])
 
 
 def test_deploy_what_ifs_say_what_each_frees_and_costs(capsys):

@@ -10,18 +10,22 @@ report itself quotes its code: ``workspace 40 x max_model_len`` (the K workspace
 release sized it in pools), ``saved: decode at max_model_len`` (what sizing the decode
 reservation in pools saved), ``chunk of N rows`` (the scheduler's chunk the report gives),
 ``decode rows: max_num_batched_tokens`` (a ROCm build whose profile run sized the decode logits
-at max_num_batched_tokens rows), ``decode step of N requests`` (one decode step's logits).
+at max_num_batched_tokens rows), ``decode step of N requests`` (one decode step's logits), ``before the ROCm cap`` (a build whose
+free-memory budget let one call pass aiter's buffer_store limit).
 """
 from __future__ import annotations
 
-from ..engines import check_gpu, get_engine, gpu_refusal, profile_run_logits_bytes, release_scheduler
+from ..engines import (check_gpu, get_engine, gpu_refusal, process_budget, profile_run_logits_bytes,
+                       release_scheduler, scheduler_gpu_defaults)
 from ..ledger import boot_lines
 from ..ledger.boot import prefill_graph_line, rocm_decode_workspace_bytes
 from ..ledger.deployment import Server, deployment_ledger
+from ..ledger.free import free_from_flags
 from ..memory import make_plan, memory_report
 from ..memory.replayed import workspace_path_bytes
+from ..padding import unpadded_logits_bytes
 from ..plan import PlanSettings
-from ..presets import MIB, get_model
+from ..presets import GIB, MIB, get_model
 from ..refdata import number, read_rows
 from ..workload import ClosedLoopWorkload, SchedulerConfig, StepBatch
 
@@ -93,6 +97,18 @@ def _refusal(case: dict) -> tuple[str, str]:
     return ("planned", f"{case['engine']} plans {case['model']} on {case['gpu']}") if why is None else ("refused", why)
 
 
+def _shortest(rows: int, high: int, past) -> int:
+    """The shortest sequence in (rows, high] at which ``past(seq)`` holds for a step of ``rows``
+    rows (``high`` where none does); ``past`` holds from some length on."""
+    low = rows  # past(high), not past(low)
+    if not past(high):
+        return high
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if past(mid) else (mid, high)
+    return high
+
+
 def _past_budget(case: dict) -> tuple[int, int]:
     """(the shortest sequence whose step of the report's chunk is cut in two, the chunk's rows)."""
     rows = int(case["reporter_rule"].removeprefix("chunk of ").removesuffix(" rows"))
@@ -102,13 +118,33 @@ def _past_budget(case: dict) -> tuple[int, int]:
     def cut(seq: int) -> bool:
         return make_plan(StepBatch.from_lengths([rows], [seq]), "engine", budget, settings).num_chunks > 1
 
-    low, high = rows, int(case["max_model_len"])  # cut(high), not cut(low)
-    if not cut(high):
-        return high, rows
-    while high - low > 1:
-        mid = (low + high) // 2
-        low, high = (low, mid) if cut(mid) else (mid, high)
-    return high, rows
+    return _shortest(rows, int(case["max_model_len"]), cut), rows
+
+
+# aiter's fp8_mqa_logits takes its buffer_store path only below this many bytes of logits
+# (aiter/ops/triton/attention/fp8_mqa_logits.py BUFFER_LIMIT_BYTES, as sgl-project/sglang#36960
+# and ROCm/aiter#5114 quote it); at or above it the kernel fails to compile and aborts
+AITER_BUFFER_STORE_LIMIT = 2 * 1024 ** 3
+
+
+def _past_aiter_limit(case: dict) -> tuple[int, str]:
+    """(the shortest sequence whose step of the release's default chunk asks aiter's
+    fp8_mqa_logits for at least its buffer_store limit in one call, how the step is planned), on a
+    build before the release's ROCm cap: its free-memory budget, uncapped."""
+    settings = _settings(case)
+    profile = settings.profile
+    gpu = check_gpu(profile, case["gpu"], settings.preset)
+    rows = int(case["max_num_batched_tokens"] or scheduler_gpu_defaults(profile, gpu)["max_num_batched_tokens"])
+    free = free_from_flags(profile, gpu, 0)
+    budget = process_budget(profile, free.bytes, gpu.capacity_bytes, rocm=False)
+
+    def past(seq: int) -> bool:
+        plan = make_plan(StepBatch.from_lengths([rows], [seq]), "engine", budget, settings)
+        return max(unpadded_logits_bytes(c.num_rows, c.logits_cols) for c in plan.chunks) >= AITER_BUFFER_STORE_LIMIT
+
+    return _shortest(rows, int(case["max_model_len"]), past), (
+        f"steps of {rows:,} rows (the release's chunk on {gpu.name}) under its free-memory budget without the ROCm "
+        f"cap, {budget:,} B at {free.bytes / GIB:.2f} GiB free ({free.source})")
 
 
 def _workload(text: str) -> ClosedLoopWorkload:
@@ -143,6 +179,9 @@ def reproduce_ledger(case: dict) -> dict:
         extra.append(f"{case['engine']} reserves {own:,} B")
     elif case["line"] == "prefill step past the budget":
         modelled, rows = _past_budget(case)
+    elif case["line"] == "prefill step past aiter's buffer_store limit":
+        modelled, how = _past_aiter_limit(case)
+        extra.append(how)
     elif case["line"] == "prefill CUDA graph's C4 logits":
         modelled = prefill_graph_line(_settings(case), int(case["max_num_batched_tokens"]), int(case["max_model_len"]),
                                       int(case["speculative_tokens"] or 0)).bytes
