@@ -183,6 +183,10 @@ class EngineProfile:
     rocm_budget_cap_bytes: int | None = None
     # the release runs only on ROCm (ATOM: AMD GPUs, aiter's kernels); refused on any other GPU
     rocm_only: bool = False
+    # vLLM 0.33.0 on ROCm: the profile run asks the shared workspace for the decode logits,
+    # [min(max_num_batched_tokens, max_num_seqs x (1 + drafts)), max_model_len] fp32, which the
+    # workspace keeps for the server's life (ledger.boot.rocm_decode_workspace_bytes)
+    rocm_decode_workspace: bool = False
     sources: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def __post_init__(self):

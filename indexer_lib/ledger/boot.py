@@ -2,12 +2,13 @@
 
 Each line is the memory model's own figure for the server's settings (``memory.memory_report``
 of a plan under them: the K workspace the release sizes from ``--max-model-len``, the top-k output
-of ``max_num_batched_tokens`` rows) or the release's profile-run rule
-(``engines.profile_run_logits_bytes``), with the source its profile names.
+of ``max_num_batched_tokens`` rows), the release's profile-run rule
+(``engines.profile_run_logits_bytes``) or, on ROCm, the decode logits vLLM 0.33.0's profile run
+puts in the workspace (``rocm_decode_workspace_bytes``), with the source its profile names.
 """
 from __future__ import annotations
 
-from ..dtypes import INT32_BYTES
+from ..dtypes import FP32_BYTES, INT32_BYTES
 from ..engines import profile_run_logits_bytes
 from ..memory.decode import decode_logits_bytes
 from ..memory.replayed import workspace_path_bytes
@@ -18,7 +19,8 @@ from .lines import LedgerLine
 PROJECT_WORKSPACE = "assumed: no engine named, the K workspace of vLLM's rule (40 x max_model_len tokens)"
 
 
-HELD = ("K workspace", "top-k output buffer")  # the boot lines the server allocates and keeps
+ROCM_DECODE = "ROCm decode logits in the workspace"
+HELD = ("K workspace", "top-k output buffer", ROCM_DECODE)  # the boot lines the server allocates and keeps
 
 
 def boot_events(lines) -> list[tuple]:
@@ -51,6 +53,9 @@ def boot_lines(plan, report, max_model_len: int, worst_decode_tokens: int = 0,
         lines.append(LedgerLine("boot", "K workspace", workspace,
                                 sources.get("workspace_factor", PROJECT_WORKSPACE) + extra,
                                 f"{plan.workspace_tokens:,} {unit} at max_model_len {max_model_len:,}"))
+    rocm = _rocm_decode_line(plan, lines[0].bytes if lines else 0, worst_decode_tokens, max_model_len)
+    if rocm is not None:
+        lines.append(rocm)
     if report.topk_buffer:
         lines.append(LedgerLine("boot", "top-k output buffer", report.topk_buffer,
                                 sources.get("topk_output", "assumed: [max_num_batched_tokens, top-k] int32"),
@@ -64,6 +69,27 @@ def boot_lines(plan, report, max_model_len: int, worst_decode_tokens: int = 0,
             lines.append(LedgerLine("boot", "profile run's logits reservation", reserved, source,
                                     "left free for a step's logits: the KV cache is sized without it"))
     return lines
+
+
+def rocm_decode_workspace_bytes(profile, rows: int, max_model_len: int) -> int:
+    """What vLLM's ROCm profile run asks the shared workspace for, for the decode logits:
+    ``rows`` x ``max_model_len`` fp32, rounded up as the workspace manager rounds each buffer
+    (``rocm_decode_workspace`` in the release's profile)."""
+    return align(rows * max_model_len * FP32_BYTES, profile.workspace_align)
+
+
+def _rocm_decode_line(plan, workspace: int, rows: int, max_model_len: int) -> LedgerLine | None:
+    """On a ROCm GPU, where the release's profile run sizes the decode logits in the workspace
+    (``rows``: min(max_num_batched_tokens, max_num_seqs x (1 + drafts))): what they grow the
+    buffer by past the K workspace (``workspace`` bytes), which shares it; None elsewhere."""
+    settings = plan.settings
+    profile = settings.profile
+    if profile is None or not profile.rocm_decode_workspace or not rows or not settings.gpu_preset.rocm:
+        return None
+    asked = rocm_decode_workspace_bytes(profile, rows, max_model_len)
+    return LedgerLine("boot", ROCM_DECODE, max(0, asked - workspace), profile.sources["rocm_decode_workspace"],
+                      f"{rows:,} rows x {max_model_len:,} columns fp32, {asked:,} B asked of the workspace the "
+                      f"K workspace shares (it keeps the larger): what they add past it")
 
 
 def graph_buckets(max_bs: int) -> list[int]:
