@@ -402,8 +402,8 @@ def time_refusal(gpu: str) -> str | None:
         why = f"no dense FP8 rate in data/field/time_constants.csv to scale the logits rates fitted to {fitted_to}"
     else:
         kernel = LOGITS_KERNEL.get(rates.arch, "its MQA-logits kernel")
-        why = (f"the logits kernel it runs ({kernel}) has no published timing; the model's logits rates "
-               f"are fitted to {fitted_to}")
+        why = (f"no published timing of the logits kernel it runs ({kernel}) was found; the model's "
+               f"logits rates are fitted to {fitted_to}")
     return (f"GPU {rates.name!r} ({rates.arch}): its time is not modelled: {why}; published on it: "
             f"{published_on(rates.name)}; its memory is planned as on any GPU (plan, frontier, auto)")
 
