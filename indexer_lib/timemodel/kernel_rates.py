@@ -22,7 +22,7 @@ which published rows exist on it.  Rows published on other GPUs are checks, neve
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
@@ -102,7 +102,7 @@ def logits_us(tiles: np.ndarray, gpu: GpuRates, fit: "KernelFit") -> float:
         return 0.0
     per_block = fit.logits_block_us + tiles * fit.logits_tile_us
     busiest = _busiest(per_block, gpu.sm_count)
-    return fit.logits_launch_us + busiest / gpu.sm_speed
+    return fit.logits_launch_us + busiest / fit.logits_speed(gpu)
 
 
 def _busiest(per_block: np.ndarray, ctas: int) -> float:
@@ -124,7 +124,7 @@ def logits_us_each(tiles: list[np.ndarray], gpu: GpuRates, fit: "KernelFit") -> 
     local = np.arange(call.size) - np.repeat(np.cumsum(counts) - counts, counts)
     per_cta = np.bincount(call * ctas + local % ctas, weights=per_block, minlength=counts.size * ctas)
     busiest = per_cta.reshape(counts.size, ctas).max(axis=1)
-    return np.where(counts > 0, fit.logits_launch_us + busiest / gpu.sm_speed, 0.0)
+    return np.where(counts > 0, fit.logits_launch_us + busiest / fit.logits_speed(gpu), 0.0)
 
 
 def clean_us(outside_cells: int, gpu: GpuRates, fit: "KernelFit") -> float:
@@ -246,6 +246,13 @@ class KernelFit:
     topk_launch_us: float
     topk_ns_per_element: float  # one CTA's time per element of its row
     topk_passes: float  # reads of each logit from HBM (histogram passes not served by L2)
+    # per GPU with published logits rows of its own: its rate against its FP8 rate per SM
+    logits_gpu_rates: tuple[tuple[str, float], ...] = ()
+
+    def logits_speed(self, gpu: GpuRates) -> float:
+        """A GPU's SM against the reference GPU's, in the logits kernel: its FP8 rate per SM,
+        times its own fitted rate where its rows were published (1.0 elsewhere)."""
+        return gpu.sm_speed * dict(self.logits_gpu_rates).get(gpu.name, 1.0)
 
 
 def _fit_logits(rows: list[dict], gpu: GpuRates) -> tuple[float, float, float]:
@@ -300,8 +307,31 @@ def _fit(logits_rows: list[dict], clean_rows: list[dict]) -> KernelFit:
 
 @lru_cache(maxsize=1)
 def fitted() -> KernelFit:
-    """The fitted constants, from the rows published on each kernel's ``FIT_GPU``."""
-    return _fit(_fit_rows("logits"), _fit_rows("clean"))
+    """The fitted constants, from the rows published on each kernel's ``FIT_GPU``, and each other
+    GPU's logits rate from the logits rows published on it."""
+    return _with_gpu_rates(_fit(_fit_rows("logits"), _fit_rows("clean")), published_timings("logits"))
+
+
+def _with_gpu_rates(fit: KernelFit, logits_rows: list[dict]) -> KernelFit:
+    by_gpu: dict[str, list[dict]] = {}
+    for r in logits_rows:
+        if r["gpu"] != FIT_GPU["logits"]:
+            by_gpu.setdefault(r["gpu"], []).append(r)
+    return replace(fit, logits_gpu_rates=tuple((g, _fit_gpu_rate(rows, fit)) for g, rows in sorted(by_gpu.items())))
+
+
+def _fit_gpu_rate(rows: list[dict], fit: KernelFit) -> float:
+    """A GPU's logits rate against its FP8 rate per SM: the factor on its busiest CTA's scaled
+    time that fits its rows best (least squares through the origin, net of the launch and, where
+    timed with it, the clean kernel)."""
+    gpu, scaled = gpu_rates(rows[0]["gpu"]), replace(fit, logits_gpu_rates=())
+    x, y = [], []
+    for r in rows:
+        tiles, outside = _row_work(r)
+        x.append(logits_us(tiles, gpu, scaled) - fit.logits_launch_us)
+        y.append(r["us"] - fit.logits_launch_us - (clean_us(outside, gpu, fit) if r["layout"] in WITH_CLEAN else 0.0))
+    x, y = np.array(x), np.array(y)
+    return float((x * x).sum() / (x * y).sum())  # a speed: the inverse of the time's factor
 
 
 def _held_out_us(kernel: str, index: int) -> float:
@@ -340,6 +370,9 @@ FITTED = {"logits": "fitted (3 constants, 9 rows)", "clean": "fitted (2 constant
 
 
 def _use(r: dict) -> str:
+    if r["kernel"] == "logits" and r["gpu"] != FIT_GPU["logits"]:
+        n = len(published_timings("logits", r["gpu"]))
+        return f"fitted (the {r['gpu'].upper()}'s logits rate, 1 constant, {n} rows)"
     if r["gpu"] != FIT_GPU[r["kernel"]]:
         return "check"
     if r["kernel"] in FITTED:
@@ -347,16 +380,26 @@ def _use(r: dict) -> str:
     return "fixes a constant" if r["rows"] in (1, 2048) else "check"
 
 
+def _held_out_rate_us(r: dict, rows: list[dict]) -> float:
+    """A logits row on a GPU with its own fitted rate, modelled with the rate fitted to that
+    GPU's other rows."""
+    others = [o for o in rows if o["gpu"] != r["gpu"] or o is not r]
+    return _row_us(r, _with_gpu_rates(_fit(_fit_rows("logits"), _fit_rows("clean")), others))
+
+
 @lru_cache(maxsize=1)
 def _checks() -> tuple[dict, ...]:
-    fit = fitted()
+    fit, rows = fitted(), published_timings()
+    logits_rows = [r for r in rows if r["kernel"] == "logits"]
     out = []
     seen: dict[str, int] = {}
-    for r in published_timings():
+    for r in rows:
         use, held_out = _use(r), None
-        if r["kernel"] in FITTED and use != "check":  # its error when fitted without it
+        if r["kernel"] in FITTED and r["gpu"] == FIT_GPU[r["kernel"]]:  # its error when fitted without it
             index = seen[r["kernel"]] = seen.get(r["kernel"], -1) + 1
             held_out = _held_out_us(r["kernel"], index) / r["us"] - 1
+        elif r["kernel"] == "logits":
+            held_out = _held_out_rate_us(r, logits_rows) / r["us"] - 1
         us = _row_us(r, fit)
         out.append({"kernel": r["kernel"], "gpu": r["gpu"], "shape": _shape(r), "published_us": r["us"],
                     "modelled_us": us, "error": us / r["us"] - 1, "use": use,
