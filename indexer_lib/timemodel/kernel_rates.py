@@ -8,7 +8,8 @@ published kernel timings (``data/field/kernel_timings.csv``):
 - ``logits`` (DeepGEMM's MQA logits): a persistent grid of one CTA per SM takes query blocks
   round-robin; a block costs a fixed part plus one part per 256-token KV tile of its span; the
   kernel lasts as long as its busiest CTA, plus a launch.  Fitted to DeepGEMM's own test rows
-  (H200); on another GPU the per-SM parts scale with its FP8 rate per SM.
+  (H200); on another GPU the per-SM parts scale with its FP8 rate per SM, times a rate of its
+  own fitted to the logits rows published on it (the H20's).
 - ``clean`` (DeepGEMM's ``clean_logits``, where a release asks for it): a launch plus the -inf
   it writes outside the windows, at a fitted share of the HBM bandwidth.
 - ``topk`` (vLLM's ``top_k_per_row_prefill``): one 512-thread CTA per row, rows in waves of

@@ -29,8 +29,9 @@ from ..workload import PrefillRequest, StepBatch
 from . import kernel_rates as kr
 
 PUBLISHED_SOURCE = ("modelled: per kernel from its work on the GPU, constants fitted to published kernel "
-                    "timings (DeepGEMM's test on an H200, vLLM's top-k on an H20) or assumed, the band "
-                    "from the published checks on the GPU (docs/design.md#time-model); not measured")
+                    "timings (DeepGEMM's test on an H200; vLLM's top-k and DeepGEMM's logits on an H20) or "
+                    "assumed, the band from the published checks on the GPU (docs/design.md#time-model); "
+                    "not measured")
 MEASURED_DIR = data_path("h200")
 
 
