@@ -384,7 +384,7 @@ def _use(r: dict) -> str:
 def _held_out_rate_us(r: dict, rows: list[dict]) -> float:
     """A logits row on a GPU with its own fitted rate, modelled with the rate fitted to that
     GPU's other rows."""
-    others = [o for o in rows if o["gpu"] != r["gpu"] or o is not r]
+    others = [o for o in rows if o is not r]
     return _row_us(r, _with_gpu_rates(_fit(_fit_rows("logits"), _fit_rows("clean")), others))
 
 
