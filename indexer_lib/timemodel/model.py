@@ -29,8 +29,9 @@ from ..workload import PrefillRequest, StepBatch
 from . import kernel_rates as kr
 
 PUBLISHED_SOURCE = ("modelled: per kernel from its work on the GPU, constants fitted to published kernel "
-                    "timings (DeepGEMM's test on an H200, vLLM's top-k on an H20) or assumed "
-                    "(docs/design.md#time-model); not measured")
+                    "timings (DeepGEMM's test on an H200; vLLM's top-k and DeepGEMM's logits on an H20) or "
+                    "assumed, the band from the published checks on the GPU (docs/design.md#time-model); "
+                    "not measured")
 MEASURED_DIR = data_path("h200")
 
 
@@ -95,6 +96,9 @@ class TimeModel:
 
     def layer_time(self, work, *, topk: int, k_bytes_per_token: int, clean: bool,
                    indexer_layers: int = 1) -> LayerTime:
+        why = kr.time_refusal(self.gpu)
+        if why:  # a GPU whose logits kernel has no published timing: its time is not modelled
+            raise ValueError(why)
         gpu, fit = kr.gpu_rates(self.gpu), kr.fitted()
         host_call = kr.constant("host_us_per_call")
         if len(work) > FEW_CHUNKS:  # a plan under a small budget: its chunks' kernels at once
@@ -113,7 +117,7 @@ class TimeModel:
                 kernels["clean"] = kr.clean_us(w.outside_cells, gpu, fit)
             kernels["topk"] = topk_us
             chunks.append(ChunkTime(kernels, host_call * len(kernels)))
-        return LayerTime(tuple(chunks), indexer_layers, self.scale, kr.error_band())
+        return LayerTime(tuple(chunks), indexer_layers, self.scale, kr.error_band(self.gpu))
 
     def plan_time(self, plan: Plan) -> LayerTime:
         return self.features_time(plan_features(plan))
