@@ -254,3 +254,32 @@ def test_the_kernels_of_many_chunks_timed_together_are_each_chunks_own():
             topk = plan.settings.preset.topk
             assert kr.topk_us_each([w.row_lens for w in work], topk, gpu, fit).tolist() == \
                 [kr.topk_us(w.row_lens, topk, gpu, fit) for w in work]
+
+
+def test_a_table_shows_each_gpus_own_time_or_says_whose_stands_in(capsys):
+    """``for_gpu``: the GPU's own modelled time where it is modelled (a factor fitted to measured
+    H200 steps stays the H200's), else the H200's time with the refusal in its source; frontier
+    rows name whose time they show, and auto says so beside the time it prints."""
+    from indexer_lib.sweep import Grid, model_rows
+
+    measured = timemodel.TimeModel(scale=1.2, source="fitted: x 1.2")
+    assert measured.for_gpu("H200") is measured and not measured.stands_in
+    h20 = measured.for_gpu("h20")
+    assert (h20.gpu, h20.scale, h20.stands_in) == ("h20", 1.0, False)
+    b200 = measured.for_gpu("b200")
+    assert b200.gpu == "h200" and b200.scale == 1.2 and b200.stands_in
+    assert b200.source.startswith("fitted: x 1.2; an H200's time standing in for b200: ")
+    assert kr.time_refusal("b200") in b200.source
+    assert timemodel.TimeModel.published("mi355x").for_gpu("mi355x").gpu == "h200"
+
+    for gpu, whose in (("h20", "h20"), ("b200", "h200")):
+        grid = Grid.of(model="glm-5", gpu=gpu, concurrency=(2,), isl=(8192,), osl=(16,), budget_mb=(512,),
+                       strategy=("vllm",), free_gib=(20.0,))
+        (row,) = model_rows(grid)
+        assert row["model_time_gpu"] == whose and row["model_time_ms"] > 0
+    assert main(["auto", "--gpu", "b200", "--free-gib", "20", "--workload", "2x8192x16"]) == 0
+    out = capsys.readouterr().out
+    assert "(modelled, another GPU's time standing in: see time below)" in out
+    assert "an H200's time standing in for b200" in out
+    assert main(["auto", "--gpu", "h20", "--free-gib", "20", "--workload", "2x8192x16"]) == 0
+    assert "standing in" not in capsys.readouterr().out

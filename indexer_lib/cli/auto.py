@@ -265,7 +265,10 @@ def print_recommendation(rec, shown: Shown) -> None:
     print(rec.deploy_line)
     d = rec.deployable
     if d is not None:
-        print(f"  {d.label}: {d.total_ms:.1f} ms indexer time over the mix (modelled), {d.total_chunks} chunks")
+        from ..timemodel.model import STAND_IN
+
+        whose = ", another GPU's time standing in: see time below" if STAND_IN in rec.time_source else ""
+        print(f"  {d.label}: {d.total_ms:.1f} ms indexer time over the mix (modelled{whose}), {d.total_chunks} chunks")
         print(f"  margin to the OOM frontier: {rec.margin_bytes / MIB:.0f} MiB "
               f"(worst step needs {d.needs_bytes / MIB:.0f} MiB of {rec.free_bytes / MIB:.0f} MiB free)")
     if rec.patched is not None and (d is None or rec.patched.total_ms < d.total_ms):

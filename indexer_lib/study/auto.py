@@ -156,7 +156,7 @@ def recommend(mix: list[ClosedLoopWorkload] | list[Schedule], free_gib: float,
     if not mix:
         raise ValueError("no workloads: auto needs at least one workload in the mix")
     free = free_bytes_from_gib(free_gib)  # a bad value fails before any work
-    tm = time_model or TimeModel.from_data()
+    tm = (time_model or TimeModel.from_data()).for_gpu(settings.gpu)
     if scheduler is None:  # the release's own defaults
         scheduler = release_scheduler(settings.profile, settings.preset.kv_block, settings.gpu)
     schedules = [m if isinstance(m, Schedule) else Schedule.of(m, scheduler) for m in mix]
@@ -196,7 +196,7 @@ def evaluate_candidates(schedules: list[Schedule], settings: PlanSettings = DEFA
     bytes.  Independent of the free memory (``fits`` is filled in by ``choose``), so one
     evaluation serves every free-memory level.  ``settings.temporaries``: whose per-chunk
     temporaries the memory model adds (default: the H200 path's, as the frontier)."""
-    tm = time_model or TimeModel.from_data()
+    tm = (time_model or TimeModel.from_data()).for_gpu(settings.gpu)
     candidates = []
     for name in strategies or budgeted_strategies(settings):
         strategy = get_strategy(name)
@@ -249,7 +249,7 @@ def engine_candidates(schedules: list[Schedule], settings: PlanSettings, free_by
     with ``free_bytes`` free, kept for every step), or nothing to set (no budget, or
     SGLang's fixed half of the memory free before 0.5.13)."""
     profile = get_engine(settings.profile)
-    tm = time_model or TimeModel.from_data()
+    tm = (time_model or TimeModel.from_data()).for_gpu(settings.gpu)
     # TensorRT-LLM's knob counts fp32 elements per call: the same budgets, as whole elements
     elements = tuple(int(mb * MIB) // 4 for mb in budgets_mb)
     knobs = {"fixed-mib": budgets_mb, "fixed-elements": elements, "sglang-cached": fractions}.get(

@@ -157,6 +157,7 @@ def worst_step_detail(schedule: search.Schedule, w: search.WorstStep, settings, 
     batch = schedule.step(w.worst_step)
     strategy = get_strategy(w.strategy)
     f = step_features(batch, strategy, w.budget_bytes, settings, w.budget_stable)
+    time_model = time_model.for_gpu(settings.gpu)  # another GPU's time stands in where its own is not modelled
     return {
         "budget_bytes": -1 if w.budget_bytes is None else w.budget_bytes,
         "worst_step": w.worst_step, "worst_rows": w.worst_rows,
@@ -170,6 +171,7 @@ def worst_step_detail(schedule: search.Schedule, w: search.WorstStep, settings, 
         "max_chunks": w.max_chunks, "total_chunks": w.total_chunks, "over_budget": w.over_budget,
         "model_peak_bytes": w.peak_bytes, "model_peak_transient_bytes": w.peak_transient_bytes,
         "model_time_ms": step_time_ms(batch, strategy, w.budget_bytes, settings, w.budget_stable, time_model),
+        "model_time_gpu": time_model.gpu,  # the GPU whose modelled time that is
         # a model whose kinds see a step differently (DeepSeek-V4.1): the kind that sets the peak
         **({"worst_layer_kind": w.layer_kind} if w.layer_kind is not None else {}),
     }
