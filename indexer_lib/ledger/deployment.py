@@ -118,8 +118,7 @@ def deployment_ledger(server: Server, workload: ClosedLoopWorkload, strategy: st
     differs += [f"workspace_tokens={server.workspace_tokens} (the release's: {settings.workspace_at(max_model_len)})"
                 ] if server.workspace_tokens is not None else []
     differs += ["expandable_segments on (PyTorch's default: off)"] if server.expandable_segments else []
-    drafts = server.speculative_tokens
-    worst_decode = scheduler.most_decode_tokens
+    drafts, worst_decode = server.speculative_tokens, scheduler.most_decode_tokens
     knob = server.budget_mb if chosen.own_build and profile.engine == "vllm" else None
     if knob is not None:
         differs.append(f"{profile.budget_env}={knob:g} (default {profile.budget_default:g})")
@@ -136,8 +135,7 @@ def deployment_ledger(server: Server, workload: ClosedLoopWorkload, strategy: st
                           if server.cuda_graph_prefill_max_context is not None else ""))
         # the graph pool lies outside --mem-fraction-static: it takes the free memory
         free = _held_apart(free, free_gib, graph, "the prefill CUDA graph's pool")
-    decode_graph, graph_bs = _decode_graph(settings, server.tp, scheduler, max_model_len)
-    free = _held_apart(free, free_gib, decode_graph, "the decode CUDA graph's pool")  # as the prefill graph's
+    decode_graph, graph_bs, free = _decode_graph(settings, server.tp, scheduler, max_model_len, free, free_gib)
     budget = _budget(chosen, settings, server, free.bytes)
     buffer, pool = what_if_buffer(server.logits_buffer, chosen, settings, budget, max_model_len)
     boot_apart = tuple(line for line in (graph, decode_graph, pool) if line is not None)
@@ -161,12 +159,15 @@ def _held_apart(free: FreeMemory, free_gib: float | None, line, what: str) -> Fr
                    source=f"{free.source} - {line.bytes / GIB:.2f} GiB {what} holds")
 
 
-def _decode_graph(settings, tp: int, scheduler, max_model_len: int):
-    """(its boot line, the largest batch it captures) of SGLang's decode CUDA graph, on by default;
-    (None, 0) where the release's decode graph or decode path is not read."""
+def _decode_graph(settings, tp: int, scheduler, max_model_len: int, free: FreeMemory, free_gib: float | None):
+    """(its boot line, the largest batch it captures, the free memory less its pool, as the prefill
+    graph's) of SGLang's decode CUDA graph, on by default; (None, 0, ``free``) where the release's
+    decode graph or decode path is not read."""
     max_bs = decode_graph_max_bs(settings.profile, settings.gpu, tp, scheduler.max_num_seqs)
     line = decode_graph_line(settings, max_bs, max_model_len, scheduler.speculative_tokens) if max_bs else None
-    return (None, 0) if line is None else (line, max_bs)
+    if line is None:
+        return None, 0, free
+    return line, max_bs, _held_apart(free, free_gib, line, "the decode CUDA graph's pool")
 
 
 def _prefill_graph(server: Server, settings, scheduler, max_model_len: int):
