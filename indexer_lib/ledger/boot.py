@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..dtypes import FP32_BYTES, INT32_BYTES
 from ..engines import profile_run_logits_bytes
-from ..memory.decode import decode_logits_bytes
+from ..memory.decode import decode_logits_bytes, decode_logits_cols, decode_step_bytes
 from ..memory.replayed import workspace_path_bytes
 from ..elementwise import cdiv
 from ..padding import align, get_rules
@@ -123,3 +123,22 @@ def prefill_graph_line(settings, max_bs: int, max_model_len: int, drafts: int,
                       "capture's logits, and the eager warm-ups' same-size logits are given back before steps run",
                       f"{rows:,} rows (largest bucket) x {cols:,} columns fp32 ({bound}); held in the graph pool "
                       "outside --mem-fraction-static: taken from the memory free when a step runs")
+
+
+def decode_graph_line(settings, max_bs: int, max_model_len: int, drafts: int) -> LedgerLine | None:
+    """The paged logits SGLang's decode CUDA graph captures into its graph pool: its largest
+    captured batch (``max_bs`` requests, each with its drafts) at the static page table's width,
+    the same rule as an eager decode step's (``memory.decode.decode_step_bytes``); None where the
+    release's decode path is not read.  The pool keeps the largest capture's logits: captures run
+    largest first so that smaller ones reuse its blocks."""
+    tokens = max_bs * (1 + drafts)
+    nbytes = decode_step_bytes(settings, tokens, max_model_len, drafts)
+    if not nbytes:
+        return None
+    profile = settings.profile
+    cols = decode_logits_cols(profile, settings.preset, max_model_len, drafts)
+    return LedgerLine("boot", "decode CUDA graph's paged logits", nbytes,
+                      f"{profile.sources['decode_cuda_graph']}; {profile.sources['decode_logits_cols']}",
+                      f"{tokens:,} decode tokens ({max_bs:,} requests, the largest captured batch) x {cols:,} columns "
+                      "fp32; held in the graph pool outside --mem-fraction-static: taken from the memory free when a "
+                      "step runs")

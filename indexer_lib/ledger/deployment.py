@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 
 from ..checks import BadValue
 from ..padding import align
-from ..engines import process_budget, release_scheduler
+from ..engines import decode_graph_max_bs, process_budget, release_scheduler
 from ..engines.dp_attention import check_dp
 from ..engines.kv_capacity import KvCapacity, deployment_kv_cache
 from ..engines.scheduler import not_default_text, scheduler_defaults, tp_row_shard_refusal
@@ -16,7 +16,7 @@ from ..plan.strategies import NO_BUDGET
 from ..presets import GIB, budget_bytes_from_mb, check_within_gpu, free_bytes_from_gib
 from ..workload import ClosedLoopWorkload, SchedulerConfig
 from ..workload.sources import scheduled_steps
-from .boot import prefill_graph_line
+from .boot import decode_graph_line, prefill_graph_line
 from .buffers import buffer_refusal, buffer_text, what_if_buffer
 from .build import RunLedger, ServerSizes, run_ledger
 from .free import FreeMemory, given_free, server_free
@@ -118,8 +118,7 @@ def deployment_ledger(server: Server, workload: ClosedLoopWorkload, strategy: st
     differs += [f"workspace_tokens={server.workspace_tokens} (the release's: {settings.workspace_at(max_model_len)})"
                 ] if server.workspace_tokens is not None else []
     differs += ["expandable_segments on (PyTorch's default: off)"] if server.expandable_segments else []
-    drafts = server.speculative_tokens
-    worst_decode = scheduler.most_decode_tokens
+    drafts, worst_decode = server.speculative_tokens, scheduler.most_decode_tokens
     knob = server.budget_mb if chosen.own_build and profile.engine == "vllm" else None
     if knob is not None:
         differs.append(f"{profile.budget_env}={knob:g} (default {profile.budget_default:g})")
@@ -136,16 +135,17 @@ def deployment_ledger(server: Server, workload: ClosedLoopWorkload, strategy: st
                           if server.cuda_graph_prefill_max_context is not None else ""))
         # the graph pool lies outside --mem-fraction-static: it takes the free memory
         free = _held_apart(free, free_gib, graph, "the prefill CUDA graph's pool")
+    decode_graph, graph_bs, free = _decode_graph(settings, server.tp, scheduler, max_model_len, free, free_gib)
     budget = _budget(chosen, settings, server, free.bytes)
     buffer, pool = what_if_buffer(server.logits_buffer, chosen, settings, budget, max_model_len)
-    boot_apart = tuple(line for line in (graph, pool) if line is not None)
+    boot_apart = tuple(line for line in (graph, decode_graph, pool) if line is not None)
     differs += [buffer_text(buffer)] if buffer is not None else []
     free = _held_apart(free, free_gib, pool, "the pooled logits buffer")  # allocated beyond what the KV cache left
     steps = list(scheduled_steps(workload, scheduler))
     if progress is not None:
         progress.total = len(steps)
     sizes = ServerSizes(max_model_len, scheduler.max_num_batched_tokens, drafts, knob, worst_decode,
-                        server.expandable_segments, boot_apart, buffer)
+                        server.expandable_segments, boot_apart, buffer, decode_graph_bs=graph_bs)
     run = run_ledger(steps, chosen, budget, settings, free, sizes, None if progress is None else progress.update)
     return Deployed(run, settings, scheduler, kv, free, budget, max_model_len, "; ".join(filter(None, differs)))
 
@@ -157,6 +157,17 @@ def _held_apart(free: FreeMemory, free_gib: float | None, line, what: str) -> Fr
         return free
     return replace(free, bytes=free.bytes - line.bytes,
                    source=f"{free.source} - {line.bytes / GIB:.2f} GiB {what} holds")
+
+
+def _decode_graph(settings, tp: int, scheduler, max_model_len: int, free: FreeMemory, free_gib: float | None):
+    """(its boot line, the largest batch it captures, the free memory less its pool, as the prefill
+    graph's) of SGLang's decode CUDA graph, on by default; (None, 0, ``free``) where the release's
+    decode graph or decode path is not read."""
+    max_bs = decode_graph_max_bs(settings.profile, settings.gpu, tp, scheduler.max_num_seqs)
+    line = decode_graph_line(settings, max_bs, max_model_len, scheduler.speculative_tokens) if max_bs else None
+    if line is None:
+        return None, 0, free
+    return line, max_bs, _held_apart(free, free_gib, line, "the decode CUDA graph's pool")
 
 
 def _prefill_graph(server: Server, settings, scheduler, max_model_len: int):
