@@ -131,6 +131,16 @@ def test_rocm_profile_run_puts_the_decode_logits_in_the_workspace():
     big = make_plan(batch, "engine", 512 * MIB, PlanSettings("glm-5.2", "vllm==0.33.0", gpu="mi355x"))
     held = {x.name: x for x in plan_ledger(big, None, mml, 8192, worst_decode_tokens=4096).lines}
     assert held["ROCm decode logits in the workspace"].bytes == 4096 * mml * 4 - held["K workspace"].bytes > 0
+    # every decode step takes its logits from that workspace (:651-653, :824-826): no step allocation
+    assert ("(out_logits,) = current_workspace_manager().get_simultaneous( ((batch_size * next_n, "
+            "max_model_len), torch.float32), )") in flat
+    from indexer_lib.ledger.build import decode_line
+
+    rocm_decode = decode_line(big, 4096, mml)
+    assert rocm_decode.bytes == 0 and "shared workspace" in rocm_decode.detail
+    assert "rocm_aiter_mla_sparse.py" in rocm_decode.source
+    cuda = make_plan(batch, "engine", 512 * MIB, PlanSettings("glm-5.2", "vllm==0.33.0", gpu="h200"))
+    assert decode_line(cuda, rows, mml).bytes == rows * mml * 4
 
 
 # ----------------------------------------------------------------------------- decode

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from ..fast import young_only
 from ..memory import make_plan, memory_report
 from ..presets import format_bytes
-from ..memory.decode import decode_logits_cols, decode_step_bytes
+from ..memory.decode import decode_in_workspace, decode_logits_cols, decode_step_bytes
 from ..memory.cached_fit import NOTHING, demand
 from ..memory.events import plan_events
 from .allocator import AllocatorRun, run_allocator
@@ -40,8 +40,12 @@ def decode_line(plan, decode_tokens: int, max_model_len: int, step: int | None =
     where = f"step {step}: " if step is not None else ""
     profile = plan.settings.profile
     cols = decode_logits_cols(profile, plan.settings.preset, max_model_len, drafts)
-    replayed = f" (replayed in the decode CUDA graph of up to {graph_bs:,} requests: its pool's)" if nbytes == 0 else ""
-    return LedgerLine("decode", "decode step's paged logits", nbytes, profile.sources["decode_logits_cols"],
+    replayed = ""
+    if nbytes == 0:
+        replayed = (" (taken from the shared workspace the boot line sized)" if decode_in_workspace(plan.settings)
+                    else f" (replayed in the decode CUDA graph of up to {graph_bs:,} requests: its pool's)")
+    source = profile.sources["rocm_decode_workspace" if decode_in_workspace(plan.settings) else "decode_logits_cols"]
+    return LedgerLine("decode", "decode step's paged logits", nbytes, source,
                       f"{where}{decode_tokens:,} decode tokens x {cols:,} columns fp32{replayed}")
 
 

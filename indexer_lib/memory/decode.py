@@ -64,16 +64,26 @@ def decode_logits_bytes(decode_tokens, cols: int, rules: PaddingRules):
     return decode_tokens * rules.row_stride(cols, compressed=True) * FP32_BYTES
 
 
+def decode_in_workspace(settings) -> bool:
+    """vLLM's ROCm decode takes its logits from the shared workspace its profile run sized for the
+    most decode rows (``rocm_decode_workspace``; the ledger's boot line), allocating nothing more
+    (vllm 0.33.0 v1/attention/ops/rocm_aiter_mla_sparse.py:651-653, :824-826)."""
+    profile = settings.profile
+    return profile is not None and bool(profile.rocm_decode_workspace) and settings.gpu_preset.rocm
+
+
 def decode_step_bytes(settings, decode_tokens: int, max_model_len: int, drafts: int = 0,
                       graph_bs: int = 0) -> int | None:
     """The paged logits of one decode step of ``decode_tokens`` (its requests times ``1 + drafts``)
     under plan ``settings`` at the server's ``max_model_len``; 0 where the step has at most
-    ``graph_bs`` requests, a replay of SGLang's decode CUDA graph (None: no release named, or its
-    decode path is not read)."""
+    ``graph_bs`` requests, a replay of SGLang's decode CUDA graph, or taken from vLLM's ROCm workspace
+    (``decode_in_workspace``) (None: no release named, or its decode path is not read)."""
     profile = settings.profile
     cols = None if profile is None else decode_logits_cols(profile, settings.preset, max_model_len, drafts)
     if cols is None or profile.decode_logits_cols == "page-table" and settings.gpu_preset.rocm:
         return None  # SGLang on ROCm: aiter's paged logits at a width set by the Triton build, not modelled
+    if decode_in_workspace(settings):
+        return 0
     rules = get_rules(profile.deepgemm_rules)
     if settings.upcast:  # bf16 paged logits and their fp32 copy at once (vLLM 0.33.0 on SM100)
         copy, staged = upcast_counters(rules, settings.preset.index_heads, profile.sm100_logits_stride_bytes,
