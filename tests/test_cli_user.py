@@ -302,7 +302,7 @@ def test_every_option_of_every_subcommand_says_what_it_is_and_its_default():
     import argparse
 
     commands = subcommand_parsers()
-    assert set(commands) == {"plan", "time", "frontier", "run", "auto", "deploy", "replay", "reproduce"}
+    assert set(commands) == {"plan", "time", "frontier", "run", "auto", "deploy", "replay", "reproduce", "app"}
     for name, parser in commands.items():
         for a in parser._actions:
             if isinstance(a, argparse._HelpAction):
@@ -317,11 +317,11 @@ def test_every_subcommand_plans_the_same_model_by_default():
     from indexer_lib.presets import DEFAULT_MODEL
     from indexer_lib.sweep.grid import Grid
 
-    defaults = {name: p.get_default("model") for name, p in subcommand_parsers().items() if name != "reproduce"}
+    defaults = {name: p.get_default("model") for name, p in subcommand_parsers().items() if name not in ("reproduce", "app")}
     assert set(defaults.values()) == {DEFAULT_MODEL} == {Grid.of().model} == {"glm-5"}, defaults
 
 
-@pytest.mark.parametrize("argv", [[], ["plan"], ["time"], ["frontier"], ["run"], ["auto"], ["deploy"], ["replay"], ["reproduce"]])
+@pytest.mark.parametrize("argv", [[], ["plan"], ["time"], ["frontier"], ["run"], ["auto"], ["deploy"], ["replay"], ["reproduce"], ["app"]])
 def test_help_states_the_exit_statuses(argv, capsys):
     code, out, _ = run(capsys, *argv, "--help")
     assert code == 0 and "\nexit status:\n" in out

@@ -1,5 +1,6 @@
 """``indexer-lab`` command line: one module per subcommand (``plan``, ``time``, ``frontier``,
-``run``, ``auto``, ``deploy``, ``replay``, ``reproduce``), each adding its parser with ``register(subparsers)``.
+``run``, ``auto``, ``deploy``, ``replay``, ``reproduce``, ``app``), each adding its parser with
+``register(subparsers)``.
 
 Every subcommand ends with the same exit statuses (``exits``): bad input is one line naming the
 value and the rule, exit status 2; Ctrl-C one line saying what was kept, exit status 130; a reader
@@ -13,19 +14,19 @@ import sys
 import traceback
 
 from ..presets import DEFAULT_MODEL
-from . import auto, deploy, exits, frontier, plan, replay, reproduce, run, time
+from . import app, auto, deploy, exits, frontier, plan, replay, reproduce, run, time
 
-SUBCOMMANDS = (plan, time, frontier, run, auto, deploy, replay, reproduce)
+SUBCOMMANDS = (plan, time, frontier, run, auto, deploy, replay, reproduce, app)
 
 DESCRIPTION = f"""\
 Where does the sparse-attention indexer of DeepSeek-V3.2, GLM-5 and their kin run out of GPU
 memory in prefill, and what does each way of chunking its [query rows x KV tokens] fp32 logits
 cost? indexer-lab models each engine release's own chunker (vLLM, SGLang, TensorRT-LLM) and the
 project's strategies, DeepGEMM's padding included: one step (plan, time, run, replay), a grid of
-workloads (frontier), the setting of a release's knob that never runs out of memory (auto), and
-the public reports of indexer OOMs (reproduce). Every number is modelled unless the output says it
-was measured or replayed. Without --model and --engine a subcommand plans {DEFAULT_MODEL} on the latest
-vLLM."""
+workloads (frontier), the setting of a release's knob that never runs out of memory (auto), the
+public reports of indexer OOMs (reproduce), and the dashboards as a web app (app). Every number is
+modelled unless the output says it was measured or replayed. Without --model and --engine a
+subcommand plans {DEFAULT_MODEL} on the latest vLLM."""
 
 EPILOG = exits.SUMMARY + """
 
