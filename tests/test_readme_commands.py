@@ -16,6 +16,7 @@ from indexer_lib.cli import main
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 GUIDE = ROOT / "docs" / "usage.md"
+SERVES = "indexer-lab app"  # runs until stopped: tests/test_app.py starts and stops it
 
 
 def readme_commands() -> list[str]:
@@ -27,7 +28,7 @@ def readme_commands() -> list[str]:
         found += [line.split("#")[0].strip() for line in block.splitlines()]
     found += [" ".join(span.split()) for span in re.findall(r"`(indexer-lab [^`]+)`", text)]
     commands = [c for c in found if c.startswith("indexer-lab ") and "..." not in c and "X.Y.Z" not in c
-                and "<" not in c]
+                and "<" not in c and not c.startswith(SERVES)]
     return list(dict.fromkeys(commands))
 
 
