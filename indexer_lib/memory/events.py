@@ -20,14 +20,12 @@ def plan_events(plan: Plan, report: MemoryReport, key: str, inputs: bool = False
     live: dict[str, None] = {}  # the blocks allocated and not freed, in allocation order
     prefix = key + "/"  # a block's key: the step's key, then its name
 
-    def malloc(name: str, nbytes: int) -> None:
+    def malloc(block: str, nbytes: int) -> None:
         if nbytes > 0:
-            block = prefix + name
             append(("malloc", block, nbytes))
             live[block] = None
 
-    def free(name: str) -> None:
-        block = prefix + name
+    def free(block: str) -> None:
         if live.pop(block, False) is None:
             append(("free", block))
 
@@ -37,22 +35,24 @@ def plan_events(plan: Plan, report: MemoryReport, key: str, inputs: bool = False
         for name, nbytes in (("q", rows * m.index_heads * m.head_dim),
                              ("weights", FP32_BYTES * rows * m.index_heads),
                              ("k_cache", tokens * m.head_dim), ("k_scale", FP32_BYTES * tokens)):
-            malloc(name, nbytes)
+            malloc(prefix + name, nbytes)
     if persistent:
         events += persistent_events(plan, report, key)
         live.update((e[1], None) for e in events if e[0] == "malloc")
-    malloc("call", report.call)  # an engine's per-call K and top-k, held through the call
+    malloc(prefix + "call", report.call)  # an engine's per-call K and top-k, held through the call
     chunks = plan.chunks
     merged = merged_chunks(chunks)
     rows_keys = [(c.token_start, c.token_end) for c in chunks] if any(merged) else None
     last_i = len(chunks) - 1
+    running = prefix + "running"
+    before = prefix + "-1/"  # the previous chunk's blocks' prefix
     for i, (c, mem) in enumerate(zip(chunks, report.chunks)):
-        n = f"{i}/"
+        n = f"{prefix}{i}/"
         if merged[i]:
             first = i == 0 or rows_keys[i - 1] != rows_keys[i]
             last = i == last_i or rows_keys[i + 1] != rows_keys[i]
             if first:
-                malloc("running", mem.running // 2)
+                malloc(running, mem.running // 2)
         index_bytes = INT32_BYTES * c.num_rows
         malloc(n + "ks", index_bytes)
         malloc(n + "ke", index_bytes)
@@ -67,22 +67,23 @@ def plan_events(plan: Plan, report: MemoryReport, key: str, inputs: bool = False
             malloc(n + "with_held", mem.held_with)
             free(n + "with_held")
             free(n + "staged")
-            free(f"{i - 1}/logits")  # the previous chunk's, where it is held
+            free(before + "logits")  # the previous chunk's, where it is held
         malloc(n + "temporaries", mem.temporaries)
         free(n + "temporaries")
         # freed once the next chunk's logits exist
         keep = i != last_i and report.chunks[i + 1].held
         for name in ("kv", "candidates", "slots", "ke", "ks"):
-            block = prefix + n + name
+            block = n + name
             if block in live:  # the blocks this chunk allocated (the others were never asked for)
                 del live[block]
                 append(("free", block))
         if not keep:
             free(n + "logits")
         if merged[i] and last:
-            free("running")
+            free(running)
+        before = n
     for block in list(live):
-        free(block[len(prefix):])
+        free(block)
     return events
 
 
