@@ -131,6 +131,7 @@ def _walk(steps, strategy, budget_bytes: int | None, settings, sizes: ServerSize
     planned: dict[tuple, tuple] = {}
     decode_of: dict[int, tuple | None] = {}  # a decode step's (logits, events, demand) by its decode tokens
     out = _Walked()
+    worst = -1  # the worst prefill step's transient peak so far
     for s in steps:
         events, need = (), NOTHING
         if s.batch is not None:
@@ -142,8 +143,8 @@ def _walk(steps, strategy, budget_bytes: int | None, settings, sizes: ServerSize
                 step_events = tuple(plan_events(plan, report, "p", persistent=False))
                 known = planned[key] = (plan.num_chunks, report.peak_transient, step_events, demand(step_events))
                 out.first = out.first or (plan, report)
-                if out.worst_prefill is None or known[1] > out.worst_prefill[1].peak_transient:
-                    out.worst_prefill = (plan, report, s.step)
+                if known[1] > worst:
+                    out.worst_prefill, worst = (plan, report, s.step), known[1]
             _, _, events, need = known
             out.prefill_steps += 1
             out.chunks += known[0]

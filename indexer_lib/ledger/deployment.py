@@ -11,6 +11,7 @@ from ..engines import process_budget, release_scheduler
 from ..engines.dp_attention import check_dp
 from ..engines.kv_capacity import KvCapacity, deployment_kv_cache
 from ..engines.scheduler import not_default_text, scheduler_defaults, tp_row_shard_refusal
+from ..fast import young_only
 from ..plan import PlanSettings, get_strategy
 from ..plan.strategies import NO_BUDGET
 from ..presets import GIB, budget_bytes_from_mb, check_within_gpu, free_bytes_from_gib
@@ -136,7 +137,8 @@ def deployment_ledger(server: Server, workload: ClosedLoopWorkload, strategy: st
             free = replace(free, bytes=free.bytes - graph.bytes,
                            source=f"{free.source} - {graph.bytes / GIB:.2f} GiB the prefill CUDA graph's pool holds")
     budget = _budget(chosen, settings, server, free.bytes)
-    steps = list(scheduled_steps(workload, scheduler))
+    with young_only():  # a long run's schedule is a hundred thousand steps: no collection walks them meanwhile
+        steps = list(scheduled_steps(workload, scheduler))
     if progress is not None:
         progress.total = len(steps)
     sizes = ServerSizes(max_model_len, scheduler.max_num_batched_tokens, drafts, knob, worst_decode,

@@ -35,6 +35,11 @@ class PoolDemand(NamedTuple):
     largest: int  # the largest request, rounded as the allocator rounds it
     total: int  # every request, rounded
 
+    def then(self, other: PoolDemand) -> PoolDemand:
+        """This pool's demand followed by ``other``'s."""
+        return PoolDemand(max(self.most_live, other.most_live), max(self.largest, other.largest),
+                          self.total + other.total)
+
 
 class Demand(NamedTuple):
     small: PoolDemand
@@ -42,8 +47,7 @@ class Demand(NamedTuple):
 
     def then(self, other: Demand) -> Demand:
         """The demand of these events followed by ``other``'s (each frees what it allocates)."""
-        return Demand(*(PoolDemand(max(a.most_live, b.most_live), max(a.largest, b.largest), a.total + b.total)
-                        for a, b in zip(self, other)))
+        return Demand(self.small.then(other.small), self.large.then(other.large))
 
 
 NOTHING = Demand(PoolDemand(0, 0, 0), PoolDemand(0, 0, 0))  # events that allocate nothing
@@ -55,12 +59,13 @@ def demand(events) -> Demand | None:
     live: dict = {}  # key -> its pool (1: small, 0: large)
     # per pool (index 0: large, 1: small): blocks live now, most live at once, largest, total
     count, most, largest, total = [0, 0], [0, 0], [0, 0], [0, 0]
+    rounded, small = round_size, SMALL_SIZE  # looked up once: a long run reads millions of events
     for event in events:
         if event[0] == "malloc":
             if event[1] in live:
                 return None
-            size = round_size(event[2])
-            pool = live[event[1]] = int(size <= SMALL_SIZE)
+            size = rounded(event[2])
+            pool = live[event[1]] = int(size <= small)
             now = count[pool] = count[pool] + 1
             if now > most[pool]:
                 most[pool] = now
