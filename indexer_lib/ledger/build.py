@@ -12,8 +12,8 @@ from ..fast import young_only
 from ..memory import make_plan, memory_report
 from ..presets import format_bytes
 from ..memory.decode import decode_logits_cols, decode_step_bytes
-from ..memory.cached_fit import NOTHING, demand
-from ..memory.events import plan_events
+from ..memory.cached_fit import NOTHING, DemandCount, demand
+from ..memory.events import emit_events, plan_events
 from .allocator import AllocatorRun, run_allocator
 from .boot import boot_events, boot_lines
 from .free import FreeMemory
@@ -140,8 +140,10 @@ def _walk(steps, strategy, budget_bytes: int | None, settings, sizes: ServerSize
             if known is None:
                 plan = make_plan(s.batch, strategy, budget_bytes, settings)
                 report = memory_report(plan, topk_rows=topk_rows)
-                step_events = tuple(plan_events(plan, report, "p", persistent=False))
-                known = planned[key] = (plan.num_chunks, report.peak_transient, step_events, demand(step_events))
+                count = DemandCount()  # the events are read as they are made, and made again where replayed
+                emit_events(plan, report, "p", count.malloc, count.free, persistent=False)
+                known = planned[key] = (plan.num_chunks, report.peak_transient, _Replayed(plan, report),
+                                        count.demand())
                 out.first = out.first or (plan, report)
                 if known[1] > worst:
                     out.worst_prefill, worst = (plan, report, s.step), known[1]
@@ -156,13 +158,27 @@ def _walk(steps, strategy, budget_bytes: int | None, settings, sizes: ServerSize
             if decode is not None:
                 if out.worst_decode is None or decode[0] > out.worst_decode[0]:
                     out.worst_decode = (decode[0], tokens, s.step)
-                events += decode[1]
+                events = _Replayed(events.plan, events.report, decode[1]) if s.batch is not None else decode[1]
                 need = None if need is None else need.then(decode[2])
             out.decode_steps += 1
         out.alloc_steps.append((s.step, events, need))
         if progress is not None:
             progress(1)
     return out
+
+
+class _Replayed:
+    """A prefill step's events (``plan_events``), then ``after``'s, made when the allocator replays
+    them: most steps are served from its cached blocks, and a long run's events would fill the memory."""
+
+    __slots__ = ("plan", "report", "after")
+
+    def __init__(self, plan, report, after: tuple = ()):
+        self.plan, self.report, self.after = plan, report, after
+
+    def __iter__(self):
+        yield from plan_events(self.plan, self.report, "p", persistent=False)
+        yield from self.after
 
 
 def _decode_events(nbytes: int | None) -> tuple | None:

@@ -56,30 +56,55 @@ NOTHING = Demand(PoolDemand(0, 0, 0), PoolDemand(0, 0, 0))  # events that alloca
 def demand(events) -> Demand | None:
     """What ``served_from_cache`` reads of ``events``; None for events the test does not cover (a
     block left allocated at the end, a key allocated twice, a free of a key not allocated)."""
-    live: dict = {}  # key -> its pool (1: small, 0: large)
-    # per pool (index 0: large, 1: small): blocks live now, most live at once, largest, total
-    count, most, largest, total = [0, 0], [0, 0], [0, 0], [0, 0]
-    rounded, small = round_size, SMALL_SIZE  # looked up once: a long run reads millions of events
+    count = DemandCount()
+    malloc, free = count.malloc, count.free
     for event in events:
         if event[0] == "malloc":
-            if event[1] in live:
-                return None
-            size = rounded(event[2])
-            pool = live[event[1]] = int(size <= small)
-            now = count[pool] = count[pool] + 1
-            if now > most[pool]:
-                most[pool] = now
-            if size > largest[pool]:
-                largest[pool] = size
-            total[pool] += size
+            malloc(event[1], event[2])
         else:
-            pool = live.pop(event[1], None)
-            if pool is None:
-                return None
-            count[pool] -= 1
-    if live:
-        return None
-    return Demand(PoolDemand(most[1], largest[1], total[1]), PoolDemand(most[0], largest[0], total[0]))
+            free(event[1])
+    return count.demand()
+
+
+class DemandCount:
+    """``demand`` read one event at a time, as a producer makes them (``memory.events.emit_events``):
+    ``malloc(key, bytes)``, ``free(key)``, then ``demand()``."""
+
+    __slots__ = ("live", "count", "most", "largest", "total", "covered")
+
+    def __init__(self):
+        self.live: dict = {}  # key -> its pool (1: small, 0: large)
+        # per pool (index 0: large, 1: small): blocks live now, most live at once, largest, total
+        self.count, self.most, self.largest, self.total = [0, 0], [0, 0], [0, 0], [0, 0]
+        self.covered = True  # False once an event the test does not cover was read
+
+    def malloc(self, key, nbytes: int) -> None:
+        live = self.live
+        if key in live:
+            self.covered = False
+            return
+        size = round_size(nbytes)
+        pool = live[key] = int(size <= SMALL_SIZE)
+        count = self.count
+        now = count[pool] = count[pool] + 1
+        if now > self.most[pool]:
+            self.most[pool] = now
+        if size > self.largest[pool]:
+            self.largest[pool] = size
+        self.total[pool] += size
+
+    def free(self, key) -> None:
+        pool = self.live.pop(key, None)
+        if pool is None:
+            self.covered = False
+            return
+        self.count[pool] -= 1
+
+    def demand(self) -> Demand | None:
+        if not self.covered or self.live:
+            return None
+        most, largest, total = self.most, self.largest, self.total
+        return Demand(PoolDemand(most[1], largest[1], total[1]), PoolDemand(most[0], largest[0], total[0]))
 
 
 def served_from_cache(model: CachingAllocatorModel, need: Demand) -> bool:

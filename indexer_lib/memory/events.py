@@ -17,17 +17,26 @@ def plan_events(plan: Plan, report: MemoryReport, key: str, inputs: bool = False
     caller holds them, as a server does from boot: ``persistent_events``)."""
     events: list[tuple] = []
     append = events.append
+    emit_events(plan, report, key, lambda block, nbytes: append(("malloc", block, nbytes)),
+                lambda block: append(("free", block)), inputs, persistent)
+    return events
+
+
+def emit_events(plan: Plan, report: MemoryReport, key: str, put_malloc, put_free, inputs: bool = False,
+                persistent: bool = True) -> None:
+    """``plan_events``, each event handed on as it is made: ``put_malloc(block, bytes)``,
+    ``put_free(block)`` (a reader that needs no list of them: ``memory.cached_fit.DemandCount``)."""
     live: dict[str, None] = {}  # the blocks allocated and not freed, in allocation order
     prefix = key + "/"  # a block's key: the step's key, then its name
 
     def malloc(block: str, nbytes: int) -> None:
         if nbytes > 0:
-            append(("malloc", block, nbytes))
+            put_malloc(block, nbytes)
             live[block] = None
 
     def free(block: str) -> None:
         if live.pop(block, False) is None:
-            append(("free", block))
+            put_free(block)
 
     if inputs:
         m = get_model(plan.model)
@@ -37,8 +46,9 @@ def plan_events(plan: Plan, report: MemoryReport, key: str, inputs: bool = False
                              ("k_cache", tokens * m.head_dim), ("k_scale", FP32_BYTES * tokens)):
             malloc(prefix + name, nbytes)
     if persistent:
-        events += persistent_events(plan, report, key)
-        live.update((e[1], None) for e in events if e[0] == "malloc")
+        for _, block, nbytes in persistent_events(plan, report, key):
+            put_malloc(block, nbytes)
+            live[block] = None
     malloc(prefix + "call", report.call)  # an engine's per-call K and top-k, held through the call
     chunks = plan.chunks
     merged = merged_chunks(chunks)
@@ -76,7 +86,7 @@ def plan_events(plan: Plan, report: MemoryReport, key: str, inputs: bool = False
             block = n + name
             if block in live:  # the blocks this chunk allocated (the others were never asked for)
                 del live[block]
-                append(("free", block))
+                put_free(block)
         if not keep:
             free(n + "logits")
         if merged[i] and last:
@@ -84,7 +94,6 @@ def plan_events(plan: Plan, report: MemoryReport, key: str, inputs: bool = False
         before = n
     for block in list(live):
         free(block)
-    return events
 
 
 def persistent_events(plan: Plan, report: MemoryReport, key: str) -> list[tuple]:
