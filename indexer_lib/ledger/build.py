@@ -130,6 +130,10 @@ def _walk(steps, strategy, budget_bytes: int | None, settings, sizes: ServerSize
     # never a new worst
     planned: dict[tuple, tuple] = {}
     decode_of: dict[int, tuple | None] = {}  # a decode step's (logits, events, demand) by its decode tokens
+    def planned_step(batch) -> tuple:
+        plan = make_plan(batch, strategy, budget_bytes, settings)
+        return plan, memory_report(plan, topk_rows=topk_rows)
+
     out = _Walked()
     worst = -1  # the worst prefill step's transient peak so far
     for s in steps:
@@ -138,12 +142,11 @@ def _walk(steps, strategy, budget_bytes: int | None, settings, sizes: ServerSize
             key = (s.batch.query_lens, s.batch.seq_lens)
             known = planned.get(key)
             if known is None:
-                plan = make_plan(s.batch, strategy, budget_bytes, settings)
-                report = memory_report(plan, topk_rows=topk_rows)
+                plan, report = planned_step(s.batch)
                 count = DemandCount()  # the events are read as they are made, and made again where replayed
                 emit_events(plan, report, "p", count.malloc, count.free, persistent=False)
-                known = planned[key] = (plan.num_chunks, report.peak_transient, _Replayed(plan, report),
-                                        count.demand())
+                known = planned[key] = (plan.num_chunks, report.peak_transient,
+                                        _Replayed(planned_step, s.batch), count.demand())
                 out.first = out.first or (plan, report)
                 if known[1] > worst:
                     out.worst_prefill, worst = (plan, report, s.step), known[1]
@@ -158,7 +161,7 @@ def _walk(steps, strategy, budget_bytes: int | None, settings, sizes: ServerSize
             if decode is not None:
                 if out.worst_decode is None or decode[0] > out.worst_decode[0]:
                     out.worst_decode = (decode[0], tokens, s.step)
-                events = _Replayed(events.plan, events.report, decode[1]) if s.batch is not None else decode[1]
+                events = _Replayed(events.planned, events.batch, decode[1]) if s.batch is not None else decode[1]
                 need = None if need is None else need.then(decode[2])
             out.decode_steps += 1
         out.alloc_steps.append((s.step, events, need))
@@ -168,16 +171,17 @@ def _walk(steps, strategy, budget_bytes: int | None, settings, sizes: ServerSize
 
 
 class _Replayed:
-    """A prefill step's events (``plan_events``), then ``after``'s, made when the allocator replays
-    them: most steps are served from its cached blocks, and a long run's events would fill the memory."""
+    """A prefill step's events (``plan_events`` of ``planned(batch)``: its plan and memory report),
+    then ``after``'s, made again when the allocator replays them: most steps are served from its
+    cached blocks, and a long run's events or plans would fill the memory."""
 
-    __slots__ = ("plan", "report", "after")
+    __slots__ = ("planned", "batch", "after")
 
-    def __init__(self, plan, report, after: tuple = ()):
-        self.plan, self.report, self.after = plan, report, after
+    def __init__(self, planned, batch, after: tuple = ()):
+        self.planned, self.batch, self.after = planned, batch, after
 
     def __iter__(self):
-        yield from plan_events(self.plan, self.report, "p", persistent=False)
+        yield from plan_events(*self.planned(self.batch), "p", persistent=False)
         yield from self.after
 
 
