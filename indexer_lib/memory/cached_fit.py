@@ -84,7 +84,7 @@ class DemandCount:
             self.covered = False
             return
         size = round_size(nbytes)
-        pool = live[key] = int(size <= SMALL_SIZE)
+        pool = live[key] = size <= SMALL_SIZE  # a bool indexes the pools as 1 (small) or 0 (large)
         count = self.count
         now = count[pool] = count[pool] + 1
         if now > self.most[pool]:
