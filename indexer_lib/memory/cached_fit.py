@@ -70,12 +70,12 @@ class DemandCount:
     """``demand`` read one event at a time, as a producer makes them (``memory.events.emit_events``):
     ``malloc(key, bytes)``, ``free(key)``, then ``demand()``."""
 
-    __slots__ = ("live", "count", "most", "largest", "total", "covered")
+    __slots__ = ("live", "pools", "covered")
 
     def __init__(self):
-        self.live: dict = {}  # key -> its pool (1: small, 0: large)
-        # per pool (index 0: large, 1: small): blocks live now, most live at once, largest, total
-        self.count, self.most, self.largest, self.total = [0, 0], [0, 0], [0, 0], [0, 0]
+        self.live: dict = {}  # key -> its pool (True: small, False: large)
+        # per pool (index 0: large, 1: small): [blocks live now, most live at once, largest, total]
+        self.pools = ([0, 0, 0, 0], [0, 0, 0, 0])
         self.covered = True  # False once an event the test does not cover was read
 
     def malloc(self, key, nbytes: int) -> None:
@@ -84,27 +84,27 @@ class DemandCount:
             self.covered = False
             return
         size = round_size(nbytes)
-        pool = live[key] = size <= SMALL_SIZE  # a bool indexes the pools as 1 (small) or 0 (large)
-        count = self.count
-        now = count[pool] = count[pool] + 1
-        if now > self.most[pool]:
-            self.most[pool] = now
-        if size > self.largest[pool]:
-            self.largest[pool] = size
-        self.total[pool] += size
+        small = live[key] = size <= SMALL_SIZE
+        pool = self.pools[small]
+        now = pool[0] = pool[0] + 1
+        if now > pool[1]:
+            pool[1] = now
+        if size > pool[2]:
+            pool[2] = size
+        pool[3] += size
 
     def free(self, key) -> None:
-        pool = self.live.pop(key, None)
-        if pool is None:
+        small = self.live.pop(key, None)
+        if small is None:
             self.covered = False
             return
-        self.count[pool] -= 1
+        self.pools[small][0] -= 1
 
     def demand(self) -> Demand | None:
         if not self.covered or self.live:
             return None
-        most, largest, total = self.most, self.largest, self.total
-        return Demand(PoolDemand(most[1], largest[1], total[1]), PoolDemand(most[0], largest[0], total[0]))
+        large, small = self.pools
+        return Demand(PoolDemand(*small[1:]), PoolDemand(*large[1:]))
 
 
 def served_from_cache(model: CachingAllocatorModel, need: Demand) -> bool:
