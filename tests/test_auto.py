@@ -1,7 +1,10 @@
 """auto: the fastest strategy and budget that never OOMs, by the models."""
+import json
+
 import pytest
 
 from deploy_check import memory_needed
+from indexer_lib.cli.main import main
 from indexer_lib.engines import engine_names, get_engine, gpu_refusal
 from indexer_lib.study.auto import recommend
 from indexer_lib.search.worst_step import prefill_batches
@@ -80,3 +83,29 @@ def test_every_deploy_line_holds_to_the_releases_own_peak(release):
         need = memory_needed(rec.deploy_line, release, schedules, free)
         assert need <= free, (release, free_gib, rec.deploy_line)
         assert need == rec.deployable.needs_bytes  # auto counts what the check counts
+
+
+def test_auto_keeps_the_release_default_unless_a_setting_beats_it_by_more_than_its_band(capsys):
+    """The fastest setting replaces the release's default only where it is faster by more than the
+    width of its own time's band; the kept default names the faster setting and the band."""
+    from indexer_lib.study.auto import Candidate, choose
+
+    def engine(setting, ms, band, needs=2**20):
+        return Candidate("engine", setting, False, ms, 10, needs, False, "vllm==0.33.0", setting,
+                         total_low_ms=ms - band / 2, total_high_ms=ms + band / 2)
+
+    default = engine(512, 100.0, 3.0)
+    close, far = engine(2048, 98.5, 2.0), engine(4096, 90.0, 2.0)
+    kept = choose([default, close], 1.0, "modelled")
+    assert kept.deployable.setting == 512 and kept.within_band.setting == 2048
+    assert kept.default_note == ("the release's default kept: vllm==0.33.0 at VLLM_SPARSE_INDEXER_MAX_LOGITS_MB=2048 "
+                                 "models 1.5 ms faster, within its time's band of 2.0 ms (the published checks' spread)")
+    moved = choose([default, close, far], 1.0, "modelled")
+    assert moved.deployable.setting == 4096 and moved.within_band is None and moved.default_note is None
+    too_big = engine(512, 100.0, 3.0, needs=4 * GIB)  # the default does not fit: the fastest that does
+    assert choose([too_big, close], 1.0, "modelled").deployable.setting == 2048
+    tie = choose([default, engine(1024, 100.0, 3.0)], 1.0, "modelled")
+    assert tie.deployable.setting == 512 and tie.default_note is None
+    assert main(["auto", "--free-gib", "20", "--workload", "8x32768x64", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["deployable"]["is_default"] and out["default_note"].startswith("the release's default kept")

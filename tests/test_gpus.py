@@ -427,3 +427,25 @@ def test_sglang_indexer_cuda_majors_restated_from_its_source():
     resolve = (root / "layers/attention/dsa/utils.py").read_text().splitlines()[498:504]
     assert "def resolve_fp8_mqa_logits_fn" in resolve[0] and "return deep_gemm.fp8_mqa_logits" in resolve[-1]
     assert get_engine("sglang").indexer_cuda_majors == (9, 10, 12)
+
+
+def test_the_design_docs_gpu_table_lists_what_each_engine_plans_there():
+    """docs/design.md's GPU table names, per GPU, the releases of each engine planned there for the
+    DSA models, as ``planned_on`` computes them from the refusal rules; every GPU has a row."""
+    from indexer_lib.engines import planned_on
+    from indexer_lib.presets import get_model
+
+    text = (Path(__file__).resolve().parents[1] / "docs/design.md").read_text()
+    start = text.index("| GPU | arch | capacity")
+    rows = text[start:text.index("\n\n", start)].splitlines()
+    assert rows[0].rstrip(" |").endswith("vLLM | SGLang | TensorRT-LLM | ATOM")
+    seen = set()
+    for row in rows[2:]:
+        cells = [c.strip() for c in row.strip().strip("|").split("|")]
+        gpu = cells[0].split()[0]
+        seen.add(gpu)
+        want = planned_on(gpu, get_model("glm-5"))
+        assert planned_on(gpu, get_model("deepseek-v3.2")) == want
+        for engine, cell in zip(("vllm", "sglang", "trtllm", "atom"), cells[5:]):
+            assert cell == ("refused" if want[engine] is None else want[engine].split("==")[1]), (gpu, engine)
+    assert seen == set(GPUS)

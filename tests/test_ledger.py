@@ -106,6 +106,43 @@ def test_kpool_profile_run_reserves_the_worst_decode_step():
     assert profile_run_logits_bytes("vllm==0.33.0", model=get_model("glm-5"), worst_decode_tokens=1024) == 512 * MIB
 
 
+def test_rocm_profile_run_puts_the_decode_logits_in_the_workspace():
+    """vLLM 0.33.0's ROCm indexer asks the shared workspace for [min(max_num_batched_tokens,
+    max_num_seqs x (1 + drafts)), max_model_len] fp32 in its profile run; the workspace keeps the
+    larger of that and the K workspace, so the line is what it adds past the K workspace, on ROCm
+    only."""
+    flat = re.sub(r"\s+", " ", vllm_source("v1/attention/ops/rocm_aiter_mla_sparse.py"))
+    assert "return min(num_batched_tokens, max_num_seqs * (1 + num_spec))" in flat
+    assert ("decode_rows = _max_decode_logits_rows(hidden_states.shape[0]) if _ON_GFX942 or _ON_GFX950: "
+            "workspace_manager.get_simultaneous( ((decode_rows, max_model_len), torch.float32), )") in flat
+    batch = StepBatch.from_lengths([8192], [16384])
+    mml, rows = 1_048_576, min(8192, 64 * (1 + 3))
+    lines = {}
+    for gpu in ("mi355x", "h200"):
+        plan = make_plan(batch, "engine", 512 * MIB, PlanSettings("glm-5.2", "vllm==0.33.0", gpu=gpu))
+        lines[gpu] = {x.name: x for x in plan_ledger(plan, None, mml, 8192, worst_decode_tokens=rows).lines}
+    assert "ROCm decode logits in the workspace" not in lines["h200"]
+    rocm = lines["mi355x"]
+    asked = rows * mml * 4
+    assert rocm["ROCm decode logits in the workspace"].bytes == max(0, asked - rocm["K workspace"].bytes)
+    assert f"{asked:,} B asked" in rocm["ROCm decode logits in the workspace"].detail
+    assert "rocm_aiter_mla_sparse.py:1185-1213" in rocm["ROCm decode logits in the workspace"].source
+    # past the K workspace (16 x max_model_len tokens of 132 B), the difference is held at boot
+    big = make_plan(batch, "engine", 512 * MIB, PlanSettings("glm-5.2", "vllm==0.33.0", gpu="mi355x"))
+    held = {x.name: x for x in plan_ledger(big, None, mml, 8192, worst_decode_tokens=4096).lines}
+    assert held["ROCm decode logits in the workspace"].bytes == 4096 * mml * 4 - held["K workspace"].bytes > 0
+    # every decode step takes its logits from that workspace (:651-653, :824-826): no step allocation
+    assert ("(out_logits,) = current_workspace_manager().get_simultaneous( ((batch_size * next_n, "
+            "max_model_len), torch.float32), )") in flat
+    from indexer_lib.ledger.build import decode_line
+
+    rocm_decode = decode_line(big, 4096, mml)
+    assert rocm_decode.bytes == 0 and "shared workspace" in rocm_decode.detail
+    assert "rocm_aiter_mla_sparse.py" in rocm_decode.source
+    cuda = make_plan(batch, "engine", 512 * MIB, PlanSettings("glm-5.2", "vllm==0.33.0", gpu="h200"))
+    assert decode_line(cuda, rows, mml).bytes == rows * mml * 4
+
+
 # ----------------------------------------------------------------------------- decode
 
 def test_decode_logits_are_deepgemms_paged_allocation():
@@ -120,7 +157,8 @@ def test_decode_logits_are_deepgemms_paged_allocation():
     assert decode_logits_cols(vllm, get_model("glm-5"), 202_752) == 202_752
     assert decode_logits_cols(vllm, get_model("glm-5.3-flash"), 1_048_576) == 262_144  # its pools
     assert decode_logits_cols(vllm, get_model("deepseek-v4-flash"), 1_048_576) is None  # C4 decode: not read
-    assert decode_logits_cols(get_engine("sglang==0.5.23"), get_model("glm-5"), 202_752) is None
+    # SGLang's kpool decode path is not read (tests/test_sglang_decode.py holds its DSA one)
+    assert decode_logits_cols(get_engine("sglang==0.5.23"), get_model("glm-5.3-flash"), 1_048_576) is None
 
 
 # ----------------------------------------------------------------------------- allocator
@@ -297,6 +335,24 @@ def test_the_ledgers_public_reports_come_out_as_data_field_says():
     assert by["vllm-55221-kpool-workspace-1m-gb10"]["modelled"] == 40_000_000 * 132 + 2**20
     assert "sizes it at 529,048,576 B" in by["vllm-55221-kpool-workspace-1m-gb10"]["assumptions"][1]
     assert by["vllm-57701-kpool-decode-reservation"]["modelled"] == 3072 * MIB
+    # ROCm: the reporter's build reserved max_num_batched_tokens rows of decode logits, 0.33.0 its
+    # decode bound; a decode step of 64 requests with 3 drafts takes 256 rows x max_model_len fp32
+    rocm = by["vllm-55132-rocm-decode-workspace-32gib"]
+    assert rocm["modelled"] == 8192 * 1_048_576 * 4 == 32 * GIB and "asks for 1,073,741,824 B" in rocm["assumptions"][1]
+    assert by["vllm-55373-rocm-decode-logits-1.07gb"]["modelled"] == 256 * 1_048_576 * 4
+    # the refusals: the release's own reason, before any arithmetic
+    for case, why in (("vllm-41525-a800-glm51-refused", "compute capability 8.x"),
+                      ("vllm-31480-rtx-pro-6000-dsv32-refused", "compute capability 12.x (rtx-pro-6000"),
+                      ("vllm-45317-gb10-glm51-refused", "compute capability 12.x (gb10")):
+        assert by[case]["modelled"] == "refused" and why in by[case]["assumptions"][1], case
+    amd = by["sglang-37660-mi355x-dsv4-pro-oom"]
+    assert (amd["reported"], amd["modelled"], amd["verdict"]) == ("oom", "refused", "not reproduced")
+    # before SGLang capped its ROCm budget, the second 16,384-row chunk of a 32,768-token prompt
+    # asked aiter for 2^31 B in one call, the first at its buffer_store limit
+    limit = by["sglang-36960-rocm-aiter-limit-32k"]
+    assert limit["modelled"] == 32_768 and "steps of 16,384 rows" in limit["assumptions"][1]
+    gpus = {c["gpu"] for c in cases}
+    assert {"mi355x", "a100", "rtx-pro-6000", "gb10"} <= gpus
 
 
 def test_unified_memory_fails_where_pytorch_would_retry():
@@ -311,10 +367,14 @@ def test_unified_memory_fails_where_pytorch_would_retry():
 def test_reproduce_prints_each_reports_unit(capsys):
     code, out, _ = run(capsys, "reproduce")
     assert code == 0
-    lines = {line.split()[0]: line for line in out.splitlines() if line.startswith("vllm-5")}
+    lines = {line.split()[0]: line for line in out.splitlines() if line.startswith(("vllm-", "sglang-"))}
     assert " 116.0K tok " in lines["vllm-58068-kpool-budget-116k"]
     assert re.search(r" oom +oom +reproduced", lines["vllm-55569-gb10-231k"])
     assert re.search(r" 5\.16Gi +5\.16Gi +reproduced", lines["vllm-55222-kpool-workspace-1m"])
+    assert re.search(r" 32\.00Gi +32\.00Gi +reproduced", lines["vllm-55132-rocm-decode-workspace-32gib"])
+    assert re.search(r" refused +refused +reproduced", lines["vllm-41525-a800-glm51-refused"])
+    assert re.search(r" oom +refused +not reproduced", lines["sglang-37660-mi355x-dsv4-pro-oom"])
+    assert re.search(r" 32\.8K tok +32\.8K tok +reproduced", lines["sglang-36960-rocm-aiter-limit-32k"])
 
 
 def test_deploy_what_ifs_say_what_each_frees_and_costs(capsys):

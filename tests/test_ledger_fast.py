@@ -3,8 +3,8 @@ demand on the allocator's cache, skips the steps that cache serves and makes the
 others again where it replays them; every figure it gives must be the direct evaluation's: each
 step planned, counted and its events listed on its own (``make_plan``, ``memory_report``,
 ``plan_events``), every step replayed through the allocator.  Checked on deployments that fit,
-retry, fail mid-run, decode with speculative drafts, on expandable segments, on SGLang and on
-random closed loops."""
+retry, fail mid-run, decode with speculative drafts, on expandable segments, with a what-if
+logits buffer, on SGLang (its decode CUDA graph) and on random closed loops."""
 from __future__ import annotations
 
 import pytest
@@ -34,6 +34,8 @@ CASES = {  # name: (server, workload, free GiB)
     # prompts of one length: many distinct steps of the same peak (the first one is the worst)
     "one length": (Server("deepseek-v4-flash", "vllm==0.33.0"), ClosedLoopWorkload(4, 30000, 16, num_prompts=12),
                    None),
+    "fixed-width logits": (Server(**GLM, logits_buffer="fixed-width"), AGENTIC, None),
+    "pooled logits": (Server(**GLM, logits_buffer="pooled"), AGENTIC, None),
     "sglang": (Server("glm-5", "sglang==0.5.23"), ClosedLoopWorkload(8, 60000, 32, num_prompts=24,
                                                                        random_range_ratio=0.5), None),
     "deepseek-v3.2": (Server("deepseek-v3.2", "vllm==0.33.0"), ClosedLoopWorkload(16, 20000, 16, num_prompts=48,
@@ -50,6 +52,8 @@ def _direct(steps, strategy, budget_bytes, settings, free, sizes) -> build.RunLe
         events = []
         if s.batch is not None:
             plan = make_plan(s.batch, strategy, budget_bytes, settings)
+            if sizes.logits_buffer is not None:
+                plan = sizes.logits_buffer.apply(plan)
             report = memory_report(plan, topk_rows=sizes.topk_rows)
             events += plan_events(plan, report, "p", persistent=False)
             first = first or (plan, report)
@@ -58,18 +62,20 @@ def _direct(steps, strategy, budget_bytes, settings, free, sizes) -> build.RunLe
             prefill, chunks = prefill + 1, chunks + plan.num_chunks
         tokens = s.num_decode * (1 + sizes.drafts)
         if tokens and first is not None:
-            nbytes = decode_step_bytes(first[0].settings, tokens, sizes.max_model_len)
+            nbytes = decode_step_bytes(first[0].settings, tokens, sizes.max_model_len, sizes.drafts,
+                                       sizes.decode_graph_bs)
             if nbytes is not None:
-                if worst_decode is None or nbytes > worst_decode[0]:
+                if worst_decode is None or (nbytes, tokens) > worst_decode[:2]:
                     worst_decode = (nbytes, tokens, s.step)
-                events += [("malloc", "decode", nbytes), ("free", "decode")]
+                events += [("malloc", "decode", nbytes), ("free", "decode")] if nbytes else []
             decode += 1
         alloc_steps.append((s.step, events))
     lines = boot_lines(*first, sizes.max_model_len, sizes.worst_decode_tokens, sizes.budget_mb)
     lines += sizes.graph_lines
     lines.append(build.prefill_line(*worst))
     if worst_decode is not None:
-        lines.append(build.decode_line(first[0], worst_decode[1], sizes.max_model_len, worst_decode[2]))
+        lines.append(build.decode_line(first[0], worst_decode[1], sizes.max_model_len, worst_decode[2], sizes.drafts,
+                                       sizes.decode_graph_bs))
     ledger, run = build._with_allocator(lines, settings, free, alloc_steps, sizes.expandable)
     return build.RunLedger(ledger, run, prefill, decode, chunks)
 

@@ -290,3 +290,17 @@ def test_vllm_on_rocm_names_the_aiter_setting_it_is_planned_with(capsys):
     assert not any("VLLM_ROCM_USE_AITER" in s for s in not_default("sglang", sglang, "mi355x"))
     assert main(["plan", "--gpu", "mi355x", "--query-lens", "8192", "--seq-lens", "8192", "--free-gib", "10"]) == 0
     assert "served with VLLM_ROCM_USE_AITER=1 (default 0)" in capsys.readouterr().out
+
+
+def test_a_what_if_logits_rule_runs_on_its_vendors_gpus_only(capsys):
+    """DeepGEMM's builds are CUDA's and aiter's rules ROCm's: a project strategy may try another
+    rule of the GPU's own vendor, and the other vendor's is refused in one line naming both."""
+    aiter = PlanSettings("glm-5", "vllm", gpu="mi355x", deepgemm_version="aiter-unaligned")
+    assert aiter.rules is get_rules("aiter-unaligned")
+    with pytest.raises(BadValue, match=r"deepgemm_version 2\.1: DeepGEMM is CUDA-only.*aiter-256, aiter-unaligned"):
+        PlanSettings("glm-5", "vllm", gpu="mi355x", deepgemm_version="2.1")
+    with pytest.raises(BadValue, match=r"deepgemm_version aiter-256: an aiter logits rule, ROCm only; h200"):
+        PlanSettings("glm-5", "vllm", gpu="h200", deepgemm_version="aiter-256")
+    code, out, err = run(capsys, "plan", "--gpu", "mi355x", "--strategy", "vllm", "--budget-mb", "512",
+                         "--deepgemm-version", "2.1", "--model", "glm-5", "--query-lens", "8192", "--seq-lens", "65536")
+    assert code == 2 and out == "" and err.count("\n") == 1 and "DeepGEMM is CUDA-only" in err

@@ -93,10 +93,11 @@ def register(subparsers) -> None:
     p.add_argument("--strategies", type=str_list,
                    help="our budgeted strategies to weigh on the engine too, comma-separated, shown as what a "
                         "patched engine could do (the deploy line is always the engine's own knob; default: none)")
-    p.add_argument("--budgets-mb", type=number_list, default=list(DEFAULT_BUDGETS_MB),
+    p.add_argument("--budgets-mb", type=number_list,
                    help="logits budgets in MiB to try, comma-separated: the values of vLLM's and TensorRT-LLM's "
                         "knob (SGLang's is a fraction of free memory, tried at its own values) and of --strategies "
-                        f"(default: {','.join(map(str, DEFAULT_BUDGETS_MB))})")
+                        f"(default: {','.join(map(str, DEFAULT_BUDGETS_MB))} and the release's default, which "
+                        "auto keeps unless a value beats it by more than its time's band)")
     # the scheduler's and the deployment's settings, as the frontier takes them (the steps come from
     # the simulator; SGLang's memory fraction below, at its own default)
     add_setting_options(p, SchedulerSettings, Deployment, skip=("workload_source", "mem_fraction_static"))
@@ -148,6 +149,7 @@ def cmd_auto(args) -> int:
             **shown.json(),
             "deploy": rec.deploy_line if rec.deployable else None, "why_none": None if rec.deployable else rec.deploy_line,
             "deployable": _candidate_json(rec.deployable), "patched": _candidate_json(rec.patched),
+            "default_kept_over": _candidate_json(rec.within_band), "default_note": rec.default_note,
             "margin_bytes": rec.margin_bytes if rec.deployable else None, "time_source": rec.time_source,
             "candidates": len(rec.candidates), "fitting": sum(c.fits for c in rec.candidates)}))
     else:
@@ -158,8 +160,12 @@ def cmd_auto(args) -> int:
 def checked_inputs(args):
     """(plan settings, workloads, strategies) from the options, each refused in one line where bad."""
     from ..plan import GIVEN_BUDGET, get_strategy
+    from ..study.auto import DEFAULT_BUDGETS_MB
 
     settings = PlanSettings(args.model, args.engine, args.deepgemm_version, temporaries="deepgemm", gpu=args.gpu)
+    if args.budgets_mb is None:  # the release's own default among them, the value to beat
+        own = None if settings.profile is None else settings.profile.default_budget_mb
+        args.budgets_mb = sorted(set(DEFAULT_BUDGETS_MB) | ({own} if own is not None else set()))
     if args.free_gib is not None:
         if not args.free_gib > 0:
             raise UsageError(f"--free-gib {args.free_gib}: must be > 0")
@@ -263,9 +269,14 @@ def print_recommendation(rec, shown: Shown) -> None:
     """The header, the line to deploy (or why there is none), and what it rests on."""
     print(shown.header())
     print(rec.deploy_line)
+    if rec.default_note:
+        print(f"  {rec.default_note}")
     d = rec.deployable
     if d is not None:
-        print(f"  {d.label}: {d.total_ms:.1f} ms indexer time over the mix (modelled), {d.total_chunks} chunks")
+        from ..timemodel.model import STAND_IN
+
+        whose = ", another GPU's time standing in: see time below" if STAND_IN in rec.time_source else ""
+        print(f"  {d.label}: {d.total_ms:.1f} ms indexer time over the mix (modelled{whose}), {d.total_chunks} chunks")
         print(f"  margin to the OOM frontier: {rec.margin_bytes / MIB:.0f} MiB "
               f"(worst step needs {d.needs_bytes / MIB:.0f} MiB of {rec.free_bytes / MIB:.0f} MiB free)")
     if rec.patched is not None and (d is None or rec.patched.total_ms < d.total_ms):
@@ -278,5 +289,6 @@ def _candidate_json(c) -> dict | None:
         return None
     return {"strategy": c.strategy, "engine": c.engine, "setting": c.setting, "budget_mb": c.budget_mb,
             "padded_budget": c.padded, "total_ms_modelled": c.total_ms, "total_chunks": c.total_chunks,
+            "total_ms_band": [c.total_low_ms, c.total_high_ms], "is_default": c.is_default,
             "worst_step_bytes": c.peak_transient_bytes,
             "reservation_shortfall_bytes": c.reservation_shortfall_bytes}

@@ -14,7 +14,9 @@ from __future__ import annotations
 import json
 
 from ..engines import get_engine
+from ..ledger.buffers import decode_budget_note
 from ..ledger.deployment import Server, deployment_ledger, what_ifs
+from ..plan.logits_buffer import KINDS
 from ..presets import format_bytes
 from ..sweep.deployment import Deployment
 from ..sweep.scheduler_settings import SchedulerSettings
@@ -64,10 +66,15 @@ def register(subparsers) -> None:
                         "SGLang's rule); breakable or full captures the C4 logits at the context width")
     p.add_argument("--cuda-graph-prefill-max-context", type=int, metavar="TOKENS",
                    help="SGLang: the context width its prefill CUDA graph captures (default: the model's context)")
+    p.add_argument("--logits-buffer", choices=KINDS,
+                   help="a what-if prefill logits buffer over the release's own path (default: the release's, a new "
+                        "allocation per launch): fixed-width (vllm-project/vllm#58068, open) or pooled "
+                        "(sgl-project/sglang#37660's AMD FP4 rule)")
     p.add_argument("--what-if", action="store_true",
                    help="also run the ledger under each setting users ask about (expandable segments, a 64 MiB "
                         "logits budget, a K workspace sized to max_num_seqs x max_model_len, a prefill CUDA graph "
-                        "bounded to the workload's longest context) and show what each frees and costs")
+                        "bounded to the workload's longest context, fixed-width and pooled prefill logits) and show "
+                        "what each frees and costs")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.set_defaults(func=cmd_deploy)
 
@@ -81,7 +88,7 @@ def cmd_deploy(args) -> int:
                     args.async_scheduling, args.speculative_tokens, args.kv_cache_tokens, args.kv_cache_dtype,
                     args.budget_mb, args.expandable_segments, args.indexer_tp_shard_min_rows, args.workspace_tokens,
                     args.cuda_graph_backend_prefill in ("breakable", "full"), args.cuda_graph_prefill_max_context,
-                    args.dp)
+                    args.dp, args.logits_buffer)
     with tqdm(desc="deploy: the ledger over the schedule", unit=" steps", disable=None, leave=False) as bar:
         d = deployment_ledger(server, workload, args.strategy, args.free_gib, bar)
     ledger, profile, model = d.run.ledger, d.settings.profile, d.settings.preset
@@ -94,7 +101,7 @@ def cmd_deploy(args) -> int:
         print(json.dumps({
             "model": model.name, "engine": profile.name, "gpu": d.settings.gpu, "tp": args.tp, "dp": args.dp,
             "strategy": args.strategy, "budget_bytes": d.budget_bytes, "max_model_len": d.max_model_len,
-            "expandable_segments": args.expandable_segments,
+            "expandable_segments": args.expandable_segments, "logits_buffer": args.logits_buffer,
             "workload": {"concurrency": workload.concurrency, "isl": workload.isl, "osl": workload.osl,
                          "shared_prefix": workload.shared_prefix, "random_range_ratio": workload.random_range_ratio,
                          "mix": mix_text(workload.mix), "seed": workload.seed},
@@ -104,7 +111,8 @@ def cmd_deploy(args) -> int:
             "boot_kv_tokens": d.boot_kv_tokens, "prefill_steps": d.run.prefill_steps,
             "decode_steps": d.run.decode_steps, "allocator_high_water_bytes": d.run.allocator.high_water,
             "allocator_fragmented": d.run.allocator.fragmented, "chunks": d.run.chunks,
-            **({"what_ifs": [what_if_json(name, o) for name, o in [("as given", d)] + others]} if args.what_if else {})}))
+            **({"what_ifs": [what_if_json(name, o) for name, o in [("as given", d)] + others],
+                "decode_budget": decode_budget_note()} if args.what_if else {})}))
         return verdict_code(ledger)
     label = f" ({workload.label})" if workload.label else ""
     ranks = f", DP attention {args.dp} ranks (one planned)" if args.dp != 1 else ""
@@ -142,6 +150,7 @@ def print_what_ifs(base, others) -> None:
     for name, d in [("as given", base)] + others:
         print(f"  {name:<52} {format_bytes(d.run.ledger.boot_bytes):>10} {format_bytes(d.run.ledger.needed_bytes):>10} "
               f"{format_bytes(d.run.allocator.high_water):>10} {d.run.chunks:>8,}  {d.run.ledger.verdict}")
+    print(f"  {decode_budget_note()}")
 
 
 SCHEDULER_FLAGS = ("max_num_seqs", "max_num_batched_tokens", "long_prefill_token_threshold")

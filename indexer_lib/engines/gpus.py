@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ..checks import BadValue
 from ..presets import GIB, GPUS, GpuPreset, get_gpu
-from .profiles import EngineProfile, get_engine
+from .profiles import ENGINES, EngineProfile, engine_names, get_engine, releases_text
 from .rocm import rocm_refusal
 
 # the scheduler rules a profile's ``scheduler_gpu_rule`` names
@@ -44,6 +44,22 @@ def scheduler_gpu_defaults(engine: str | EngineProfile | None, gpu: str | GpuPre
     return {"max_num_batched_tokens": 16384 if memory >= 160 * GIB else 8192}
 
 
+def decode_graph_max_bs(engine: str | EngineProfile | None, gpu: str | GpuPreset, tp: int = 1,
+                        max_num_seqs: int | None = None) -> int | None:
+    """The largest decode batch SGLang captures in its decode CUDA graph (on by default), by the
+    device's total memory and TP, at most the requests a rank runs (``max_num_seqs``); a decode
+    step of at most this many requests replays the graph.  None: the release's decode graph is
+    not read (``decode_cuda_graph``)."""
+    profile, g = get_engine(engine), get_gpu(gpu)
+    if profile.decode_cuda_graph != "sglang-memory-tiers":
+        return None
+    if g.capacity_bytes < 60 * GIB:
+        raise BadValue("gpu", f"{g.name}: {g.capacity_gib:.2f} GiB, below the 60 GiB from which SGLang's decode "
+                              "CUDA-graph tiers are modelled")
+    tier = 512 if g.capacity_bytes >= 160 * GIB or tp >= 4 else 256
+    return tier if max_num_seqs is None else min(tier, max_num_seqs)
+
+
 def gpu_refusal(engine: str | EngineProfile | None, gpu: str | GpuPreset, model=None) -> str | None:
     """Why no plan is made for this release (and ``model``, a preset, where given) on this GPU
     (one line), or None where its path is one the memory model counts: DeepGEMM's fp32 logits, on
@@ -72,6 +88,16 @@ def gpu_refusal(engine: str | EngineProfile | None, gpu: str | GpuPreset, model=
                 f"on {g.name} ({g.arch}) its indexer does not take DeepGEMM's logits, the path the memory model counts "
                 f"(sources: {profile.sources.get('deepgemm_families', profile.sources.get('file'))})")
     return None
+
+
+def planned_on(gpu: str | GpuPreset, model=None) -> dict[str, str | None]:
+    """Per engine, the releases planned on this GPU (for ``model``, a preset, where given) as one
+    phrase (``vllm==0.30.0-0.33.0``), None where every release is refused there."""
+    out = {}
+    for engine in ENGINES:
+        planned = [n for n in engine_names(engine) if gpu_refusal(n, gpu, model) is None]
+        out[engine] = releases_text(planned) if planned else None
+    return out
 
 
 def check_gpu(engine: str | EngineProfile | None, gpu: str | GpuPreset, model=None) -> GpuPreset:

@@ -35,6 +35,10 @@ QSA_PATHS = (None, "vllm-qsa", "sglang-qsa")
 V41_PATHS = (None, "dense", "torch")
 # the logits on CUDA family 100: fp32 from DeepGEMM, or its bf16 and the release's fp32 copy
 SM100_LOGITS = ("float32", "bfloat16+float32")
+# the decode path's paged logits width (memory.decode) and the decode CUDA graph's rule (engines.gpus)
+DECODE_LOGITS_COLS = (None, "max_model_len", "page-table")
+DECODE_CUDA_GRAPHS = (None, "sglang-memory-tiers")
+DECODE_PAGE_TABLE_WIDTHS = (None, "context+drafts", "req-to-token", "req-to-token-page-reserve")
 
 
 @dataclass(frozen=True)
@@ -160,8 +164,20 @@ class EngineProfile:
     scheduler_pad_new_decodes: bool = False
     # the decode path's logits (docs/design.md#the-ledger): "max_model_len" where the release asks
     # DeepGEMM's paged logits for [decode tokens, max_model_len] fp32 on every decode step (vLLM's
-    # DeepSeek indexer); None: not read, and no decode line
+    # DeepSeek indexer); "page-table" where it asks for the page table's width, the request-to-token
+    # row rounded to 64-token pages (SGLang's DSA indexer); None: not read, and no decode line
     decode_logits_cols: str | None = None
+    # SGLang's "page-table" width in tokens (memory.decode.page_table_tokens): "context+drafts"
+    # (0.5.13-0.5.14), "req-to-token" (the request-to-token row: 4 more, 0.5.15-0.5.16),
+    # "req-to-token-page-reserve" (its headroom with drafts grown to a page, 0.5.17 on)
+    decode_page_table_width: str | None = None
+    # SGLang 0.5.20 on: a paged call of more requests than the GPU has SMs is made in SM-count
+    # chunks and torch.cat joins them, every chunk alive at the cat
+    decode_logits_sm_chunks: bool = False
+    # the decode CUDA graph captured by default, whose pool holds the largest capture's logits and
+    # whose replays allocate none ("sglang-memory-tiers": SGLang's largest captured batch by GPU
+    # memory and TP, engines.gpus.decode_graph_max_bs); None: not read, every decode step eager
+    decode_cuda_graph: str | None = None
     # vLLM 0.33.0's kpool path: the profile run reserves the larger of the logits budget and the
     # worst decode step's logits, [min(max_num_seqs x (1 + drafts), max_num_batched_tokens), max_model_len // 4]
     pooled_decode_reservation: bool = False
@@ -183,6 +199,10 @@ class EngineProfile:
     rocm_budget_cap_bytes: int | None = None
     # the release runs only on ROCm (ATOM: AMD GPUs, aiter's kernels); refused on any other GPU
     rocm_only: bool = False
+    # vLLM 0.33.0 on ROCm: the profile run asks the shared workspace for the decode logits,
+    # [min(max_num_batched_tokens, max_num_seqs x (1 + drafts)), max_model_len] fp32, which the
+    # workspace keeps for the server's life (ledger.boot.rocm_decode_workspace_bytes)
+    rocm_decode_workspace: bool = False
     sources: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def __post_init__(self):
@@ -195,7 +215,11 @@ class EngineProfile:
                                       COMPRESSED_BUDGET_RULES),
                                      ("qsa_path", self.qsa_path, QSA_PATHS),
                                      ("v41_path", self.v41_path, V41_PATHS),
-                                     ("sm100_logits", self.sm100_logits, SM100_LOGITS)):
+                                     ("sm100_logits", self.sm100_logits, SM100_LOGITS),
+                                     ("decode_logits_cols", self.decode_logits_cols, DECODE_LOGITS_COLS),
+                                     ("decode_cuda_graph", self.decode_cuda_graph, DECODE_CUDA_GRAPHS),
+                                     ("decode_page_table_width", self.decode_page_table_width,
+                                      DECODE_PAGE_TABLE_WIDTHS)):
             if value not in allowed:
                 raise ValueError(f"engine profile {self.engine}=={self.release}: {name} {value!r} "
                                  f"must be one of {', '.join(allowed)}")

@@ -2,14 +2,15 @@
 
 Each line is the memory model's own figure for the server's settings (``memory.memory_report``
 of a plan under them: the K workspace the release sizes from ``--max-model-len``, the top-k output
-of ``max_num_batched_tokens`` rows) or the release's profile-run rule
-(``engines.profile_run_logits_bytes``), with the source its profile names.
+of ``max_num_batched_tokens`` rows), the release's profile-run rule
+(``engines.profile_run_logits_bytes``) or, on ROCm, the decode logits vLLM 0.33.0's profile run
+puts in the workspace (``rocm_decode_workspace_bytes``), with the source its profile names.
 """
 from __future__ import annotations
 
-from ..dtypes import INT32_BYTES
+from ..dtypes import FP32_BYTES, INT32_BYTES
 from ..engines import profile_run_logits_bytes
-from ..memory.decode import decode_logits_bytes
+from ..memory.decode import decode_logits_bytes, decode_logits_cols, decode_step_bytes
 from ..memory.replayed import workspace_path_bytes
 from ..elementwise import cdiv
 from ..padding import align, get_rules
@@ -18,7 +19,8 @@ from .lines import LedgerLine
 PROJECT_WORKSPACE = "assumed: no engine named, the K workspace of vLLM's rule (40 x max_model_len tokens)"
 
 
-HELD = ("K workspace", "top-k output buffer")  # the boot lines the server allocates and keeps
+ROCM_DECODE = "ROCm decode logits in the workspace"
+HELD = ("K workspace", "top-k output buffer", ROCM_DECODE)  # the boot lines the server allocates and keeps
 
 
 def boot_events(lines) -> list[tuple]:
@@ -51,6 +53,9 @@ def boot_lines(plan, report, max_model_len: int, worst_decode_tokens: int = 0,
         lines.append(LedgerLine("boot", "K workspace", workspace,
                                 sources.get("workspace_factor", PROJECT_WORKSPACE) + extra,
                                 f"{plan.workspace_tokens:,} {unit} at max_model_len {max_model_len:,}"))
+    rocm = _rocm_decode_line(plan, lines[0].bytes if lines else 0, worst_decode_tokens, max_model_len)
+    if rocm is not None:
+        lines.append(rocm)
     if report.topk_buffer:
         lines.append(LedgerLine("boot", "top-k output buffer", report.topk_buffer,
                                 sources.get("topk_output", "assumed: [max_num_batched_tokens, top-k] int32"),
@@ -64,6 +69,27 @@ def boot_lines(plan, report, max_model_len: int, worst_decode_tokens: int = 0,
             lines.append(LedgerLine("boot", "profile run's logits reservation", reserved, source,
                                     "left free for a step's logits: the KV cache is sized without it"))
     return lines
+
+
+def rocm_decode_workspace_bytes(profile, rows: int, max_model_len: int) -> int:
+    """What vLLM's ROCm profile run asks the shared workspace for, for the decode logits:
+    ``rows`` x ``max_model_len`` fp32, rounded up as the workspace manager rounds each buffer
+    (``rocm_decode_workspace`` in the release's profile)."""
+    return align(rows * max_model_len * FP32_BYTES, profile.workspace_align)
+
+
+def _rocm_decode_line(plan, workspace: int, rows: int, max_model_len: int) -> LedgerLine | None:
+    """On a ROCm GPU, where the release's profile run sizes the decode logits in the workspace
+    (``rows``: min(max_num_batched_tokens, max_num_seqs x (1 + drafts))): what they grow the
+    buffer by past the K workspace (``workspace`` bytes), which shares it; None elsewhere."""
+    settings = plan.settings
+    profile = settings.profile
+    if profile is None or not profile.rocm_decode_workspace or not rows or not settings.gpu_preset.rocm:
+        return None
+    asked = rocm_decode_workspace_bytes(profile, rows, max_model_len)
+    return LedgerLine("boot", ROCM_DECODE, max(0, asked - workspace), profile.sources["rocm_decode_workspace"],
+                      f"{rows:,} rows x {max_model_len:,} columns fp32, {asked:,} B asked of the workspace the "
+                      f"K workspace shares (it keeps the larger): what they add past it")
 
 
 def graph_buckets(max_bs: int) -> list[int]:
@@ -97,3 +123,22 @@ def prefill_graph_line(settings, max_bs: int, max_model_len: int, drafts: int,
                       "capture's logits, and the eager warm-ups' same-size logits are given back before steps run",
                       f"{rows:,} rows (largest bucket) x {cols:,} columns fp32 ({bound}); held in the graph pool "
                       "outside --mem-fraction-static: taken from the memory free when a step runs")
+
+
+def decode_graph_line(settings, max_bs: int, max_model_len: int, drafts: int) -> LedgerLine | None:
+    """The paged logits SGLang's decode CUDA graph captures into its graph pool: its largest
+    captured batch (``max_bs`` requests, each with its drafts) at the static page table's width,
+    the same rule as an eager decode step's (``memory.decode.decode_step_bytes``); None where the
+    release's decode path is not read.  The pool keeps the largest capture's logits: captures run
+    largest first so that smaller ones reuse its blocks."""
+    tokens = max_bs * (1 + drafts)
+    nbytes = decode_step_bytes(settings, tokens, max_model_len, drafts)
+    if not nbytes:
+        return None
+    profile = settings.profile
+    cols = decode_logits_cols(profile, settings.preset, max_model_len, drafts)
+    return LedgerLine("boot", "decode CUDA graph's paged logits", nbytes,
+                      f"{profile.sources['decode_cuda_graph']}; {profile.sources['decode_logits_cols']}",
+                      f"{tokens:,} decode tokens ({max_bs:,} requests, the largest captured batch) x {cols:,} columns "
+                      "fp32; held in the graph pool outside --mem-fraction-static: taken from the memory free when a "
+                      "step runs")

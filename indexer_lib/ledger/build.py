@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from ..fast import young_only
 from ..memory import make_plan, memory_report
 from ..presets import format_bytes
-from ..memory.decode import decode_logits_cols, decode_step_bytes
+from ..memory.decode import decode_in_workspace, decode_logits_cols, decode_step_bytes
 from ..memory.cached_fit import NOTHING, DemandCount, demand
 from ..memory.events import emit_events, plan_events
 from .allocator import AllocatorRun, run_allocator
@@ -29,16 +29,24 @@ def prefill_line(plan, report, step: int | None = None) -> LedgerLine:
                       f"memory model of {who}'s path (docs/design.md#the-memory-model)", detail)
 
 
-def decode_line(plan, decode_tokens: int, max_model_len: int, step: int | None = None) -> LedgerLine | None:
-    """The decode logits of ``decode_tokens`` rows, where the release's decode path is read."""
-    nbytes = decode_step_bytes(plan.settings, decode_tokens, max_model_len) if decode_tokens > 0 else None
+def decode_line(plan, decode_tokens: int, max_model_len: int, step: int | None = None, drafts: int = 0,
+                graph_bs: int = 0) -> LedgerLine | None:
+    """The decode logits of ``decode_tokens`` rows, where the release's decode path is read (a step
+    of at most ``graph_bs`` requests replays SGLang's decode CUDA graph: 0 bytes)."""
+    nbytes = decode_step_bytes(plan.settings, decode_tokens, max_model_len, drafts, graph_bs) if decode_tokens > 0 \
+        else None
     if nbytes is None:
         return None
     where = f"step {step}: " if step is not None else ""
     profile = plan.settings.profile
-    cols = decode_logits_cols(profile, plan.settings.preset, max_model_len)
-    return LedgerLine("decode", "decode step's paged logits", nbytes, profile.sources["decode_logits_cols"],
-                      f"{where}{decode_tokens:,} decode tokens x {cols:,} columns fp32")
+    cols = decode_logits_cols(profile, plan.settings.preset, max_model_len, drafts)
+    replayed = ""
+    if nbytes == 0:
+        replayed = (" (taken from the shared workspace the boot line sized)" if decode_in_workspace(plan.settings)
+                    else f" (replayed in the decode CUDA graph of up to {graph_bs:,} requests: its pool's)")
+    source = profile.sources["rocm_decode_workspace" if decode_in_workspace(plan.settings) else "decode_logits_cols"]
+    return LedgerLine("decode", "decode step's paged logits", nbytes, source,
+                      f"{where}{decode_tokens:,} decode tokens x {cols:,} columns fp32{replayed}")
 
 
 def plan_ledger(plan, free: FreeMemory | None, max_model_len: int, topk_rows: int, budget_mb: float | None = None,
@@ -76,7 +84,11 @@ class ServerSizes:
     budget_mb: float | None = None
     worst_decode_tokens: int = 0
     expandable: bool = False
-    graph_lines: tuple[LedgerLine, ...] = ()  # boot lines held outside the caching allocator (a CUDA graph's pool)
+    # boot lines taken from the memory free when a step runs, held apart from the steps' blocks (a
+    # CUDA graph's pool, a pooled logits buffer)
+    graph_lines: tuple[LedgerLine, ...] = ()
+    logits_buffer: object = None  # a what-if prefill logits buffer (``plan.logits_buffer``); None: the release's
+    decode_graph_bs: int = 0  # SGLang: decode steps of up to this many requests replay its decode CUDA graph
 
 
 def run_ledger(steps, strategy, budget_bytes: int | None, settings, free: FreeMemory | None, sizes: ServerSizes,
@@ -102,7 +114,8 @@ def _run_ledger(steps, strategy, budget_bytes: int | None, settings, free: FreeM
     lines += sizes.graph_lines
     lines.append(prefill_line(*walked.worst_prefill))
     if walked.worst_decode is not None:
-        lines.append(decode_line(plan, walked.worst_decode[1], max_model_len, walked.worst_decode[2]))
+        lines.append(decode_line(plan, walked.worst_decode[1], max_model_len, walked.worst_decode[2], sizes.drafts,
+                                 sizes.decode_graph_bs))
     ledger, run = _with_allocator(lines, settings, free, walked.alloc_steps, sizes.expandable)
     return RunLedger(ledger, run, walked.prefill_steps, walked.decode_steps, walked.chunks)
 
@@ -132,6 +145,8 @@ def _walk(steps, strategy, budget_bytes: int | None, settings, sizes: ServerSize
     decode_of: dict[int, tuple | None] = {}  # a decode step's (logits, events, demand) by its decode tokens
     def planned_step(batch) -> tuple:
         plan = make_plan(batch, strategy, budget_bytes, settings)
+        if sizes.logits_buffer is not None:
+            plan = sizes.logits_buffer.apply(plan)
         return plan, memory_report(plan, topk_rows=topk_rows)
 
     out = _Walked()
@@ -156,10 +171,11 @@ def _walk(steps, strategy, budget_bytes: int | None, settings, sizes: ServerSize
         tokens = s.num_decode * (1 + drafts)
         if tokens and out.first is not None:
             if tokens not in decode_of:
-                decode_of[tokens] = _decode_events(decode_step_bytes(out.first[0].settings, tokens, max_model_len))
+                decode_of[tokens] = _decode_events(decode_step_bytes(out.first[0].settings, tokens, max_model_len,
+                                                                     drafts, sizes.decode_graph_bs))
             decode = decode_of[tokens]
             if decode is not None:
-                if out.worst_decode is None or decode[0] > out.worst_decode[0]:
+                if out.worst_decode is None or (decode[0], tokens) > out.worst_decode[:2]:
                     out.worst_decode = (decode[0], tokens, s.step)
                 events = _Replayed(events.planned, events.batch, decode[1]) if s.batch is not None else decode[1]
                 need = None if need is None else need.then(decode[2])
@@ -189,6 +205,8 @@ def _decode_events(nbytes: int | None) -> tuple | None:
     """(bytes, events, demand) of a decode step's logits; None where the release's decode path is not read."""
     if nbytes is None:
         return None
+    if nbytes == 0:  # a decode CUDA graph's replay: its logits are the graph pool's
+        return 0, (), NOTHING
     events = (("malloc", "decode", nbytes), ("free", "decode"))
     return nbytes, events, demand(events)
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 
 from ..checks import BadValue
 from ..padding import align
-from ..engines import process_budget, release_scheduler
+from ..engines import decode_graph_max_bs, process_budget, release_scheduler
 from ..engines.dp_attention import check_dp
 from ..engines.kv_capacity import KvCapacity, deployment_kv_cache
 from ..engines.scheduler import not_default_text, scheduler_defaults, tp_row_shard_refusal
@@ -17,7 +17,8 @@ from ..plan.strategies import NO_BUDGET
 from ..presets import GIB, budget_bytes_from_mb, check_within_gpu, free_bytes_from_gib
 from ..workload import ClosedLoopWorkload, SchedulerConfig
 from ..workload.sources import scheduled_steps
-from .boot import prefill_graph_line
+from .boot import decode_graph_line, prefill_graph_line
+from .buffers import buffer_refusal, buffer_text, what_if_buffer
 from .build import RunLedger, ServerSizes, run_ledger
 from .free import FreeMemory, given_free, server_free
 
@@ -49,6 +50,7 @@ class Server:
     cuda_graph_prefill: bool = False
     cuda_graph_prefill_max_context: int | None = None
     dp: int = 1  # SGLang: DP attention ranks (--dp-size with --enable-dp-attention); one is planned
+    logits_buffer: str | None = None  # a what-if prefill logits buffer (``plan.logits_buffer.KINDS``); None: none
 
 
 @dataclass(frozen=True)
@@ -117,8 +119,7 @@ def deployment_ledger(server: Server, workload: ClosedLoopWorkload, strategy: st
     differs += [f"workspace_tokens={server.workspace_tokens} (the release's: {settings.workspace_at(max_model_len)})"
                 ] if server.workspace_tokens is not None else []
     differs += ["expandable_segments on (PyTorch's default: off)"] if server.expandable_segments else []
-    drafts = server.speculative_tokens
-    worst_decode = scheduler.most_decode_tokens
+    drafts, worst_decode = server.speculative_tokens, scheduler.most_decode_tokens
     knob = server.budget_mb if chosen.own_build and profile.engine == "vllm" else None
     if knob is not None:
         differs.append(f"{profile.budget_env}={knob:g} (default {profile.budget_default:g})")
@@ -133,18 +134,42 @@ def deployment_ledger(server: Server, workload: ClosedLoopWorkload, strategy: st
         differs.append("--cuda-graph-backend-prefill breakable (SGLang's default for DeepSeek-V4: off)"
                        + (f", --cuda-graph-prefill-max-context {server.cuda_graph_prefill_max_context}"
                           if server.cuda_graph_prefill_max_context is not None else ""))
-        if free_gib is None:  # the graph pool lies outside --mem-fraction-static: it takes the free memory
-            free = replace(free, bytes=free.bytes - graph.bytes,
-                           source=f"{free.source} - {graph.bytes / GIB:.2f} GiB the prefill CUDA graph's pool holds")
+        # the graph pool lies outside --mem-fraction-static: it takes the free memory
+        free = _held_apart(free, free_gib, graph, "the prefill CUDA graph's pool")
+    decode_graph, graph_bs, free = _decode_graph(settings, server.tp, scheduler, max_model_len, free, free_gib)
     budget = _budget(chosen, settings, server, free.bytes)
+    buffer, pool = what_if_buffer(server.logits_buffer, chosen, settings, budget, max_model_len)
+    boot_apart = tuple(line for line in (graph, decode_graph, pool) if line is not None)
+    differs += [buffer_text(buffer)] if buffer is not None else []
+    free = _held_apart(free, free_gib, pool, "the pooled logits buffer")  # allocated beyond what the KV cache left
     with young_only():  # a long run's schedule is a hundred thousand steps: no collection walks them meanwhile
         steps = list(scheduled_steps(workload, scheduler))
     if progress is not None:
         progress.total = len(steps)
     sizes = ServerSizes(max_model_len, scheduler.max_num_batched_tokens, drafts, knob, worst_decode,
-                        server.expandable_segments, () if graph is None else (graph,))
+                        server.expandable_segments, boot_apart, buffer, decode_graph_bs=graph_bs)
     run = run_ledger(steps, chosen, budget, settings, free, sizes, None if progress is None else progress.update)
     return Deployed(run, settings, scheduler, kv, free, budget, max_model_len, "; ".join(filter(None, differs)))
+
+
+def _held_apart(free: FreeMemory, free_gib: float | None, line, what: str) -> FreeMemory:
+    """The free memory less a boot line held apart from the steps' blocks (None: as it is), where
+    it is derived from the server's flags (a given ``free_gib`` is the memory free as given)."""
+    if line is None or free_gib is not None:
+        return free
+    return replace(free, bytes=free.bytes - line.bytes,
+                   source=f"{free.source} - {line.bytes / GIB:.2f} GiB {what} holds")
+
+
+def _decode_graph(settings, tp: int, scheduler, max_model_len: int, free: FreeMemory, free_gib: float | None):
+    """(its boot line, the largest batch it captures, the free memory less its pool, as the prefill
+    graph's) of SGLang's decode CUDA graph, on by default; (None, 0, ``free``) where the release's
+    decode graph or decode path is not read."""
+    max_bs = decode_graph_max_bs(settings.profile, settings.gpu, tp, scheduler.max_num_seqs)
+    line = decode_graph_line(settings, max_bs, max_model_len, scheduler.speculative_tokens) if max_bs else None
+    if line is None:
+        return None, 0, free
+    return line, max_bs, _held_apart(free, free_gib, line, "the decode CUDA graph's pool")
 
 
 def _prefill_graph(server: Server, settings, scheduler, max_model_len: int):
@@ -189,8 +214,9 @@ def what_ifs(server: Server, model, longest: int | None = None) -> list[tuple[st
     """The settings users ask about, each as the server with it (those a release has, or that
     PyTorch has): expandable segments, a 64 MiB logits budget (vLLM's knob), a K workspace sized
     to the most K a step can hold (every running request at max_model_len, in entries of
-    compressed K; the project's what-if, not a release's), and where SGLang's prefill CUDA graph is
-    on, its context bounded to ``longest`` (the workload's longest prompt plus its output)."""
+    compressed K; the project's what-if, not a release's), where SGLang's prefill CUDA graph is
+    on, its context bounded to ``longest`` (the workload's longest prompt plus its output), and
+    the prefill logits buffers the release's path takes (``ledger.buffers``)."""
     from ..engines import get_engine
 
     profile = get_engine(server.engine)
@@ -201,7 +227,8 @@ def what_ifs(server: Server, model, longest: int | None = None) -> list[tuple[st
         out.append((f"{profile.budget_env}={INTEGRATED_BUDGET_MB}", replace(server, budget_mb=INTEGRATED_BUDGET_MB)))
     mml = model.max_model_len if server.max_model_len is None else server.max_model_len
     seqs = server.max_num_seqs or scheduler_defaults(profile, server.gpu)["max_num_seqs"]
-    own = PlanSettings(model.name, profile, temporaries="deepgemm", gpu=server.gpu).workspace_at(mml)
+    settings = PlanSettings(model.name, profile, temporaries="deepgemm", gpu=server.gpu)
+    own = settings.workspace_at(mml)
     sized = seqs * mml // model.kv_ratio
     if own is not None and server.workspace_tokens is None and sized < own:
         out.append((f"K workspace {sized:,} (max_num_seqs x max_model_len)", replace(server, workspace_tokens=sized)))
@@ -211,4 +238,11 @@ def what_ifs(server: Server, model, longest: int | None = None) -> list[tuple[st
         if bound < mml and (given is None or bound < given):
             out.append((f"--cuda-graph-prefill-max-context {bound:,}",
                         replace(server, cuda_graph_prefill_max_context=bound)))
+    if server.logits_buffer is None:
+        out += [(name, replace(server, logits_buffer=kind)) for kind, name in BUFFER_WHAT_IFS
+                if buffer_refusal(kind, settings.own_chunker) is None]
     return out
+
+
+BUFFER_WHAT_IFS = (("fixed-width", "fixed-width logits (vllm#58068, sizing assumed)"),
+                   ("pooled", "pooled prefill logits buffer (sglang#37660)"))

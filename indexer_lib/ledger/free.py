@@ -66,8 +66,9 @@ def free_from_flags(engine, gpu, reservation_bytes: int, gpu_memory_utilization:
         named = "" if mem_fraction_static is not None else ", SGLang's choice on an H200"
         source = (f"derived: {g.name} {total / GIB:.2f} GiB x (1 - mem_fraction_static {mfs:g}{named})")
         return FreeMemory(int(total * (1 - mfs)), source, (
-            "SGLang's activations and CUDA graphs share that remainder with the indexer and are not derived: "
-            "counted as 0, so this free memory is an upper bound",))
+            "SGLang's activations and CUDA graphs (but the indexer's logits in their pool, where a line counts "
+            "them) share that remainder with the indexer and are not derived: counted as 0, so this free memory is "
+            "an upper bound",))
     raise BadValue("free_gib", f"{profile.name}: how its server divides the GPU is not read; give --free-gib")
 
 

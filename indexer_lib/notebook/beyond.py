@@ -36,7 +36,7 @@ def chunk_table(steps: dict, strategies, budgets_mb, settings: PlanSettings, tim
     temporaries), allocated vs useful logits, modelled time."""
     import pandas as pd
 
-    tm = time_model or TimeModel.published()
+    tm = (time_model or TimeModel.published()).for_gpu(settings.gpu)
     rows = []
     for name, batch in steps.items():
         for s in strategies:
@@ -108,7 +108,7 @@ class AutoDeployments:
                  scheduler: SchedulerConfig | None = None, time_model: TimeModel | None = None):
         self.deployments = deployments or DEPLOYMENTS
         self.settings, self.engine, self.model = settings, settings.engine, settings.model
-        self.tm = time_model or TimeModel.published()
+        self.tm = (time_model or TimeModel.published()).for_gpu(settings.gpu)
         self.budgets_mb = tuple(budgets_mb)
         # to evaluate the same deployments on another engine release (``on_engine``): a scheduler
         # given stays, the default one is that release's own

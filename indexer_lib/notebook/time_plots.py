@@ -43,7 +43,8 @@ def published_checks(checks) -> Figure:
                               markeredgecolor="black", label="fitted without\nthis row"))
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=7)
     style.title(fig, "The time model against every published kernel timing",
-                "DeepGEMM's test on an H200, vLLM's top-k on an H20; modelled against published")
+                "fitted to DeepGEMM's test on an H200 and vLLM's top-k on an H20; the other rows checks "
+                "on the GPU each was published on")
     return fig
 
 

@@ -15,7 +15,7 @@ from functools import cached_property
 from ..engines import DEFAULT_ENGINE, EngineProfile, check_gpu, engines_for, get_engine
 from ..engines.profiles import releases_text
 from ..engines.v41 import v41_path
-from ..padding import DEFAULT_DEEPGEMM_VERSION, PaddingRules, get_rules, upcast_counters
+from ..padding import AITER_RULES, DEFAULT_DEEPGEMM_VERSION, PaddingRules, get_rules, upcast_counters
 from ..presets import GpuPreset, ModelPreset, get_gpu, get_model
 from ..checks import BadValue, check_int
 
@@ -59,6 +59,7 @@ class PlanSettings:
             object.__setattr__(self, "preset", self.preset.for_kind(self.kind))
         if self.deepgemm_version is not None:
             get_rules(self.deepgemm_version)  # an unknown version says so here
+            self._check_vendor(self.deepgemm_version)
         if self.upcast:
             self._upcast_counters  # a what-if build whose row alignment is not the bf16 rule's says so here
         if not isinstance(self.padded, bool):
@@ -76,6 +77,18 @@ class PlanSettings:
             on = "no engine" if profile is None else profile.name
             raise BadValue("temporaries", f"temporaries 'replay': {on} has no replayed path (give an "
                                           "engine release whose indexer path the project replays)")
+
+    def _check_vendor(self, version: str) -> None:
+        """A what-if logits rule runs on its vendor's GPUs only: DeepGEMM's builds on CUDA, aiter's on
+        ROCm."""
+        gpu = self.gpu_preset
+        if gpu.rocm and version not in AITER_RULES:
+            raise BadValue("deepgemm_version", f"deepgemm_version {version}: DeepGEMM is CUDA-only, and {gpu.name} "
+                                               f"({gpu.arch}) scores with aiter; give one of aiter's logits rules: "
+                                               f"{', '.join(AITER_RULES)}")
+        if not gpu.rocm and version in AITER_RULES:
+            raise BadValue("deepgemm_version", f"deepgemm_version {version}: an aiter logits rule, ROCm only; "
+                                               f"{gpu.name} ({gpu.arch}) runs DeepGEMM")
 
     def _check_compressed(self, profile) -> None:
         """A model whose indexer scores compressed K (DeepSeek-V4's C4) runs on the releases whose

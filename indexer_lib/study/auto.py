@@ -66,6 +66,18 @@ class Candidate:
         return get_strategy(self.strategy).own_build
 
     @property
+    def is_default(self) -> bool:
+        """The release's own chunker at its knob's default value (or with nothing to set)."""
+        return self.deployable and self.setting == get_engine(self.engine).budget_default
+
+    @property
+    def band_ms(self) -> float:
+        """The width of the modelled time's band (0 where none was computed)."""
+        if self.total_low_ms is None or self.total_high_ms is None:
+            return 0.0
+        return self.total_high_ms - self.total_low_ms
+
+    @property
     def needs_bytes(self) -> int:
         """Memory free (as measured on the release's default setting) this candidate needs: its
         worst prefill step (with what its profile run leaves unreserved) or the worst decode step."""
@@ -90,6 +102,18 @@ class Recommendation:
     candidates: tuple[Candidate, ...]
     deployable: Candidate | None
     patched: Candidate | None
+    # the fastest deployable candidate where it is not the default and the default was kept: it
+    # is faster by no more than its time's band
+    within_band: Candidate | None = None
+
+    @property
+    def default_note(self) -> str | None:
+        """Why the release's default is the line to deploy although a setting models faster."""
+        f, d = self.within_band, self.deployable
+        if f is None:
+            return None
+        return (f"the release's default kept: {f.label} models {d.total_ms - f.total_ms:.1f} ms faster, "
+                f"within its time's band of {f.band_ms:.1f} ms (the published checks' spread)")
 
     @property
     def best(self) -> Candidate:
@@ -156,7 +180,7 @@ def recommend(mix: list[ClosedLoopWorkload] | list[Schedule], free_gib: float,
     if not mix:
         raise ValueError("no workloads: auto needs at least one workload in the mix")
     free = free_bytes_from_gib(free_gib)  # a bad value fails before any work
-    tm = time_model or TimeModel.from_data()
+    tm = (time_model or TimeModel.from_data()).for_gpu(settings.gpu)
     if scheduler is None:  # the release's own defaults
         scheduler = release_scheduler(settings.profile, settings.preset.kv_block, settings.gpu)
     schedules = [m if isinstance(m, Schedule) else Schedule.of(m, scheduler) for m in mix]
@@ -196,7 +220,7 @@ def evaluate_candidates(schedules: list[Schedule], settings: PlanSettings = DEFA
     bytes.  Independent of the free memory (``fits`` is filled in by ``choose``), so one
     evaluation serves every free-memory level.  ``settings.temporaries``: whose per-chunk
     temporaries the memory model adds (default: the H200 path's, as the frontier)."""
-    tm = time_model or TimeModel.from_data()
+    tm = (time_model or TimeModel.from_data()).for_gpu(settings.gpu)
     candidates = []
     for name in strategies or budgeted_strategies(settings):
         strategy = get_strategy(name)
@@ -249,7 +273,7 @@ def engine_candidates(schedules: list[Schedule], settings: PlanSettings, free_by
     with ``free_bytes`` free, kept for every step), or nothing to set (no budget, or
     SGLang's fixed half of the memory free before 0.5.13)."""
     profile = get_engine(settings.profile)
-    tm = time_model or TimeModel.from_data()
+    tm = (time_model or TimeModel.from_data()).for_gpu(settings.gpu)
     # TensorRT-LLM's knob counts fp32 elements per call: the same budgets, as whole elements
     elements = tuple(int(mb * MIB) // 4 for mb in budgets_mb)
     knobs = {"fixed-mib": budgets_mb, "fixed-elements": elements, "sglang-cached": fractions}.get(
@@ -276,7 +300,8 @@ def engine_candidates(schedules: list[Schedule], settings: PlanSettings, free_by
 
 def choose(candidates: list[Candidate], free_gib: float, time_source: str) -> Recommendation:
     """The fastest deployable candidate and the fastest patched one whose worst step fits in
-    ``free_gib`` (ties: the larger margin to the frontier)."""
+    ``free_gib`` (ties: the larger margin to the frontier); the release's default stays the
+    deployable one where it fits and the fastest beats it by no more than its time's band."""
     free = free_bytes_from_gib(free_gib)
     candidates = [replace(c, fits=c.needs_bytes <= free) for c in candidates]
     fitting = [c for c in candidates if c.fits]
@@ -289,5 +314,11 @@ def choose(candidates: list[Candidate], free_gib: float, time_source: str) -> Re
     def fastest(kind):
         return min(kind, key=lambda c: (round(c.total_ms, 6), c.needs_bytes), default=None)
 
-    return Recommendation(free, time_source, tuple(candidates), fastest([c for c in fitting if c.deployable]),
-                          fastest([c for c in fitting if not c.deployable]))
+    deploy, within = fastest([c for c in fitting if c.deployable]), None
+    default = next((c for c in fitting if c.is_default), None)
+    # a setting the model finds faster only inside its own band is no reason to leave the default
+    if default is not None and deploy is not default and default.total_ms - deploy.total_ms <= deploy.band_ms:
+        # named where the gain shows at the tenth of a millisecond the time is printed to
+        deploy, within = default, deploy if round(default.total_ms - deploy.total_ms, 1) > 0 else None
+    return Recommendation(free, time_source, tuple(candidates), deploy,
+                          fastest([c for c in fitting if not c.deployable]), within)

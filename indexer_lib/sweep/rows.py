@@ -26,7 +26,7 @@ import numpy as np
 from .. import search
 from ..memory import NO_LINE, decode_step_bytes, first_past_free, make_plan, topk_buffer_bytes, workspace_bytes
 from ..runmode import headless
-from ..engines import get_engine, not_default_text
+from ..engines import decode_graph_max_bs, get_engine, not_default_text
 from ..fast import step_features, step_time_ms, young_only
 from ..plan import MEASURED_BUDGET, get_strategy
 from ..presets import GIB, free_bytes_from_gib
@@ -157,6 +157,7 @@ def worst_step_detail(schedule: search.Schedule, w: search.WorstStep, settings, 
     batch = schedule.step(w.worst_step)
     strategy = get_strategy(w.strategy)
     f = step_features(batch, strategy, w.budget_bytes, settings, w.budget_stable)
+    time_model = time_model.for_gpu(settings.gpu)  # another GPU's time stands in where its own is not modelled
     return {
         "budget_bytes": -1 if w.budget_bytes is None else w.budget_bytes,
         "worst_step": w.worst_step, "worst_rows": w.worst_rows,
@@ -170,6 +171,7 @@ def worst_step_detail(schedule: search.Schedule, w: search.WorstStep, settings, 
         "max_chunks": w.max_chunks, "total_chunks": w.total_chunks, "over_budget": w.over_budget,
         "model_peak_bytes": w.peak_bytes, "model_peak_transient_bytes": w.peak_transient_bytes,
         "model_time_ms": step_time_ms(batch, strategy, w.budget_bytes, settings, w.budget_stable, time_model),
+        "model_time_gpu": time_model.gpu,  # the GPU whose modelled time that is
         # a model whose kinds see a step differently (DeepSeek-V4.1): the kind that sets the peak
         **({"worst_layer_kind": w.layer_kind} if w.layer_kind is not None else {}),
     }
@@ -195,10 +197,13 @@ def budget_groups(grid: Grid, task: Task) -> list[tuple[tuple[float, ...], list[
 def worst_decode(schedule: search.Schedule, settings, drafts: int) -> dict:
     """The schedule's worst decode step as a row reports it: its decode tokens (the most decoding
     requests, each with its drafts) and its paged logits at the model's max_model_len, the server's
-    default (``memory.decode``; None where the release's decode path is not read)."""
-    tokens = (schedule.most_decoding or 0) * (1 + drafts)
-    return {"worst_decode_tokens": tokens,
-            "decode_bytes": decode_step_bytes(settings, tokens, settings.preset.max_model_len)}
+    default (``memory.decode``; None where the release's decode path is not read; 0 where SGLang's
+    decode CUDA graph at one GPU's default replays it)."""
+    most = schedule.most_decoding or 0
+    graph_bs = 0 if settings.profile is None else decode_graph_max_bs(settings.profile, settings.gpu_preset) or 0
+    return {"worst_decode_tokens": most * (1 + drafts),
+            "decode_bytes": decode_step_bytes(settings, most * (1 + drafts), settings.preset.max_model_len, drafts,
+                                              graph_bs)}
 
 
 # a row's step lines in the ledger's order; NO_LINE (-1) reads the last, '' (every line fits)

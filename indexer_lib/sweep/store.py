@@ -40,8 +40,9 @@ from .results import check_table_path
 JOURNAL_KIND = "indexer-lab sweep journal"
 # 3: each row names the scheduler settings that differ from its release's defaults;
 # 4: each row names its prompt lengths' range ratio, mix and seed;
-# 5: and its speculative tokens and KV cache
-SCHEMA_VERSION = 5
+# 5: and its speculative tokens and KV cache;
+# 6: and the GPU whose modelled time its worst step shows (model_time_gpu)
+SCHEMA_VERSION = 6
 PARQUET_KEY = b"indexer_lab_sweep"  # schema-metadata key holding the header
 
 

@@ -8,17 +8,22 @@ published kernel timings (``data/field/kernel_timings.csv``):
 - ``logits`` (DeepGEMM's MQA logits): a persistent grid of one CTA per SM takes query blocks
   round-robin; a block costs a fixed part plus one part per 256-token KV tile of its span; the
   kernel lasts as long as its busiest CTA, plus a launch.  Fitted to DeepGEMM's own test rows
-  (H200); on another GPU the per-SM parts scale with its FP8 rate per SM.
+  (H200); on another GPU the per-SM parts scale with its FP8 rate per SM, times a rate of its
+  own fitted to the logits rows published on it (the H20's).
 - ``clean`` (DeepGEMM's ``clean_logits``, where a release asks for it): a launch plus the -inf
   it writes outside the windows, at a fitted share of the HBM bandwidth.
 - ``topk`` (vLLM's ``top_k_per_row_prefill``): one 512-thread CTA per row, rows in waves of
   4 per SM, a row's time in proportion to its length, and the whole no faster than its
   histogram passes over the logits at the HBM bandwidth.  Fitted to the published H20 rows.
 - ``gather`` (the K gather into the workspace): bytes read and written at the HBM bandwidth.
+
+A GPU's time is modelled only where the logits kernel its engines run is the one fitted here
+(DeepGEMM's SM90 kernel, on the sm90 parts); on any other GPU ``time_refusal`` says why, and
+which published rows exist on it.  Rows published on other GPUs are checks, never fitted.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
@@ -30,6 +35,15 @@ from ..presets import get_gpu
 
 KERNELS = ("gather", "clean", "logits", "topk")
 REFERENCE_GPU = "h200"  # the GPU the logits and clean rows were published on
+# the GPU whose published rows fix each kernel's constants; rows on any other GPU are checks
+FIT_GPU = {"logits": REFERENCE_GPU, "clean": REFERENCE_GPU, "topk": "h20"}
+# the MQA-logits kernel a GPU's engines run, by architecture: DeepGEMM picks its SM90 or SM100
+# kernel by the device (csrc/jit_kernels/impls/smxx_fp8_mqa_logits.hpp), its SM120 port covers
+# sm120 and sm121 (deepseek-ai/DeepGEMM#324), ROCm engines call aiter's fp8_mqa_logits
+LOGITS_KERNEL = {"sm90": "DeepGEMM's SM90 fp8_mqa_logits", "sm100": "DeepGEMM's SM100 fp8_mqa_logits",
+                 "sm103": "DeepGEMM's SM100 fp8_mqa_logits", "sm120": "DeepGEMM's SM120 fp8_mqa_logits",
+                 "sm121": "DeepGEMM's SM120 fp8_mqa_logits", "gfx942": "aiter's fp8_mqa_logits",
+                 "gfx950": "aiter's fp8_mqa_logits"}
 
 
 @lru_cache(maxsize=1)  # read for every chunk a time is asked of
@@ -64,13 +78,9 @@ class GpuRates:
     @property
     def sm_speed(self) -> float:
         """FP8 rate per SM against the reference GPU's (1.0 on an H200)."""
-        if self.arch != "sm90":
-            raise ValueError(f"GPU {self.name!r} ({self.arch}): the time model's logits kernel is DeepGEMM's "
-                             "SM90 kernel, the one with published timings; no timing of the kernel this GPU "
-                             "runs was found, so its time is not modelled")
-        if self.fp8_tflops is None:
-            raise ValueError(f"GPU {self.name!r}: no dense FP8 rate in data/field/time_constants.csv, "
-                             "so the logits kernel cannot be timed on it")
+        why = time_refusal(self.name)
+        if why:
+            raise ValueError(why)
         ref = gpu_rates(REFERENCE_GPU)
         return (self.fp8_tflops / self.sm_count) / (ref.fp8_tflops / ref.sm_count)
 
@@ -93,7 +103,7 @@ def logits_us(tiles: np.ndarray, gpu: GpuRates, fit: "KernelFit") -> float:
         return 0.0
     per_block = fit.logits_block_us + tiles * fit.logits_tile_us
     busiest = _busiest(per_block, gpu.sm_count)
-    return fit.logits_launch_us + busiest / gpu.sm_speed
+    return fit.logits_launch_us + busiest / fit.logits_speed(gpu)
 
 
 def _busiest(per_block: np.ndarray, ctas: int) -> float:
@@ -115,7 +125,7 @@ def logits_us_each(tiles: list[np.ndarray], gpu: GpuRates, fit: "KernelFit") -> 
     local = np.arange(call.size) - np.repeat(np.cumsum(counts) - counts, counts)
     per_cta = np.bincount(call * ctas + local % ctas, weights=per_block, minlength=counts.size * ctas)
     busiest = per_cta.reshape(counts.size, ctas).max(axis=1)
-    return np.where(counts > 0, fit.logits_launch_us + busiest / gpu.sm_speed, 0.0)
+    return np.where(counts > 0, fit.logits_launch_us + busiest / fit.logits_speed(gpu), 0.0)
 
 
 def clean_us(outside_cells: int, gpu: GpuRates, fit: "KernelFit") -> float:
@@ -172,8 +182,9 @@ def gather_us(tokens: int, bytes_per_token: int, gpu: GpuRates) -> float:
 # ----------------------------------------------------------------------------- published rows
 
 def deepgemm_test_windows(layout: str, seq_len: int, seq_len_kv: int) -> tuple[np.ndarray, np.ndarray]:
-    """``ks``, ``ke`` as DeepGEMM's test lays them out: ``cp0`` a causal prefix (ks = 0,
-    ke = i + SKV - S), ``cp1`` its context-parallel pattern (generate_cp_test_data)."""
+    """``ks``, ``ke`` as a published logits row lays them out: ``deepgemm-test-cp0`` DeepGEMM's
+    causal prefix (ks = 0, ke = i + SKV - S), ``deepgemm-test-cp1`` its context-parallel
+    pattern (generate_cp_test_data), ``flaggems-full`` every row the whole K (ks = 0, ke = SKV)."""
     if layout == "deepgemm-test-cp0":
         return np.zeros(seq_len, dtype=np.int64), np.arange(seq_len, dtype=np.int64) + (seq_len_kv - seq_len)
     if layout == "deepgemm-test-cp1":
@@ -182,27 +193,48 @@ def deepgemm_test_windows(layout: str, seq_len: int, seq_len_kv: int) -> tuple[n
         i = np.arange(half, dtype=np.int64)
         ke = np.concatenate([cp_id * half + i, (cp_size * 2 - 1 - cp_id) * half + i])
         return np.zeros(seq_len, dtype=np.int64), ke
-    raise ValueError(f"layout {layout!r}: not a DeepGEMM test layout")
+    if layout == "flaggems-full":
+        return np.zeros(seq_len, dtype=np.int64), np.full(seq_len, seq_len_kv, dtype=np.int64)
+    raise ValueError(f"layout {layout!r}: not a published logits layout")
 
 
-def published_timings(kernel: str | None = None) -> list[dict]:
-    """The published kernel timings (``data/field/kernel_timings.csv``), numbers as numbers."""
+# logits rows timed with the clean kernel after them (the op called with clean_logits=True)
+WITH_CLEAN = ("flaggems-full",)
+
+
+def published_timings(kernel: str | None = None, gpu: str | None = None) -> list[dict]:
+    """The published kernel timings (``data/field/kernel_timings.csv``), numbers as numbers;
+    ``kernel``, ``gpu``: only those of that kernel, on that GPU."""
     rows = []
     for r in read_rows("field", "kernel_timings.csv"):
-        if kernel is None or r["kernel"] == kernel:
+        if (kernel is None or r["kernel"] == kernel) and (gpu is None or r["gpu"] == gpu):
             rows.append({k: (float(v) if v and k in ("seq_len", "seq_len_kv", "heads", "head_dim", "rows",
                                                      "row_len", "topk", "us") else v) for k, v in r.items()})
     return rows
 
 
+def _fit_rows(kernel: str) -> list[dict]:
+    """The rows that fix a kernel's constants: those published on its ``FIT_GPU``."""
+    return published_timings(kernel, FIT_GPU[kernel])
+
+
 def _row_work(r: dict):
-    """(tiles per query block, cells outside the windows) of a DeepGEMM test row: the clean
+    """(tiles per query block, cells outside the windows) of a published logits row: the clean
     kernel writes each row's padded width (v2.1.1: align(SKV + 256, 4)) outside its window."""
     s, skv = int(r["seq_len"]), int(r["seq_len_kv"])
     ks, ke = deepgemm_test_windows(r["layout"], s, skv)
     ke = np.minimum(ke, skv)
     stride = get_rules("2.1").row_stride(skv)
     return block_tiles(ks, ke, int(r["heads"])), s * stride - int((ke - ks).sum())
+
+
+def _topk_row_lens(r: dict) -> np.ndarray:
+    """Each row's length in a published top-k row: ``rows`` every row full; ``causal-tail`` a
+    prompt's last rows, row i seeing ``row_len - rows + i + 1`` columns."""
+    n, width = int(r["rows"]), int(r["row_len"])
+    if r["layout"] == "causal-tail":
+        return width - n + 1 + np.arange(n, dtype=np.int64)
+    return np.full(n, width, dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -215,6 +247,13 @@ class KernelFit:
     topk_launch_us: float
     topk_ns_per_element: float  # one CTA's time per element of its row
     topk_passes: float  # reads of each logit from HBM (histogram passes not served by L2)
+    # per GPU with published logits rows of its own: its rate against its FP8 rate per SM
+    logits_gpu_rates: tuple[tuple[str, float], ...] = ()
+
+    def logits_speed(self, gpu: GpuRates) -> float:
+        """A GPU's SM against the reference GPU's, in the logits kernel: its FP8 rate per SM,
+        times its own fitted rate where its rows were published (1.0 elsewhere)."""
+        return gpu.sm_speed * dict(self.logits_gpu_rates).get(gpu.name, 1.0)
 
 
 def _fit_logits(rows: list[dict], gpu: GpuRates) -> tuple[float, float, float]:
@@ -258,7 +297,7 @@ def _fit(logits_rows: list[dict], clean_rows: list[dict]) -> KernelFit:
     # top-k: the one-row time fixes a CTA's time per element (after an assumed launch, the same as
     # the gather's); the 2048-row time, where the rows far outnumber the resident CTAs, fixes
     # the passes over HBM; the 32- and 64-row figures are left as checks
-    topk_rows = sorted(published_timings("topk"), key=lambda r: r["rows"])
+    topk_rows = sorted(_fit_rows("topk"), key=lambda r: r["rows"])
     t_launch = constant("gather_launch_us")
     one, many = topk_rows[0], topk_rows[-1]
     ns = (one["us"] - t_launch) / one["row_len"] * 1e3
@@ -269,67 +308,166 @@ def _fit(logits_rows: list[dict], clean_rows: list[dict]) -> KernelFit:
 
 @lru_cache(maxsize=1)
 def fitted() -> KernelFit:
-    """The fitted constants, from every published row."""
-    return _fit(published_timings("logits"), published_timings("clean"))
+    """The fitted constants, from the rows published on each kernel's ``FIT_GPU``, and each other
+    GPU's logits rate from the logits rows published on it."""
+    return _with_gpu_rates(_fit(_fit_rows("logits"), _fit_rows("clean")), published_timings("logits"))
+
+
+def _with_gpu_rates(fit: KernelFit, logits_rows: list[dict]) -> KernelFit:
+    by_gpu: dict[str, list[dict]] = {}
+    for r in logits_rows:
+        if r["gpu"] != FIT_GPU["logits"]:
+            by_gpu.setdefault(r["gpu"], []).append(r)
+    return replace(fit, logits_gpu_rates=tuple((g, _fit_gpu_rate(rows, fit)) for g, rows in sorted(by_gpu.items())))
+
+
+def _fit_gpu_rate(rows: list[dict], fit: KernelFit) -> float:
+    """A GPU's logits rate against its FP8 rate per SM: the factor on its busiest CTA's scaled
+    time that fits its rows best (least squares through the origin, net of the launch and, where
+    timed with it, the clean kernel)."""
+    gpu, scaled = gpu_rates(rows[0]["gpu"]), replace(fit, logits_gpu_rates=())
+    x, y = [], []
+    for r in rows:
+        tiles, outside = _row_work(r)
+        x.append(logits_us(tiles, gpu, scaled) - fit.logits_launch_us)
+        y.append(r["us"] - fit.logits_launch_us - (clean_us(outside, gpu, fit) if r["layout"] in WITH_CLEAN else 0.0))
+    x, y = np.array(x), np.array(y)
+    return float((x * x).sum() / (x * y).sum())  # a speed: the inverse of the time's factor
 
 
 def _held_out_us(kernel: str, index: int) -> float:
     """A fitted row's modelled time with the constants fitted to the other rows of its kernel:
     how well the model predicts a shape it was not fitted to."""
-    logits, clean = published_timings("logits"), published_timings("clean")
+    logits, clean = _fit_rows("logits"), _fit_rows("clean")
     rows = logits if kernel == "logits" else clean
     others = rows[:index] + rows[index + 1:]
     fit = _fit(others, clean) if kernel == "logits" else _fit(logits, others)
-    return _deepgemm_row_us(rows[index], fit)
+    return _row_us(rows[index], fit)
 
 
-def _deepgemm_row_us(r: dict, fit: KernelFit) -> float:
-    """The modelled time of one of DeepGEMM's test rows (its logits or its clean kernel)."""
-    tiles, outside = _row_work(r)
+def _row_us(r: dict, fit: KernelFit) -> float:
+    """The modelled time of one published row, on the GPU it was published on."""
     gpu = gpu_rates(r["gpu"])
-    return logits_us(tiles, gpu, fit) if r["kernel"] == "logits" else clean_us(outside, gpu, fit)
+    if r["kernel"] == "topk":
+        return topk_us(_topk_row_lens(r), int(r["topk"]), gpu, fit)
+    tiles, outside = _row_work(r)
+    if r["kernel"] == "clean":
+        return clean_us(outside, gpu, fit)
+    clean = clean_us(outside, gpu, fit) if r["layout"] in WITH_CLEAN else 0.0
+    return logits_us(tiles, gpu, fit) + clean
 
 
-# how the DeepGEMM rows were used, per kernel
+def _shape(r: dict) -> str:
+    if r["kernel"] == "topk":
+        causal = " causal" if r["layout"] == "causal-tail" else ""
+        return f"{int(r['rows'])} rows x {int(r['row_len'])}{causal}, k={int(r['topk'])}"
+    heads = f" H={int(r['heads'])}" if r["kernel"] == "logits" else ""
+    clean = " +clean" if r["layout"] in WITH_CLEAN else ""
+    return f"S={int(r['seq_len'])} SKV={int(r['seq_len_kv'])}{heads} {r['layout'].split('-')[-1]}{clean}"
+
+
+# how the rows of each kernel's FIT_GPU were used
 FITTED = {"logits": "fitted (3 constants, 9 rows)", "clean": "fitted (2 constants, 8 rows, smallest worst error)"}
 
 
-def published_checks() -> list[dict]:
-    """Every published kernel timing against the model: shape, published, modelled, error, and
-    whether the row was one the constants were fitted to."""
-    fit = fitted()
-    out = []
-    seen: dict[str, int] = {}
-    for r in published_timings():
-        index = seen[r["kernel"]] = seen.get(r["kernel"], -1) + 1
-        held_out = None
-        gpu = gpu_rates(r["gpu"])
-        if r["kernel"] in FITTED:
-            us, used, held_out = _deepgemm_row_us(r, fit), FITTED[r["kernel"]], _held_out_us(r["kernel"], index)
-            heads = f" H={int(r['heads'])}" if r["kernel"] == "logits" else ""
-            shape = f"S={int(r['seq_len'])} SKV={int(r['seq_len_kv'])}{heads} {r['layout'][-3:]}"
-        else:
-            lens = np.full(int(r["rows"]), int(r["row_len"]))
-            us = topk_us(lens, int(r["topk"]), gpu, fit)
-            shape = f"{int(r['rows'])} rows x {int(r['row_len'])}, k={int(r['topk'])}"
-            used = "fixes a constant" if r["rows"] in (1, 2048) else "check"
-        out.append({"kernel": r["kernel"], "gpu": r["gpu"], "shape": shape, "published_us": r["us"],
-                    "modelled_us": us, "error": us / r["us"] - 1, "use": used,
-                    # the row's error when the constants are fitted without it (None: not fitted to it)
-                    "held_out_error": None if held_out is None else held_out / r["us"] - 1,
-                    "source": r["source"]})
-    return out
+def _use(r: dict) -> str:
+    if r["kernel"] == "logits" and r["gpu"] != FIT_GPU["logits"]:
+        n = len(published_timings("logits", r["gpu"]))
+        return f"fitted (the {r['gpu'].upper()}'s logits rate, 1 constant, {n} rows)"
+    if r["gpu"] != FIT_GPU[r["kernel"]]:
+        return "check"
+    if r["kernel"] in FITTED:
+        return FITTED[r["kernel"]]
+    return "fixes a constant" if r["rows"] in (1, 2048) else "check"
+
+
+def _held_out_rate_us(r: dict, rows: list[dict]) -> float:
+    """A logits row on a GPU with its own fitted rate, modelled with the rate fitted to that
+    GPU's other rows."""
+    others = [o for o in rows if o is not r]
+    return _row_us(r, _with_gpu_rates(_fit(_fit_rows("logits"), _fit_rows("clean")), others))
 
 
 @lru_cache(maxsize=1)
-def error_band() -> dict[str, tuple[float, float]]:
-    """Per kernel, the spread of published / modelled over its published rows (for a row the
-    constants were fitted to: modelled with them fitted to the other rows): multiply a modelled
-    time by these to get the band the published checks allow (1.0 where none)."""
+def _checks() -> tuple[dict, ...]:
+    fit, rows = fitted(), published_timings()
+    logits_rows = [r for r in rows if r["kernel"] == "logits"]
+    out = []
+    seen: dict[str, int] = {}
+    for r in rows:
+        use, held_out = _use(r), None
+        if r["kernel"] in FITTED and r["gpu"] == FIT_GPU[r["kernel"]]:  # its error when fitted without it
+            index = seen[r["kernel"]] = seen.get(r["kernel"], -1) + 1
+            held_out = _held_out_us(r["kernel"], index) / r["us"] - 1
+        elif r["kernel"] == "logits":
+            held_out = _held_out_rate_us(r, logits_rows) / r["us"] - 1
+        us = _row_us(r, fit)
+        out.append({"kernel": r["kernel"], "gpu": r["gpu"], "shape": _shape(r), "published_us": r["us"],
+                    "modelled_us": us, "error": us / r["us"] - 1, "use": use,
+                    # the row's error when the constants are fitted without it (None: not fitted to it)
+                    "held_out_error": held_out, "source": r["source"]})
+    return tuple(out)
+
+
+def published_checks() -> list[dict]:
+    """Every published kernel timing against the model, on the GPU it was published on: shape,
+    published, modelled, error, and whether the constants were fitted to the row."""
+    return [dict(c) for c in _checks()]
+
+
+@lru_cache(maxsize=None)
+def error_band(gpu: str = REFERENCE_GPU) -> dict[str, tuple[float, float]]:
+    """Per kernel, the spread of published / modelled over the kernel's published rows on
+    ``gpu`` or, where it has none, on the GPUs of its architecture (for a row the constants
+    were fitted to: modelled with them fitted to the other rows): multiply a modelled time by
+    these to get the band the published checks allow (1.0 where none)."""
+    arch = gpu_rates(gpu).arch
     band: dict[str, tuple[float, float]] = {}
-    for c in published_checks():
-        error = c["error"] if c["held_out_error"] is None else c["held_out_error"]
-        ratio = 1 / (1 + error)
-        lo, hi = band.get(c["kernel"], (ratio, ratio))
-        band[c["kernel"]] = (min(lo, ratio), max(hi, ratio))
-    return {k: band.get(k, (1.0, 1.0)) for k in KERNELS}
+    for kernel in KERNELS:
+        rows = [c for c in _checks() if c["kernel"] == kernel]
+        rows = [c for c in rows if c["gpu"] == gpu] or [c for c in rows if gpu_rates(c["gpu"]).arch == arch]
+        ratios = [1 / (1 + (c["error"] if c["held_out_error"] is None else c["held_out_error"])) for c in rows]
+        band[kernel] = (min(ratios), max(ratios)) if ratios else (1.0, 1.0)
+    return band
+
+
+# ----------------------------------------------------------------------------- GPUs not timed
+
+def time_refusal(gpu: str) -> str | None:
+    """Why a GPU's time is not modelled, in one line (None: it is): the logits kernel it runs has
+    no published timing the constants were fitted to, or no dense FP8 rate to scale them by.
+    The line names the published rows that exist on it; its memory is planned all the same."""
+    rates = gpu_rates(gpu)
+    fitted_arch = gpu_rates(FIT_GPU["logits"]).arch
+    if rates.arch == fitted_arch and rates.fp8_tflops is not None:
+        return None
+    fitted_to = f"{LOGITS_KERNEL[fitted_arch]} on an {FIT_GPU['logits'].upper()}"
+    if rates.arch == fitted_arch:
+        why = f"no dense FP8 rate in data/field/time_constants.csv to scale the logits rates fitted to {fitted_to}"
+    else:
+        kernel = LOGITS_KERNEL.get(rates.arch, "its MQA-logits kernel")
+        why = (f"no published timing of the logits kernel it runs ({kernel}) was found; the model's "
+               f"logits rates are fitted to {fitted_to}")
+    return (f"GPU {rates.name!r} ({rates.arch}): its time is not modelled: {why}; published on it: "
+            f"{published_on(rates.name)}; its memory is planned as on any GPU (plan, frontier, auto)")
+
+
+def published_on(gpu: str) -> str:
+    """The published timings on a GPU, in a few words: rows per kernel and where from."""
+    groups: dict[str, list[str]] = {}
+    for r in published_timings(gpu=gpu):
+        groups.setdefault(r["kernel"], []).append(_short(r["source"]))
+    for r in read_rows("field", "chunk_overhead.csv"):
+        if r["gpu"].lower() == gpu:
+            groups.setdefault("chunk-count", []).append(_short(r["source"]))
+    if not groups:
+        return "none"
+    parts = [f"{len(srcs)} {kernel} row{'s' if len(srcs) > 1 else ''} ({', '.join(dict.fromkeys(srcs))})"
+             for kernel, srcs in groups.items()]
+    return "; ".join(parts) + ", checks only"
+
+
+def _short(url: str) -> str:
+    """owner/repo#N of a GitHub pull-request or issue address."""
+    parts = url.removeprefix("https://github.com/").split("/")
+    return f"{parts[0]}/{parts[1]}#{parts[3]}" if len(parts) >= 4 else url

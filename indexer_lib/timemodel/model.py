@@ -18,6 +18,7 @@ factor on the modelled time to them and says so in ``source``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from pathlib import Path
 
 from ..plan import Plan, PlanSettings
@@ -25,12 +26,14 @@ from ..memory import plan_at
 from .features import plan_features
 from .work import FEW_CHUNKS, chunk_work
 from ..refdata import data_path
+from ..presets import get_gpu
 from ..workload import PrefillRequest, StepBatch
 from . import kernel_rates as kr
 
 PUBLISHED_SOURCE = ("modelled: per kernel from its work on the GPU, constants fitted to published kernel "
-                    "timings (DeepGEMM's test on an H200, vLLM's top-k on an H20) or assumed "
-                    "(docs/design.md#time-model); not measured")
+                    "timings (DeepGEMM's test on an H200; vLLM's top-k and DeepGEMM's logits on an H20) or "
+                    "assumed, the band from the published checks on the GPU (docs/design.md#time-model); "
+                    "not measured")
 MEASURED_DIR = data_path("h200")
 
 
@@ -95,6 +98,9 @@ class TimeModel:
 
     def layer_time(self, work, *, topk: int, k_bytes_per_token: int, clean: bool,
                    indexer_layers: int = 1) -> LayerTime:
+        why = kr.time_refusal(self.gpu)
+        if why:  # a GPU whose logits kernel has no published timing: its time is not modelled
+            raise ValueError(why)
         gpu, fit = kr.gpu_rates(self.gpu), kr.fitted()
         host_call = kr.constant("host_us_per_call")
         if len(work) > FEW_CHUNKS:  # a plan under a small budget: its chunks' kernels at once
@@ -113,7 +119,7 @@ class TimeModel:
                 kernels["clean"] = kr.clean_us(w.outside_cells, gpu, fit)
             kernels["topk"] = topk_us
             chunks.append(ChunkTime(kernels, host_call * len(kernels)))
-        return LayerTime(tuple(chunks), indexer_layers, self.scale, kr.error_band())
+        return LayerTime(tuple(chunks), indexer_layers, self.scale, kr.error_band(self.gpu))
 
     def plan_time(self, plan: Plan) -> LayerTime:
         return self.features_time(plan_features(plan))
@@ -131,6 +137,18 @@ class TimeModel:
 
     def plan_ms(self, plan: Plan) -> float:
         return self.features_ms(plan_features(plan))
+
+    def for_gpu(self, gpu: str) -> "TimeModel":
+        """The model whose times a table shows for ``gpu``: this one where it is that GPU's; the
+        published model of another GPU whose time is modelled (a factor fitted to measured steps
+        belongs to the GPU they were measured on); where the GPU's time is not modelled, the
+        reference GPU's time standing in, its ``source`` naming the GPU and why."""
+        return _for_gpu(self, get_gpu(gpu).name)
+
+    @property
+    def stands_in(self) -> bool:
+        """The times are another GPU's, shown for one whose time is not modelled."""
+        return STAND_IN in self.source
 
     @classmethod
     def published(cls, gpu: str = "h200") -> "TimeModel":
@@ -150,6 +168,20 @@ class TimeModel:
         return replace(cls.published(gpu), scale=factor,
                        source=f"fitted: the modelled time x {factor:.3f}, fitted to {len(rows)} "
                               f"measured H200 steps in {data_dir}")
+
+
+STAND_IN = "standing in for"
+
+
+@lru_cache(maxsize=64)  # asked for every row a table computes
+def _for_gpu(model: TimeModel, gpu: str) -> TimeModel:
+    if gpu == model.gpu and kr.time_refusal(gpu) is None:
+        return model
+    if kr.time_refusal(gpu) is None:
+        return TimeModel.published(gpu)
+    base = model if kr.time_refusal(model.gpu) is None else TimeModel.published(kr.REFERENCE_GPU)
+    return replace(base, source=f"{base.source}; an {base.gpu.upper()}'s time {STAND_IN} {gpu}: "
+                                f"{kr.time_refusal(gpu)}")
 
 
 def load_measured(data_dir: str | Path = MEASURED_DIR):
@@ -183,7 +215,7 @@ def overhead_table(batch: StepBatch, strategies, budgets_mb, settings: PlanSetti
 
     from ..memory import memory_report
 
-    tm = time_model or TimeModel.published()
+    tm = (time_model or TimeModel.published()).for_gpu(settings.gpu)
     base = tm.plan_time(plan_at(batch, "n-only", None, settings))
     rows = []
     for strategy in strategies:
@@ -204,7 +236,7 @@ def overhead_table(batch: StepBatch, strategies, budgets_mb, settings: PlanSetti
                 "host_ms": t.host_us * 1e-3, "bound": t.bound,
                 "step_ms": t.step_us * 1e-3, "indexer_layers": t.indexer_layers,
                 "overhead": t.total_us / base.total_us - 1.0,
-                "time_source": "modelled", "time_model": tm.source,
+                "time_source": "modelled", "time_model": tm.source, "time_gpu": tm.gpu,
             })
     return pd.DataFrame(rows)
 

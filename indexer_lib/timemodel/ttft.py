@@ -31,7 +31,7 @@ def added_time(workload: ClosedLoopWorkload, config: SchedulerConfig, strategy: 
                budgets_mb: list[float], settings: PlanSettings, time_model: TimeModel | None = None) -> list[dict]:
     """Per budget: p50 and p90 of the added time to first token over the workload's requests, the
     mean added time per output token, and the indexer's whole time per step at that budget."""
-    tm = time_model or TimeModel.published()
+    tm = (time_model or TimeModel.published()).for_gpu(settings.gpu)
     steps = list(simulate(workload, config))
     strategy_obj = get_strategy(strategy)
     base_cache: dict = {}
