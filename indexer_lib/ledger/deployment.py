@@ -142,8 +142,7 @@ def deployment_ledger(server: Server, workload: ClosedLoopWorkload, strategy: st
     boot_apart = tuple(line for line in (graph, decode_graph, pool) if line is not None)
     differs += [buffer_text(buffer)] if buffer is not None else []
     free = _held_apart(free, free_gib, pool, "the pooled logits buffer")  # allocated beyond what the KV cache left
-    with young_only():  # a long run's schedule is a hundred thousand steps: no collection walks them meanwhile
-        steps = list(scheduled_steps(workload, scheduler))
+    steps = _schedule(workload, scheduler)
     if progress is not None:
         progress.total = len(steps)
     sizes = ServerSizes(max_model_len, scheduler.max_num_batched_tokens, drafts, knob, worst_decode,
@@ -159,6 +158,12 @@ def _held_apart(free: FreeMemory, free_gib: float | None, line, what: str) -> Fr
         return free
     return replace(free, bytes=free.bytes - line.bytes,
                    source=f"{free.source} - {line.bytes / GIB:.2f} GiB {what} holds")
+
+
+def _schedule(workload: ClosedLoopWorkload, scheduler: SchedulerConfig) -> list:
+    """The scheduler's steps, listed without cyclic collections: a long run's are a hundred thousand."""
+    with young_only():
+        return list(scheduled_steps(workload, scheduler))
 
 
 def _decode_graph(settings, tp: int, scheduler, max_model_len: int, free: FreeMemory, free_gib: float | None):
