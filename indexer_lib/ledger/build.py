@@ -97,7 +97,7 @@ def run_ledger(steps, strategy, budget_bytes: int | None, settings, free: FreeMe
     ``strategy`` at ``budget_bytes`` under ``settings`` and the server's ``sizes``; each decoding
     request takes ``1 + drafts`` decode tokens.  Identical steps are planned once.
     ``progress(n)``: called per step."""
-    # a long run plans a hundred thousand steps and keeps their events: collections walk only
+    # a long run plans a hundred thousand steps and keeps one record each: collections walk only
     # what the run makes, once, after what it no longer needs is gone
     with young_only():
         return _run_ledger(steps, strategy, budget_bytes, settings, free, sizes, progress)
@@ -139,10 +139,11 @@ def _walk(steps, strategy, budget_bytes: int | None, settings, sizes: ServerSize
     """Each step planned (identical steps once), its allocations in the executor's order with
     their demand on the allocator's cache (``memory.cached_fit``)."""
     max_model_len, topk_rows, drafts = sizes.max_model_len, sizes.topk_rows, sizes.drafts
-    # per distinct batch: (chunks, transient peak, events, their demand); a repeated batch is
-    # never a new worst
+    # per distinct batch: (chunks, transient peak, its events made again where replayed, their
+    # demand); a repeated batch is never a new worst
     planned: dict[tuple, tuple] = {}
     decode_of: dict[int, tuple | None] = {}  # a decode step's (logits, events, demand) by its decode tokens
+
     def planned_step(batch) -> tuple:
         plan = make_plan(batch, strategy, budget_bytes, settings)
         if sizes.logits_buffer is not None:
