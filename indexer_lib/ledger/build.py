@@ -12,8 +12,8 @@ from ..fast import young_only
 from ..memory import make_plan, memory_report
 from ..presets import format_bytes
 from ..memory.decode import decode_in_workspace, decode_logits_cols, decode_step_bytes
-from ..memory.cached_fit import NOTHING, demand
-from ..memory.events import plan_events
+from ..memory.cached_fit import NOTHING, DemandCount, demand
+from ..memory.events import emit_events, plan_events
 from .allocator import AllocatorRun, run_allocator
 from .boot import boot_events, boot_lines
 from .free import FreeMemory
@@ -97,7 +97,7 @@ def run_ledger(steps, strategy, budget_bytes: int | None, settings, free: FreeMe
     ``strategy`` at ``budget_bytes`` under ``settings`` and the server's ``sizes``; each decoding
     request takes ``1 + drafts`` decode tokens.  Identical steps are planned once.
     ``progress(n)``: called per step."""
-    # a long run plans a hundred thousand steps and keeps their events: collections walk only
+    # a long run plans a hundred thousand steps and keeps one record each: collections walk only
     # what the run makes, once, after what it no longer needs is gone
     with young_only():
         return _run_ledger(steps, strategy, budget_bytes, settings, free, sizes, progress)
@@ -139,26 +139,33 @@ def _walk(steps, strategy, budget_bytes: int | None, settings, sizes: ServerSize
     """Each step planned (identical steps once), its allocations in the executor's order with
     their demand on the allocator's cache (``memory.cached_fit``)."""
     max_model_len, topk_rows, drafts = sizes.max_model_len, sizes.topk_rows, sizes.drafts
-    # per distinct batch: (chunks, transient peak, events, their demand); a repeated batch is
-    # never a new worst
+    # per distinct batch: (chunks, transient peak, its events made again where replayed, their
+    # demand); a repeated batch is never a new worst
     planned: dict[tuple, tuple] = {}
     decode_of: dict[int, tuple | None] = {}  # a decode step's (logits, events, demand) by its decode tokens
+
+    def planned_step(batch) -> tuple:
+        plan = make_plan(batch, strategy, budget_bytes, settings)
+        if sizes.logits_buffer is not None:
+            plan = sizes.logits_buffer.apply(plan)
+        return plan, memory_report(plan, topk_rows=topk_rows)
+
     out = _Walked()
+    worst = -1  # the worst prefill step's transient peak so far
     for s in steps:
         events, need = (), NOTHING
         if s.batch is not None:
             key = (s.batch.query_lens, s.batch.seq_lens)
             known = planned.get(key)
             if known is None:
-                plan = make_plan(s.batch, strategy, budget_bytes, settings)
-                if sizes.logits_buffer is not None:
-                    plan = sizes.logits_buffer.apply(plan)
-                report = memory_report(plan, topk_rows=topk_rows)
-                step_events = tuple(plan_events(plan, report, "p", persistent=False))
-                known = planned[key] = (plan.num_chunks, report.peak_transient, step_events, demand(step_events))
+                plan, report = planned_step(s.batch)
+                count = DemandCount()  # the events are read as they are made, and made again where replayed
+                emit_events(plan, report, "p", count.malloc, count.free, persistent=False)
+                known = planned[key] = (plan.num_chunks, report.peak_transient,
+                                        _Replayed(planned_step, s.batch), count.demand())
                 out.first = out.first or (plan, report)
-                if out.worst_prefill is None or known[1] > out.worst_prefill[1].peak_transient:
-                    out.worst_prefill = (plan, report, s.step)
+                if known[1] > worst:
+                    out.worst_prefill, worst = (plan, report, s.step), known[1]
             _, _, events, need = known
             out.prefill_steps += 1
             out.chunks += known[0]
@@ -171,13 +178,28 @@ def _walk(steps, strategy, budget_bytes: int | None, settings, sizes: ServerSize
             if decode is not None:
                 if out.worst_decode is None or (decode[0], tokens) > out.worst_decode[:2]:
                     out.worst_decode = (decode[0], tokens, s.step)
-                events += decode[1]
+                events = _Replayed(events.planned, events.batch, decode[1]) if s.batch is not None else decode[1]
                 need = None if need is None else need.then(decode[2])
             out.decode_steps += 1
         out.alloc_steps.append((s.step, events, need))
         if progress is not None:
             progress(1)
     return out
+
+
+class _Replayed:
+    """A prefill step's events (``plan_events`` of ``planned(batch)``: its plan and memory report),
+    then ``after``'s, made again when the allocator replays them: most steps are served from its
+    cached blocks, and a long run's events or plans would fill the memory."""
+
+    __slots__ = ("planned", "batch", "after")
+
+    def __init__(self, planned, batch, after: tuple = ()):
+        self.planned, self.batch, self.after = planned, batch, after
+
+    def __iter__(self):
+        yield from plan_events(*self.planned(self.batch), "p", persistent=False)
+        yield from self.after
 
 
 def _decode_events(nbytes: int | None) -> tuple | None:

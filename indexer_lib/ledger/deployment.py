@@ -11,6 +11,7 @@ from ..engines import decode_graph_max_bs, process_budget, release_scheduler
 from ..engines.dp_attention import check_dp
 from ..engines.kv_capacity import KvCapacity, deployment_kv_cache
 from ..engines.scheduler import not_default_text, scheduler_defaults, tp_row_shard_refusal
+from ..fast import young_only
 from ..plan import PlanSettings, get_strategy
 from ..plan.strategies import NO_BUDGET
 from ..presets import GIB, budget_bytes_from_mb, check_within_gpu, free_bytes_from_gib
@@ -141,7 +142,7 @@ def deployment_ledger(server: Server, workload: ClosedLoopWorkload, strategy: st
     boot_apart = tuple(line for line in (graph, decode_graph, pool) if line is not None)
     differs += [buffer_text(buffer)] if buffer is not None else []
     free = _held_apart(free, free_gib, pool, "the pooled logits buffer")  # allocated beyond what the KV cache left
-    steps = list(scheduled_steps(workload, scheduler))
+    steps = _schedule(workload, scheduler)
     if progress is not None:
         progress.total = len(steps)
     sizes = ServerSizes(max_model_len, scheduler.max_num_batched_tokens, drafts, knob, worst_decode,
@@ -157,6 +158,12 @@ def _held_apart(free: FreeMemory, free_gib: float | None, line, what: str) -> Fr
         return free
     return replace(free, bytes=free.bytes - line.bytes,
                    source=f"{free.source} - {line.bytes / GIB:.2f} GiB {what} holds")
+
+
+def _schedule(workload: ClosedLoopWorkload, scheduler: SchedulerConfig) -> list:
+    """The scheduler's steps, listed without cyclic collections: a long run's are a hundred thousand."""
+    with young_only():
+        return list(scheduled_steps(workload, scheduler))
 
 
 def _decode_graph(settings, tp: int, scheduler, max_model_len: int, free: FreeMemory, free_gib: float | None):

@@ -35,6 +35,11 @@ class PoolDemand(NamedTuple):
     largest: int  # the largest request, rounded as the allocator rounds it
     total: int  # every request, rounded
 
+    def then(self, other: PoolDemand) -> PoolDemand:
+        """This pool's demand followed by ``other``'s."""
+        return PoolDemand(max(self.most_live, other.most_live), max(self.largest, other.largest),
+                          self.total + other.total)
+
 
 class Demand(NamedTuple):
     small: PoolDemand
@@ -42,8 +47,7 @@ class Demand(NamedTuple):
 
     def then(self, other: Demand) -> Demand:
         """The demand of these events followed by ``other``'s (each frees what it allocates)."""
-        return Demand(*(PoolDemand(max(a.most_live, b.most_live), max(a.largest, b.largest), a.total + b.total)
-                        for a, b in zip(self, other)))
+        return Demand(self.small.then(other.small), self.large.then(other.large))
 
 
 NOTHING = Demand(PoolDemand(0, 0, 0), PoolDemand(0, 0, 0))  # events that allocate nothing
@@ -52,29 +56,55 @@ NOTHING = Demand(PoolDemand(0, 0, 0), PoolDemand(0, 0, 0))  # events that alloca
 def demand(events) -> Demand | None:
     """What ``served_from_cache`` reads of ``events``; None for events the test does not cover (a
     block left allocated at the end, a key allocated twice, a free of a key not allocated)."""
-    live: dict = {}  # key -> its pool (1: small, 0: large)
-    # per pool (index 0: large, 1: small): blocks live now, most live at once, largest, total
-    count, most, largest, total = [0, 0], [0, 0], [0, 0], [0, 0]
+    count = DemandCount()
+    malloc, free = count.malloc, count.free
     for event in events:
         if event[0] == "malloc":
-            if event[1] in live:
-                return None
-            size = round_size(event[2])
-            pool = live[event[1]] = int(size <= SMALL_SIZE)
-            now = count[pool] = count[pool] + 1
-            if now > most[pool]:
-                most[pool] = now
-            if size > largest[pool]:
-                largest[pool] = size
-            total[pool] += size
+            malloc(event[1], event[2])
         else:
-            pool = live.pop(event[1], None)
-            if pool is None:
-                return None
-            count[pool] -= 1
-    if live:
-        return None
-    return Demand(PoolDemand(most[1], largest[1], total[1]), PoolDemand(most[0], largest[0], total[0]))
+            free(event[1])
+    return count.demand()
+
+
+class DemandCount:
+    """``demand`` read one event at a time, as a producer makes them (``memory.events.emit_events``):
+    ``malloc(key, bytes)``, ``free(key)``, then ``demand()``."""
+
+    __slots__ = ("live", "pools", "covered")
+
+    def __init__(self):
+        self.live: dict = {}  # key -> its pool (True: small, False: large)
+        # per pool (index 0: large, 1: small): [blocks live now, most live at once, largest, total]
+        self.pools = ([0, 0, 0, 0], [0, 0, 0, 0])
+        self.covered = True  # False once an event the test does not cover was read
+
+    def malloc(self, key, nbytes: int) -> None:
+        live = self.live
+        if key in live:
+            self.covered = False
+            return
+        size = round_size(nbytes)
+        small = live[key] = size <= SMALL_SIZE
+        pool = self.pools[small]
+        now = pool[0] = pool[0] + 1
+        if now > pool[1]:
+            pool[1] = now
+        if size > pool[2]:
+            pool[2] = size
+        pool[3] += size
+
+    def free(self, key) -> None:
+        small = self.live.pop(key, None)
+        if small is None:
+            self.covered = False
+            return
+        self.pools[small][0] -= 1
+
+    def demand(self) -> Demand | None:
+        if not self.covered or self.live:
+            return None
+        large, small = self.pools
+        return Demand(PoolDemand(*small[1:]), PoolDemand(*large[1:]))
 
 
 def served_from_cache(model: CachingAllocatorModel, need: Demand) -> bool:

@@ -140,11 +140,20 @@ class DeepgemmTemporaries(Temporaries):
 
     counts = True
 
+    def __init__(self, plan: Plan, topk: int):
+        super().__init__(plan, topk)
+        self.count = topk_counter(topk)
+        self.known: dict[tuple, tuple[int, int]] = {}  # a plan's chunks share a few shapes: each counted once
+
     def whole(self, chunk):
-        return deepgemm_temporaries_bytes(chunk, self.model, self.topk)
+        return max(self.phases(chunk))
 
     def phases(self, chunk):
-        return _deepgemm_phases(chunk, self.model, self.topk)
+        key = (chunk.num_rows, chunk.logits_cols, chunk.alloc_rows)
+        phases = self.known.get(key)
+        if phases is None:
+            phases = self.known[key] = deepgemm_phases(*key, self.model.index_heads, self.model.head_dim, self.count)
+        return phases
 
 
 class BackendTemporaries(Temporaries):
@@ -211,8 +220,13 @@ def chunk_memory(plan: Plan, chunk: Chunk, held: int, merged: bool, temporaries:
     kv_buffer = chunk.kv_tokens * kv_bytes_per_gathered_token(plan.settings) if chunk.gather else 0
     staged = staged_bytes(chunk, plan, count_padding)
     held_with = temporaries.phases(chunk)[0] if held or staged else 0
-    return ChunkMemory(logits_bytes(chunk, plan, count_padding), metadata_bytes(chunk), tmp, running,
-                       kv_buffer, held, held_with, staged)
+    # a record made with one dict update (a dataclass's __init__ sets each field): a long run
+    # counts a hundred thousand plans
+    memory = object.__new__(ChunkMemory)
+    memory.__dict__.update(logits=logits_bytes(chunk, plan, count_padding), metadata=metadata_bytes(chunk),
+                           temporaries=tmp, running=running, kv_buffer=kv_buffer, held=held, held_with=held_with,
+                           staged=staged)
+    return memory
 
 
 @dataclass(frozen=True)

@@ -111,27 +111,21 @@ class ChunkBuilder:
         that follow its own."""
         if not among:
             return
-        r0, r1, q0, q1 = piece.r0, piece.r1, piece.q0, piece.q1
-        n = sum(self.batch.seq_lens[r0:r1]) if piece.kv_tokens is None else piece.kv_tokens
-        rows = q1 - q0 if piece.alloc_rows is None else piece.alloc_rows
-        size = r1 - r0
+        r0, r1, q0, q1, cols, gather, over, compressed, kv, kv_start, alloc_rows, alloc_bytes = piece
+        n = sum(self.batch.seq_lens[r0:r1]) if kv is None else kv
+        rows = q1 - q0 if alloc_rows is None else alloc_rows
+        nbytes = self.b.allocated(rows, cols, compressed) if alloc_bytes is None else alloc_bytes
+        gather, over = gather or self.every_chunk_gathers, over or n > self.b.workspace
+        size, offset, append = r1 - r0, self.row_offset, self.chunks.append
         for k in range(r0, r0 + times * size, size):
-            self.chunks.append(Chunk(
-                requests=(k, k + size),
-                rows=(q0, q1),
-                token_start=self.row_offset[k] + q0,
-                token_end=self.row_offset[k] + q1,
-                kv_tokens=n,
-                logits_cols=piece.cols,
-                logits_bytes=(self.b.allocated(rows, piece.cols, piece.compressed) if piece.alloc_bytes is None
-                              else piece.alloc_bytes),
-                gather=piece.gather or self.every_chunk_gathers,
-                over_budget=piece.over or n > self.b.workspace,
-                compressed=piece.compressed,
-                kv_start=piece.kv_start,
-                alloc_rows=piece.alloc_rows,
-                alloc_bytes=piece.alloc_bytes,
-            ))
+            # a record made with one dict update (a dataclass's __init__ sets each field): a long
+            # run plans a hundred thousand steps
+            chunk = object.__new__(Chunk)
+            chunk.__dict__.update(requests=(k, k + size), rows=(q0, q1), token_start=offset[k] + q0,
+                                  token_end=offset[k] + q1, kv_tokens=n, logits_cols=cols, logits_bytes=nbytes,
+                                  gather=gather, over_budget=over, compressed=compressed, kv_start=kv_start,
+                                  alloc_rows=alloc_rows, alloc_bytes=alloc_bytes)
+            append(chunk)
 
     def add_alone(self, i: int, slicing: Slicing, times: int = 1, among=True) -> None:
         """Request i cut into row slices, and the ``times - 1`` identical requests after it."""
@@ -153,8 +147,8 @@ class ChunkBuilder:
         for k in range(r0, r0 + times * size, size):
             for q in range(0, rows, per):
                 end = min(q + per, rows)
-                self.add(Piece(k, k + size, q0 + q, q0 + end, cols, q == 0, over, compressed, kv_tokens=kv,
-                               alloc_bytes=None if alloc_bytes is None else alloc_bytes(end - q)))
+                self.add(tuple.__new__(Piece, (k, k + size, q0 + q, q0 + end, cols, q == 0, over, compressed, kv, 0,
+                                               None, None if alloc_bytes is None else alloc_bytes(end - q))))
 
     def result(self) -> list[Chunk]:
         return self.chunks

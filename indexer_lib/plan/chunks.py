@@ -116,11 +116,13 @@ class Plan:
 def merged_chunks(chunks) -> list[bool]:
     """Per chunk: whether it is one of several column ranges of the same query rows
     (kv-split), whose top-k the executor merges into a running top-k per row."""
+    keys = [(c.token_start, c.token_end) for c in chunks]
+    if len(set(keys)) == len(keys):  # every chunk its own rows: the common case, one test
+        return [False] * len(keys)
     count: dict[tuple[int, int], int] = {}
-    for c in chunks:
-        key = (c.token_start, c.token_end)
+    for key in keys:
         count[key] = count.get(key, 0) + 1
-    return [count[(c.token_start, c.token_end)] > 1 for c in chunks]
+    return [count[key] > 1 for key in keys]
 
 
 class Run(NamedTuple):
