@@ -429,3 +429,18 @@ def test_a_single_step_on_unified_memory_has_no_retry_either(capsys):
     assert any("shares the host's memory" in a for a in json.loads(out)["ledger_assumptions"])
     code, out, _ = run(capsys, *argv[:4], "h200", *argv[5:])
     assert not any("shares the host's memory" in a for a in json.loads(out)["ledger_assumptions"])
+
+
+def test_decode_steps_whose_path_is_not_read_are_named_as_left_out(capsys):
+    """A run with decode steps on a path whose decode logits are not read (vLLM's DeepSeek-V4 C4
+    decode) has no decode line, and its assumptions say those steps are not counted."""
+    argv = ["deploy", "--model", "deepseek-v4-flash", "--workload", "2x8192x16", "--json"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert not any(line["phase"] == "decode" for line in out["ledger"]) and out["decode_steps"] > 0
+    assert (f"the {out['decode_steps']:,} decode steps have no line: vllm==0.33.0's decode path for "
+            "deepseek-v4-flash is not read, so their logits are not counted") in out["ledger_assumptions"]
+    assert main(["deploy", "--model", "glm-5", "--workload", "2x8192x16", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert any(line["phase"] == "decode" for line in out["ledger"])
+    assert not any("decode steps have no line" in a for a in out["ledger_assumptions"])

@@ -76,7 +76,8 @@ def _direct(steps, strategy, budget_bytes, settings, free, sizes) -> build.RunLe
     if worst_decode is not None:
         lines.append(build.decode_line(first[0], worst_decode[1], sizes.max_model_len, worst_decode[2], sizes.drafts,
                                        sizes.decode_graph_bs))
-    ledger, run = build._with_allocator(lines, settings, free, alloc_steps, sizes.expandable)
+    ledger, run = build._with_allocator(lines, settings, free, alloc_steps, sizes.expandable,
+                                        decode if worst_decode is None else 0)
     return build.RunLedger(ledger, run, prefill, decode, chunks)
 
 

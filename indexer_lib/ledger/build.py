@@ -116,7 +116,8 @@ def _run_ledger(steps, strategy, budget_bytes: int | None, settings, free: FreeM
     if walked.worst_decode is not None:
         lines.append(decode_line(plan, walked.worst_decode[1], max_model_len, walked.worst_decode[2], sizes.drafts,
                                  sizes.decode_graph_bs))
-    ledger, run = _with_allocator(lines, settings, free, walked.alloc_steps, sizes.expandable)
+    uncounted = walked.decode_steps if walked.worst_decode is None else 0
+    ledger, run = _with_allocator(lines, settings, free, walked.alloc_steps, sizes.expandable, uncounted)
     return RunLedger(ledger, run, walked.prefill_steps, walked.decode_steps, walked.chunks)
 
 
@@ -213,7 +214,7 @@ def _decode_events(nbytes: int | None) -> tuple | None:
 
 
 def _with_allocator(lines: list[LedgerLine], settings, free: FreeMemory | None, alloc_steps,
-                    expandable: bool) -> tuple[Ledger, AllocatorRun]:
+                    expandable: bool, uncounted_decodes: int = 0) -> tuple[Ledger, AllocatorRun]:
     """The ledger of ``lines`` with the caching allocator's line over ``alloc_steps`` after the
     boot buffers.  On a GPU that shares the host's memory (GB10) the driver fails when the host
     runs out, before PyTorch's free-and-retry can give cached segments back
@@ -222,10 +223,13 @@ def _with_allocator(lines: list[LedgerLine], settings, free: FreeMemory | None, 
     run = run_allocator(boot_events(lines), alloc_steps, None if free is None else free.bytes, expandable,
                         retry=not unified)
     lines = tuple(lines) + (run.line(expandable),)
+    # decode steps on a path whose decode logits are not read: a verdict that leaves them out says so
+    uncounted = (f"the {uncounted_decodes:,} decode steps have no line: {settings.engine}'s decode path for "
+                 f"{settings.model} is not read, so their logits are not counted",) if uncounted_decodes else ()
     if free is None:
-        return Ledger(lines), run
+        return Ledger(lines, assumptions=uncounted), run
     assumptions = free.assumptions + ((
         f"{settings.gpu_preset.name} shares the host's memory: the driver fails before the caching allocator can "
         "give its cached segments back and retry (vllm-project/vllm#55569), so a segment past the free memory "
-        "ends the run",) if unified else ())
+        "ends the run",) if unified else ()) + uncounted
     return Ledger(lines, free.bytes, free.source, assumptions), run
