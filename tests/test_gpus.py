@@ -449,3 +449,17 @@ def test_the_design_docs_gpu_table_lists_what_each_engine_plans_there():
         for engine, cell in zip(("vllm", "sglang", "trtllm", "atom"), cells[5:]):
             assert cell == ("refused" if want[engine] is None else want[engine].split("==")[1]), (gpu, engine)
     assert seen == set(GPUS)
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm", "atom"])
+def test_each_engines_latest_release_plans_on_every_gpu_or_says_why_in_one_line(capsys, engine):
+    """Every GPU of data/gpus/ with the engine's latest release: a plan, or one line naming the
+    engine's reason (exit 2), never a traceback; which of the two follows gpu_refusal."""
+    for gpu in GPUS:
+        code = main(["plan", "--model", "glm-5", "--engine", engine, "--gpu", gpu, "--query-lens", "4096",
+                     "--seq-lens", "32768", "--free-gib", "10"])
+        out, err = capsys.readouterr()
+        if gpu_refusal(engine, gpu) is None:
+            assert code == 0 and out.startswith("engine on "), (gpu, err)
+        else:
+            assert code == 2 and out == "" and err.count("\n") == 1 and "not planned" in err, (gpu, err)
