@@ -418,7 +418,7 @@ def save(fig: Figure, out_dir: str | Path, name: str, params: dict) -> list[Path
     broken rule raises ``FigureStyleError`` naming the figure and every rule when
     ``INDEXER_LAB_STRICT_FIGURES`` is set (the main job, the tests), else warns."""
     from ..runmode import strict_figures
-    from .figure_check import check_figure
+    from .figure_check import DIGEST_KEY, check_figure, figure_digest
 
     problems = check_figure(fig, params)
     if problems:
@@ -433,7 +433,8 @@ def save(fig: Figure, out_dir: str | Path, name: str, params: dict) -> list[Path
     description = json.dumps(params, sort_keys=True, default=str)
     png, svg = out_dir / f"{stem}.png", out_dir / f"{stem}.svg"
     fig.savefig(png, dpi=style.DPI, metadata={"Title": title or name, "Description": description,
-                                              "Software": "indexer-lab"})
+                                              "Software": "indexer-lab",
+                                              DIGEST_KEY: figure_digest(fig)})
     fig.savefig(svg, metadata={"Title": title or name, "Description": description})
     return [png, svg]
 

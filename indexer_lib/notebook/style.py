@@ -227,3 +227,30 @@ def cell_boundary(ax, inside, **kw):
     if not segments:
         return None
     return ax.add_collection(LineCollection(segments, **kw))
+
+
+def merge_identical(ax, prefix: str = "") -> list[str]:
+    """Lines of ``ax`` that draw the same points as an earlier one are taken out (drawn on top, they
+    would hide it) and named in the panel's right-hand title, "b = a" ("b" the hidden line's label
+    without ``prefix`` and a trailing " (...)"); returns those phrases."""
+    import re
+
+    def name(line):
+        return re.sub(r" \(.*\)$", "", line.get_label()).removeprefix(prefix)
+
+    kept, same = [], {}
+    for line in list(ax.lines):
+        if not line.get_visible() or not len(line.get_xdata()) or line.get_label().startswith("_"):
+            continue
+        xy = np.column_stack([np.asarray(line.get_xdata(), float), np.asarray(line.get_ydata(), float)])
+        twin = next((k for k, kxy in kept if kxy.shape == xy.shape and np.allclose(kxy, xy, rtol=1e-9, atol=0,
+                                                                                     equal_nan=True)), None)
+        if twin is None:
+            kept.append((line, xy))
+            continue
+        same.setdefault(name(twin), []).append(name(line))
+        line.remove()
+    notes = [f"{' = '.join(others)} = {first}" for first, others in same.items()]
+    if notes:
+        ax.set_title("same points: " + "; ".join(notes), loc="right", fontsize=FONT - 2)
+    return notes
