@@ -69,3 +69,13 @@ def test_two_saved_figures_with_the_same_data_are_duplicates(tmp_path):
     paths = [plots.save(fig, tmp_path, f"fig{k}", PARAMS)[0] for k, fig in enumerate(figs)]
     assert duplicate_figures(paths) == [f"{paths[1].name} draws the same data as {paths[0].name}"]
     assert duplicate_figures([paths[0], paths[2]]) == []
+
+
+def test_two_titles_of_one_panel_over_each_other_fail():
+    fig = good()
+    ax = fig.axes[0]
+    ax.set_title("typical: 8K chunk at 16K context, one of the steps we show here", loc="left")
+    ax.set_title("same points: vllm = per-request = engine = causal", loc="right")
+    assert any("panel titles over each other" in p for p in check_figure(fig, PARAMS))
+    ax.set_title("same points: vllm", loc="right")
+    assert check_figure(fig, PARAMS) == []

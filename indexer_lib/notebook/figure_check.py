@@ -17,7 +17,7 @@
   ``style.merge_identical`` draws one and names the others);
 - no bars on a log axis (a bar's length is read linearly: 16x would look 2-3x);
 - no text citing another notebook's section (a pasted figure travels without the notebook);
-- no value label under a marker.
+- no value label under a marker, no panel title over another of the same panel.
 
 ``figure_digest`` fingerprints the data a figure draws, so that a run can refuse two figures that
 draw the same data (``duplicate_figures``).
@@ -59,6 +59,7 @@ def check_figure(fig: Figure, params: dict | None = None) -> list[str]:
     problems += _log_bars(fig)
     problems += _section_citations(fig)
     problems += _labels_under_markers(fig, renderer)
+    problems += _titles_over_titles(fig, renderer)
     return list(dict.fromkeys(problems))  # one line per rule and axis, not per panel
 
 
@@ -202,8 +203,12 @@ def _series(ax):
 def _hidden_series(fig: Figure) -> list[str]:
     problems = []
     for ax in _panels(fig):
-        seen = []  # a scatter over a line's points marks them (crosses on OOMs): lines against lines only
+        # a scatter over a line's points marks them (crosses on OOMs): lines against lines only, and
+        # scatters that name a series (an unnamed mark, alike for every series, hides nothing)
+        seen = []
         for kind, label, xy in _series(ax):
+            if kind == "scatter" and label.startswith("_"):
+                continue
             for other_kind, other, oxy in seen:
                 if kind == other_kind and xy.shape == oxy.shape and np.allclose(xy, oxy, rtol=1e-9, atol=0, equal_nan=True):
                     panel = ax.get_title() or ax.get_title(loc="left") or ax.get_ylabel() or "a panel"
@@ -257,6 +262,19 @@ def _labels_under_markers(fig: Figure, renderer) -> list[str]:
                       & (xy[:, 1] > box.y0 + PAD) & (xy[:, 1] < box.y1 - PAD))
             if inside.any():
                 problems.append(f"value label {_short(text.get_text())!r} under a marker")
+    return problems
+
+
+def _titles_over_titles(fig: Figure, renderer) -> list[str]:
+    problems = []
+    for ax in _panels(fig):
+        titles = [t for t in (ax._left_title, ax.title, ax._right_title) if t.get_visible() and t.get_text().strip()]
+        boxes = [t.get_window_extent(renderer) for t in titles]
+        for i in range(len(titles)):
+            for j in range(i + 1, len(titles)):
+                if boxes[i].overlaps(boxes[j]) and _overlap(boxes[i], boxes[j]) > PAD:
+                    problems.append(f"panel titles over each other: {_short(titles[i].get_text())!r} and "
+                                    f"{_short(titles[j].get_text())!r}")
     return problems
 
 

@@ -117,6 +117,8 @@ def gib_axis(axis, log: bool = True, ticks: int = 6) -> None:
         _log2(axis)
         axis.set_major_locator(LogLocator(base=2, numticks=ticks))
         axis.set_minor_locator(NullLocator())
+    else:  # at most about ``ticks`` round values, in MiB below 1 GiB: labels that fit a half panel
+        axis.set_major_locator(MaxNLocator(nbins=ticks, steps=[1, 2, 2.5, 5, 10]))
     axis.set_major_formatter(FuncFormatter(lambda v, _: size_label(v)))
 
 
@@ -229,14 +231,12 @@ def cell_boundary(ax, inside, **kw):
     return ax.add_collection(LineCollection(segments, **kw))
 
 
-def merge_identical(ax, prefix: str = "") -> list[str]:
+def merge_identical(ax, prefix: str = "", show: bool = True) -> list[str]:
     """Lines of ``ax`` that draw the same points as an earlier one are taken out (drawn on top, they
-    would hide it) and named in the panel's right-hand title, "b = a" ("b" the hidden line's label
-    without ``prefix`` and a trailing " (...)"); returns those phrases."""
+    would hide it) and named, where ``show``, in the panel's right-hand title: "b = a" (the lines'
+    labels without ``prefix``, and without a trailing " (...)" they share); returns those phrases.
+    A figure legend made before keeps every line's entry."""
     import re
-
-    def name(line):
-        return re.sub(r" \(.*\)$", "", line.get_label()).removeprefix(prefix)
 
     kept, same = [], {}
     for line in list(ax.lines):
@@ -248,9 +248,16 @@ def merge_identical(ax, prefix: str = "") -> list[str]:
         if twin is None:
             kept.append((line, xy))
             continue
-        same.setdefault(name(twin), []).append(name(line))
+        same.setdefault(twin, []).append(line.get_label())
         line.remove()
-    notes = [f"{' = '.join(others)} = {first}" for first, others in same.items()]
-    if notes:
+    notes = []
+    for twin, hidden in same.items():
+        labels = [label.removeprefix(prefix) for label in (*hidden, twin.get_label())]
+        tails = {re.search(r"( \(.*\))?$", label).group(0) for label in labels}
+        tail = tails.pop() if len(tails) == 1 else ""
+        if tail:  # "vllm (modelled) = causal (modelled)" reads "vllm = causal"
+            labels = [label.removesuffix(tail) for label in labels]
+        notes.append(" = ".join(labels))
+    if notes and show:
         ax.set_title("same points: " + "; ".join(notes), loc="right", fontsize=FONT - 2)
     return notes
