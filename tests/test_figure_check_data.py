@@ -13,9 +13,10 @@ def test_two_lines_on_the_same_points_fail_and_merged_pass():
     fig = good()
     ax = fig.axes[0]
     ax.plot([1, 2, 4], [0.25, 0.5, 1.0], label="c", color="black", marker="x")  # under "a"
+    ax.plot([1, 2, 4], [0.25, 0.5, 1.0001], label="d", color="grey", marker="+")  # a pixel's fraction off
     assert any("'a' and 'c' drawn on top of each other" in p for p in check_figure(fig, PARAMS))
-    assert style.merge_identical(ax) == ["c = a"]
-    assert ax.get_title(loc="right") == "same points: c = a" and len(ax.lines) == 2
+    assert style.merge_identical(ax) == ["c = d = a"]
+    assert ax.get_title(loc="right") == "same points: c = d = a" and len(ax.lines) == 2
     assert check_figure(fig, PARAMS) == []
 
 

@@ -210,7 +210,7 @@ def _hidden_series(fig: Figure) -> list[str]:
             if kind == "scatter" and label.startswith("_"):
                 continue
             for other_kind, other, oxy in seen:
-                if kind == other_kind and xy.shape == oxy.shape and np.allclose(xy, oxy, rtol=1e-9, atol=0, equal_nan=True):
+                if kind == other_kind and style.same_points(ax, xy, oxy):
                     panel = ax.get_title() or ax.get_title(loc="left") or ax.get_ylabel() or "a panel"
                     problems.append(f"{_short(panel)!r}: {other!r} and {label!r} drawn on top of each other "
                                     "(the same points; draw one and name the other)")

@@ -751,10 +751,10 @@ def _drawn_once(same: list[str]) -> str | None:
 def _star_choices(ax, chosen) -> list:
     """A star on the candidate ``auto`` deploys and on the patched engine's fastest; their handles."""
     stars = []
-    for c, what in ((getattr(chosen, "deployable", None), "to deploy"),
-                    (getattr(chosen, "patched", None), "a patched engine's fastest")):
+    for c, what, fill in ((getattr(chosen, "deployable", None), "to deploy", "black"),
+                          (getattr(chosen, "patched", None), "a patched engine's fastest", "none")):
         if c is not None:
-            stars.append(ax.scatter([c.budget_mb], [c.total_ms], marker="*", s=260, facecolor="none",
+            stars.append(ax.scatter([c.budget_mb], [c.total_ms], marker="*", s=260, facecolor=fill,
                                     edgecolor="black", linewidth=1.2, zorder=6, label=f"chosen: {what}"))
     return stars
 
