@@ -749,14 +749,16 @@ def _drawn_once(same: list[str]) -> str | None:
 
 
 def _star_choices(ax, chosen) -> list:
-    """A star on the candidate ``auto`` deploys and on the patched engine's fastest; their handles."""
-    stars = []
-    for c, what, fill in ((getattr(chosen, "deployable", None), "to deploy", "black"),
-                          (getattr(chosen, "patched", None), "a patched engine's fastest", "none")):
-        if c is not None:
-            stars.append(ax.scatter([c.budget_mb], [c.total_ms], marker="*", s=260, facecolor=fill,
-                                    edgecolor="black", linewidth=1.2, zorder=6, label=f"chosen: {what}"))
-    return stars
+    """A star on the candidate ``auto`` deploys (filled) and on the patched engine's fastest
+    (hollow), one star where both lie on one point; their handles."""
+    deploy, patched = getattr(chosen, "deployable", None), getattr(chosen, "patched", None)
+    choices = [(c, what, fill) for c, what, fill in ((deploy, "to deploy", "black"),
+                                                     (patched, "a patched engine's fastest", "none"))
+               if c is not None]
+    if len(choices) == 2 and (deploy.budget_mb, deploy.total_ms) == (patched.budget_mb, patched.total_ms):
+        choices = [(deploy, "to deploy, and a patched engine's fastest", "black")]
+    return [ax.scatter([c.budget_mb], [c.total_ms], marker="*", s=260, facecolor=fill, edgecolor="black",
+                       linewidth=1.2, zorder=6, label=f"chosen: {what}") for c, what, fill in choices]
 
 
 def auto_candidates_title(title_detail: str = "", chosen=None) -> str:
