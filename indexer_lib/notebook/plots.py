@@ -447,7 +447,8 @@ def _time_over_fastest(table):
     if "time_ms" not in table or table["time_ms"].isna().any():
         return None
     fastest = table["time_ms"].min()
-    return ["fastest" if t == fastest else f"+{100 * (t / fastest - 1):.0f}% time" for t in table["time_ms"]]
+    slower = [100 * (t / fastest - 1) for t in table["time_ms"]]
+    return ["fastest" if p == 0 else "+<1% time" if p < 0.5 else f"+{p:.0f}% time" for p in slower]
 
 
 def _slug(params: dict) -> str:
