@@ -94,6 +94,18 @@ def headless_kernels():
                 os.environ[name] = value
 
 
+def duplicated_figures(figures: Path, since: float) -> bool:
+    """Whether two figures this run wrote draw the same data (each pair said in one line): one of
+    them answers nothing the other does not."""
+    from indexer_lib.notebook.figure_check import duplicate_figures
+
+    written = [p for p in figures.glob("*.png") if p.stat().st_mtime >= since] if figures.exists() else []
+    problems = duplicate_figures(written)
+    for line in problems:
+        print(f"duplicate figure: {line}", file=sys.stderr)
+    return bool(problems)
+
+
 def run(params_file: Path, run_name: str | None, results: Path, only: list[str]) -> int:
     import papermill as pm
 
@@ -115,7 +127,7 @@ def run(params_file: Path, run_name: str | None, results: Path, only: list[str])
 
     for path in set_aside_older(out_dir / "tables"):
         print(f"an older indexer-lab's sweep table, kept: {path}")
-    start = time.perf_counter()
+    start, started = time.perf_counter(), time.time()
     for name, params in plan:
         t0 = time.perf_counter()
         try:
@@ -131,6 +143,8 @@ def run(params_file: Path, run_name: str | None, results: Path, only: list[str])
             return 1
         print(f"{name}: done in {time.perf_counter() - t0:.1f} s")
     tidy_finished(out_dir / "tables")  # the finished sweeps' journals and locks: tables only
+    if duplicated_figures(out_dir / "figures", started - 1):
+        return 1
     summary = [p.read_text().strip() for p in sorted((out_dir / "tables").glob("summary_*.txt"))]
     (out_dir / "summary.txt").write_text("\n".join(summary) + "\n")
     figures = sorted((out_dir / "figures").glob("*.png")) if (out_dir / "figures").exists() else []

@@ -76,6 +76,28 @@ def test_every_figure_the_notebooks_saved_kept_the_figure_style(ci_run):
             assert im.size[0] <= style.WIDTH * style.DPI and round(im.info["dpi"][0]) == style.DPI, png.name
 
 
+def test_every_table_the_notebooks_show_reads_plain_numbers(ci_run):
+    """The Markdown tables of the executed notebooks: no e-notation (1.02e+03) and no -1 for a
+    strategy without a budget; no two figures of the run draw the same data."""
+    import json
+    import re
+
+    from indexer_lib.notebook.figure_check import duplicate_figures
+
+    out, _ = ci_run
+    tables = 0
+    for nb in (out / "notebooks").glob("*.ipynb"):
+        for cell in json.loads(nb.read_text())["cells"]:
+            for output in cell.get("outputs", []):
+                text = "".join(output.get("data", {}).get("text/markdown", ""))
+                if text.startswith("|"):
+                    tables += 1
+                    assert not re.search(r"\d\.?\d*e[+-]\d", text), (nb.name, text[:300])
+                    assert "| -1 |" not in text, (nb.name, text[:300])
+    assert tables >= 10
+    assert duplicate_figures(list((out / "figures").glob("*.png"))) == []
+
+
 def test_reproduced_allocations_match_published(ci_run):
     out, _ = ci_run
     repro = pd.read_csv(out / "tables" / "reproductions.csv").set_index("case")

@@ -118,6 +118,23 @@ def test_markdown_table_pastes():
         "| strategy | GiB |", "|---|---|", "| vllm | 0.5 |", "| causal |  |"]
 
 
+def test_markdown_tables_read_as_people_write_numbers():
+    """No e-notation, no -1 for "no budget", bytes in MiB and fractions in percent, each with its
+    unit in the header."""
+    import re
+
+    frame = pd.DataFrame({"budget_mb": [1024.0, float("nan"), 64.0], "budget_bytes": [-1, 2**29, 2**20],
+                          "error": [0.0123, -0.2, 0.5], "time_ms": [1.5e-5, 2.63, 123456.7],
+                          "kv_tokens": [1048576, 3, 4], "fits": [True, False, True]})
+    text = tables.markdown_table(frame)
+    assert text.splitlines()[:3] == ["| budget_mb | budget (MiB) | error (%) | time_ms | kv_tokens | fits |",
+                                     "|---|---|---|---|---|---|",
+                                     "| 1,024 | none | 1.23 | 0.000015 | 1048576 | True |"]
+    assert text.splitlines()[3:] == ["| none | 512 | -20 | 2.63 | 3 | False |", "| 64 | 1 | 50 | 123,457 | 4 | True |"]
+    assert not re.search(r"\de[+-]\d", text) and "| -1 |" not in text
+    assert tables.markdown_table(frame, floatfmt=".4g").splitlines()[4].startswith("| 64 | 1 | 50 | 123,457 |")
+
+
 def test_the_dashboards_table_gives_per_concurrency_the_largest_isl_without_oom():
     """The summary table (plain loops over the rows) against the same question asked with pandas:
     per concurrency, the largest ISL that fits, its peak, and how many points OOM."""

@@ -12,12 +12,27 @@
   the two are never read as one;
 - the title names what the saved file's parameters say the numbers depend on: the model, the
   engine release and its logits layout, the free memory and a scheduler setting that is not the
-  release's default.
+  release's default;
+- no two series of one panel drawn on top of each other (the same points: one hides the other;
+  ``style.merge_identical`` draws one and names the others);
+- no bars on a log axis (a bar's length is read linearly: 16x would look 2-3x);
+- no text citing another notebook's section (a pasted figure travels without the notebook);
+- no value label under a marker, no panel title over another of the same panel.
+
+``figure_digest`` fingerprints the data a figure draws, so that a run can refuse two figures that
+draw the same data (``duplicate_figures``).
 """
 from __future__ import annotations
 
+import hashlib
+import re
+
+import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.collections import PathCollection
+from matplotlib.container import BarContainer
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
 from . import style
 
@@ -40,6 +55,11 @@ def check_figure(fig: Figure, params: dict | None = None) -> list[str]:
     problems += _legends_over_data(fig, renderer)
     problems += _budget_without_ratio(fig)
     problems += _title_facts(fig, params or {})
+    problems += _hidden_series(fig)
+    problems += _log_bars(fig)
+    problems += _section_citations(fig)
+    problems += _labels_under_markers(fig, renderer)
+    problems += _titles_over_titles(fig, renderer)
     return list(dict.fromkeys(problems))  # one line per rule and axis, not per panel
 
 
@@ -165,3 +185,128 @@ def _title_facts(fig: Figure, params: dict) -> list[str]:
 def _short(text: str, n: int = 60) -> str:
     text = text.replace("\n", " ")
     return text if len(text) <= n else text[:n - 3] + "..."
+
+
+def _series(ax):
+    """(kind, label, points) of each line and scatter drawn in ``ax``, points as an (n, 2) array."""
+    found = []
+    for line in ax.lines:
+        if line.get_visible() and len(line.get_xdata()):
+            xy = np.column_stack([np.asarray(line.get_xdata(), float), np.asarray(line.get_ydata(), float)])
+            found.append(("line", line.get_label(), xy))
+    for coll in ax.collections:
+        if isinstance(coll, PathCollection) and coll.get_visible() and len(coll.get_offsets()):
+            found.append(("scatter", coll.get_label(), np.asarray(coll.get_offsets(), float)))
+    return found
+
+
+def _hidden_series(fig: Figure) -> list[str]:
+    problems = []
+    for ax in _panels(fig):
+        # a scatter over a line's points marks them (crosses on OOMs): lines against lines only, and
+        # scatters that name a series (an unnamed mark, alike for every series, hides nothing)
+        seen = []
+        for kind, label, xy in _series(ax):
+            if kind == "scatter" and label.startswith("_"):
+                continue
+            for other_kind, other, oxy in seen:
+                if kind == other_kind and style.same_points(ax, xy, oxy):
+                    panel = ax.get_title() or ax.get_title(loc="left") or ax.get_ylabel() or "a panel"
+                    problems.append(f"{_short(panel)!r}: {other!r} and {label!r} drawn on top of each other "
+                                    "(the same points; draw one and name the other)")
+                    break
+            seen.append((kind, label, xy))
+    return problems
+
+
+def _log_bars(fig: Figure) -> list[str]:
+    problems = []
+    for ax in _panels(fig):
+        for bars in ax.containers:
+            if not isinstance(bars, BarContainer) or not len(bars.patches):
+                continue
+            axis = ax.yaxis if bars.orientation == "vertical" else ax.xaxis
+            if axis.get_scale() == "log":
+                name = axis.get_label_text() or "an axis"
+                problems.append(f"{name!r}: bars on a log axis (their lengths read as linear)")
+    return problems
+
+
+SECTION = re.compile(r"notebook\s*\d+\W*\s*section", re.IGNORECASE)
+
+
+def _section_citations(fig: Figure) -> list[str]:
+    return [f"{where} cites a notebook's section: {_short(t.get_text())!r}"
+            for where, t in _texts(fig) if SECTION.search(t.get_text())]
+
+
+def _labels_under_markers(fig: Figure, renderer) -> list[str]:
+    """Texts in a panel whose box holds a marker of a line or scatter of that panel."""
+    problems = []
+    for ax in _panels(fig):
+        points = []
+        for artist in ax.lines:
+            if artist.get_visible() and artist.get_marker() not in (None, "", "None", " ") and len(artist.get_xdata()):
+                points.append(artist.get_transform().transform(artist.get_xydata()))
+        for coll in ax.collections:
+            if isinstance(coll, PathCollection) and coll.get_visible() and len(coll.get_offsets()):
+                points.append(coll.get_offset_transform().transform(coll.get_offsets()))
+        if not points:
+            continue
+        xy = np.concatenate(points)
+        for text in ax.texts:
+            if not text.get_visible() or not text.get_text().strip():
+                continue
+            box = text.get_window_extent(renderer)
+            inside = ((xy[:, 0] > box.x0 + PAD) & (xy[:, 0] < box.x1 - PAD)
+                      & (xy[:, 1] > box.y0 + PAD) & (xy[:, 1] < box.y1 - PAD))
+            if inside.any():
+                problems.append(f"value label {_short(text.get_text())!r} under a marker")
+    return problems
+
+
+def _titles_over_titles(fig: Figure, renderer) -> list[str]:
+    problems = []
+    for ax in _panels(fig):
+        titles = [t for t in (ax._left_title, ax.title, ax._right_title) if t.get_visible() and t.get_text().strip()]
+        boxes = [t.get_window_extent(renderer) for t in titles]
+        for i in range(len(titles)):
+            for j in range(i + 1, len(titles)):
+                if boxes[i].overlaps(boxes[j]) and _overlap(boxes[i], boxes[j]) > PAD:
+                    problems.append(f"panel titles over each other: {_short(titles[i].get_text())!r} and "
+                                    f"{_short(titles[j].get_text())!r}")
+    return problems
+
+
+def figure_digest(fig: Figure) -> str:
+    """A fingerprint of the data ``fig`` draws (lines, scatters, bars, images; not its texts)."""
+    digest = hashlib.sha1()
+    for ax in fig.axes:
+        parts = [xy.round(12).tobytes() for *_, xy in _series(ax)]
+        parts += [np.array([(p.get_x(), p.get_y(), p.get_width(), p.get_height()) for p in bars.patches]).round(12)
+                  .tobytes() for bars in ax.containers if isinstance(bars, BarContainer)]
+        parts += [np.ma.filled(np.asarray(im.get_array(), float), np.nan).round(12).tobytes() for im in ax.images]
+        for part in sorted(parts):
+            digest.update(part)
+        digest.update(b"|")
+    return digest.hexdigest()
+
+
+DIGEST_KEY = "Data digest"  # the PNG text field ``plots.save`` writes figure_digest under
+
+
+def duplicate_figures(pngs) -> list[str]:
+    """Pairs of saved figures (PNG paths) that draw the same data, one line each."""
+    from PIL import Image
+
+    first, problems = {}, []
+    for png in sorted(pngs):
+        with Image.open(png) as im:
+            digest = im.info.get(DIGEST_KEY)
+        if digest is None:
+            continue
+        if digest in first:
+            problems.append(f"{png.name} draws the same data as {first[digest].name}")
+        else:
+            first[digest] = png
+    return problems

@@ -109,7 +109,7 @@ def lengths_of(frame) -> str:
     return "prompt lengths " + "; ".join(labels) if labels else ""
 
 
-SAMPLE = "each point the worst step of one simulated closed loop (2 waves of prompts{}; notebook 01 section 3d)"
+SAMPLE = "each point the worst step of one simulated closed loop (2 waves of prompts{})"
 
 
 def sample_of(frame) -> str:
@@ -170,7 +170,7 @@ def frontier_heatmap(frame, by: str = "budget_mb", strategy: str = "vllm",
         drawn.append((ax, grid, oom, frontier_line(ax, oom)))
         label_heatmap_axes(ax, concs, isls)
         title = (_budget_label(strategy, panel) if by == "budget_mb"
-                 else heatmap_panel_title(panel, budget_mb))
+                 else heatmap_panel_title(panel, budget_mb, engine))
         every = " (every cell OOMs)" if oom.all() else ""
         ax.set_title(title + every, fontsize=style.FONT)
     for ax in list(axes.flat)[len(panels):]:
@@ -181,7 +181,9 @@ def frontier_heatmap(frame, by: str = "budget_mb", strategy: str = "vllm",
     for ax, grid, oom, _ in drawn:  # after the layout: a value only where it fits its cell
         if not style.cell_values(fig, ax, grid, norm):
             mark_oom(ax, grid, oom, norm)
-    what = f"strategy {strategy}" if by == "budget_mb" else f"budget {budget_mb:g} MiB"
+    what = (f"strategy {strategy}" + (f" ({strategy_name(strategy, engine)})" if strategy == "engine" else "")
+            if by == "budget_mb" else
+            f"budget {budget_mb:g} MiB" + (f"; {PATCHED}" if set(panels) - {"engine"} else ""))
     ooms = "" if data["oom"].astype(bool).any() else f"; no cell needs more than {free_gib:g} GiB"
     style.title(fig, heatmap_question(model), heatmap_title(model, engine, free_gib, with_lengths(what + ooms, data), mode,
                                                             not_default_of(data)))
@@ -231,8 +233,20 @@ def label_heatmap_axes(ax, concs, isls) -> None:
     ax.set_ylabel("concurrency (requests)")
 
 
-def heatmap_panel_title(strategy: str, budget_mb: float) -> str:
-    return f"{strategy} ({_budget_label(strategy, budget_mb)})"
+def strategy_name(strategy: str, engine: str | None = None) -> str:
+    """A strategy as a figure names it: the release's own chunker by the release, the project's
+    strategies as what a patched engine could do (the strategy ``vllm`` is the project's copy of
+    vLLM's packing, planned on the release's build, not the release itself)."""
+    if strategy == "engine":
+        return f"{engine}'s own chunker" if engine else "the release's own chunker"
+    return f"patched: {strategy}"
+
+
+PATCHED = "patched: the project's strategy on the release's build, not what the release ships"
+
+
+def heatmap_panel_title(strategy: str, budget_mb: float, engine: str | None = None) -> str:
+    return f"{strategy_name(strategy, engine)} ({_budget_label(strategy, budget_mb)})"
 
 
 def heatmap_question(model: str) -> str:
@@ -259,11 +273,27 @@ def frontier_table(frame, strategy: str, free_gib: float | None = None, engine: 
     return table.fillna(0).astype(int)
 
 
+def frontier_groups(frame, strategies, free_gib: float | None = None, engine: str | None = None) -> list[list[str]]:
+    """``strategies`` grouped by their frontier (``frontier_table``): strategies of one group reach
+    the same ISLs at every budget and concurrency, so one figure answers for them all."""
+    groups: list[tuple[object, list[str]]] = []
+    for s in strategies:
+        table = frontier_table(frame, s, free_gib, engine)
+        twin = next((g for t, g in groups if t.equals(table)), None)
+        if twin is None:
+            groups.append((table, [s]))
+        else:
+            twin.append(s)
+    return [g for _, g in groups]
+
+
 def frontier_curves(frame, strategy: str = "vllm", budgets_mb=None,
                     free_gib: float | None = None, model: str | None = None,
-                    engine: str | None = None) -> Figure:
+                    engine: str | None = None, same=()) -> Figure:
     """Largest ISL without OOM vs concurrency, one curve per budget (and per mode).  Curves that
-    coincide are set a little apart sideways (a fixed step per curve), so that each stays visible."""
+    coincide are set a little apart sideways (a fixed step per curve), so that each stays visible.
+    A point at the longest ISL tried is censored (the frontier lies beyond): its tick reads "≥".
+    ``same``: strategies with this frontier (``frontier_groups``), named in the title."""
     model = model or frame["model"].iloc[0]
     free_gib = free_gib if free_gib is not None else float(frame["free_gib"].iloc[0])
     engine = _engine_of(frame, engine)
@@ -292,7 +322,8 @@ def frontier_curves(frame, strategy: str = "vllm", budgets_mb=None,
             ax.plot(np.array(concs) * dodge, best, label=label, markersize=5, **look, **_line_style(mode))
     ax.set_xscale("log", base=2)
     ax.set_yscale("log", base=2)
-    ax.set_yticks(isls, [style.token_label(v) for v in isls])
+    censored = any(np.nanmax(np.asarray(line.get_ydata(), float), initial=0) >= isls[-1] for line in ax.lines)
+    ax.set_yticks(isls, [("≥" if censored and v == isls[-1] else "") + style.token_label(v) for v in isls])
     ax.set_ylim(isls[0] / 1.3, isls[-1] * 1.3)
     concs_all = sorted(data["concurrency"].unique())
     ax.set_xticks(concs_all, [str(c) for c in concs_all])
@@ -300,9 +331,12 @@ def frontier_curves(frame, strategy: str = "vllm", budgets_mb=None,
     ax.set_xlabel("concurrency (requests)")
     ax.set_ylabel("largest ISL without OOM (tokens)")
     ax.grid(True, alpha=0.3)
+    top = style.token_label(isls[-1])
     style.legend_below(fig, ncol=4, title=f"{strategy} budget; no point: every ISL OOMs; "
-                                          f"the top row ({style.token_label(isls[-1])}) is the longest ISL tried")
-    style.title(fig, f"How long can prompts get before {model}'s indexer OOMs, per {strategy} logits budget?",
+                                          + (f"≥{top}: no OOM at the longest ISL tried ({top}), the frontier lies beyond"
+                                             if censored else f"the top row ({top}) is the longest ISL tried"))
+    also = f" ({' and '.join(same)}: the same frontier)" if same else ""
+    style.title(fig, f"How long can prompts get before {model}'s indexer OOMs, per {strategy} logits budget?{also}",
                 with_lengths(style.context(model, engine, free_gib, not_default_of(data), _modes_word(data)), data))
     return fig
 
@@ -333,7 +367,6 @@ def chunk_overhead(table, measured=None, steps=None) -> Figure:
                 kw = dict(label=f"{s} ({source})", markersize=4, **looks[s], **_line_style(mode))
                 axes[row, 0].plot(r["budget_mb"], r["chunks"], **kw)
                 axes[row, 1].plot(r["budget_mb"], 100 * r["overhead"], **kw)
-        axes[row, 0].set_title(step, fontsize=style.FONT - 1, loc="left")
         axes[row, 0].set_ylabel("chunks (count)")
         style.count_axis(axes[row, 0].yaxis, log=True)
         axes[row, 1].set_ylabel("time overhead (%)")
@@ -343,7 +376,13 @@ def chunk_overhead(table, measured=None, steps=None) -> Figure:
     for ax in axes[-1]:
         style.mib_ticks(ax.xaxis, budgets if len(budgets) <= 5 else budgets[::2])
         ax.set_xlabel("logits budget")
-    style.legend_below(fig, ncol=4)
+    style.legend_below(fig, ncol=4)  # before lines drawn under others go: every series keeps its entry
+    for row, step in enumerate(steps):  # lines drawn under others, named above their panel
+        chunks, time = (style.merge_identical(ax, show=False) for ax in axes[row])
+        axes[row, 0].set_title(step + (f"\nsame chunks: {'; '.join(chunks)}" if chunks else ""),
+                               fontsize=style.FONT - 1, loc="left")
+        if time:
+            axes[row, 1].set_title(f"same time: {'; '.join(time)}", fontsize=style.FONT - 1, loc="right")
     sources = " + ".join(sorted(set(data["time_source"])))
     engine = _engine_of(table, None)
     model = table["model"].iloc[0] if "model" in table else None
@@ -368,21 +407,26 @@ def strategy_comparison(table, title_detail: str = "") -> Figure:
     bars = axes[0].barh(y, peak, color=style.PALETTE[5])
     axes[0].bar_label(bars, [style.size_label(v) for v in peak], fontsize=small, padding=2)
     axes[0].set_xlabel(f"worst-chunk transient peak, padding included ({word})")
-    style.gib_axis(axes[0].xaxis, ticks=4)
-    axes[0].set_xlim(peak.min() / 2, peak.max() * 4)  # room for the values
+    style.gib_axis(axes[0].xaxis, log=False, ticks=3)  # linear: a bar's length is its size
+    axes[0].set_xlim(0, peak.max() * 1.35)  # room for the values
     allocated, useful = table["allocated_logits_bytes"] / GIB, table["useful_logits_bytes"] / GIB
     axes[1].barh(y - 0.2, allocated, 0.4, color=style.PALETTE[0], label=f"logits allocated ({word})")
     axes[1].barh(y + 0.2, useful, 0.4, color=style.PALETTE[1], hatch="//", edgecolor="black",
                  label=f"logits read by top-k ({word})")
     axes[1].set_xlabel("logits over the step (GiB)")
     axes[1].set_xlim(0, max(allocated.max(), useful.max()) * 1.1)
+    slower = _time_over_fastest(table)
     for ax, column, what in ((axes[2], "chunks", "chunks (count)"), (axes[3], "gathers", "K gathers (count)")):
         counts = table[column].astype(int)
         bars = ax.barh(y, counts, color=style.PALETTE[2])
-        ax.bar_label(bars, [str(v) for v in counts], fontsize=small, padding=2)
+        labels = [str(v) for v in counts] if column != "chunks" or slower is None else \
+            [f"{v}, {t}" for v, t in zip(counts, slower)]
+        ax.bar_label(bars, labels, fontsize=small, padding=2)
         ax.set_xlabel(what)
         style.count_axis(ax.xaxis)
-        ax.set_xlim(0, max(1, counts.max()) * 1.2)
+        ax.set_xlim(0, max(1, counts.max()) * (1.6 if column == "chunks" and slower is not None else 1.2))
+    if slower is not None:
+        axes[2].set_title("beside each bar: modelled time against the fastest strategy here", fontsize=small)
     for ax in axes:
         ax.set_yticks(y, names)
         ax.grid(True, axis="x", alpha=0.3)
@@ -395,6 +439,16 @@ def strategy_comparison(table, title_detail: str = "") -> Figure:
     style.title(fig, "Which splitting strategy allocates least for the same work?", title_detail.strip(" \n"),
                 layout)
     return fig
+
+
+def _time_over_fastest(table):
+    """Each row's modelled time against the table's fastest ('+94% time', 'fastest'), or None where
+    the table carries no time: fewer bytes bought with chunks is said with what the chunks cost."""
+    if "time_ms" not in table or table["time_ms"].isna().any():
+        return None
+    fastest = table["time_ms"].min()
+    slower = [100 * (t / fastest - 1) for t in table["time_ms"]]
+    return ["fastest" if p == 0 else "+<1% time" if p < 0.5 else f"+{p:.0f}% time" for p in slower]
 
 
 def _slug(params: dict) -> str:
@@ -418,7 +472,7 @@ def save(fig: Figure, out_dir: str | Path, name: str, params: dict) -> list[Path
     broken rule raises ``FigureStyleError`` naming the figure and every rule when
     ``INDEXER_LAB_STRICT_FIGURES`` is set (the main job, the tests), else warns."""
     from ..runmode import strict_figures
-    from .figure_check import check_figure
+    from .figure_check import DIGEST_KEY, check_figure, figure_digest
 
     problems = check_figure(fig, params)
     if problems:
@@ -433,7 +487,8 @@ def save(fig: Figure, out_dir: str | Path, name: str, params: dict) -> list[Path
     description = json.dumps(params, sort_keys=True, default=str)
     png, svg = out_dir / f"{stem}.png", out_dir / f"{stem}.svg"
     fig.savefig(png, dpi=style.DPI, metadata={"Title": title or name, "Description": description,
-                                              "Software": "indexer-lab"})
+                                              "Software": "indexer-lab",
+                                              DIGEST_KEY: figure_digest(fig)})
     fig.savefig(svg, metadata={"Title": title or name, "Description": description})
     return [png, svg]
 
@@ -515,8 +570,25 @@ def _retry_sentence(frame) -> str:
         elif retries:
             parts.append(f"{s} gives its cache back {retries} time{'s' if retries > 1 else ''}")
     what = "; ".join(parts) if parts else "no strategy fills it"
-    return (f"{free:g} GiB free: past it PyTorch gives its cached segments back and retries before an OOM "
-            f"({what})")
+    return (f"{free:g} GiB free beyond the boot buffers: past that PyTorch gives its cached segments back and "
+            f"retries before an OOM ({what})")
+
+
+def _reserved_limit(ax, frame) -> None:
+    """What reserved memory may reach before PyTorch gives its cache back: the memory free when a
+    step runs plus the buffers the server holds from boot, which reserved counts and the free
+    memory does not."""
+    model = frame[(frame["mode"] == "model") & frame["free_gib"].notna()] if "free_gib" in frame else frame.iloc[:0]
+    if model.empty:
+        return
+    free = float(model["free_gib"].iloc[0])
+    held = model.groupby("context_len")["held_from_boot"].max() if "held_from_boot" in model else None
+    if held is None or not held.any():
+        ax.axhline(free, color=style.FREE_COLOUR, linewidth=2, label=f"memory free: {free:g} GiB")
+        return
+    x = (held.index + model.groupby("context_len")["query_len"].max()) / 1024
+    ax.plot(x, free + held.to_numpy() / GIB, color=style.FREE_COLOUR, linewidth=2,
+            label=f"{free:g} GiB free + the boot buffers\n(K workspace, top-k output):\nwhat reserved may reach")
 
 
 def reserved_growth(frame, title_detail: str = "") -> Figure:
@@ -548,17 +620,17 @@ def reserved_growth(frame, title_detail: str = "") -> Figure:
                       linestyle=(0, (1, 2)), label=f"{strategy}: peak allocated ({word})")
             ax_gap.plot(x, (rows["reserved"] - rows["peak_allocated"]) / GIB, label=f"{strategy} ({word})",
                         **looks[strategy], **_line_style(mode))
-    free = frame["free_gib"].dropna() if "free_gib" in frame else None
-    if free is not None and len(free):
-        ax_r.axhline(float(free.iloc[0]), color=style.FREE_COLOUR, linewidth=2, label="memory free (GiB)")
+    _reserved_limit(ax_r, frame)
     ax_r.set_ylabel("reserved, peak allocated (GiB)")
-    ax_r.set_title("reserved (lines with markers) and peak allocated (dotted)", fontsize=style.FONT)
     ax_gap.set_xlabel("tokens prefilled so far (K tokens)")
     ax_gap.set_ylabel("reserved - peak allocated (GiB)")
-    ax_gap.set_title("memory the allocator holds but the step never uses", fontsize=style.FONT)
+    same = [style.merge_identical(ax, show=False) for ax in (ax_r, ax_gap)]
+    ax_r.set_title("reserved (lines with markers) and peak allocated (dotted)", fontsize=style.FONT)
+    gap = "memory the allocator holds but the step never uses"
+    ax_gap.set_title(gap + (f"\nsame points: {'; '.join(same[1])}" if same[1] else ""), fontsize=style.FONT)
     for ax in (ax_r, ax_gap):
         ax.grid(True, alpha=0.3)
-    style.legend_right(ax_r)
+    style.legend_right(ax_r, title="\n".join(["same points, drawn once:", *same[0]]) if same[0] else None)
     answers = {}  # strategies whose reserved memory moves alike, in one phrase
     for s, rows in frame[frame["mode"] == "model"].groupby("strategy", sort=False):
         answers.setdefault(_growth(rows), []).append(s)
@@ -593,13 +665,16 @@ def policy_schedule(frame, title_detail: str = "") -> Figure:
                          color="black", zorder=5, label=f"{policy}: OOM, needs more than is free")
     ax_b.set_ylabel("budget authorised (GiB)")
     ax_p.set_ylabel("transient peak (GiB)")
-    ax_b.set_title("logits budget the policy authorises", fontsize=style.FONT)
-    ax_p.set_title("transient peak of the step's plan (padding and temporaries included)", fontsize=style.FONT)
+    ax_b.set_title("logits budget the policy authorises", fontsize=style.FONT, loc="left")
+    ax_p.set_title("transient peak of the step's plan (padding and temporaries included)", fontsize=style.FONT,
+                   loc="left")
     ax_p.set_xlabel("engine step (free memory falling as in the report)")
     style.count_axis(ax_p.xaxis)
     for ax in (ax_b, ax_p):
         ax.grid(True, alpha=0.3)
     style.legend_below(fig, ncol=3)
+    for ax in (ax_b, ax_p):  # after the legend: a policy drawn under another keeps its entry
+        style.merge_identical(ax)
     style.title(fig, "Which budget policy authorises a chunk that no longer fits?", title_detail.strip(" \n"),
                 "planned without an engine release: DeepGEMM 2.6 (full logits layout), vLLM's K workspace; "
                 "free memory from each step's reading, the KV pool allocated up front")
@@ -609,21 +684,24 @@ def policy_schedule(frame, title_detail: str = "") -> Figure:
 CROSSES = "oom-crosses"  # the gid of auto_candidates' OOM crosses (the live dashboard moves them)
 
 
-def auto_candidates(candidates, free_bytes: int, title_detail: str = "") -> Figure:
+def auto_candidates(candidates, free_bytes: int, title_detail: str = "", chosen=None) -> Figure:
     """Modelled time over the workload mix vs budget, per strategy; candidates that
     would OOM at some step are drawn hollow and crossed; below, the memory the worst step
     needs and that peak over the budget.  ``candidates``: a DataFrame of ``auto.Candidate``
     rows and their ``needs_bytes``.  The release's own chunker (``engine``) is the only one a
-    setting deploys; the others are what a patched engine could do."""
+    setting deploys; the others are what a patched engine could do.  ``chosen``: ``auto``'s
+    recommendation, its choices starred and named in the title."""
     fig = style.figure(8.6)
     ax_t, ax_m, ax_ratio = fig.subplots(3, 1, sharex=True)
     looks = style.series_styles(candidates["strategy"])
+    proxies = []  # the legend names every strategy, also one drawn under another in every panel
     for strategy, rows in candidates.groupby("strategy", sort=False):
         rows = rows.sort_values("budget_mb")
-        kw = dict(linestyle="--", markerfacecolor="none", **looks[strategy])
+        kw = dict(linestyle="--", markerfacecolor="none", label=strategy, **looks[strategy])
         label = (f"{rows['engine'].iloc[0]}'s own knob (deployable)" if strategy == "engine"
                  else f"{strategy} (a patched engine)")
-        ax_t.plot(rows["budget_mb"], rows["total_ms"], label=label, **kw)
+        proxies.append(Line2D([], [], **{**kw, "label": label}))
+        ax_t.plot(rows["budget_mb"], rows["total_ms"], **kw)
         if "total_low_ms" in rows and rows["total_low_ms"].notna().all():  # the published checks' band
             ax_t.fill_between(rows["budget_mb"], rows["total_low_ms"], rows["total_high_ms"],
                               color=looks[strategy]["color"], alpha=0.2, linewidth=0)
@@ -649,11 +727,15 @@ def auto_candidates(candidates, free_bytes: int, title_detail: str = "") -> Figu
     style.mib_ticks(ax_ratio.xaxis, budgets)
     for ax in (ax_t, ax_m, ax_ratio):
         ax.grid(True, alpha=0.3)
-    handles, labels = ax_t.get_legend_handles_labels()
+    # strategies with the same points in a panel: drawn once, named beside the panel
+    same = [style.merge_identical(ax, show=False) for ax in (ax_t, ax_m, ax_ratio)]
+    stars = _star_choices(ax_t, chosen)
     crossed = Line2D([], [], marker="x", color="black", linestyle="none", label="OOM at some step")
-    style.legend_right(ax_t, handles=[*handles, crossed])
-    style.legend_right(ax_m)
-    style.title(fig, auto_candidates_title(title_detail))
+    style.legend_right(ax_t, handles=[*proxies, crossed, *stars], title=_drawn_once(same[0]))
+    style.legend_right(ax_m, handles=[ax_m.get_lines()[-1]], title=_drawn_once(same[1]))
+    if same[2]:
+        style.legend_right(ax_ratio, handles=[], title=_drawn_once(same[2]))
+    style.title(fig, auto_candidates_title(title_detail, chosen))
     return fig
 
 
@@ -662,8 +744,31 @@ def free_label(free_bytes: int, top_gib: float) -> str:
     return f"free: {gib:.2f} GiB" + (",\nabove the panel:\nevery candidate fits" if gib > top_gib else "")
 
 
-def auto_candidates_title(title_detail: str = "") -> str:
-    return style.wrap(f"The fastest budget without an OOM: the release's own knob, or a patched engine\n"
+def _drawn_once(same: list[str]) -> str | None:
+    """A legend title naming the lines drawn under another (the same points), or None."""
+    return "\n".join(["drawn once (same points):", *same]) if same else None
+
+
+def _star_choices(ax, chosen) -> list:
+    """A star on the candidate ``auto`` deploys (filled) and on the patched engine's fastest
+    (hollow), one star where both lie on one point; their handles."""
+    deploy, patched = getattr(chosen, "deployable", None), getattr(chosen, "patched", None)
+    choices = [(c, what, fill) for c, what, fill in ((deploy, "to deploy", "black"),
+                                                     (patched, "a patched engine's fastest", "none"))
+               if c is not None]
+    if len(choices) == 2 and (deploy.budget_mb, deploy.total_ms) == (patched.budget_mb, patched.total_ms):
+        choices = [(deploy, "to deploy, and a patched engine's fastest", "black")]
+    return [ax.scatter([c.budget_mb], [c.total_ms], marker="*", s=260, facecolor=fill, edgecolor="black",
+                       linewidth=1.2, zorder=6, label=f"chosen: {what}") for c, what, fill in choices]
+
+
+def auto_candidates_title(title_detail: str = "", chosen=None) -> str:
+    answer = ""
+    if chosen is not None:
+        answer = (f"\nAnswer: {chosen.deploy_line}" if chosen.deployable is not None else "\nAnswer: no setting fits")
+        if chosen.patched is not None:
+            answer += f"; a patched engine: {chosen.patched.strategy} at {chosen.patched.budget_mb:g} MiB"
+    return style.wrap(f"The fastest budget without an OOM: the release's own knob, or a patched engine{answer}\n"
                       f"{title_detail.strip(' ' + chr(10))}")
 
 
@@ -686,6 +791,9 @@ def schedule_comparison(per_step, title_detail: str = "", model: str | None = No
     ax.set_xlabel("engine step")
     ax.set_ylabel("unchunked logits M x N x 4 (GiB, modelled)")
     ax.grid(True, alpha=0.3)
+    if style.merge_identical(ax, show=False):  # one schedule drawn, said so: the lines would hide each other
+        ax.lines[0].set_label(" = ".join(f"{s} schedule" for s in dict.fromkeys(per_step["source"]))
+                              + " (the same at every step)")
     style.legend_below(fig)
     style.title(fig, f"Does the simulator schedule the same prefill steps as vLLM? {title_detail}", context)
     return fig
@@ -715,6 +823,9 @@ def release_frontier(table, title_detail: str = "") -> Figure:
     ax.axhline(free, color=style.FREE_COLOUR, linewidth=1.5, label=f"{free:g} GiB free")
     ax.scatter([], [], marker="x", color="black", label="OOM")
     style.gib_axis(ax.yaxis)
+    values = [*table["peak_transient_gib"].astype(float), free]
+    # from the power of two below the lowest to the one above the highest: a tick past every value
+    ax.set_ylim(2.0 ** np.floor(np.log2(min(values) * 0.95)), 2.0 ** np.ceil(np.log2(max(values) * 1.05)))
     ax.set_xticks(concs, [str(c) for c in concs])
     ax.set_xlabel("concurrency (requests)")
     ax.set_ylabel("worst step: indexer transient peak")
@@ -728,9 +839,26 @@ def release_frontier(table, title_detail: str = "") -> Figure:
     scheduler = (f"the deployment's {', '.join(settings)}, else each release's default" if settings
                  else "each release's default")
     style.title(fig, f"Which releases run out of memory at ISL {isl:,}, and from which concurrency?",
+                _release_answer(table, engines, free),
                 f"{model}, deployment {title_detail.strip(' ()' + chr(10))}; {_layouts(engines)}",
                 f"every release, SGLang's included, scheduled by the vLLM V1 scheduler simulator ({scheduler})")
     return fig
+
+
+def _release_answer(table, engines, free: float) -> str:
+    """The title's answer: which releases OOM from which concurrency, or none, in words."""
+    ooms = table[table["oom"].astype(bool)]
+    if ooms.empty:
+        return (f"Answer: none; the worst step of any release needs at most "
+                f"{style.size_label(table['peak_transient_gib'].max())} of the {free:g} GiB free (modelled)")
+    first = ooms.groupby("engine")["concurrency"].min()
+    by = {}
+    for e in engines:
+        by.setdefault(int(first[e]) if e in first else None, []).append(e)
+    parts = [f"from concurrency {c}: {', '.join(es)}" for c, es in sorted((c, es) for c, es in by.items() if c)]
+    if None in by:
+        parts.append(f"never: {', '.join(by[None])}")
+    return "Answer (modelled): OOM " + "; ".join(parts)
 
 
 def _layouts(engines) -> str:
@@ -800,8 +928,15 @@ def budget_frontier(frame, free_gib: float | None = None, title_detail: str = ""
     ratio.set_ylim(bottom=0)
     for ax in panels[len(workloads) + 1:]:
         ax.set_visible(False)
-    style.legend_below(fig, ncol=4, title="strategy; a budget OOMs where its point lies above the free memory; "
-                                          "dotted: no budget")
+    shown_panels = panels[:len(workloads) + 1]
+    legend = style.legend_below(fig, ncol=4)  # before lines drawn under others go: each keeps its entry
+    same = {}  # strategies with the same points in a panel: drawn once, said in the legend
+    for ax in shown_panels:
+        for note in style.merge_identical(ax, show=False):
+            same[note] = same.get(note, 0) + 1
+    legend.set_title("strategy; a budget OOMs where its point lies above the free memory; dotted: no budget"
+                     + "".join(f"\nsame points, drawn once: {note} (in {n} of {len(shown_panels)} panels)"
+                               for note, n in same.items()))
     # the lengths are said even when every prompt is at its ISL: the frontier's may differ
     lengths = lengths_of(data) or "every prompt at its ISL"
     style.title(fig, "How much free memory does each budget need at long contexts?",

@@ -117,7 +117,17 @@ def gib_axis(axis, log: bool = True, ticks: int = 6) -> None:
         _log2(axis)
         axis.set_major_locator(LogLocator(base=2, numticks=ticks))
         axis.set_minor_locator(NullLocator())
+    else:  # at most about ``ticks`` round values, in MiB below 1 GiB: labels that fit a half panel
+        axis.set_major_locator(_RoundSizes(nbins=ticks, steps=[1, 2, 2.5, 5, 10]))
     axis.set_major_formatter(FuncFormatter(lambda v, _: size_label(v)))
+
+
+class _RoundSizes(MaxNLocator):
+    """Ticks of a linear GiB axis at round values of the unit they read in: MiB below 1 GiB."""
+
+    def tick_values(self, vmin, vmax):
+        scale = 1024 if max(abs(vmin), abs(vmax)) < 1 else 1
+        return np.asarray(super().tick_values(vmin * scale, vmax * scale)) / scale
 
 
 def mib_ticks(axis, values) -> None:
@@ -227,3 +237,51 @@ def cell_boundary(ax, inside, **kw):
     if not segments:
         return None
     return ax.add_collection(LineCollection(segments, **kw))
+
+
+SAME_POINTS = 0.002  # of a panel's width or height: points closer than this are drawn on each other
+
+
+def same_points(ax, a, b) -> bool:
+    """Whether two series of points ((n, 2) data arrays) of ``ax`` land on the same places: each
+    point within ``SAME_POINTS`` of the panel's size of its twin, missing where its twin is."""
+    if a.shape != b.shape:
+        return False
+    ax.get_xlim(), ax.get_ylim()  # the view as autoscaled so far
+    to_axes = ax.transData + ax.transAxes.inverted()
+    pa, pb = to_axes.transform(a), to_axes.transform(b)
+    missing = ~np.isfinite(pa) | ~np.isfinite(pb)
+    if (missing != (~np.isfinite(pa) & ~np.isfinite(pb))).any():
+        return False
+    return bool(np.all(np.abs(np.where(missing, 0, pa - pb)) <= SAME_POINTS))
+
+
+def merge_identical(ax, prefix: str = "", show: bool = True) -> list[str]:
+    """Lines of ``ax`` that draw the same points as an earlier one are taken out (drawn on top, they
+    would hide it) and named, where ``show``, in the panel's right-hand title: "b = a" (the lines'
+    labels without ``prefix``, and without a trailing " (...)" they share); returns those phrases.
+    A figure legend made before keeps every line's entry."""
+    import re
+
+    kept, same = [], {}
+    for line in list(ax.lines):
+        if not line.get_visible() or not len(line.get_xdata()) or line.get_label().startswith("_"):
+            continue
+        xy = np.column_stack([np.asarray(line.get_xdata(), float), np.asarray(line.get_ydata(), float)])
+        twin = next((k for k, kxy in kept if same_points(ax, kxy, xy)), None)
+        if twin is None:
+            kept.append((line, xy))
+            continue
+        same.setdefault(twin, []).append(line.get_label())
+        line.remove()
+    notes = []
+    for twin, hidden in same.items():
+        labels = [label.removeprefix(prefix) for label in (*hidden, twin.get_label())]
+        tails = {re.search(r"( \(.*\))?$", label).group(0) for label in labels}
+        tail = tails.pop() if len(tails) == 1 else ""
+        if tail:  # "vllm (modelled) = causal (modelled)" reads "vllm = causal"
+            labels = [label.removesuffix(tail) for label in labels]
+        notes.append(" = ".join(labels))
+    if notes and show:
+        ax.set_title("same points: " + "; ".join(notes), loc="right", fontsize=FONT - 2)
+    return notes

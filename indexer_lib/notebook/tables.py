@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import math
+import numbers
+
+import numpy as np
 
 from ..memory import memory_report, plan_at
 from ..plan import BASELINE, PlanSettings
@@ -9,18 +12,50 @@ from ..presets import GIB, free_bytes_from_gib
 from ..timemodel.model import plan_features
 
 
-def markdown_table(frame, floatfmt: str = ".3g") -> str:
-    """A pipe table a design document can paste (no extra dependency)."""
-    def cell(v):
-        if isinstance(v, float):
-            return "" if math.isnan(v) else format(v, floatfmt)
-        return str(v)
+FRACTION_WORDS = ("error", "overhead", "share")  # a column of fractions, unless its name gives a unit
 
-    cols = [str(c) for c in frame.columns]
+
+def markdown_table(frame, floatfmt: str = ".3g") -> str:
+    """A pipe table a design document can paste (no extra dependency), as people read numbers:
+    ``floatfmt``'s significant digits without e-notation (1,024, not 1.02e+03), a ``*_bytes`` column
+    in MiB, a fraction column (error, overhead, share) in percent, and a budget column's missing or
+    -1 value as "none" (a strategy without a budget)."""
+    digits = int(floatfmt.strip(".g") or 3)
+    cols, columns = [], []
+    for c in frame.columns:
+        name = str(c)
+        kind = ("bytes" if name.endswith("_bytes") else
+                "fraction" if "(" not in name and any(w in name for w in FRACTION_WORDS) else
+                "")
+        cols.append({"bytes": f"{name.removesuffix('_bytes')} (MiB)", "fraction": f"{name} (%)"}.get(kind, name))
+        columns.append(kind)
+
+    budgets = ["budget" in str(c) for c in frame.columns]
+
+    def cell(v, kind, budget):
+        if budget and (v is None or v == -1 or (isinstance(v, float) and math.isnan(v))):
+            return "none"
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real) or (not kind and isinstance(v, numbers.Integral)):
+            return str(v)
+        v = v / 2**20 if kind == "bytes" else 100 * v if kind == "fraction" else v
+        return plain_number(float(v), digits)
+
     lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
     for row in frame.itertuples(index=False):
-        lines.append("| " + " | ".join(cell(v) for v in row) + " |")
+        lines.append("| " + " | ".join(cell(v, kind, b) for v, kind, b in zip(row, columns, budgets)) + " |")
     return "\n".join(lines)
+
+
+def plain_number(v: float, digits: int = 3) -> str:
+    """``v`` to ``digits`` significant digits (trailing zeros dropped), never in e-notation: 1,024;
+    0.0123; 2.63."""
+    if math.isnan(v):
+        return ""
+    if v == 0 or math.isinf(v):
+        return "0" if v == 0 else str(v)
+    decimals = min(12, max(0, digits - 1 - math.floor(math.log10(abs(v)))))
+    text = f"{round(v, decimals):,.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text  # 64, not 64.0
 
 
 def per_budget(frame, index, values: str):
@@ -79,9 +114,12 @@ def _failing(row) -> str:
 def step_strategy_table(steps: dict, strategies, budget_mb: float, settings: PlanSettings,
                         free_gib: float | None = None):
     """Strategies side by side on the same steps (modelled): peak incl. padding (the settings'
-    temporaries), allocated vs useful logits, chunks, gathers."""
+    temporaries), allocated vs useful logits, chunks, gathers, the published time model's time."""
     import pandas as pd
 
+    from ..timemodel.model import TimeModel
+
+    tm = TimeModel.published().for_gpu(settings.gpu)
     rows = []
     for name, batch in steps.items():
         for s in strategies:
@@ -97,7 +135,8 @@ def step_strategy_table(steps: dict, strategies, budget_mb: float, settings: Pla
                 "allocated_logits_bytes": f["allocated_logits_bytes"],
                 "useful_logits_bytes": f["useful_logits_bytes"],
                 "allocated / useful": f["allocated_logits_bytes"] / f["useful_logits_bytes"],
-                "chunks": f["chunks"], "gathers": f["gathers"],
+                "chunks": f["chunks"], "gathers": f["gathers"], "time_ms": tm.features_ms(f),
+                "time_source": tm.source,
                 "fits": None if free_gib is None else peak <= free_bytes_from_gib(free_gib),
                 "mode": "model",
             })
@@ -110,9 +149,15 @@ def strategy_sentence(table, step: str) -> str:
     best = rows.iloc[0]
     others = ", ".join(f"`{r['strategy']}` {r['peak GiB (incl. padding)']:.2f} GiB"
                        for _, r in rows.iloc[1:].iterrows())
+    cost = ""
+    if "time_ms" in rows:  # the lowest peak is bought with chunks: say what they cost
+        fastest = rows.loc[rows["time_ms"].idxmin()]
+        cost = (" at the fastest time" if best["time_ms"] <= fastest["time_ms"] else
+                f" at +{100 * (best['time_ms'] / fastest['time_ms'] - 1):.0f}% time against the fastest "
+                f"(`{fastest['strategy']}`, {fastest['chunks']} chunk{'s' if fastest['chunks'] != 1 else ''})")
     return (f"On the step \"{step}\" at {best['budget']}: `{best['strategy']}` peaks lowest, "
             f"{best['peak GiB (incl. padding)']:.2f} GiB incl. padding in {best['chunks']} "
-            f"chunks (modelled); {others}.")
+            f"chunks{cost} (modelled); {others}.")
 
 
 def budget_payoff(table, free_gib: float, max_overhead: float):
@@ -148,9 +193,14 @@ def budget_payoff(table, free_gib: float, max_overhead: float):
 def overhead_sentence(payoff, table, max_overhead: float) -> str:
     """Line 2 of the summary: chunk counts and where budgets stop paying."""
     worst = table.sort_values("chunks").iloc[-1]
+    # every strategy with that many chunks there (the figure draws them as one line)
+    tied = table[(table["step"] == worst["step"]) & (table["budget_mb"] == worst["budget_mb"])
+                 & (table["chunks"] == worst["chunks"])]
+    names = [f"`{s}`" for s in dict.fromkeys(tied["strategy"])]
+    who = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
     floors = payoff.iloc[:, 3].dropna()
     source = ", ".join(sorted(set(table["time_source"])))
-    return (f"Chunks: up to {worst['chunks']} per step (`{worst['strategy']}` at "
+    return (f"Chunks: up to {worst['chunks']} per step ({who} at "
             f"{worst['budget_mb']:g} MiB on \"{worst['step']}\", +{100 * worst['overhead']:.1f}% "
             f"{source} time); budgets stop paying below {floors.max():g} MiB "
             f"(>{max_overhead:.0%} overhead) on the hardest step."

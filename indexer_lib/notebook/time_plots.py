@@ -29,13 +29,11 @@ def published_checks(checks) -> Figure:
                    edgecolors="black", s=18, zorder=3)
     ax.axvspan(-10, 10, color="#dddddd", zorder=0)
     ax.axvline(0, color="black", linewidth=0.8)
-    ax.set_yticks(y, [f"{r['kernel']} ({r['gpu']}) {r['shape']}" for r in rows], fontsize=7)
+    # the published time in the row's label: beside a bar it would sit under the hollow circles
+    ax.set_yticks(y, [f"{r['kernel']} ({r['gpu']}) {r['shape']}: {r['published_us']:g} us" for r in rows], fontsize=7)
     ax.set_xlabel("modelled / published - 1 (%)")
     lim = max(15.0, max(abs(e) for e in errors + [h for _, h in held]) + 3)
     ax.set_xlim(-lim, lim)
-    for yi, e, r in zip(y, errors, rows):
-        ax.text(e + (0.5 if e >= 0 else -0.5), yi, f"{r['published_us']:g} us", va="center",
-                ha="left" if e >= 0 else "right", fontsize=6)
     handles = [Patch(color=c, label=k) for k, c in KERNEL_COLOURS.items() if any(r["kernel"] == k for r in rows)]
     handles.append(Patch(color="#dddddd", label="within 10%"))
     if held:
@@ -50,7 +48,8 @@ def published_checks(checks) -> Figure:
 
 def kernel_breakdown(table, strategy: str, model: str, engine: str, gpu: str) -> Figure:
     """One layer's modelled indexer time per kernel, per budget, one panel per step; whiskers: the
-    band of the published checks; a black tick: the host's time to issue the kernels."""
+    band of the published checks; a black tick: the host's time to issue the kernels, and where it
+    is the longer, a hatched bar up to it (the layer lasts the host's time)."""
     rows = table[table["strategy"] == strategy]
     steps = list(dict.fromkeys(rows["step"]))
     fig = style.figure(2.0 * len(steps) + 1.4)
@@ -66,6 +65,10 @@ def kernel_breakdown(table, strategy: str, model: str, engine: str, gpu: str) ->
         ax.errorbar(x, r["time_ms"], yerr=[r["time_ms"] - r["time_low_ms"], r["time_high_ms"] - r["time_ms"]],
                     fmt="none", ecolor="black", capsize=3, linewidth=0.8, label="band (published checks)")
         ax.scatter(x, r["host_ms"], marker="_", s=200, color="black", label="host, issuing the kernels")
+        host = (r["bound"] == "host").to_numpy() if "bound" in r else r["host_ms"].to_numpy() > bottom
+        if host.any():  # the layer lasts as long as the host: its kernels' bar is not the layer's time
+            ax.bar(x[host], r["host_ms"].to_numpy()[host], width=0.7, fill=False, edgecolor="black", hatch="//",
+                   linewidth=0.8, label="host-bound: the layer lasts the host's time")
         ax.set_xticks(x, [style.size_label(mb / 1024) for mb in r["budget_mb"]])
         ax.set_ylabel("ms per layer", fontsize=8)
         chunks = ", ".join(str(int(c)) for c in r["chunks"])

@@ -235,7 +235,7 @@ def named_steps() -> dict[str, StepBatch]:
         # typical chunked prefill: one 32K prompt's 3rd 8K chunk
         "typical: 8K chunk at 16K context": StepBatch((PrefillRequest(16384, 8192),)),
         # the reported OOM: 32 partial prefills of 10K prompts, 256 new tokens each
-        "extreme: 32 x (9984 + 256), GLM-5 OOM": StepBatch(
+        "extreme: 32 x (9984 + 256), a reported OOM's shape": StepBatch(
             tuple(PrefillRequest(9984, 256) for _ in range(32))),
         # one 64K prompt in one step
         "extreme: one 64K prompt": StepBatch((PrefillRequest(0, 65536),)),

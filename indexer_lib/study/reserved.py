@@ -76,6 +76,7 @@ class StepReserved:
     source: str  # "model" or "trace" (both modelled)
     retries: int = 0  # times so far the allocator gave its cached segments back to fit a new one
     oom: bool = False  # the step could not be served even then (the curve ends here)
+    held_from_boot: int = 0  # the K workspace and top-k output a server holds from boot (in reserved)
 
 
 DEFAULT_SETTINGS = PlanSettings("glm-5", temporaries="deepgemm")
@@ -126,7 +127,7 @@ def reserved_curve(strategy: str | Strategy, steps: list[StepBatch], budget_mb: 
         rows.append(StepReserved(strategy.name, batch.step, batch.requests[0].context_len,
                                  batch.num_rows, plan.num_chunks, len(sizes), max(sizes), peak,
                                  alloc.reserved, _segments(alloc), _segments(alloc) - segments_before,
-                                 source, alloc.retries, oom))
+                                 source, alloc.retries, oom, report.persistent))
         if oom:
             break
     return rows
