@@ -40,7 +40,7 @@ def test_one_row_per_engine_policy_and_deployment(small):
     # TensorRT-LLM's default is its element cap, 2^31 elements (8 GiB of fp32)
     (default,) = [r for r in rows if r["engine"] == "trtllm" and r["policy_kind"] == "default"
                   and r["deployment"] == deployments[1].name]
-    assert default["budget_mib"] == 8192 and default["free_gib_given"] == dp.ASSUMED_FREE_GIB
+    assert default["budget_mib"] == 8192 and default["free_gib_given"] == dp.ASSUMED_FREE_GIB and default["free_assumed"]
 
 
 def test_verdicts_and_kv_lost_are_deploys_for_the_same_server(small):
@@ -79,7 +79,7 @@ def test_each_engine_sets_its_own_knob():
 
 def _summary(policy, kind, oom, p90, kv, engine="vllm"):
     return {"engine": engine, "policy": policy, "policy_kind": kind, "deployments": 4, "of_deployments": 4,
-            "oom": oom, "eligible": kind != "patched", "kv_lost_gib": kv,
+            "oom": oom, "oom_deployments": [f"d{i}" for i in range(oom)], "eligible": kind != "patched", "kv_lost_gib": kv,
             "added_ttft_p90_ms": p90, "added_ttft_p90_low_ms": p90 * 0.9, "added_ttft_p90_high_ms": p90 * 1.1,
             "added_per_output_token_ms": p90 / 10}
 
@@ -90,7 +90,8 @@ def test_the_sentence_names_the_winner_by_its_rule():
     best, default = dp.winner(summary, "vllm")
     assert best["policy"] == "128 MiB" and default["policy"] == "512 MiB (default)"  # a patched engine cannot win
     line = dp.engine_sentence(summary, "vllm")
-    assert line.startswith("vllm: 128 MiB wins over the release's default (512 MiB): 0 vs 2 of 4 deployments OOM")
+    assert line.startswith("vllm: 128 MiB wins over the release's default (512 MiB): 0 vs 2 of 4 deployments OOM "
+                           "(the default on d0, d1)")
     assert "added TTFT p90 40.0 ms (band 36.0-44.0)" in line and "1.20 vs 1.50 GiB" in line and "modelled" in line
     assert "bands overlap" not in line
     tie = [_summary("512 MiB (default)", "default", 0, 10.0, 1.5), _summary("1024 MiB", "knob", 0, 9.5, 2.0)]
@@ -98,6 +99,12 @@ def test_the_sentence_names_the_winner_by_its_rule():
     kept = [_summary("512 MiB (default)", "default", 0, 10.0, 1.5), _summary("64 MiB", "knob", 0, 50.0, 1.1)]
     assert dp.engine_sentence(kept, "vllm").startswith("vllm: the release's default (512 MiB) wins: 0 of 4")
     assert "no deployment" in dp.engine_sentence([], "atom")
+    # a default that no knob value changes on some deployments, on a free memory assumed
+    other = {**_summary("8192 MiB (default)", "default", 5, 0.0, 0.0, "trtllm"), "other_deployments": 3, "other_oom": 2,
+             "free_assumed": [2.63]}
+    line = dp.engine_sentence([other], "trtllm")
+    assert "(the default on d0, d1, d2 and 2 more)" in line and "free memory assumed 2.63 GiB" in line
+    assert "on 3 more, whose path reads no budget, every value is the default (2 OOM)" in line
 
 
 def test_bad_parameters_are_named():

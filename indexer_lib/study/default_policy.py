@@ -37,7 +37,7 @@ FRACTIONS = (0.05, 0.1, 0.2, 0.4)
 BUFFERS = ("fixed-width",)
 PATCHED = ("causal",)
 # the planned deployments' workloads: the field's concurrency x ISL, and a long context
-WORKLOADS = ("64x10240x64", "4x131072x64")
+WORKLOADS = ("64x10240x64", "1x131072x64")
 # the budget a patched strategy gets where the release's is measured from free memory (vLLM's)
 PATCHED_BUDGET_MB = 512
 # the memory free when a step runs where the engine's server split is not read (TensorRT-LLM,
@@ -223,6 +223,7 @@ def policy_rows(deployments: list[Deployment], engines=ENGINES, budgets_mb=BUDGE
                 continue
             policies = engine_policies(release, budgets_mb, fractions, buffers, strategies, d.model)
             why = gpu_refusal(release, d.gpu, get_model(d.model))
+            # vLLM's and SGLang's split of the GPU is derived from their flags; the others' is not read
             free = d.free_gib if d.free_gib is not None or family in ("vllm", "sglang") else assumed_free_gib
             bases = [_base_row(family, release, policy, d, free) for policy in policies]
             if why:
@@ -240,7 +241,8 @@ def _base_row(family: str, release: str, policy: Policy, d: Deployment, free: fl
     return {"engine": family, "release": release, "policy": policy.name, "policy_kind": policy.kind,
             "strategy": policy.strategy, "deployment": d.name, "deployment_source": d.source, "model": d.model,
             "gpu": d.gpu, "workload": f"{w.concurrency}x{w.isl}x{w.osl}",
-            "flags": ", ".join(f"{k}={v}" for k, v in d.flags), "free_gib_given": free, "mode": "modelled"}
+            "flags": ", ".join(f"{k}={v}" for k, v in d.flags), "free_gib_given": free,
+            "free_assumed": d.free_gib is None and free is not None, "mode": "modelled"}
 
 
 def _ledger(policy: Policy, d: Deployment, release: str, free: float | None):
@@ -301,27 +303,44 @@ def _added(workload: ClosedLoopWorkload, dep, strategy: str, budgets: list, tm: 
 
 
 def policy_summary(rows: list[dict]) -> list[dict]:
-    """Per engine and policy, over the deployments the engine's default runs on: how many it
-    evaluates and how many OOM, the mean KV cache its boot lines take, the mean added time to
-    first token (p50, p90) and per output token with their bands, and whether it can win (a
-    shippable policy evaluated on every one of them)."""
+    """Per engine and policy, over the deployments where the engine's default and every value of
+    its knob run (``of_deployments``): how many it evaluates and how many OOM (and which), the mean
+    KV cache its boot lines take, the mean added time to first token (p50, p90) and per output token
+    with their bands, and whether it can win (a shippable policy evaluated on every one of them).
+    The default's row also counts the deployments whose path reads no budget, where every knob
+    value is the default (``other_deployments``, ``other_oom``)."""
     out = []
     for family in dict.fromkeys(r["engine"] for r in rows):
         mine = [r for r in rows if r["engine"] == family]
-        done = {r["deployment"] for r in mine if r["policy_kind"] == "default" and r["verdict"] != "skipped"}
-        for policy in dict.fromkeys(r["policy"] for r in mine):
-            these = [r for r in mine if r["policy"] == policy and r["deployment"] in done
-                     and r["verdict"] != "skipped"]
-            kind = next(r["policy_kind"] for r in mine if r["policy"] == policy)
-            row = {"engine": family, "policy": policy, "policy_kind": kind, "deployments": len(these),
-                   "of_deployments": len(done), "oom": sum(r["verdict"] == "oom" for r in these),
+        ran: dict[str, set] = {}
+        for r in mine:
+            if r["verdict"] != "skipped":
+                ran.setdefault(_key(r), set()).add(r["deployment"])
+        knobs = {_key(r) for r in mine if r["policy_kind"] == "knob"}
+        done = set.intersection(ran.get("default", set()), *(ran.get(k, set()) for k in knobs))
+        for key in dict.fromkeys(_key(r) for r in mine):
+            these = [r for r in mine if _key(r) == key and r["deployment"] in done and r["verdict"] != "skipped"]
+            kind = next(r["policy_kind"] for r in mine if _key(r) == key)
+            names = [r["policy"] for r in these] or [r["policy"] for r in mine if _key(r) == key]
+            row = {"engine": family, "policy": max(set(names), key=names.count), "policy_kind": kind,
+                   "deployments": len(these), "of_deployments": len(done), "oom": sum(r["verdict"] == "oom" for r in these),
+                   "oom_deployments": [r["deployment"] for r in these if r["verdict"] == "oom"],
                    "eligible": kind != "patched" and len(these) == len(done) > 0,
                    "kv_lost_gib": _mean(these, "kv_lost_gib"), "mode": "modelled"}
+            if kind == "default":
+                other = [r for r in mine if _key(r) == key and r["verdict"] != "skipped" and r["deployment"] not in done]
+                row.update(other_deployments=len(other), other_oom=sum(r["verdict"] == "oom" for r in other),
+                           free_assumed=sorted({r["free_gib_given"] for r in these + other if r.get("free_assumed")}))
             for name in TIME_COLUMNS:
                 for end in ("", "_low", "_high"):
                     row[f"{name}{end}_ms"] = _mean(these, f"{name}{end}_ms")
             out.append(row)
     return out
+
+
+def _key(row: dict) -> str:
+    """A row's policy, the release's default as one whatever it is on the deployment's path."""
+    return "default" if row["policy_kind"] == "default" else row["policy"]
 
 
 def _mean(rows: list[dict], key: str) -> float | None:
@@ -334,6 +353,8 @@ def winner(summary: list[dict], family: str) -> tuple[dict | None, dict | None]:
     the least KV lost, among the eligible ones; the release's default), None where none."""
     mine = [s for s in summary if s["engine"] == family]
     default = next((s for s in mine if s["policy_kind"] == "default" and s["deployments"]), None)
+    if default is None:
+        return None, None
     eligible = [s for s in mine if s["eligible"]]
     if not eligible:
         return None, default
@@ -364,18 +385,30 @@ def engine_sentence(summary: list[dict], family: str) -> str:
     best, default = winner(summary, family)
     if default is None:
         return f"{family}: no deployment of the study runs on it (each refused or skipped, with the reason listed)."
-    n = default["of_deployments"]
+    n, where = default["of_deployments"], _where(default)
     if best is None or best is default:
         return (f"{family}: the release's default ({_bare(default['policy'])}) wins: {default['oom']} of {n} "
-                f"deployments OOM, {_time_text(default)}, {default['kv_lost_gib']:.2f} GiB of KV cache per GPU "
+                f"deployments OOM{where}, {_time_text(default)}, {default['kv_lost_gib']:.2f} GiB of KV cache per GPU "
                 "at boot (means over the deployments; modelled).")
     p90, d90 = best["added_ttft_p90_ms"], default["added_ttft_p90_ms"]
     overlap = (p90 is not None and d90 is not None and best["added_ttft_p90_low_ms"] <= default["added_ttft_p90_high_ms"]
                and default["added_ttft_p90_low_ms"] <= best["added_ttft_p90_high_ms"])
     return (f"{family}: {best['policy']} wins over the release's default ({_bare(default['policy'])}): "
-            f"{best['oom']} vs {default['oom']} of {n} deployments OOM; {_time_text(best)} vs "
+            f"{best['oom']} vs {default['oom']} of {n} deployments OOM{where}; {_time_text(best)} vs "
             f"{_time_text(default)}{' (the bands overlap)' if overlap else ''}; {best['kv_lost_gib']:.2f} vs "
             f"{default['kv_lost_gib']:.2f} GiB of KV cache per GPU at boot (means over the deployments; modelled).")
+
+
+def _where(default: dict) -> str:
+    """Where the default OOMs (the first three), and the deployments no knob value changes."""
+    names = default["oom_deployments"]
+    text = f" (the default on {', '.join(names[:3])}{f' and {len(names) - 3} more' if len(names) > 3 else ''})" if names else ""
+    if default.get("free_assumed"):
+        text += f"; free memory assumed {', '.join(f'{g:g}' for g in default['free_assumed'])} GiB where none is given"
+    if default.get("other_deployments"):
+        text += (f"; on {default['other_deployments']} more, whose path reads no budget, every value is the default "
+                 f"({default['other_oom']} OOM)")
+    return text
 
 
 def winner_table(rows: list[dict], by: str = "gpu") -> list[dict]:
