@@ -92,10 +92,12 @@ def test_the_sentence_names_the_winner_by_its_rule():
     line = dp.engine_sentence(summary, "vllm")
     assert line.startswith("vllm: 128 MiB wins over the release's default (512 MiB): 0 vs 2 of 4 deployments OOM "
                            "(the default on d0, d1)")
-    assert "added TTFT p90 40.0 ms (band 36.0-44.0)" in line and "1.20 vs 1.50 GiB" in line and "modelled" in line
-    assert "bands overlap" not in line
+    # the difference's band: each end of the winner's against the other end of the default's
+    assert "added TTFT p90 +30.0 ms (band +25.0 to +35.0; 40.0 vs 10.0 ms), +3.00 ms per output token" in line
+    assert "lost at boot 1.20 vs 1.50 GiB per GPU" in line and "modelled" in line and "within it" not in line
     tie = [_summary("512 MiB (default)", "default", 0, 10.0, 1.5), _summary("1024 MiB", "knob", 0, 9.5, 2.0)]
-    assert "(the bands overlap)" in dp.engine_sentence(tie, "vllm")
+    line = dp.engine_sentence(tie, "vllm")
+    assert "added TTFT p90 -0.5 ms (band -2.4 to +1.5, within it; 9.5 vs 10.0 ms)" in line
     kept = [_summary("512 MiB (default)", "default", 0, 10.0, 1.5), _summary("64 MiB", "knob", 0, 50.0, 1.1)]
     assert dp.engine_sentence(kept, "vllm").startswith("vllm: the release's default (512 MiB) wins: 0 of 4")
     assert "no deployment" in dp.engine_sentence([], "atom")

@@ -59,7 +59,7 @@ def default_policy_figure(summary: list[dict], scope: str) -> Figure:
             ax.set_yticks(range(len(values)), labels if col == 0 else [""] * len(values))
             ax.invert_yaxis()
             if key == "kv_lost_gib":
-                ax.set_xlim(0, max(max(values), 0.01) * 1.05)  # an engine whose boot lines take nothing
+                ax.set_xlim(0, max(values) * 1.05 if max(values) > 0 else 1.0)  # boot lines may take nothing
             if key == "oom":
                 style.count_axis(ax.xaxis)
                 ax.set_xlim(0, max(1, policies[0]["of_deployments"]))

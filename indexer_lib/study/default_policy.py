@@ -390,13 +390,24 @@ def engine_sentence(summary: list[dict], family: str) -> str:
         return (f"{family}: the release's default ({_bare(default['policy'])}) wins: {default['oom']} of {n} "
                 f"deployments OOM{where}, {_time_text(default)}, {default['kv_lost_gib']:.2f} GiB of KV cache per GPU "
                 "at boot (means over the deployments; modelled).")
-    p90, d90 = best["added_ttft_p90_ms"], default["added_ttft_p90_ms"]
-    overlap = (p90 is not None and d90 is not None and best["added_ttft_p90_low_ms"] <= default["added_ttft_p90_high_ms"]
-               and default["added_ttft_p90_low_ms"] <= best["added_ttft_p90_high_ms"])
     return (f"{family}: {best['policy']} wins over the release's default ({_bare(default['policy'])}): "
-            f"{best['oom']} vs {default['oom']} of {n} deployments OOM{where}; {_time_text(best)} vs "
-            f"{_time_text(default)}{' (the bands overlap)' if overlap else ''}; {best['kv_lost_gib']:.2f} vs "
-            f"{default['kv_lost_gib']:.2f} GiB of KV cache per GPU at boot (means over the deployments; modelled).")
+            f"{best['oom']} vs {default['oom']} of {n} deployments OOM{where}; {_difference(best, default)}; KV cache "
+            f"lost at boot {best['kv_lost_gib']:.2f} vs {default['kv_lost_gib']:.2f} GiB per GPU (means over the "
+            "deployments; modelled).")
+
+
+def _difference(best: dict, default: dict) -> str:
+    """What the winner adds to the default's time, with the band of the difference (each end of
+    one against the other end of the other)."""
+    if best["added_ttft_p90_ms"] is None or default["added_ttft_p90_ms"] is None:
+        return "no modelled time"
+    diff = best["added_ttft_p90_ms"] - default["added_ttft_p90_ms"]
+    low = best["added_ttft_p90_low_ms"] - default["added_ttft_p90_high_ms"]
+    high = best["added_ttft_p90_high_ms"] - default["added_ttft_p90_low_ms"]
+    per_token = best["added_per_output_token_ms"] - default["added_per_output_token_ms"]
+    return (f"added TTFT p90 {diff:+.1f} ms (band {low:+.1f} to {high:+.1f}{', within it' if low <= 0 <= high else ''}; "
+            f"{best['added_ttft_p90_ms']:.1f} vs {default['added_ttft_p90_ms']:.1f} ms), {per_token:+.2f} ms per "
+            "output token")
 
 
 def _where(default: dict) -> str:
