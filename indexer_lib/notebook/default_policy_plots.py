@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 from matplotlib.patches import Patch
 
 from ..study.default_policy import winner
@@ -55,14 +56,15 @@ def default_policy_figure(summary: list[dict], scope: str) -> Figure:
             if key == "added_ttft_p90_ms":
                 err = [[max(0.0, v - (s["added_ttft_p90_low_ms"] or v)) for v, s in zip(values, policies)],
                        [max(0.0, (s["added_ttft_p90_high_ms"] or v) - v) for v, s in zip(values, policies)]]
-            ax.barh(range(len(values)), values, color=colours, xerr=err, error_kw={"lw": 0.8})
+            bars = ax.barh(range(len(values)), values, color=colours, xerr=err, error_kw={"lw": 0.8})
             ax.set_yticks(range(len(values)), labels if col == 0 else [""] * len(values))
             ax.invert_yaxis()
             if key == "kv_lost_gib":
                 ax.set_xlim(0, max(values) * 1.05 if max(values) > 0 else 1.0)  # boot lines may take nothing
-            if key == "oom":
-                style.count_axis(ax.xaxis)
-                ax.set_xlim(0, max(1, policies[0]["of_deployments"]))
+            if key == "oom":  # out of the panel title's deployments; each bar's count written beside it
+                ax.bar_label(bars, fmt="%d", padding=2, fontsize=style.FONT - 2)
+                ax.set_xlim(0, max(max(values), 1) * 1.3)
+                ax.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=4))
             if col == 0:
                 ax.set_title(f"{engine} ({policies[0]['of_deployments']} deployments)", loc="left")
             if row == len(engines) - 1:
