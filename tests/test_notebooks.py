@@ -23,7 +23,7 @@ def ci_run(tmp_path_factory):
 
 def test_every_notebook_ran_and_wrote_figures_and_tables(ci_run):
     out, stdout = ci_run
-    for name in ("01_oom_frontier", "02_chunk_overhead", "03_strategies", "04_beyond"):
+    for name in ("01_oom_frontier", "02_chunk_overhead", "03_strategies", "04_beyond", "05_default_policy"):
         assert (out / "notebooks" / f"{name}.ipynb").exists()
         pngs = list((out / "figures").glob(f"{name[:2]}_*.png"))
         assert pngs, name
@@ -33,7 +33,7 @@ def test_every_notebook_ran_and_wrote_figures_and_tables(ci_run):
     for table in ("reproductions.csv", "frontier-model.parquet", "01_largest_isl_vllm.csv", "01_long_context.csv",
                   "02_chunk_overhead.csv", "02_budget_payoff.csv", "03_strategies_steps.csv",
                   "03_strategies_workloads.csv", "04_frontier.parquet", "04_chunks.csv",
-                  "04_reserved.csv", "04_policies.csv", "04_auto.csv", "04_ledger.csv"):
+                  "04_reserved.csv", "04_policies.csv", "04_auto.csv", "04_ledger.csv", "default_policies.csv"):
         assert (tables / table).exists(), table
     # a results folder of tables: the finished sweep's journal and lock are gone
     assert not list(tables.glob("*.journal")) and not list(tables.glob("*.lock"))

@@ -199,6 +199,12 @@ def test_budget_cost_in_time_to_first_token():
     assert small["added_ttft_p50_ms"] > large["added_ttft_p50_ms"] >= 0
     assert small["added_per_output_token_ms"] > 0
     assert all(r["time_source"] == "modelled" for r in rows)
+    # each figure with its band: the same sums with every kernel at the published checks' low and high ends
+    for r in rows:
+        for name in ("added_ttft_p50", "added_ttft_p90", "added_per_output_token"):
+            ends = sorted((r[f"{name}_low_ms"], r[f"{name}_high_ms"]))
+            assert ends[0] <= r[f"{name}_ms"] <= ends[1]
+    assert small["added_ttft_p90_high_ms"] > small["added_ttft_p90_low_ms"]
 
 
 def random_plans(seed: int, count: int):

@@ -97,6 +97,18 @@ class KvCapacity:
                 f"({self.kv_cache_dtype} cache{', MTP layer' if self.mtp else ''}), blocks of {self.block_tokens})")
 
 
+def kv_bytes_per_token(model: str, kv_cache_dtype: str = "auto", mtp: bool = False) -> int | None:
+    """The KV cache bytes one token takes per GPU on the model's default checkpoint (every layer's
+    MLA latent and indexer K; ``mtp``: the MTP layers' too), None where no checkpoint is in
+    ``data/checkpoints/``."""
+    ckpt = checkpoints().get(get_model(model).name)
+    if ckpt is None:
+        return None
+    rules = _rules()
+    mla = int(rules["mla_bytes_per_token"]["value"][kv_cache_dtype])
+    return ckpt.bytes_per_token(mla, int(rules["indexer_bytes_per_token"]["value"]), mtp)
+
+
 def vllm_requested_bytes(capacity_bytes: int, gpu_memory_utilization: float) -> int:
     """The memory vLLM takes for everything it runs (weights, profile run, KV cache, CUDA graphs):
     ``ceil(total x gpu_memory_utilization)`` (vllm 0.33.0 v1/worker/utils.py:716-726,
@@ -150,8 +162,7 @@ def derive_kv_cache(model: str, engine: str | EngineProfile | None, gpu="h200", 
     mtp = speculative_tokens > 0
     if mtp:
         assumptions.append("the drafter is the model's MTP layer, which caches its KV too")
-    mla = int(rules["mla_bytes_per_token"]["value"][kv_cache_dtype])
-    per_token = ckpt.bytes_per_token(mla, int(rules["indexer_bytes_per_token"]["value"]), mtp)
+    per_token = kv_bytes_per_token(name, kv_cache_dtype, mtp)
     block = int(rules["block_tokens"]["value"])
     kv = requested - weights - other
     blocks = kv // (block * per_token) if kv > 0 else 0

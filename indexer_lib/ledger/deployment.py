@@ -51,6 +51,9 @@ class Server:
     cuda_graph_prefill_max_context: int | None = None
     dp: int = 1  # SGLang: DP attention ranks (--dp-size with --enable-dp-attention); one is planned
     logits_buffer: str | None = None  # a what-if prefill logits buffer (``plan.logits_buffer.KINDS``); None: none
+    # the release's own logits knob where it is not vLLM's (budget_mb): SGLang's free-memory fraction,
+    # TensorRT-LLM's elements per call, ATOM's MiB; None: the release's default
+    knob: float | None = None
 
 
 @dataclass(frozen=True)
@@ -121,8 +124,7 @@ def deployment_ledger(server: Server, workload: ClosedLoopWorkload, strategy: st
     differs += ["expandable_segments on (PyTorch's default: off)"] if server.expandable_segments else []
     drafts, worst_decode = server.speculative_tokens, scheduler.most_decode_tokens
     knob = server.budget_mb if chosen.own_build and profile.engine == "vllm" else None
-    if knob is not None:
-        differs.append(f"{profile.budget_env}={knob:g} (default {profile.budget_default:g})")
+    differs += _knob_text(knob, server.knob, profile, chosen)
     if free_gib is not None:
         check_within_gpu("free_gib", free_bytes_from_gib(free_gib), settings.gpu, f"free_gib {free_gib:g}")
         free = given_free(free_gib)
@@ -149,6 +151,18 @@ def deployment_ledger(server: Server, workload: ClosedLoopWorkload, strategy: st
                         server.expandable_segments, boot_apart, buffer, decode_graph_bs=graph_bs)
     run = run_ledger(steps, chosen, budget, settings, free, sizes, None if progress is None else progress.update)
     return Deployed(run, settings, scheduler, kv, free, budget, max_model_len, "; ".join(filter(None, differs)))
+
+
+def _knob_text(vllm_knob: float | None, knob: float | None, profile, strategy) -> list[str]:
+    """The release's own logits knob as set (vLLM's budget_mb, or ``knob``), named; BadValue where
+    ``knob`` is given to a run that has no such knob."""
+    if knob is None:
+        return [] if vllm_knob is None else [f"{profile.budget_env}={vllm_knob:g} (default {profile.budget_default:g})"]
+    if profile.engine == "vllm" or not strategy.own_build or profile.budget_env is None:
+        raise BadValue("knob", f"knob {knob:g}: the logits knob of SGLang, TensorRT-LLM or ATOM's own chunker "
+                               f"({profile.name}, strategy {strategy.name}: "
+                               f"{'give budget_mb' if profile.engine == 'vllm' else 'none to set'})")
+    return [f"{profile.deploy_line(knob)} (default {profile.deploy_line(profile.budget_default)})"]
 
 
 def _held_apart(free: FreeMemory, free_gib: float | None, line, what: str) -> FreeMemory:
@@ -204,7 +218,7 @@ def _budget(strategy, settings, server: Server, free_bytes: int) -> int | None:
     if strategy.own_build:
         kwargs = {} if server.mem_fraction_static is None else {"mem_fraction_static": server.mem_fraction_static}
         return process_budget(profile, free_bytes, settings.gpu_preset.capacity_bytes,
-                              value=server.budget_mb if profile.engine == "vllm" else None,
+                              value=server.budget_mb if profile.engine == "vllm" else server.knob,
                               compressed=settings.preset.kv_ratio != 1, rocm=settings.gpu_preset.rocm, **kwargs)
     if server.budget_mb is None and strategy.budget_source(profile) != NO_BUDGET:
         raise BadValue("budget_mb", f"strategy {strategy.name}: give its budget_mb")

@@ -235,13 +235,71 @@ class BeyondParameters(GridParameters):
             yield name, lambda name=name: positive(name, getattr(self, name))
 
 
+class DefaultPolicyParameters(BaseModel):
+    """Notebook 05: the default-policy study (``study.default_policy``); it plans many models,
+    engines and GPUs, so it takes none of the other notebooks' model, engine or GPU."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    notebook: ClassVar[str] = "05_default_policy"
+    renamed: ClassVar[dict[str, str]] = {"budget_mb": "budgets_mb", "workload": "workloads"}
+
+    engines: list[str]  # engine families: vllm, sglang, trtllm, atom
+    models: list[str] | None  # None: every model the project plans
+    gpus: list[str] | None  # None: every GPU in data/gpus/
+    workloads: list[str]  # the planned deployments' workloads, CONCURRENCYxISLxOSL
+    reproduce: bool  # the public reports' servers (data/field/reported_ledger.csv)
+    field: bool  # data/field/deployments.csv
+    budgets_mb: list[Number]  # vLLM's and ATOM's MiB, TensorRT-LLM's elements as MiB
+    fractions: list[Number]  # SGLang's free-memory fractions
+    buffers: list[str]  # --logits-buffer kinds
+    strategies: list[str]  # the project's strategies: what a patched engine could do
+    assumed_free_gib: Number  # free memory where the server split is not read (TensorRT-LLM, ATOM)
+    output_dir: str
+    data_dir: str
+
+    def checks(self):
+        from ..engines import ENGINES
+        from ..plan.logits_buffer import KINDS
+        from ..presets import get_gpu
+        from ..study.default_policy import workload_of
+
+        for value in self.engines:
+            yield "engines", lambda value=value: _one_of("engines", value, ENGINES)
+        for value in self.models or ():
+            yield "models", lambda value=value: get_model(value)
+        for value in self.gpus or ():
+            yield "gpus", lambda value=value: get_gpu(value)
+        for value in self.workloads:
+            yield "workloads", lambda value=value: workload_of(value)
+        for value in self.budgets_mb:
+            yield "budgets_mb", lambda value=value: budget_bytes_from_mb(value)
+        for value in self.fractions:
+            yield "fractions", lambda value=value: _fraction("fractions", value)
+        for value in self.buffers:
+            yield "buffers", lambda value=value: _one_of("buffers", value, KINDS)
+        for value in self.strategies:
+            yield "strategies", lambda value=value: get_strategy(value)
+        yield "assumed_free_gib", lambda: free_bytes_from_gib(self.assumed_free_gib)
+
+
+def _fraction(name: str, value: Number) -> None:
+    if not 0 < value <= 1:
+        raise BadValue(name, f"{name} {value!r}: must be a fraction in (0, 1]")
+
+
+def _one_of(name: str, value, known) -> None:
+    if value not in known:
+        raise BadValue(name, f"{name} {value!r}: must be one of {', '.join(map(str, known))}")
+
+
 def positive(name: str, value: Number) -> None:
     if not 0 < value < float("inf"):
         raise BadValue(name, f"{name} {value!r}: must be a finite number > 0")
 
 
 NOTEBOOK_PARAMETERS: dict[str, type[Parameters]] = {
-    cls.notebook: cls for cls in (FrontierParameters, OverheadParameters, StrategiesParameters, BeyondParameters)}
+    cls.notebook: cls for cls in (FrontierParameters, OverheadParameters, StrategiesParameters, BeyondParameters,
+                                  DefaultPolicyParameters)}
 
 
 def names(notebook: str) -> tuple[str, ...]:
