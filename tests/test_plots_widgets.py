@@ -475,3 +475,20 @@ def test_while_the_kernel_waits_the_other_budgets_are_made_and_a_newer_change_st
     monkeypatch.setenv(HEADLESS_ENV, "1")  # an executed notebook is read: nothing made ahead either
     dash = asyncio.run(idle())
     assert len(dash.budgets_to_plan(dash.state())) == len(dash.BUDGETS) - 1
+
+
+def test_the_summary_says_what_sets_the_oom_limit():
+    """Over a concurrency x ISL grid the summary names where OOMs begin at each end of the
+    concurrency axis, or that one input length sets the limit at every concurrency, never the first
+    row of a sort (concurrency 1 for a limit no concurrency moves)."""
+    by_isl = pd.DataFrame([(c, i, i >= 131072, "prefill") for c in (1, 8, 64) for i in (65536, 131072, 202752)],
+                          columns=["concurrency", "isl", "oom", "oom_line"])
+    assert tables.oom_limit(by_isl) == "from ISL 128K at every concurrency (the input length sets the limit)"
+    by_both = pd.DataFrame([(c, i, c * i >= 8 * 65536, "decode") for c in (1, 8, 64) for i in (8192, 65536, 202752)],
+                           columns=["concurrency", "isl", "oom", "oom_line"])
+    assert tables.oom_limit(by_both) == ("from concurrency 8 x ISL 64K to concurrency 64 x ISL 8K "
+                                         "(its decode step's paged logits)")
+    frame = by_isl.assign(model="glm-5", free_gib=2.63, mode="model", engine="vllm==0.33.0", strategy="n-only",
+                          budget_mb=None)
+    assert tables.frontier_sentence(frame).endswith(
+        "without a budget it OOMs from ISL 128K at every concurrency (the input length sets the limit).")

@@ -91,19 +91,30 @@ def frontier_sentence(frame, budget_mb: float = 512, strategy: str = "vllm") -> 
             parts.append(f"`{strategy}` at {budget_mb:g} MiB never OOMs up to concurrency "
                          f"{cmax} x ISL {_k(imax)};")
         else:
-            first = budgeted[budgeted["oom"]].sort_values(["concurrency", "isl"]).iloc[0]
-            parts.append(f"`{strategy}` at {budget_mb:g} MiB first OOMs at concurrency "
-                         f"{first['concurrency']} x ISL {_k(first['isl'])}{_failing(first)};")
+            parts.append(f"`{strategy}` at {budget_mb:g} MiB OOMs {oom_limit(budgeted)};")
     unbudgeted = data[data["strategy"] == BASELINE]
     if len(unbudgeted):
-        oom = unbudgeted[unbudgeted["oom"]].sort_values(["concurrency", "isl"])
-        if len(oom):
-            first = oom.iloc[0]
-            parts.append(f"without a budget the first OOM is at concurrency "
-                         f"{first['concurrency']} x ISL {_k(first['isl'])}{_failing(first)}.")
+        if unbudgeted["oom"].any():
+            parts.append(f"without a budget it OOMs {oom_limit(unbudgeted)}.")
         else:
             parts.append("without a budget nothing in the grid OOMs.")
     return " ".join(parts)
+
+
+def oom_limit(rows) -> str:
+    """Where a strategy's OOMs begin over a concurrency x ISL grid, saying what sets the limit: per
+    concurrency the shortest input length that OOMs (one ISL at every concurrency: the input length
+    sets it; else the first OOM at the lowest and at the highest concurrency that has one)."""
+    oom = rows[rows["oom"]].sort_values(["concurrency", "isl"])
+    first_isl = oom.groupby("concurrency")["isl"].min()
+    suffix = _failing(oom.iloc[0])
+    if len(first_isl) == rows["concurrency"].nunique() and first_isl.nunique() == 1:
+        return f"from ISL {_k(int(first_isl.iloc[0]))} at every concurrency (the input length sets the limit){suffix}"
+    low, high = first_isl.index.min(), first_isl.index.max()
+    text = f"from concurrency {low} x ISL {_k(int(first_isl[low]))}"
+    if high != low:
+        text += f" to concurrency {high} x ISL {_k(int(first_isl[high]))}"
+    return text + suffix
 
 
 def _failing(row) -> str:
