@@ -40,11 +40,12 @@ def decode_line(plan, decode_tokens: int, max_model_len: int, step: int | None =
     where = f"step {step}: " if step is not None else ""
     profile = plan.settings.profile
     cols = decode_logits_cols(profile, plan.settings.preset, max_model_len, drafts)
+    in_workspace = decode_in_workspace(plan.settings)
     replayed = ""
     if nbytes == 0:
-        replayed = (" (taken from the shared workspace the boot line sized)" if decode_in_workspace(plan.settings)
+        replayed = (" (taken from the shared workspace the boot line sized)" if in_workspace
                     else f" (replayed in the decode CUDA graph of up to {graph_bs:,} requests: its pool's)")
-    source = profile.sources["rocm_decode_workspace" if decode_in_workspace(plan.settings) else "decode_logits_cols"]
+    source = profile.sources["rocm_decode_workspace" if in_workspace else "decode_logits_cols"]
     return LedgerLine("decode", "decode step's paged logits", nbytes, source,
                       f"{where}{decode_tokens:,} decode tokens x {cols:,} columns fp32{replayed}")
 

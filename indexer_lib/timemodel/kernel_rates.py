@@ -433,6 +433,7 @@ def error_band(gpu: str = REFERENCE_GPU) -> dict[str, tuple[float, float]]:
 
 # ----------------------------------------------------------------------------- GPUs not timed
 
+@lru_cache(maxsize=None)  # asked for every plan a time is modelled for
 def time_refusal(gpu: str) -> str | None:
     """Why a GPU's time is not modelled, in one line (None: it is): the logits kernel it runs has
     no published timing the constants were fitted to, or no dense FP8 rate to scale them by.

@@ -175,13 +175,11 @@ STAND_IN = "standing in for"
 
 @lru_cache(maxsize=64)  # asked for every row a table computes
 def _for_gpu(model: TimeModel, gpu: str) -> TimeModel:
-    if gpu == model.gpu and kr.time_refusal(gpu) is None:
-        return model
-    if kr.time_refusal(gpu) is None:
-        return TimeModel.published(gpu)
+    why = kr.time_refusal(gpu)
+    if why is None:
+        return model if gpu == model.gpu else TimeModel.published(gpu)
     base = model if kr.time_refusal(model.gpu) is None else TimeModel.published(kr.REFERENCE_GPU)
-    return replace(base, source=f"{base.source}; an {base.gpu.upper()}'s time {STAND_IN} {gpu}: "
-                                f"{kr.time_refusal(gpu)}")
+    return replace(base, source=f"{base.source}; an {base.gpu.upper()}'s time {STAND_IN} {gpu}: {why}")
 
 
 def load_measured(data_dir: str | Path = MEASURED_DIR):
