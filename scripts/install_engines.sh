@@ -16,7 +16,7 @@
 #
 # vLLM 0.33.0 is the project's own (.venv, scripts/install_vllm.sh, which runs first).
 # Idempotent: what already imports is kept.
-#   bash scripts/install_engines.sh [vllm-0.15.1 vllm-0.19.0 vllm-0.20.0 vllm-0.30.0 sglang-0.5.23 ...]
+#   bash scripts/install_engines.sh [vllm-0.15.1 vllm-0.19.0 vllm-0.20.0 vllm-0.30.0 vllm-0.32.0 sglang-0.5.23 ...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=.venv-engines
@@ -26,7 +26,7 @@ TF4_PACKAGES=("transformers>=4.56.0,<5" gguf openai-harmony)
 # what 0.15.1's scheduler imports beyond those (its structured-output manager), without their own
 # dependencies (all present already): the seed release's own scheduler runs in the tests
 SCHEDULER_PACKAGES=("mistral_common==1.8.8" pydantic-extra-types pycountry tiktoken diskcache)
-TARGETS=("$@"); [ ${#TARGETS[@]} -gt 0 ] || TARGETS=(vllm-0.15.1 vllm-0.19.0 vllm-0.20.0 vllm-0.30.0 sglang-0.5.23
+TARGETS=("$@"); [ ${#TARGETS[@]} -gt 0 ] || TARGETS=(vllm-0.15.1 vllm-0.19.0 vllm-0.20.0 vllm-0.30.0 vllm-0.32.0 sglang-0.5.23
     sglang-0.5.12 sglang-0.5.14 sglang-0.5.15 sglang-0.5.17 sglang-0.5.20 sglang-0.5.21 sglang-0.5.22)
 # the releases whose overlay also takes deps-tf4 (found by importing their indexer module)
 declare -A WANTS_TF4=([0.15.1]=1 [0.19.0]=1 [0.20.0]=1)

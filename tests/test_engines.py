@@ -289,7 +289,7 @@ def named_batches() -> list[dict]:
             for s, q in cases]
 
 
-@pytest.mark.parametrize("release", ["0.15.1", "0.19.0", "0.33.0"])
+@pytest.mark.parametrize("release", ["0.15.1", "0.19.0", "0.32.0", "0.33.0"])
 def test_the_engine_strategy_plans_chunk_for_chunk_as_vllm_does(release):
     engine = get_engine(f"vllm=={release}")
     batches = named_batches() + random_batches(random.Random(release), 600)

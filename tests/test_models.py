@@ -111,17 +111,21 @@ def test_a_compressed_request_scores_its_k_in_entries():
 
 def test_deepseek_v4_on_vllm_0_33_at_1m_context(capsys):
     """One 1M-token request, its last 8,192 rows: 262,144 C4 entries, 512 rows per 512 MiB chunk,
-    two chunks' logits alive (about 1 GiB), on vLLM 0.33.0 (earlier vLLM releases' paths are not modelled)."""
+    two chunks' logits alive (about 1 GiB), on vLLM 0.33.0; 0.30.0 reserves a K buffer of 40 x
+    max_model_len // 4 entries (16 x from 0.32.0), and 0.19.0 has no DeepSeek-V4 path."""
     argv = ["plan", "--model", "deepseek-v4-flash", "--query-lens", "8192", "--seq-lens", "1048576", "--json"]
     assert main(argv) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["num_chunks"] == 16 and d["largest_logits_bytes"] == 512 * 262_144 * 4
     assert d["workspace_tokens"] == 16 * 1_048_576 // 4 and d["peak_layer_kind"] == "c4"
     assert 2 * 512 * 2**20 <= d["peak_transient_bytes"] < 1.01 * 2**30
-    assert main(argv[:-1] + ["--engine", "vllm==0.32.0"]) == 2
-    err = capsys.readouterr().err  # the release's reason (compressed_kv_unmodelled), then where it is modelled
-    assert "is not modelled: vllm 0.32.0's source is not installed here" in err
-    assert "; modelled on: sglang==0.5.12-0.5.23, trtllm==1.3.0rc15.post1-1.4.0rc4, vllm==0.33.0" in err
+    for release, factor in (("0.30.0", 40), ("0.32.0", 16)):
+        assert main(argv + ["--engine", f"vllm=={release}"]) == 0
+        d = json.loads(capsys.readouterr().out)
+        assert d["num_chunks"] == 16 and d["workspace_tokens"] == factor * 1_048_576 // 4
+    assert main(argv[:-1] + ["--engine", "vllm==0.19.0"]) == 2
+    err = capsys.readouterr().err
+    assert "; modelled on: sglang==0.5.12-0.5.23, trtllm==1.3.0rc15.post1-1.4.0rc4, vllm==0.20.0-0.33.0" in err
     assert main(["run", "--device", "meta", *argv[1:-1]]) == 2
     assert "which the executor does not compute" in capsys.readouterr().err
     # a short step: the longest compressed K is at most top-k (512), every entry selected, no logits

@@ -18,7 +18,7 @@ from indexer_lib.memory import make_plan, memory_report
 from indexer_lib.plan import PlanSettings
 from indexer_lib.workload import StepBatch
 
-RELEASES = ("vllm==0.33.0", "vllm==0.30.0", "vllm==0.20.0", "vllm==0.19.0", "vllm==0.15.1")
+RELEASES = ("vllm==0.33.0", "vllm==0.32.0", "vllm==0.30.0", "vllm==0.20.0", "vllm==0.19.0", "vllm==0.15.1")
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 

@@ -66,10 +66,17 @@ def cmd_plan(args) -> int:
         budget = f"budget {size_text(plan.budget_bytes)} ({counted}; {kernel})"
     print(f"{plan.strategy}{on}, {plan.model}: {plan.num_chunks} chunks, {budget}, "
           f"peak {format_bytes(report.peak)} ({format_bytes(report.peak_transient)} transient)")
-    over = sum(c.over_budget for c in plan.chunks)
+    packed_past = sum(c.over_budget and c.num_requests > 1 and c.kv_tokens > plan.workspace_tokens
+                      for c in plan.chunks)
+    over = sum(c.over_budget for c in plan.chunks) - packed_past
     if over:  # a budget below what one row (or the workspace) needs: said, not only flagged per chunk
         print(f"over budget: {over:,} of {plan.num_chunks:,} chunks hold more than the budget allows, "
               "which no split of them meets (below one row's logits, or past the K workspace)")
+    if packed_past:  # vLLM 0.20.0-0.31.0 on compressed K: the chunker's limit is ratio times the buffer
+        print(f"past the K buffer: {packed_past:,} of {plan.num_chunks:,} chunks pack more K entries than the "
+              f"{plan.workspace_tokens:,}-entry buffer holds ({plan.engine} packs against the workspace before its "
+              "division by the compression ratio); their logits are as wide as the buffer, and the release "
+              "gathers the rest of their K past its end")
     preset = plan.settings.preset
     (kind,) = preset.indexing_kinds
     entries = f", K in entries of {kind.compress_ratio} tokens" if kind.compress_ratio != 1 else ""

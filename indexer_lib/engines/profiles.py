@@ -86,12 +86,14 @@ class EngineProfile:
     # a smaller factor above a max_model_len (vLLM 0.33: 16 instead of 40 above 256K): [above, factor]
     workspace_factor_long: tuple | None = None
     # the release's path for an indexer over compressed K (DeepSeek-V4's C4) is modelled: the same
-    # chunker on seq_len // ratio entries, the workspace in entries, and no logits at all while the
-    # step's longest compressed K is at most top-k
+    # chunker on seq_len // ratio entries and a K buffer of the workspace // ratio entries
     compressed_kv: bool = False
-    # where the release has a DeepSeek-V4 (compressed K) indexer path the project does not model:
-    # how it differs, with its source (the refusal names it)
-    compressed_kv_unmodelled: str | None = None
+    # on it, the chunker packs a chunk's entries against the undivided workspace (ratio times the K
+    # buffer: vLLM 0.20.0-0.31.0), so a chunk may hold more entries than the buffer; its K is sliced
+    # to the buffer, which caps the logits' width (``plan.packing.field_packing``)
+    compressed_pack_undivided: bool = False
+    # on it, no logits at all while the step's longest compressed K is at most top-k (vLLM 0.27.0 on)
+    compressed_skip_short: bool = True
     # the release's path for a pooled indexer (GLM-5.3-Flash's kpool: pools of ``pool`` tokens are
     # its compressed entries) is modelled: vLLM 0.33.0 runs the compressed chunker on it and skips
     # the logits while the longest prefill is at most top-k tokens; SGLang 0.5.23 has a path of its

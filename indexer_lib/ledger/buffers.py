@@ -29,7 +29,7 @@ FIXED_SOURCE = ("assumed from vllm-project/vllm#58068 (open, in no release) as i
 # the installed ones), and 0.33.0's decode path, as its profile reads it, calls the paged logits
 # unbudgeted on every decode step
 DECODE_BUDGET_ENV = "VLLM_SPARSE_INDEXER_DECODE_MAX_MB"
-DECODE_BUDGET_READ = ("0.15.1", "0.19.0", "0.20.0", "0.30.0")
+DECODE_BUDGET_READ = ("0.15.1", "0.19.0", "0.20.0", "0.30.0", "0.32.0")
 
 
 def decode_budget_note() -> str:

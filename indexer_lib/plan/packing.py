@@ -27,7 +27,9 @@ class Packing(NamedTuple):
     (None: all its K); ``alloc_rows``: the rows a packed chunk's logits are padded up to
     (fixed-shape); ``over``: the packed chunks break the budget whatever the split (fixed-shape:
     not one row fits).  ``monotone``: whenever [r0, r1) may join, so may any [r0, r1') with r1' <
-    r1 (more rows and columns only add bytes).
+    r1 (more rows and columns only add bytes).  ``kv_limit_ratio``: a packed chunk holds at most
+    this many times the workspace's K (a release that packs compressed K against its undivided
+    workspace: ``plan.paths``).
     """
 
     may_join: Callable
@@ -37,6 +39,7 @@ class Packing(NamedTuple):
     alloc_rows: int | None = None
     over: bool = False
     monotone: bool = False
+    kv_limit_ratio: int = 1
 
 
 def join_always(b, r0, r1, m, n, longest, among=True) -> bool:
@@ -81,6 +84,8 @@ def pack(batch, b: Budgeting, packing: Packing, build, among=True) -> None:
     """
     query_lens, seq_lens = batch.query_lens, batch.seq_lens
     n_req, workspace = len(query_lens), b.workspace
+    if packing.kv_limit_ratio != 1:
+        workspace = workspace * packing.kv_limit_ratio
     repeats = batch.repeats  # one step: its runs of identical requests
     may_join, slice_alone = packing.may_join, packing.slice_alone
     # the chunk being packed, where ``open`` holds: requests [first, i), their rows, K and longest
@@ -143,14 +148,16 @@ def _record(batch, group: tuple, end, packing: Packing, build, among) -> int:
     return groups
 
 
-def slice_equal_rows(i: int, build, times: int = 1, among=True) -> None:
+def slice_equal_rows(i: int, build, times: int = 1, among=True, cap: int | None = None) -> None:
     """vLLM: slices of max(1, rows-within-budget) rows at the request's full width (its own
-    seq_len wide in the compressed layout)."""
+    seq_len wide in the compressed layout), at most ``cap`` columns where the release slices the
+    request's K to a buffer that small."""
     b, r = build.b, build.batch.requests[i]
     compressed = b.compressed_only
     n, q = r.seq_len, r.query_len
     per = q if b.budget is None else b.max_rows(n, compressed, among)
-    build.add_rows(RowSlices(i, i + 1, q, maximum(per, 1), n, 0, n, per < 1, compressed), times, among)
+    cols = n if cap is None else minimum(n, cap)
+    build.add_rows(RowSlices(i, i + 1, q, maximum(per, 1), cols, 0, n, per < 1, compressed), times, among)
 
 
 def slice_causal(i: int, build, compressed: bool, times: int = 1, among=True) -> None:

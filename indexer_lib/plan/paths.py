@@ -20,7 +20,7 @@ from ..engines.v41 import torch_rows_per_chunk, torch_width
 from ..padding import align
 from .budgeting import Budgeting
 from .builders import RowSlices
-from .packing import field_packing, join_always, pack, within_packed
+from .packing import field_packing, join_always, pack, slice_equal_rows, within_packed
 from .settings import PlanSettings
 
 KPOOL_INDEX_PAGE_ENTRIES = 64  # SGLang's index page: 64 pooled entries (dsa_indexer_kpool.py:992)
@@ -80,7 +80,16 @@ class VllmChunker(ReleasePath):
 
 @functools.lru_cache(maxsize=256)  # made once per settings, not for every step of a grid
 def _vllm_packing(settings: PlanSettings, budgeted: bool):
-    return field_packing(settings, within_packed(settings) if budgeted else join_always)
+    packing = field_packing(settings, within_packed(settings) if budgeted else join_always)
+    ratio, buffer = settings.preset.kv_ratio, settings.workspace
+    if settings.profile.compressed_pack_undivided and ratio != 1 and packing.width is None and buffer is not None:
+        # vLLM 0.20.0-0.31.0 on compressed K: the builder packs entries against the undivided
+        # workspace (0.20.0 v1/attention/backends/mla/indexer.py:249, :525-530) and the layer slices
+        # the chunk's K to its buffer of workspace // ratio entries (sparse_attn_indexer.py:195), so
+        # the logits are at most the buffer wide and the K past it is gathered out of bounds
+        packing = packing._replace(kv_limit_ratio=ratio, width=lambda r0, r1, kv, longest: minimum(kv, buffer),
+                                   slice_alone=functools.partial(slice_equal_rows, cap=buffer))
+    return packing
 
 
 class SglangRows(ReleasePath):
@@ -500,7 +509,8 @@ def release_path(settings: PlanSettings) -> ReleasePath:
 def skips_logits(engine, batch, topk: int, pooled: bool = False):
     """Where the release computes no logits for the step and selects every K entry: SGLang's DSA
     indexer when every sequence is at most top-k (its C4 path has no such skip); vLLM's compressed
-    indexers when the longest compressed K is (TensorRT-LLM's compressed path computes them: its V4
+    indexers from 0.27.0 (``compressed_skip_short``) when the longest compressed K is
+    (TensorRT-LLM's compressed path computes them: its V4
     config leaves skip_indexer_for_short_seqs off).  A pooled indexer (GLM-5.3-Flash's kpool, top-k
     in tokens) skips them on vLLM 0.33.0 and SGLang 0.5.23 while the step's longest sequence is at
     most top-k tokens (vLLM ``models/glm5next/nvidia/sparse_indexer.py:280-293``; SGLang
@@ -510,7 +520,8 @@ def skips_logits(engine, batch, topk: int, pooled: bool = False):
             return False  # TensorRT-LLM's kpool path: no skip read (taken as none)
         return batch.longest_tokens <= topk
     sglang_c4 = batch.kv_ratio != 1 and engine.engine == "sglang" and engine.compressed_kv
-    vllm_compressed = batch.kv_ratio != 1 and engine.compressed_kv and engine.engine == "vllm"
+    vllm_compressed = (batch.kv_ratio != 1 and engine.compressed_kv and engine.engine == "vllm"
+                       and engine.compressed_skip_short)
     if (engine.skip_logits_at_or_below_topk and not sglang_c4) or vllm_compressed:
         return batch.longest <= topk
     return False

@@ -105,9 +105,6 @@ class PlanSettings:
             elif self.preset.qsa:
                 path = (f"prefill path for {self.model}'s QSA indexer ({ratio}x-compressed K blocks, weight-free) "
                         "is not modelled (its code not read at this release)")
-            elif profile is not None and profile.compressed_kv_unmodelled is not None:
-                path = (f"indexer path for {self.model}'s {kind} layers ({ratio}x-compressed K) is not modelled: "
-                        f"{profile.compressed_kv_unmodelled}")
             else:
                 path = f"indexer path for {self.model}'s {kind} layers ({ratio}x-compressed K) is not modelled"
             raise BadValue("engine", f"{on}: its {path}; modelled on: {releases_text(modelled)}")
