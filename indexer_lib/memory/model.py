@@ -136,13 +136,15 @@ class ReferenceTemporaries(Temporaries):
 
 class DeepgemmTemporaries(Temporaries):
     """The H200 path, modelled without DeepGEMM installed: DeepGEMM computes on chip; a
-    fixed-shape chunk's padded inputs live through its call, then the window top-k runs."""
+    fixed-shape chunk's padded inputs (and, on ROCm, what aiter's kernel copies to its padded rows)
+    live through its call, then the window top-k runs."""
 
     counts = True
 
     def __init__(self, plan: Plan, topk: int):
         super().__init__(plan, topk)
         self.count = topk_counter(topk)
+        self.rules = plan.settings.rules
         self.known: dict[tuple, tuple[int, int]] = {}  # a plan's chunks share a few shapes: each counted once
 
     def whole(self, chunk):
@@ -152,7 +154,8 @@ class DeepgemmTemporaries(Temporaries):
         key = (chunk.num_rows, chunk.logits_cols, chunk.alloc_rows)
         phases = self.known.get(key)
         if phases is None:
-            phases = self.known[key] = deepgemm_phases(*key, self.model.index_heads, self.model.head_dim, self.count)
+            phases = self.known[key] = deepgemm_phases(*key, self.model.index_heads, self.model.head_dim, self.count,
+                                                       self.rules)
         return phases
 
 
