@@ -21,7 +21,7 @@ from indexer_lib.aiter_logits import AITER_LOGITS_RULES
 from indexer_lib.checks import BadValue
 from indexer_lib.cli.main import main
 from indexer_lib.engines import EngineBudget, get_engine, gpu_refusal
-from indexer_lib.memory import make_plan
+from indexer_lib.memory import make_plan, memory_report
 from indexer_lib.memory.model import logits_bytes
 from indexer_lib.padding import get_rules
 from indexer_lib.plan import PlanSettings
@@ -117,6 +117,10 @@ def test_aiters_flydsl_kernel_copies_an_odd_chunks_inputs_through_its_call():
                                                                            held=GIB)
             for gpu, plan in plans.items()}
     assert fast["mi300x"] - fast["mi355x"] == 131_072 * 4 + 1024 * per_row
+    # the release's own path (temporaries 'replay'): the copies next to the previous chunk's logits
+    replayed = {gpu: memory_report(plan, temporaries="replay").chunks[-1] for gpu, plan in plans.items()}
+    assert (replayed["mi300x"].held_with, replayed["mi355x"].held_with) == (1024 * per_row, 0)
+    assert replayed["mi300x"].total - replayed["mi355x"].total == 131_072 * 4 + 1024 * per_row
 
 
 def test_the_planners_count_aiter_logits_by_the_one_rule():
