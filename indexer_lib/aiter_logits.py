@@ -10,7 +10,8 @@ aiter's FlyDSL kernel for gfx942 (``flydsl_fp8_mqa_logits``, from aiter 0571aeac
 ``aiter/ops/flydsl/kernels/mqa_logits/fp8_mqa_logits.py`` at e4048607a5) scores two rows a block
 (:390-395 ``_auto_variant``, :528-530): it allocates ``[align(M, 2), align(N, 256)]`` fp32
 (:540-554), returns the ``[:M, :N]`` view (:578), and for an odd M first copies Q, the weights,
-ks and ke to the even row count (:531-536, ``padding.kernel_inputs_bytes``).
+ks and ke to the even row count (:531-536; the rule's ``copies_inputs``, counted by
+``memory.chunk_bytes.kernel_inputs_of``).
 
 ``padding`` registers each rule as a ``PaddingRules``, whose ``counter`` is the one place the bytes
 are counted, for one chunk or arrays of them, like a DeepGEMM build's; an engine path that calls
