@@ -33,6 +33,9 @@ class PaddingRules:
     has_compressed: bool  # max_seqlen_k > 0 layout exists (2.2+)
     full_width: bool = True  # 2.8 keeps only the compressed layout
     row_align: int | None = None  # rows aligned to this fixed multiple (aiter: 1), over the two above
+    # the kernel copies its inputs (q, weights, ks, ke) to the padded rows before it allocates the
+    # logits, alive through the call (aiter's FlyDSL kernel); DeepGEMM pads its logits rows alone
+    copies_inputs: bool = False
 
     def row_multiple(self, heads: int) -> int:
         if self.row_align is not None:
@@ -142,10 +145,12 @@ DEEPGEMM_RULES: dict[str, PaddingRules] = {
     "2.8": PaddingRules("2.8", True, 256, 256, has_compressed=True, full_width=False),
 }
 DEFAULT_DEEPGEMM_VERSION = "2.6"
-# aiter's logits on ROCm (``aiter_logits``): rows unpadded, one [M, align(N, col_align)] layout
+# aiter's logits on ROCm (``aiter_logits``): one [align(M, row_align), align(N, col_align)] layout;
+# a kernel that pads its rows (FlyDSL's) copies its inputs to them
 AITER_RULES: dict[str, PaddingRules] = {
-    name: PaddingRules(name, False, 0, col_align, has_compressed=False, row_align=1)
-    for name, col_align in AITER_LOGITS_RULES.items()
+    name: PaddingRules(name, False, 0, col_align, has_compressed=False, row_align=row_align,
+                       copies_inputs=row_align > 1)
+    for name, (row_align, col_align) in AITER_LOGITS_RULES.items()
 }
 
 

@@ -161,6 +161,8 @@ def test_an_unknown_gpu_is_one_line_naming_it_and_the_choices(capsys):
     ("mi355x", "vllm==0.30.0", "its prefill chunk loop and workspace on ROCm were not read"),
     ("mi355x", "sglang==0.5.19", "were not read before 0.5.20"),
     ("mi355x", "vllm==0.19.0", "its ROCm indexer path was not read at this release"),
+    ("mi300x", "vllm==0.30.0", "its prefill chunk loop and workspace on ROCm were not read"),
+    ("mi325x", "vllm==0.19.0", "its ROCm indexer path was not read at this release"),
     # vLLM before 0.30.0 has no sparse-MLA attention backend on capability 12.x: it stops at startup
     ("gb10", "vllm==0.20.0", "flashmla_sparse.py:133 (major 9 or 10)"),
     ("gb10", "vllm==0.15.1", "platforms/cuda.py:351-352 raises 'No valid attention backend found'"),
@@ -194,6 +196,7 @@ def test_a_gpu_on_which_the_release_path_is_not_modelled_is_refused(capsys, gpu,
     ("gb200", "trtllm"),
     ("b200", "vllm==0.33.0"), ("b300", "vllm==0.33.0"), ("gb200", "vllm==0.33.0"), ("gb300", "vllm==0.33.0"),
     ("mi355x", "vllm"), ("mi355x", "sglang"), ("mi355x", "sglang==0.5.20"), ("mi300x", "sglang"), ("mi325x", "sglang"),
+    ("mi300x", "vllm==0.33.0"), ("mi325x", "vllm"),
 ])
 def test_the_modelled_paths_plan_on_every_gpu(capsys, gpu, engine):
     assert gpu_refusal(engine, gpu) is None

@@ -21,7 +21,7 @@ from indexer_lib.aiter_logits import AITER_LOGITS_RULES
 from indexer_lib.checks import BadValue
 from indexer_lib.cli.main import main
 from indexer_lib.engines import EngineBudget, get_engine, gpu_refusal
-from indexer_lib.memory import make_plan
+from indexer_lib.memory import make_plan, memory_report
 from indexer_lib.memory.model import logits_bytes
 from indexer_lib.padding import get_rules
 from indexer_lib.plan import PlanSettings
@@ -31,10 +31,11 @@ from indexer_lib.workload import StepBatch
 from test_engines import run_oracle, sglang_src
 
 def aiter_logits_bytes(rows, cols, rule: str = "aiter-256"):
-    """aiter's allocation restated: ``rows x align(cols, col_align) x 4`` fp32 (aiter
-    aiter/ops/triton/attention/fp8_mqa_logits.py:114-128 at c16d44b93a and e4048607a5)."""
-    align = AITER_LOGITS_RULES[rule]
-    return rows * (-(-cols // align) * align) * 4
+    """aiter's allocation restated: ``align(rows, row_align) x align(cols, col_align) x 4`` fp32
+    (aiter aiter/ops/triton/attention/fp8_mqa_logits.py:114-128 at c16d44b93a and e4048607a5; the
+    FlyDSL kernel's aiter/ops/flydsl/kernels/mqa_logits/fp8_mqa_logits.py:528-554 at e4048607a5)."""
+    row_align, col_align = AITER_LOGITS_RULES[rule]
+    return -(-rows // row_align) * row_align * (-(-cols // col_align) * col_align) * 4
 
 
 ROCM_CAP = 2**31 - 1  # sglang 0.5.23 layers/attention/mqa_logits_utils.py:24 MQA_LOGITS_MAX_BYTES_ROCM
@@ -72,6 +73,56 @@ def test_aiter_logits_are_rows_by_columns_aligned_to_256_restated():
         get_rules("aiter-512")
 
 
+def test_aiters_flydsl_logits_pad_the_rows_to_even_restated():
+    """ROCm/aiter aiter/ops/flydsl/kernels/mqa_logits/fp8_mqa_logits.py at e4048607a5 (the same
+    lines since 0571aeac7b): ``_auto_variant`` is ``mfma_r2_*`` (:390-395), so ``seq_len_padded =
+    align(seq_len, 2)`` (:528-530); ``torch.full((seq_len_padded, align(seq_len_kv, 256)), -inf,
+    float32)[:, :seq_len_kv]`` (:540-554), returned as ``logits[:seq_len, :]`` (:578)."""
+    count = get_rules("aiter-flydsl").counter(heads=32)
+    assert count(1, 1) == 2 * 256 * 4
+    assert count(2, 256) == 2 * 256 * 4 and count(3, 257) == 4 * 512 * 4
+    assert count(1023, 131_071) == 1024 * 131_072 * 4 == count(1024, 131_072)
+    rows, cols = np.array([1, 7, 4096]), np.array([1, 65_536, 131_073])
+    assert list(count(rows, cols)) == [2 * 256 * 4, 8 * 65_536 * 4, 4096 * 131_328 * 4]
+    assert count.tallest(1000, 5 * 1024 * 4, False, 100) == 4  # five rows would allocate six
+
+
+def test_aiters_flydsl_kernel_copies_an_odd_chunks_inputs_through_its_call():
+    """The same file, :531-536: for an odd seq_len, ``torch.cat`` makes Q ``[M + 1, H, D]`` fp8 (vLLM's
+    float8_e4m3fnuz on gfx942), the weights ``[M + 1, H]`` fp32 and cu_starts, cu_ends ``[M + 1]``
+    int32 before the logits are allocated; the locals live until the call returns.  Counted with the
+    H200 path's temporaries during the logits call, nothing for an even chunk or another rule."""
+    from indexer_lib.memory.chunk_bytes import ChunkBytes, deepgemm_phases, kernel_inputs_of
+
+    flydsl, heads, dim = get_rules("aiter-flydsl"), 32, 128
+    per_row = heads * dim + 4 * heads + 2 * 4
+    assert kernel_inputs_of(1023, None, heads, dim, flydsl) == 1024 * per_row == 4_333_568
+    assert kernel_inputs_of(1024, None, heads, dim, flydsl) == 0
+    assert kernel_inputs_of(1023, None, heads, dim, get_rules("aiter-256")) == 0
+    assert list(kernel_inputs_of(np.array([1, 2, 7]), None, heads, dim, flydsl)) == [2 * per_row, 0, 8 * per_row]
+    assert deepgemm_phases(1023, 5000, None, heads, dim, lambda r, c: 7, flydsl) == (1024 * per_row, 7)
+    batch = StepBatch.from_lengths([16_383], [131_071])
+    plans = {gpu: make_plan(batch, "engine", 512 * MIB, PlanSettings("glm-5", "vllm", gpu=gpu, temporaries="deepgemm"))
+             for gpu in ("mi300x", "mi355x")}
+    last = {gpu: plan.chunks[-1] for gpu, plan in plans.items()}
+    assert last["mi300x"].num_rows == 1023 and last["mi300x"].rows == last["mi355x"].rows
+    assert logits_bytes(last["mi300x"], plans["mi300x"]) == 1024 * 131_072 * 4
+    assert logits_bytes(last["mi355x"], plans["mi355x"]) == 1023 * 131_072 * 4
+    from indexer_lib.memory.model import temporaries_of
+    during = {gpu: temporaries_of(plan, "deepgemm", 2048).phases(plan.chunks[-1])[0] for gpu, plan in plans.items()}
+    assert during == {"mi300x": 1024 * per_row, "mi355x": 0}
+    # the frontier's count from shapes alone: with the previous chunk's logits held through the call,
+    # the gfx942 chunk adds a row of logits and the copies to the gfx950 one
+    fast = {gpu: ChunkBytes(plan.settings, deepgemm=True, topk=2048).total(1023, 131_071, False, False, 131_071,
+                                                                           held=GIB)
+            for gpu, plan in plans.items()}
+    assert fast["mi300x"] - fast["mi355x"] == 131_072 * 4 + 1024 * per_row
+    # the release's own path (temporaries 'replay'): the copies next to the previous chunk's logits
+    replayed = {gpu: memory_report(plan, temporaries="replay").chunks[-1] for gpu, plan in plans.items()}
+    assert (replayed["mi300x"].held_with, replayed["mi355x"].held_with) == (1024 * per_row, 0)
+    assert replayed["mi300x"].total - replayed["mi355x"].total == 131_072 * 4 + 1024 * per_row
+
+
 def test_the_planners_count_aiter_logits_by_the_one_rule():
     rng = random.Random(950)
     for name in AITER_LOGITS_RULES:
@@ -81,7 +132,9 @@ def test_the_planners_count_aiter_logits_by_the_one_rule():
             assert count(rows, cols) == aiter_logits_bytes(rows, cols, name)
             budget = rng.randint(1, 4 * GIB)
             widest = count.widest(rows, budget)  # the widest row the budget holds
-            assert widest < 0 or count(rows, widest) <= budget < count(rows, widest + AITER_LOGITS_RULES[name])
+            assert widest < 0 or count(rows, widest) <= budget < count(rows, widest + AITER_LOGITS_RULES[name][1])
+            tallest = count.tallest(cols, budget, False, 10**9)  # the most rows of this width the budget holds
+            assert count(tallest, cols) <= budget < count(tallest + 1, cols)
 
 
 # ----------------------------------------------------------------------------- vLLM 0.33.0's own dispatch
@@ -112,7 +165,8 @@ def test_vllm_033_scores_with_aiters_fp8_mqa_logits_on_gfx950_and_flydsl_on_gfx9
     with aiter stubbed by the allocation aiter makes: on gfx950 with VLLM_ROCM_USE_AITER it hands
     the chunk to aiter's ``fp8_mqa_logits`` with ``clean_logits=False`` and returns aiter's tensor
     ([M, align(N, 256)] fp32, the planned bytes); on gfx942 it calls ``flydsl_fp8_mqa_logits``
-    instead (refused); without the variable it scores with its torch fallback (not planned)."""
+    instead ([align(M, 2), align(N, 256)] fp32, the ``aiter-flydsl`` rule); without the variable it
+    scores with its torch fallback (not planned)."""
     import torch
 
     module = _vllm_rocm_module()
@@ -129,7 +183,8 @@ def test_vllm_033_scores_with_aiters_fp8_mqa_logits_on_gfx950_and_flydsl_on_gfx9
 
     def flydsl_fp8_mqa_logits(q, k, scale, weights, ks, ke, clean_logits=True):
         calls.append(("flydsl", clean_logits))
-        return torch.empty((q.shape[0], k.shape[0]), dtype=torch.float32)
+        rows, cols = q.shape[0], k.shape[0]
+        return torch.empty((-(-rows // 2) * 2, -(-cols // 256) * 256), dtype=torch.float32)[:rows, :cols]
 
     monkeypatch.setattr(module, "mqa_logits_module", lambda: types.SimpleNamespace(fp8_mqa_logits=aiter_fp8_mqa_logits))
     for name in ("aiter", "aiter.ops"):
@@ -142,14 +197,17 @@ def test_vllm_033_scores_with_aiters_fp8_mqa_logits_on_gfx950_and_flydsl_on_gfx9
         logits = module.rocm_fp8_mqa_logits(*_fp8_inputs(rows, cols))
         assert calls[-1] == ("aiter", False) and logits.shape == (rows, cols)
         assert logits.untyped_storage().nbytes() == aiter_logits_bytes(rows, cols)
-    assert get_engine("vllm==0.33.0").rocm_logits == "aiter-256"
-    assert get_engine("vllm==0.33.0").rocm_arches == ("gfx950",)
+    assert get_engine("vllm==0.33.0").rocm_logits_on("gfx950") == "aiter-256"
+    assert get_engine("vllm==0.33.0").rocm_arches == ("gfx942", "gfx950")
 
     monkeypatch.setattr(module, "_ON_GFX950", False)
     monkeypatch.setattr(module, "_ON_GFX942", True)
-    module.rocm_fp8_mqa_logits(*_fp8_inputs(5, 300))
-    assert calls[-1][0] == "flydsl"
-    assert "flydsl_fp8_mqa_logits" in gpu_refusal("vllm==0.33.0", gfx942())
+    for rows, cols in ((5, 300), (64, 1024), (7, 1)):
+        logits = module.rocm_fp8_mqa_logits(*_fp8_inputs(rows, cols))
+        assert calls[-1] == ("flydsl", True) and logits.shape == (rows, cols)  # clean_logits left at its default
+        assert logits.untyped_storage().nbytes() == aiter_logits_bytes(rows, cols, "aiter-flydsl")
+    assert get_engine("vllm==0.33.0").rocm_logits_on("gfx942") == "aiter-flydsl"
+    assert gpu_refusal("vllm==0.33.0", gfx942()) is None
 
     monkeypatch.setattr(rocm_aiter_ops, "_AITER_ENABLED", False)
     monkeypatch.setattr(module, "_ON_GFX942", False)
@@ -238,35 +296,54 @@ def test_which_releases_and_models_plan_on_the_mi355x(engine, model, why):
 
 
 def test_gfx942_by_architecture_alone():
-    """vLLM 0.33.0 runs another kernel on gfx942 (refused, naming it); SGLang 0.5.20-0.5.23 the
-    same aiter Triton kernel on both architectures (planned)."""
+    """vLLM 0.33.0 runs aiter's FlyDSL kernel on gfx942 (planned with its rule), SGLang 0.5.20-0.5.23
+    the same aiter Triton kernel on both architectures; vLLM before 0.33.0 stays refused."""
     part = gfx942()
-    why = gpu_refusal("vllm", part)
-    assert "gfx942-part (gfx942, ROCm)" in why and "rocm_aiter_mla_sparse.py:970-975" in why
-    assert "fp8_mqa_logits.py:390-395, :530-536" in why and "\n" not in why
+    assert gpu_refusal("vllm", part) is None and gpu_refusal("vllm==0.33.0", part) is None
+    assert PlanSettings("glm-5", "vllm==0.33.0", gpu="mi300x").deepgemm == "aiter-flydsl"
+    assert PlanSettings("deepseek-v3.2", "vllm==0.33.0", gpu="mi325x").deepgemm == "aiter-flydsl"
+    assert PlanSettings("glm-5", "sglang", gpu="mi300x").deepgemm == "aiter-256"
     assert gpu_refusal("sglang", part) is None and gpu_refusal("sglang==0.5.20", part) is None
-    assert "modelled on ROCm: atom==0.1.3-0.1.10 on gfx942, gfx950; sglang==0.5.20-0.5.23 on gfx942, gfx950; vllm==0.33.0 on gfx950" in \
+    why = gpu_refusal("vllm==0.30.0", part)
+    assert "gfx942-part (gfx942, ROCm)" in why and "rocm_aiter_mla_sparse.py:999" in why and "\n" not in why
+    assert "modelled on ROCm: atom==0.1.3-0.1.10 on gfx942, gfx950; sglang==0.5.20-0.5.23 on gfx942, gfx950; vllm==0.33.0 on gfx942, gfx950" in \
         gpu_refusal("vllm==0.19.0", part)
+    assert "only its DSA indexer" in gpu_refusal("vllm==0.33.0", part, get_model("deepseek-v4-flash"))
     assert "has no DeepGEMM" in gpu_refusal(None, part)
 
 
-@pytest.mark.parametrize("engine", ["vllm", "sglang"])
-def test_plan_frontier_and_auto_run_on_the_mi355x(capsys, tmp_path, engine):
-    code, out, err = run(capsys, "plan", "--gpu", "mi355x", "--engine", engine, "--model", "glm-5",
+@pytest.mark.parametrize("gpu", ["mi300x", "mi325x"])
+def test_vllm_033_plans_on_gfx942_with_aiters_flydsl_rule(capsys, gpu):
+    """``plan --engine vllm==0.33.0 --gpu mi300x`` (or mi325x) plans GLM-5 and names the FlyDSL rule;
+    an odd last chunk's logits are counted at the even row count."""
+    code, out, err = run(capsys, "plan", "--gpu", gpu, "--engine", "vllm==0.33.0", "--model", "glm-5",
+                         "--query-lens", "16383", "--seq-lens", "131071", "--free-gib", "60")
+    assert code == 0, err
+    assert "aiter-flydsl" in out.splitlines()[0] and f"GPU {gpu} (gfx942)" in out
+    code, out, err = run(capsys, "plan", "--gpu", gpu, "--engine", "vllm==0.33.0", "--model", "glm-5",
+                         "--query-lens", "16383", "--seq-lens", "131071", "--free-gib", "60", "--json")
+    assert code == 0, err
+    last = json.loads(out)["chunks"][-1]
+    assert last["rows"][1] - last["rows"][0] == 1023 and last["logits_bytes"] == 1024 * 131_072 * 4
+
+
+@pytest.mark.parametrize("engine, gpu", [("vllm", "mi355x"), ("sglang", "mi355x"), ("vllm", "mi300x")])
+def test_plan_frontier_and_auto_run_on_rocm(capsys, tmp_path, engine, gpu):
+    code, out, err = run(capsys, "plan", "--gpu", gpu, "--engine", engine, "--model", "glm-5",
                          "--query-lens", "16384", "--seq-lens", "131072", "--free-gib", "60", "--json")
     assert code == 0, err
     plan = json.loads(out)
-    assert plan["gpu"] == "mi355x"
+    assert plan["gpu"] == gpu
     csv = tmp_path / "f.csv"
-    code, out, err = run(capsys, "frontier", "--model", "glm-5", "--engine", engine, "--gpu", "mi355x",
+    code, out, err = run(capsys, "frontier", "--model", "glm-5", "--engine", engine, "--gpu", gpu,
                          "--concurrency", "1", "--isl", "8192", "--strategy", "engine", "--free-gib", "60",
                          "--out", str(csv))
     assert code == 0, err
     assert csv.exists()
-    code, out, err = run(capsys, "auto", "--engine", engine, "--gpu", "mi355x", "--free-gib", "60",
+    code, out, err = run(capsys, "auto", "--engine", engine, "--gpu", gpu, "--free-gib", "60",
                          "--workload", "1x8192x64", "--json")
     assert code == 0, err
-    assert json.loads(out)["gpu"] == "mi355x"
+    assert json.loads(out)["gpu"] == gpu
 
 
 def test_a_refused_rocm_release_is_one_line_naming_its_reason(capsys):

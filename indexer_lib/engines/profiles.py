@@ -188,10 +188,12 @@ class EngineProfile:
     # --cuda-graph-prefill-max-context bounds the width (ledger.boot.prefill_graph_line)
     compressed_prefill_graph: bool = False
     # ROCm (docs/design.md#rocm): the aiter logits rule (``aiter_logits``) of the release's indexer
-    # path on the GPU architectures ``rocm_arches`` where that path is modelled (None: on none);
-    # ``rocm_path``: one line, with the release's file and line, saying what its indexer runs on
-    # ROCm, and ``rocm_not_modelled`` why the rest is refused (None: the path was not read)
-    rocm_logits: str | None = None
+    # path on the GPU architectures ``rocm_arches`` where that path is modelled (None: on none), one
+    # rule for all of them or, where the release calls another kernel per architecture, ((arch,
+    # rule), ...) (the JSON's {arch: rule}; read with ``rocm_logits_on``); ``rocm_path``: one line,
+    # with the release's file and line, saying what its indexer runs on ROCm, and
+    # ``rocm_not_modelled`` why the rest is refused (None: the path was not read)
+    rocm_logits: str | tuple | None = None
     rocm_arches: tuple | None = None
     rocm_path: str | None = None
     rocm_not_modelled: str | None = None
@@ -225,6 +227,9 @@ class EngineProfile:
             if value not in allowed:
                 raise ValueError(f"engine profile {self.engine}=={self.release}: {name} {value!r} "
                                  f"must be one of {', '.join(allowed)}")
+        if isinstance(self.rocm_logits, tuple) and sorted(a for a, _ in self.rocm_logits) != sorted(self.rocm_arches or ()):
+            raise ValueError(f"engine profile {self.engine}=={self.release}: rocm_logits names a rule for "
+                             f"each of rocm_arches {self.rocm_arches}, no other")
         if (self.sm100_logits != "float32") != (self.sm100_logits_stride_bytes is not None):
             raise ValueError(f"engine profile {self.engine}=={self.release}: sm100_logits {self.sm100_logits!r} "
                              "takes sm100_logits_stride_bytes exactly where it is not 'float32'")
@@ -232,6 +237,15 @@ class EngineProfile:
     @property
     def name(self) -> str:
         return f"{self.engine}=={self.release}"
+
+    def rocm_logits_on(self, arch: str) -> str | None:
+        """The aiter logits rule of the release's indexer on this ROCm architecture, or None where
+        its path there is not modelled (``rocm.rocm_refusal`` says why)."""
+        if self.rocm_logits is None or arch not in (self.rocm_arches or ()):
+            return None
+        if isinstance(self.rocm_logits, tuple):
+            return dict(self.rocm_logits)[arch]
+        return self.rocm_logits
 
     def indexer_decode_threshold(self, speculative_tokens: int) -> int:
         """New tokens up to which a request takes the indexer's decode path, with this many
@@ -342,6 +356,8 @@ def _load() -> dict[str, EngineProfile]:
             for name in ("metadata", "workspace_factor_long", "deepgemm_families", "indexer_cuda_majors", "rocm_arches"):
                 if values.get(name) is not None:
                     values[name] = tuple(values[name])
+            if isinstance(values.get("rocm_logits"), dict):  # a rule per architecture, hashable
+                values["rocm_logits"] = tuple(sorted(values["rocm_logits"].items()))
             if values.get("chunk_rows_by_kv") is not None:
                 values["chunk_rows_by_kv"] = tuple(tuple(pair) for pair in values["chunk_rows_by_kv"])
             sources = {k: v["source"] for k, v in facts.items()}

@@ -1,11 +1,12 @@
 """Which (release, ROCm GPU, model) the memory model plans, and why the others are refused
 (docs/design.md#rocm).
 
-On ROCm there is no DeepGEMM: a release's indexer calls aiter's ``fp8_mqa_logits``, whose logits
-allocation is ``aiter_logits``.  A release is planned on a ROCm GPU where its profile names that
-rule (``rocm_logits``) for the GPU's architecture (``rocm_arches``) and the model's indexer is
-the DSA one (uncompressed K: DeepSeek-V3.2, GLM-5); everything else is refused in one line naming
-the release's own reason (``rocm_path``, ``rocm_not_modelled``: each with its file and line).
+On ROCm there is no DeepGEMM: a release's indexer calls aiter's ``fp8_mqa_logits`` (or, vLLM 0.33.0
+on gfx942, aiter's FlyDSL kernel), whose logits allocation is ``aiter_logits``.  A release is
+planned on a ROCm GPU where its profile names that rule for the GPU's architecture
+(``rocm_logits_on``) and the model's indexer is the DSA one (uncompressed K: DeepSeek-V3.2,
+GLM-5); everything else is refused in one line naming the release's own reason (``rocm_path``,
+``rocm_not_modelled``: each with its file and line).
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ def rocm_refusal(profile: EngineProfile | None, gpu: GpuPreset, model=None) -> s
     if profile is None:
         return f"{where} has no DeepGEMM: name the engine release whose ROCm path is planned ({modelled})"
     path = profile.rocm_path or "its ROCm indexer path was not read at this release"
-    if profile.rocm_logits is None or gpu.arch not in (profile.rocm_arches or ()):
+    if profile.rocm_logits_on(gpu.arch) is None:
         why = profile.rocm_not_modelled or "its logits allocation there is not modelled"
         return f"{profile.name} on {where}: {path}; {why} ({modelled})"
     if model is not None and (model.kv_ratio != 1 or model.pooled or model.qsa or model.has_candidates):

@@ -36,7 +36,25 @@ def padded_inputs_of(rows: int, alloc_rows: int | None, heads: int, head_dim: in
     rows have empty windows).  0 for a chunk that is not padded."""
     if alloc_rows is None or alloc_rows <= rows:
         return 0
-    return alloc_rows * heads * head_dim + FP32_BYTES * alloc_rows * heads + 2 * INT32_BYTES * alloc_rows
+    return alloc_rows * input_row_bytes(heads, head_dim)
+
+
+def input_row_bytes(heads: int, head_dim: int) -> int:
+    """One query row of a logits call's inputs: q ``[H, D]`` fp8, weights ``[H]`` fp32, ks and ke int32."""
+    return heads * head_dim + FP32_BYTES * heads + 2 * INT32_BYTES
+
+
+def kernel_inputs_of(rows, alloc_rows, heads: int, head_dim: int, rules):
+    """The inputs a kernel that pads its rows copies to them before allocating its logits, alive
+    through its call (``PaddingRules.copies_inputs``: aiter's FlyDSL kernel on gfx942,
+    ``aiter/ops/flydsl/kernels/mqa_logits/fp8_mqa_logits.py:528-536`` at e4048607a5: torch.cat of
+    q, weights, ks and ke with zero rows up to an even count).  None where the rows are already
+    whole; the kernel sees ``alloc_rows`` where a fixed-shape chunk padded its inputs first."""
+    if not rules.copies_inputs:
+        return 0
+    seen = rows if alloc_rows is None else alloc_rows
+    padded = rules.rows_allocated(seen, heads)
+    return where(padded > seen, padded * input_row_bytes(heads, head_dim), 0)
 
 
 def kv_bytes_per_gathered_token(settings) -> int:
@@ -45,11 +63,15 @@ def kv_bytes_per_gathered_token(settings) -> int:
     return settings.preset.k_bytes_per_token if settings.workspace_lifetime == "chunk" else 0
 
 
-def deepgemm_phases(rows, cols, alloc_rows, heads: int, head_dim: int, topk_bytes):
+def deepgemm_phases(rows, cols, alloc_rows, heads: int, head_dim: int, topk_bytes, rules=None):
     """The H200 path's temporaries of a chunk, (during its logits call, during its top-k):
-    DeepGEMM computes on chip, so a fixed-shape chunk's padded inputs live through the call, then
-    the window top-k's (``topk_bytes(rows, cols)``) take their place."""
-    return padded_inputs_of(rows, alloc_rows, heads, head_dim), topk_bytes(rows, cols)
+    DeepGEMM computes on chip, so a fixed-shape chunk's padded inputs live through the call (and,
+    on ROCm, the inputs the logits ``rules``' kernel copies to its padded rows: ``kernel_inputs_of``),
+    then the window top-k's (``topk_bytes(rows, cols)``) take their place."""
+    during = padded_inputs_of(rows, alloc_rows, heads, head_dim)
+    if rules is not None:
+        during = during + kernel_inputs_of(rows, alloc_rows, heads, head_dim, rules)
+    return during, topk_bytes(rows, cols)
 
 
 def logits_alloc(allocated, rows, cols, compressed: bool, alloc_rows=None, alloc_bytes=None):
@@ -82,6 +104,7 @@ class ChunkBytes:
         self.topk_bytes = topk_counter(topk)  # the window top-k's temporaries
         self.topk_grows = topk_holds_every_row(topk)  # where they only grow with the width
         self.heads, self.head_dim = model.index_heads, model.head_dim
+        self.rules = settings.rules  # the logits kernel's rules: whether it copies its inputs
         self.kv_per_token = kv_bytes_per_gathered_token(settings)
 
     def logits(self, rows, cols, compressed: bool, alloc_rows=None, alloc_bytes=None):
@@ -95,7 +118,7 @@ class ChunkBytes:
         tmp = held_with = 0
         if self.deepgemm:
             during_logits, during_topk = deepgemm_phases(rows, cols, alloc_rows, self.heads, self.head_dim,
-                                                         self.topk_bytes)
+                                                         self.topk_bytes, self.rules)
             tmp, held_with = maximum(during_logits, during_topk), where((held > 0) | (staged > 0), during_logits, 0)
         return transient_total(self.logits(rows, cols, compressed, alloc_rows, alloc_bytes),
                                metadata_bytes_of(rows, gathered), tmp, 0, gathered * self.kv_per_token, held,

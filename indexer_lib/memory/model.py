@@ -30,8 +30,8 @@ from ..dtypes import FP32_BYTES, INT32_BYTES
 from ..padding import unpadded_logits_bytes
 from ..plan import Chunk, Plan, PlanSettings, merged_chunks
 from ..presets import ModelPreset
-from .chunk_bytes import (deepgemm_phases, kv_bytes_per_gathered_token, logits_alloc, metadata_bytes_of,
-                          padded_inputs_of, staged_alloc, transient_total)
+from .chunk_bytes import (deepgemm_phases, kernel_inputs_of, kv_bytes_per_gathered_token, logits_alloc,
+                          metadata_bytes_of, padded_inputs_of, staged_alloc, transient_total)
 from .replayed import (call_metadata_bytes, chunk_path_bytes, replayed_profile, upcast_weights_bytes,
                        workspace_path_bytes)
 from .tiling import merge_temporaries_bytes, reference_phase_bytes, reference_temporaries_bytes
@@ -136,13 +136,15 @@ class ReferenceTemporaries(Temporaries):
 
 class DeepgemmTemporaries(Temporaries):
     """The H200 path, modelled without DeepGEMM installed: DeepGEMM computes on chip; a
-    fixed-shape chunk's padded inputs live through its call, then the window top-k runs."""
+    fixed-shape chunk's padded inputs (and, on ROCm, what aiter's kernel copies to its padded rows)
+    live through its call, then the window top-k runs."""
 
     counts = True
 
     def __init__(self, plan: Plan, topk: int):
         super().__init__(plan, topk)
         self.count = topk_counter(topk)
+        self.rules = plan.settings.rules
         self.known: dict[tuple, tuple[int, int]] = {}  # a plan's chunks share a few shapes: each counted once
 
     def whole(self, chunk):
@@ -152,7 +154,8 @@ class DeepgemmTemporaries(Temporaries):
         key = (chunk.num_rows, chunk.logits_cols, chunk.alloc_rows)
         phases = self.known.get(key)
         if phases is None:
-            phases = self.known[key] = deepgemm_phases(*key, self.model.index_heads, self.model.head_dim, self.count)
+            phases = self.known[key] = deepgemm_phases(*key, self.model.index_heads, self.model.head_dim, self.count,
+                                                       self.rules)
         return phases
 
 
@@ -304,7 +307,7 @@ def memory_report(plan: Plan, topk_rows: int | None = None, temporaries=FROM_SET
 def _engine_report(plan: Plan, topk_rows: int, k: int, workspace_tokens: int, count_padding: bool) -> MemoryReport:
     """The engine's own code as replayed (``replayed_profile``): its metadata for the whole call, row_ends next
     to each chunk's logits, its zeros during the top-k, the previous chunk's logits held while
-    the next are allocated (``logits_alive``)."""
+    the next are allocated (``logits_alive``) with what the logits kernel copies then (on ROCm)."""
     profile = replayed_profile(plan)
     model = plan.settings.preset
     chunks = []
@@ -315,7 +318,10 @@ def _engine_report(plan: Plan, topk_rows: int, k: int, workspace_tokens: int, co
         if plan.settings.upcast:
             with_logits += upcast_weights_bytes(c.num_rows, model.index_heads)
         held = previous if plan.logits_alive > 1 else 0
-        chunks.append(ChunkMemory(logits, with_logits, during_topk, held=held,
+        # what the logits kernel copies to its padded rows, alive through its call (aiter's FlyDSL)
+        copies = kernel_inputs_of(c.num_rows, c.alloc_rows, model.index_heads, model.head_dim,
+                                  plan.settings.rules) if count_padding else 0
+        chunks.append(ChunkMemory(logits, with_logits, during_topk, held=held, held_with=copies,
                                   staged=staged_bytes(c, plan, count_padding)))
         previous = logits
     workspace = workspace_path_bytes(profile, workspace_tokens, model.head_dim,

@@ -181,7 +181,7 @@ class PlanSettings:
         if self.profile is None:
             return DEFAULT_DEEPGEMM_VERSION
         if self.gpu_preset.rocm:
-            return self.profile.rocm_logits
+            return self.profile.rocm_logits_on(self.gpu_preset.arch)
         return self.profile.deepgemm_rules
 
     @cached_property  # planners read these for every step of a grid
