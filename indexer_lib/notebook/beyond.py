@@ -12,7 +12,7 @@ from ..study.budget_policy import FixedPolicy, FreshPolicy, SglangPolicy, run_po
 from ..search.worst_step import Schedule
 from ..memory import memory_report, plan_at
 from ..plan import MEASURED_BUDGET, PlanSettings, get_strategy
-from ..presets import GIB, MIB, free_bytes_from_gib, get_gpu
+from ..presets import GIB, MIB, free_bytes_from_gib
 from ..timemodel.model import TimeModel, plan_features
 from ..workload import ClosedLoopWorkload, PrefillRequest, SchedulerConfig, StepBatch
 
@@ -55,20 +55,27 @@ def chunk_table(steps: dict, strategies, budgets_mb, settings: PlanSettings, tim
     return pd.DataFrame(rows)
 
 
-def policy_table(free_start_gib: float = 13.15, free_end_gib: float = 2.20, steps: int = 6,
+def policy_table(free_start_gib: float | None = None, free_end_gib: float | None = None, steps: int = 6,
                  strategy: str = "vllm", model: str = "glm-5", batch: StepBatch = REPORTED_STEP,
-                 fixed_mb: float = 512):
+                 fixed_mb: float = 512, case: str = "sglang-stale-budget"):
     """The reported step repeated while free memory falls linearly from the first reading to
     the failure's (vLLM and SGLang allocate their KV pool up front, so this is not the KV cache
     filling: the fall is the report's, its cause not modelled): per policy and step, the budget it
-    authorises and whether the plan fits.
-    SGLang's cached reading: 0.2 x the first reading (0.2 x 13.15 = 2.63 GiB) kept for
-    the run; ours re-reads and counts every transient."""
+    authorises and whether the plan fits.  SGLang's cached reading is its own rule with the
+    reporter's flags (``case`` in data/field/reported_budgets.csv: its GPU's total,
+    ``--mem-fraction-static``, the fraction), measured at the first reading and kept for the run;
+    the readings are the report's unless given.  Ours re-reads and counts every transient."""
     import pandas as pd
 
-    free = shrinking_free_memory(steps, free_bytes_from_gib(free_start_gib),
-                                 free_bytes_from_gib(free_end_gib))
-    policies = [FixedPolicy(fixed_mb), SglangPolicy(get_gpu("h200").capacity_bytes), FreshPolicy()]
+    from ..study.reported import stale_budget_cases
+
+    report = stale_budget_cases()[case]
+    start = report["first_free_bytes"] if free_start_gib is None else free_bytes_from_gib(free_start_gib)
+    end = report["free_bytes"] if free_end_gib is None else free_bytes_from_gib(free_end_gib)
+    free = shrinking_free_memory(steps, start, end)
+    sglang = SglangPolicy(report["total_bytes"], report["fraction"], report["mem_fraction_static"],
+                          engine=report["engine"])
+    policies = [FixedPolicy(fixed_mb), sglang, FreshPolicy()]
     rows = []
     for policy in policies:
         for step, r in enumerate(run_policy([batch] * steps, free, policy, strategy, PlanSettings(model))):

@@ -217,8 +217,8 @@ class BeyondParameters(GridParameters):
     prompt_len: int  # one long prompt, prefilled step_tokens at a time
     step_tokens: int
     reserved_budget_mb: list[Number]
-    policy_free_start_gib: Number
-    policy_free_end_gib: Number
+    policy_free_start_gib: Number | None  # None: the stale-budget report's readings
+    policy_free_end_gib: Number | None
     policy_steps: int
     auto_budgets_mb: list[Number]
     widgets: bool
@@ -232,7 +232,8 @@ class BeyondParameters(GridParameters):
             for value in getattr(self, name):
                 yield name, lambda value=value: budget_bytes_from_mb(value)
         for name in ("policy_free_start_gib", "policy_free_end_gib"):
-            yield name, lambda name=name: positive(name, getattr(self, name))
+            if getattr(self, name) is not None:
+                yield name, lambda name=name: positive(name, getattr(self, name))
 
 
 class DefaultPolicyParameters(BaseModel):

@@ -202,27 +202,38 @@ def through_releases(releases=FIELD_RELEASES):
     return pd.DataFrame(rows)
 
 
+def stale_budget_cases() -> dict[str, dict]:
+    """The reported stale-budget cases (``data/field/reported_budgets.csv``) by name: the
+    reporter's engine, GPU total, fraction and ``--mem-fraction-static``, and the free memory at
+    the first measured call and at the failure, in bytes."""
+    return {r["case"]: {"engine": get_engine(r["engine"]).name, "total_bytes": int(float(r["total_gib"]) * GIB),
+                        "fraction": float(r["fraction"]), "mem_fraction_static": float(r["mem_fraction_static"]),
+                        "first_free_bytes": int(float(r["first_free_gib"]) * GIB),
+                        "free_bytes": int(float(r["free_gib"]) * GIB), "row": r}
+            for r in read_rows("field", "reported_budgets.csv")}
+
+
 def stale_budgets() -> list[dict]:
     """The reported stale SGLang budget, by its own rule: the budget measured with the first
     free-memory reading, what a fresh reading at the failure would have given, and whether
     the engine lets the failing chunk through."""
     out = []
-    for r in read_rows("field", "reported_budgets.csv"):
-        engine = get_engine(r["engine"])
-        total = int(float(r["total_gib"]) * GIB)
-        args = dict(value=float(r["fraction"]), total_bytes=total, mem_fraction_static=float(r["mem_fraction_static"]))
+    for case in stale_budget_cases().values():
+        r, engine = case["row"], get_engine(case["engine"])
+        args = dict(value=case["fraction"], total_bytes=case["total_bytes"],
+                    mem_fraction_static=case["mem_fraction_static"])
         process = EngineBudget(engine, **args)
         gate = engine.chunk_skip_elements or 1
-        cached = process.for_call(gate, 1, int(float(r["first_free_gib"]) * GIB))
-        at_failure = process.for_call(gate, 1, int(float(r["free_gib"]) * GIB))
-        fresh = EngineBudget(engine, **args).for_call(gate, 1, int(float(r["free_gib"]) * GIB))
+        cached = process.for_call(gate, 1, case["first_free_bytes"])
+        at_failure = process.for_call(gate, 1, case["free_bytes"])
+        fresh = EngineBudget(engine, **args).for_call(gate, 1, case["free_bytes"])
         asked = float(r["asked_gib"]) * GIB
         out.append({"case": r["case"], "engine": engine.name, "cached_budget_gib": cached / GIB,
                     "budget_at_failure_gib": at_failure / GIB, "fresh_budget_gib": fresh / GIB,
                     "asked_gib": asked / GIB, "free_gib": float(r["free_gib"]),
                     "engine_allows_the_chunk": asked <= at_failure,
-                    "chunk_fits_free_memory": asked <= float(r["free_gib"]) * GIB,
-                    "fresh_budget_would_fit": fresh <= float(r["free_gib"]) * GIB,
+                    "chunk_fits_free_memory": asked <= case["free_bytes"],
+                    "fresh_budget_would_fit": fresh <= case["free_bytes"],
                     "source": f"modelled from {r['source']}"})
     return out
 
