@@ -297,7 +297,7 @@ def test_which_releases_and_models_plan_on_the_mi355x(engine, model, why):
 
 def test_gfx942_by_architecture_alone():
     """vLLM 0.33.0 runs aiter's FlyDSL kernel on gfx942 (planned with its rule), SGLang 0.5.20-0.5.23
-    the same aiter Triton kernel on both architectures; vLLM before 0.33.0 stays refused."""
+    the same aiter Triton kernel on both architectures; vLLM 0.32.0 as 0.33.0, and before it refused."""
     part = gfx942()
     assert gpu_refusal("vllm", part) is None and gpu_refusal("vllm==0.33.0", part) is None
     assert PlanSettings("glm-5", "vllm==0.33.0", gpu="mi300x").deepgemm == "aiter-flydsl"
@@ -306,7 +306,7 @@ def test_gfx942_by_architecture_alone():
     assert gpu_refusal("sglang", part) is None and gpu_refusal("sglang==0.5.20", part) is None
     why = gpu_refusal("vllm==0.30.0", part)
     assert "gfx942-part (gfx942, ROCm)" in why and "rocm_aiter_mla_sparse.py:999" in why and "\n" not in why
-    assert "modelled on ROCm: atom==0.1.3-0.1.10 on gfx942, gfx950; sglang==0.5.20-0.5.23 on gfx942, gfx950; vllm==0.33.0 on gfx942, gfx950" in \
+    assert "modelled on ROCm: atom==0.1.3-0.1.10 on gfx942, gfx950; sglang==0.5.20-0.5.23 on gfx942, gfx950; vllm==0.32.0-0.33.0 on gfx942, gfx950" in \
         gpu_refusal("vllm==0.19.0", part)
     assert "only its DSA indexer" in gpu_refusal("vllm==0.33.0", part, get_model("deepseek-v4-flash"))
     assert "has no DeepGEMM" in gpu_refusal(None, part)
