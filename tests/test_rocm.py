@@ -236,6 +236,73 @@ def test_vllm_033_on_mi355x_chunks_as_on_cuda_with_aiters_full_width_logits():
             assert logits_bytes(c, rocm) == aiter_logits_bytes(c.num_rows, c.kv_tokens)
 
 
+# ----------------------------------------------------------------------------- DeepSeek-V4 on vLLM 0.33.0
+
+def test_vllm_033_plans_deepseek_v4_on_gfx942_with_the_flydsl_rule_byte_exact(capsys):
+    """On gfx942 vLLM 0.33.0 keeps DeepSeek-V4's FP8 indexer cache (platforms/rocm.py:387-418 turns
+    MXFP4 on for CDNA4 only) and scores the C4 layers with rocm_aiter_sparse_attn_indexer: the
+    builder's chunker on seq_len // 4 entries, each chunk's K gathered and scored whole by the
+    FlyDSL kernel.  8,191 query rows against 1,048,575 tokens (262,143 entries): 512 rows a chunk
+    under 512 MiB (134,217,728 // 262,143), the last of 511 rows padded to 512, every chunk
+    [512, align(262,143, 256)] fp32; the decode logits the profile run asks for are max_model_len // 4
+    columns wide (the indexer's max_model_len, deepseek_v4/attention.py:1010-1012)."""
+    code, out, err = run(capsys, "plan", "--gpu", "mi300x", "--engine", "vllm==0.33.0", "--model",
+                         "deepseek-v4-flash", "--query-lens", "8191", "--seq-lens", "1048575", "--json")
+    assert code == 0, err
+    chunks = json.loads(out)["chunks"]
+    assert len(chunks) == 16 and [c["rows"] for c in chunks[-2:]] == [[7168, 7680], [7680, 8191]]
+    assert {c["logits_bytes"] for c in chunks} == {512 * 262_144 * 4} == {aiter_logits_bytes(511, 262_143, "aiter-flydsl")}
+    settings = PlanSettings("deepseek-v4-flash", "vllm==0.33.0", gpu="mi325x", temporaries="deepgemm")
+    assert settings.deepgemm == "aiter-flydsl" and settings.workspace == 1_048_576 * 16 // 4
+    code, out, err = run(capsys, "plan", "--gpu", "mi300x", "--engine", "vllm==0.33.0", "--model",
+                         "deepseek-v4-flash", "--query-lens", "8192", "--seq-lens", "1048576")
+    assert code == 0, err
+    assert "1,024 rows x 262,144 columns fp32" in out and "aiter-flydsl" in out.splitlines()[0]
+
+
+def test_vllm_033_deepseek_v4_chunks_on_gfx942_match_its_own_builder():
+    """vLLM 0.33.0's own ``DeepseekV32IndexerMetadataBuilder._split_indexer_prefill_chunks``
+    (v1/attention/backends/mla/indexer.py:1359-1411), fed the compressed lengths and the K workspace
+    in entries as ``build`` feeds it (:1490-1545), cuts the step as the gfx942 plan does; the
+    logits cover each chunk's whole K (rocm_aiter_mla_sparse.py:1276-1300), aligned by the FlyDSL rule."""
+    torch = pytest.importorskip("torch")
+    try:
+        from vllm.v1.attention.backends.mla.indexer import DeepseekV32IndexerMetadataBuilder
+    except Exception as e:  # noqa: BLE001 - any import failure: vLLM is not importable here
+        pytest.skip(f"vLLM's indexer builder does not import here: {e}")
+    split = DeepseekV32IndexerMetadataBuilder._split_indexer_prefill_chunks
+    settings = PlanSettings("deepseek-v4-flash", "vllm==0.33.0", gpu="mi300x", temporaries="deepgemm")
+    rng = random.Random(942)
+    for _ in range(20):
+        n = rng.randint(1, 5)
+        seqs = [rng.randint(4_096, 400_000) for _ in range(n)]
+        queries = [rng.randint(1, min(s, 9_000)) for s in seqs]
+        budget = rng.choice((64, 512)) * MIB
+        entries = torch.tensor([s // 4 for s in seqs])
+        theirs = split(entries, torch.tensor(queries), settings.workspace, budget)
+        plan = make_plan(StepBatch.from_lengths(queries, seqs), "engine", budget, settings)
+        # rows within the chunk's requests, as vLLM's query slice
+        assert [(c.requests, c.rows) for c in plan.chunks] == [((r.start, r.stop), (q.start, q.stop)) for r, q in theirs]
+        for c in plan.chunks:
+            assert c.logits_cols == c.kv_tokens == sum(s // 4 for s in seqs[c.requests[0]:c.requests[1]])
+            assert logits_bytes(c, plan) == aiter_logits_bytes(c.num_rows, c.kv_tokens, "aiter-flydsl")
+
+
+def test_vllm_033_refuses_deepseek_v4_on_gfx950_naming_its_mxfp4_path(capsys):
+    """On CDNA4 with aiter vLLM 0.33.0 defaults DeepSeek-V4 to the paged MXFP4 indexer: another
+    chunker (rows x the widest context, no K workspace) and [rows, widest // 4] fp32 logits, not
+    modelled; the refusal says so in one line with the files and lines."""
+    code, out, err = run(capsys, "plan", "--model", "deepseek-v4-flash", "--engine", "vllm==0.33.0", "--gpu",
+                         "mi355x", "--query-lens", "8192", "--seq-lens", "1048576")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    for words in ("platforms/rocm.py:387-418", "paged_mxfp4_mqa_logits", "rocm_paged_mxfp4_indexer.py:206-239",
+                  "no K workspace limit", "deepseek-v4-flash on vllm==0.33.0 on gfx942"):
+        assert words in err
+    assert "MXFP4" in get_engine("vllm==0.33.0").rocm_compressed_not_modelled
+    assert get_engine("vllm==0.33.0").rocm_compressed_arches == ("gfx942",)
+    assert get_engine("vllm==0.30.0").rocm_compressed_arches is None
+
+
 # ----------------------------------------------------------------------------- SGLang's own budget on ROCm
 
 def test_sglang_rocm_budget_and_row_chunks_match_its_own_code():
@@ -281,7 +348,8 @@ def test_sglang_rocm_budget_and_row_chunks_match_its_own_code():
     ("sglang==0.5.20", "deepseek-v3.2", None),
     ("vllm==0.30.0", "glm-5", "its prefill chunk loop and workspace on ROCm were not read"),
     ("sglang==0.5.19", "glm-5", "were not read before 0.5.20"),
-    ("vllm==0.33.0", "deepseek-v4-flash", "only its DSA indexer"),
+    ("vllm==0.33.0", "deepseek-v4-flash", "switches DeepSeek-V4's indexer cache to MXFP4 by default"),
+    ("vllm==0.33.0", "deepseek-v4-pro", "rocm_paged_mxfp4_indexer.py:206-239"),
     ("sglang==0.5.23", "deepseek-v4-flash", "only its DSA indexer"),
 ])
 def test_which_releases_and_models_plan_on_the_mi355x(engine, model, why):
@@ -308,7 +376,8 @@ def test_gfx942_by_architecture_alone():
     assert "gfx942-part (gfx942, ROCm)" in why and "rocm_aiter_mla_sparse.py:999" in why and "\n" not in why
     assert "modelled on ROCm: atom==0.1.3-0.1.10 on gfx942, gfx950; sglang==0.5.20-0.5.23 on gfx942, gfx950; vllm==0.32.0-0.33.0 on gfx942, gfx950" in \
         gpu_refusal("vllm==0.19.0", part)
-    assert "only its DSA indexer" in gpu_refusal("vllm==0.33.0", part, get_model("deepseek-v4-flash"))
+    assert gpu_refusal("vllm==0.33.0", part, get_model("deepseek-v4-flash")) is None  # its FP8 C4 path
+    assert "only its DSA indexer" in gpu_refusal("vllm==0.33.0", part, get_model("glm-5.3-flash"))
     assert "has no DeepGEMM" in gpu_refusal(None, part)
 
 

@@ -197,6 +197,11 @@ class EngineProfile:
     rocm_arches: tuple | None = None
     rocm_path: str | None = None
     rocm_not_modelled: str | None = None
+    # the ROCm architectures on which the release's indexer for compressed K (DeepSeek-V4's C4) is
+    # modelled, with the same path and rule as its DSA indexer there (None: on none), and one line
+    # with the release's file and line saying why it is refused on the others (None: not read)
+    rocm_compressed_arches: tuple | None = None
+    rocm_compressed_not_modelled: str | None = None
     # the non-default setting the modelled ROCm path needs (named wherever its numbers are shown)
     rocm_setting: str | None = None
     # SGLang 0.5.20 on: the logits budget on ROCm is at most this many bytes a call (None: no cap)
@@ -230,6 +235,9 @@ class EngineProfile:
         if isinstance(self.rocm_logits, tuple) and sorted(a for a, _ in self.rocm_logits) != sorted(self.rocm_arches or ()):
             raise ValueError(f"engine profile {self.engine}=={self.release}: rocm_logits names a rule for "
                              f"each of rocm_arches {self.rocm_arches}, no other")
+        if not set(self.rocm_compressed_arches or ()) <= set(self.rocm_arches or ()):
+            raise ValueError(f"engine profile {self.engine}=={self.release}: rocm_compressed_arches "
+                             f"{self.rocm_compressed_arches} must be among rocm_arches {self.rocm_arches}")
         if (self.sm100_logits != "float32") != (self.sm100_logits_stride_bytes is not None):
             raise ValueError(f"engine profile {self.engine}=={self.release}: sm100_logits {self.sm100_logits!r} "
                              "takes sm100_logits_stride_bytes exactly where it is not 'float32'")
@@ -353,7 +361,8 @@ def _load() -> dict[str, EngineProfile]:
             if overlay is not None:
                 facts = {**facts, **overlay[1]}
             values = {k: v["value"] for k, v in facts.items()}
-            for name in ("metadata", "workspace_factor_long", "deepgemm_families", "indexer_cuda_majors", "rocm_arches"):
+            for name in ("metadata", "workspace_factor_long", "deepgemm_families", "indexer_cuda_majors", "rocm_arches",
+                         "rocm_compressed_arches"):
                 if values.get(name) is not None:
                     values[name] = tuple(values[name])
             if isinstance(values.get("rocm_logits"), dict):  # a rule per architecture, hashable

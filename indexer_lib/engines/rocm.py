@@ -5,8 +5,10 @@ On ROCm there is no DeepGEMM: a release's indexer calls aiter's ``fp8_mqa_logits
 on gfx942, aiter's FlyDSL kernel), whose logits allocation is ``aiter_logits``.  A release is
 planned on a ROCm GPU where its profile names that rule for the GPU's architecture
 (``rocm_logits_on``) and the model's indexer is the DSA one (uncompressed K: DeepSeek-V3.2,
-GLM-5); everything else is refused in one line naming the release's own reason (``rocm_path``,
-``rocm_not_modelled``: each with its file and line).
+GLM-5), or DeepSeek-V4's C4 indexer on the architectures where the release scores it with that
+same path (``rocm_compressed_arches``); everything else is refused in one line naming the
+release's own reason (``rocm_path``, ``rocm_not_modelled``, ``rocm_compressed_not_modelled``: each
+with its file and line).
 """
 from __future__ import annotations
 
@@ -40,10 +42,23 @@ def rocm_refusal(profile: EngineProfile | None, gpu: GpuPreset, model=None) -> s
     if profile.rocm_logits_on(gpu.arch) is None:
         why = profile.rocm_not_modelled or "its logits allocation there is not modelled"
         return f"{profile.name} on {where}: {path}; {why} ({modelled})"
-    if model is not None and (model.kv_ratio != 1 or model.pooled or model.qsa or model.has_candidates):
-        return (f"{profile.name} on {where}: only its DSA indexer (uncompressed K: DeepSeek-V3.2, GLM-5) is "
-                f"modelled on ROCm; {model.name}'s indexer takes the release's AMD model path, not read")
-    return None
+    if model is None or not (model.kv_ratio != 1 or model.pooled or model.qsa or model.has_candidates):
+        return None
+    c4 = not (model.pooled or model.qsa or model.has_candidates)  # DeepSeek-V4's compressed K alone
+    if c4 and gpu.arch in (profile.rocm_compressed_arches or ()):
+        return None
+    if c4 and profile.rocm_compressed_not_modelled is not None:
+        return (f"{profile.name} on {where}: {model.name}'s C4 indexer: {profile.rocm_compressed_not_modelled} "
+                f"({modelled}; {model.name} on {_compressed_text()})")
+    return (f"{profile.name} on {where}: only its DSA indexer (uncompressed K: DeepSeek-V3.2, GLM-5) is "
+            f"modelled on ROCm; {model.name}'s indexer takes the release's AMD model path, not read")
+
+
+def _compressed_text() -> str:
+    """The releases whose C4 indexer (DeepSeek-V4) is modelled on ROCm, and where."""
+    text = [f"{p.name} on {', '.join(p.rocm_compressed_arches)}"
+            for p in map(get_engine, engine_names()) if p.rocm_compressed_arches]
+    return "; ".join(text) or "none"
 
 
 def rocm_setting(profile: EngineProfile | None, gpu: GpuPreset) -> str | None:

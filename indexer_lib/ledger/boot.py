@@ -71,11 +71,12 @@ def boot_lines(plan, report, max_model_len: int, worst_decode_tokens: int = 0,
     return lines
 
 
-def rocm_decode_workspace_bytes(profile, rows: int, max_model_len: int) -> int:
+def rocm_decode_workspace_bytes(profile, rows: int, columns: int) -> int:
     """What vLLM's ROCm profile run asks the shared workspace for, for the decode logits:
-    ``rows`` x ``max_model_len`` fp32, rounded up as the workspace manager rounds each buffer
-    (``rocm_decode_workspace`` in the release's profile)."""
-    return align(rows * max_model_len * FP32_BYTES, profile.workspace_align)
+    ``rows`` x ``columns`` fp32 (the indexer's max_model_len: in entries for compressed K),
+    rounded up as the workspace manager rounds each buffer (``rocm_decode_workspace`` in the
+    release's profile)."""
+    return align(rows * columns * FP32_BYTES, profile.workspace_align)
 
 
 def _rocm_decode_line(plan, workspace: int, rows: int, max_model_len: int) -> LedgerLine | None:
@@ -86,9 +87,11 @@ def _rocm_decode_line(plan, workspace: int, rows: int, max_model_len: int) -> Le
     profile = settings.profile
     if profile is None or not profile.rocm_decode_workspace or not rows or not settings.gpu_preset.rocm:
         return None
-    asked = rocm_decode_workspace_bytes(profile, rows, max_model_len)
+    # a compressed indexer's max_model_len is in entries (vLLM 0.33.0 deepseek_v4/attention.py:1010-1012)
+    columns = max_model_len // settings.preset.kv_ratio
+    asked = rocm_decode_workspace_bytes(profile, rows, columns)
     return LedgerLine("boot", ROCM_DECODE, max(0, asked - workspace), profile.sources["rocm_decode_workspace"],
-                      f"{rows:,} rows x {max_model_len:,} columns fp32, {asked:,} B asked of the workspace the "
+                      f"{rows:,} rows x {columns:,} columns fp32, {asked:,} B asked of the workspace the "
                       f"K workspace shares (it keeps the larger): what they add past it")
 
 
