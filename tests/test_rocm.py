@@ -280,7 +280,10 @@ def test_sglang_rocm_budget_and_row_chunks_match_its_own_code():
     ("sglang==0.5.23", "glm-5", None),
     ("sglang==0.5.20", "deepseek-v3.2", None),
     ("vllm==0.30.0", "glm-5", "its prefill chunk loop and workspace on ROCm were not read"),
-    ("sglang==0.5.19", "glm-5", "were not read before 0.5.20"),
+    ("sglang==0.5.19", "glm-5", None),
+    ("sglang==0.5.17", "glm-5", None),
+    ("sglang==0.5.13", "deepseek-v3.2", None),
+    ("sglang==0.5.12", "glm-5", "its ROCm indexer path was not read at this release"),
     ("vllm==0.33.0", "deepseek-v4-flash", "only its DSA indexer"),
     ("sglang==0.5.23", "deepseek-v4-flash", "only its DSA indexer"),
 ])
@@ -297,16 +300,17 @@ def test_which_releases_and_models_plan_on_the_mi355x(engine, model, why):
 
 def test_gfx942_by_architecture_alone():
     """vLLM 0.33.0 runs aiter's FlyDSL kernel on gfx942 (planned with its rule), SGLang 0.5.20-0.5.23
-    the same aiter Triton kernel on both architectures; vLLM 0.32.0 as 0.33.0, and before it refused."""
+    the same aiter Triton kernel on both architectures (0.5.13-0.5.19 too); vLLM 0.32.0 as 0.33.0, and before it refused."""
     part = gfx942()
     assert gpu_refusal("vllm", part) is None and gpu_refusal("vllm==0.33.0", part) is None
     assert PlanSettings("glm-5", "vllm==0.33.0", gpu="mi300x").deepgemm == "aiter-flydsl"
     assert PlanSettings("deepseek-v3.2", "vllm==0.33.0", gpu="mi325x").deepgemm == "aiter-flydsl"
     assert PlanSettings("glm-5", "sglang", gpu="mi300x").deepgemm == "aiter-256"
     assert gpu_refusal("sglang", part) is None and gpu_refusal("sglang==0.5.20", part) is None
+    assert gpu_refusal("sglang==0.5.13", part) is None and gpu_refusal("sglang==0.5.18", part) is None
     why = gpu_refusal("vllm==0.30.0", part)
     assert "gfx942-part (gfx942, ROCm)" in why and "rocm_aiter_mla_sparse.py:999" in why and "\n" not in why
-    assert "modelled on ROCm: atom==0.1.3-0.1.10 on gfx942, gfx950; sglang==0.5.20-0.5.23 on gfx942, gfx950; vllm==0.32.0-0.33.0 on gfx942, gfx950" in \
+    assert "modelled on ROCm: atom==0.1.3-0.1.10 on gfx942, gfx950; sglang==0.5.13-0.5.23 on gfx942, gfx950; vllm==0.32.0-0.33.0 on gfx942, gfx950" in \
         gpu_refusal("vllm==0.19.0", part)
     assert "only its DSA indexer" in gpu_refusal("vllm==0.33.0", part, get_model("deepseek-v4-flash"))
     assert "has no DeepGEMM" in gpu_refusal(None, part)
@@ -381,3 +385,17 @@ def test_a_what_if_logits_rule_runs_on_its_vendors_gpus_only(capsys):
     code, out, err = run(capsys, "plan", "--gpu", "mi355x", "--strategy", "vllm", "--budget-mb", "512",
                          "--deepgemm-version", "2.1", "--model", "glm-5", "--query-lens", "8192", "--seq-lens", "65536")
     assert code == 2 and out == "" and err.count("\n") == 1 and "DeepGEMM is CUDA-only" in err
+
+
+@pytest.mark.parametrize("release, chunks", [("0.5.17", 1), ("0.5.19", 2)])
+def test_sglang_before_020_plans_on_rocm_capped_from_019(capsys, release, chunks):
+    """SGLang 0.5.13-0.5.18 read the CUDA budget on ROCm (no cap), 0.5.19 caps it at 2^31-1 bytes
+    (dsa/dsa_indexer.py:210, :1021-1024): 8192 x 65536 fp32 logits (2 GiB) under a 4 GiB budget are one
+    aiter call in 0.5.17 and two in 0.5.19."""
+    assert get_engine(f"sglang=={release}").rocm_budget_cap_bytes == (ROCM_CAP if release == "0.5.19" else None)
+    code, out, err = run(capsys, "plan", "--model", "glm-5", "--engine", f"sglang=={release}", "--gpu", "mi355x",
+                         "--budget-free-gib", "20", "--query-lens", "8192", "--seq-lens", "65536", "--json")
+    assert code == 0, err
+    plan = json.loads(out)
+    assert len(plan["chunks"]) == chunks
+    assert plan["chunks"][0]["logits_bytes"] == (8192 if chunks == 1 else 8191) * 65536 * 4
