@@ -299,14 +299,15 @@ def test_which_releases_and_models_plan_on_the_mi355x(engine, model, why):
 
 
 def test_gfx942_by_architecture_alone():
-    """vLLM 0.33.0 runs aiter's FlyDSL kernel on gfx942 (planned with its rule), SGLang 0.5.20-0.5.23
-    the same aiter Triton kernel on both architectures (0.5.13-0.5.19 too); vLLM 0.32.0 as 0.33.0, and before it refused."""
+    """vLLM 0.33.0 runs aiter's FlyDSL kernel on gfx942 (planned with its rule), SGLang 0.5.13-0.5.23
+    the same aiter Triton kernel on both architectures; vLLM 0.32.0 as 0.33.0, and before it refused."""
     part = gfx942()
     assert gpu_refusal("vllm", part) is None and gpu_refusal("vllm==0.33.0", part) is None
     assert PlanSettings("glm-5", "vllm==0.33.0", gpu="mi300x").deepgemm == "aiter-flydsl"
     assert PlanSettings("deepseek-v3.2", "vllm==0.33.0", gpu="mi325x").deepgemm == "aiter-flydsl"
     assert PlanSettings("glm-5", "sglang", gpu="mi300x").deepgemm == "aiter-256"
     assert gpu_refusal("sglang", part) is None and gpu_refusal("sglang==0.5.20", part) is None
+    assert gpu_refusal("sglang==0.5.13", part) is None and gpu_refusal("sglang==0.5.18", part) is None
     assert gpu_refusal("sglang==0.5.13", part) is None and gpu_refusal("sglang==0.5.18", part) is None
     why = gpu_refusal("vllm==0.30.0", part)
     assert "gfx942-part (gfx942, ROCm)" in why and "rocm_aiter_mla_sparse.py:999" in why and "\n" not in why
