@@ -238,13 +238,16 @@ def test_vllm_033_on_mi355x_chunks_as_on_cuda_with_aiters_full_width_logits():
 
 # ----------------------------------------------------------------------------- SGLang's own budget on ROCm
 
-def test_sglang_rocm_budget_and_row_chunks_match_its_own_code():
-    """SGLang 0.5.23's own mqa_logits_utils and Indexer code with ``is_hip`` true: every budget
-    it reads capped at 2^31-1 bytes (mqa_logits_utils.py:24, :66-67, :88-89), its rows sliced by
-    that; ours with the release's ``rocm_budget_cap_bytes`` on the MI355X."""
-    src = sglang_src()
-    engine = get_engine("sglang==0.5.23")
-    assert engine.rocm_budget_cap_bytes == ROCM_CAP
+@pytest.mark.parametrize("release", ["0.5.23", "0.5.17"])
+def test_sglang_rocm_budget_and_row_chunks_match_its_own_code(release):
+    """SGLang's own budget and Indexer code with ``is_hip`` true: in 0.5.23 every budget it reads
+    capped at 2^31-1 bytes (mqa_logits_utils.py:24, :66-67, :88-89), in 0.5.17 the CUDA budget
+    uncapped (dsa/dsa_indexer.py:900-951), its rows sliced by that; ours with the release's
+    ``rocm_budget_cap_bytes`` on the MI355X."""
+    src = sglang_src(release, needs="sglang/srt/layers/attention/dsa/dsa_indexer.py")
+    engine = get_engine(f"sglang=={release}")
+    capped_release = release == "0.5.23"
+    assert engine.rocm_budget_cap_bytes == (ROCM_CAP if capped_release else None)
     rng = random.Random(2031)
     total = get_gpu("mi355x").capacity_bytes
     scenarios = []
@@ -270,7 +273,7 @@ def test_sglang_rocm_budget_and_row_chunks_match_its_own_code():
             for c in plan.chunks:
                 assert logits_bytes(c, plan) == aiter_logits_bytes(c.num_rows, call["cols"])
             capped += ours == ROCM_CAP
-    assert capped >= 20
+    assert capped >= 20 if capped_release else capped == 0
 
 
 # ----------------------------------------------------------------------------- planned and refused
