@@ -159,7 +159,7 @@ def test_an_unknown_gpu_is_one_line_naming_it_and_the_choices(capsys):
 
 @pytest.mark.parametrize("gpu, engine, why", [
     ("mi355x", "vllm==0.30.0", "its prefill chunk loop and workspace on ROCm were not read"),
-    ("mi355x", "sglang==0.5.19", "were not read before 0.5.20"),
+    ("mi355x", "sglang==0.5.12", "its ROCm indexer path was not read at this release"),
     ("mi355x", "vllm==0.19.0", "its ROCm indexer path was not read at this release"),
     ("mi300x", "vllm==0.30.0", "its prefill chunk loop and workspace on ROCm were not read"),
     ("mi325x", "vllm==0.19.0", "its ROCm indexer path was not read at this release"),

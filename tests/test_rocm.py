@@ -305,13 +305,16 @@ def test_vllm_033_refuses_deepseek_v4_on_gfx950_naming_its_mxfp4_path(capsys):
 
 # ----------------------------------------------------------------------------- SGLang's own budget on ROCm
 
-def test_sglang_rocm_budget_and_row_chunks_match_its_own_code():
-    """SGLang 0.5.23's own mqa_logits_utils and Indexer code with ``is_hip`` true: every budget
-    it reads capped at 2^31-1 bytes (mqa_logits_utils.py:24, :66-67, :88-89), its rows sliced by
-    that; ours with the release's ``rocm_budget_cap_bytes`` on the MI355X."""
-    src = sglang_src()
-    engine = get_engine("sglang==0.5.23")
-    assert engine.rocm_budget_cap_bytes == ROCM_CAP
+@pytest.mark.parametrize("release", ["0.5.23", "0.5.17"])
+def test_sglang_rocm_budget_and_row_chunks_match_its_own_code(release):
+    """SGLang's own budget and Indexer code with ``is_hip`` true: in 0.5.23 every budget it reads
+    capped at 2^31-1 bytes (mqa_logits_utils.py:24, :66-67, :88-89), in 0.5.17 the CUDA budget
+    uncapped (dsa/dsa_indexer.py:900-951), its rows sliced by that; ours with the release's
+    ``rocm_budget_cap_bytes`` on the MI355X."""
+    src = sglang_src(release, needs="sglang/srt/layers/attention/dsa/dsa_indexer.py")
+    engine = get_engine(f"sglang=={release}")
+    capped_release = release == "0.5.23"
+    assert engine.rocm_budget_cap_bytes == (ROCM_CAP if capped_release else None)
     rng = random.Random(2031)
     total = get_gpu("mi355x").capacity_bytes
     scenarios = []
@@ -337,7 +340,7 @@ def test_sglang_rocm_budget_and_row_chunks_match_its_own_code():
             for c in plan.chunks:
                 assert logits_bytes(c, plan) == aiter_logits_bytes(c.num_rows, call["cols"])
             capped += ours == ROCM_CAP
-    assert capped >= 20
+    assert capped >= 20 if capped_release else capped == 0
 
 
 # ----------------------------------------------------------------------------- planned and refused
@@ -347,7 +350,10 @@ def test_sglang_rocm_budget_and_row_chunks_match_its_own_code():
     ("sglang==0.5.23", "glm-5", None),
     ("sglang==0.5.20", "deepseek-v3.2", None),
     ("vllm==0.30.0", "glm-5", "its prefill chunk loop and workspace on ROCm were not read"),
-    ("sglang==0.5.19", "glm-5", "were not read before 0.5.20"),
+    ("sglang==0.5.19", "glm-5", None),
+    ("sglang==0.5.17", "glm-5", None),
+    ("sglang==0.5.13", "deepseek-v3.2", None),
+    ("sglang==0.5.12", "glm-5", "its ROCm indexer path was not read at this release"),
     ("vllm==0.33.0", "deepseek-v4-flash", "switches DeepSeek-V4's indexer cache to MXFP4 by default"),
     ("vllm==0.33.0", "deepseek-v4-pro", "rocm_paged_mxfp4_indexer.py:206-239"),
     ("sglang==0.5.23", "deepseek-v4-flash", "only its DSA indexer"),
@@ -364,7 +370,7 @@ def test_which_releases_and_models_plan_on_the_mi355x(engine, model, why):
 
 
 def test_gfx942_by_architecture_alone():
-    """vLLM 0.33.0 runs aiter's FlyDSL kernel on gfx942 (planned with its rule), SGLang 0.5.20-0.5.23
+    """vLLM 0.33.0 runs aiter's FlyDSL kernel on gfx942 (planned with its rule), SGLang 0.5.13-0.5.23
     the same aiter Triton kernel on both architectures; vLLM 0.32.0 as 0.33.0, and before it refused."""
     part = gfx942()
     assert gpu_refusal("vllm", part) is None and gpu_refusal("vllm==0.33.0", part) is None
@@ -372,9 +378,10 @@ def test_gfx942_by_architecture_alone():
     assert PlanSettings("deepseek-v3.2", "vllm==0.33.0", gpu="mi325x").deepgemm == "aiter-flydsl"
     assert PlanSettings("glm-5", "sglang", gpu="mi300x").deepgemm == "aiter-256"
     assert gpu_refusal("sglang", part) is None and gpu_refusal("sglang==0.5.20", part) is None
+    assert gpu_refusal("sglang==0.5.13", part) is None and gpu_refusal("sglang==0.5.18", part) is None
     why = gpu_refusal("vllm==0.30.0", part)
     assert "gfx942-part (gfx942, ROCm)" in why and "rocm_aiter_mla_sparse.py:999" in why and "\n" not in why
-    assert "modelled on ROCm: atom==0.1.3-0.1.10 on gfx942, gfx950; sglang==0.5.20-0.5.23 on gfx942, gfx950; vllm==0.32.0-0.33.0 on gfx942, gfx950" in \
+    assert "modelled on ROCm: atom==0.1.3-0.1.10 on gfx942, gfx950; sglang==0.5.13-0.5.23 on gfx942, gfx950; vllm==0.32.0-0.33.0 on gfx942, gfx950" in \
         gpu_refusal("vllm==0.19.0", part)
     assert gpu_refusal("vllm==0.33.0", part, get_model("deepseek-v4-flash")) is None  # its FP8 C4 path
     assert "only its DSA indexer" in gpu_refusal("vllm==0.33.0", part, get_model("glm-5.3-flash"))
@@ -450,3 +457,17 @@ def test_a_what_if_logits_rule_runs_on_its_vendors_gpus_only(capsys):
     code, out, err = run(capsys, "plan", "--gpu", "mi355x", "--strategy", "vllm", "--budget-mb", "512",
                          "--deepgemm-version", "2.1", "--model", "glm-5", "--query-lens", "8192", "--seq-lens", "65536")
     assert code == 2 and out == "" and err.count("\n") == 1 and "DeepGEMM is CUDA-only" in err
+
+
+@pytest.mark.parametrize("release, chunks", [("0.5.17", 1), ("0.5.19", 2)])
+def test_sglang_before_020_plans_on_rocm_capped_from_019(capsys, release, chunks):
+    """SGLang 0.5.13-0.5.18 read the CUDA budget on ROCm (no cap), 0.5.19 caps it at 2^31-1 bytes
+    (dsa/dsa_indexer.py:210, :1021-1024): 8192 x 65536 fp32 logits (2 GiB) under a 4 GiB budget are one
+    aiter call in 0.5.17 and two in 0.5.19."""
+    assert get_engine(f"sglang=={release}").rocm_budget_cap_bytes == (ROCM_CAP if release == "0.5.19" else None)
+    code, out, err = run(capsys, "plan", "--model", "glm-5", "--engine", f"sglang=={release}", "--gpu", "mi355x",
+                         "--budget-free-gib", "20", "--query-lens", "8192", "--seq-lens", "65536", "--json")
+    assert code == 0, err
+    plan = json.loads(out)
+    assert len(plan["chunks"]) == chunks
+    assert plan["chunks"][0]["logits_bytes"] == (8192 if chunks == 1 else 8191) * 65536 * 4

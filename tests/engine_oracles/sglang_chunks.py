@@ -1,8 +1,9 @@
 """Run SGLang's own DSA indexer budget and row-chunk code on a CPU, call after call.
 
-``python sglang_chunks.py SRC`` where SRC is an unpacked sglang wheel (0.5.21 or later,
-with ``attention/mqa_logits_utils.py``; scripts/install_engines.sh makes one).  What runs
-is the release's code: ``mqa_logits_utils.py`` and ``environ.py`` as modules, and from
+``python sglang_chunks.py SRC`` where SRC is an unpacked sglang wheel (scripts/install_engines.sh
+makes one).  What runs is the release's code: ``mqa_logits_utils.py`` (0.5.21 on; before it the
+same rules are ``Indexer._get_mqa_logits_budget_bytes`` and ``_should_chunk_mqa_logits``, lifted
+with their ``_is_hip``) and ``environ.py`` as modules, and from
 ``dsa/dsa_indexer.py`` the method ``Indexer._get_mqa_logits_budget_bytes`` (with its
 class-level cache) and the statements of ``Indexer._get_topk_ragged`` that size and walk
 the row chunks, lifted with ``ast`` because that module imports GPU kernels.  Stubbed,
@@ -73,6 +74,8 @@ def load(src):
     """(the mqa_logits_utils module, budget method's class, the chunk-walk code) from the release's files."""
     for name in ("sglang", "sglang.srt", "sglang.srt.layers", "sglang.srt.layers.attention"):
         _module(name, package=True)
+    if not os.path.exists(os.path.join(src, UTILS)):
+        return _load_indexer_rules(src)
     _module("sglang.srt.environ", os.path.join(src, "sglang/srt/environ.py"))  # stdlib only
     utils = _module("sglang.srt.utils", package=True)
     common = _module("sglang.srt.utils.common")
@@ -107,6 +110,47 @@ def load(src):
     return m, new_process, _chunk_walk(path)
 
 
+class IndexerRules:
+    """Before 0.5.21 the platform the Indexer's own chunk test asks: the module global ``_is_hip``."""
+
+    def __init__(self, namespace):
+        self.namespace = namespace
+
+    @property
+    def is_hip(self):
+        return self.namespace["_is_hip"]
+
+    @is_hip.setter
+    def is_hip(self, answer):
+        self.namespace["_is_hip"] = answer()
+
+
+def _load_indexer_rules(src):
+    """(rules, budget method's class, the chunk-walk code) where the rules live in the Indexer."""
+    for name in ("sglang.srt.debug_utils", "sglang.srt.debug_utils.cuda_coredump"):
+        _module(name, package=True)
+    environ = _module("sglang.srt.environ", os.path.join(src, "sglang/srt/environ.py"))
+    torch.cuda.get_device_properties = lambda index: types.SimpleNamespace(total_memory=Device.total_bytes)
+    torch.cuda.mem_get_info = Device.mem_get_info
+    path = os.path.join(src, INDEXER)
+    namespace = {"torch": torch, "envs": environ.envs, "Tuple": tuple, "_is_hip": False,
+                 "get_is_capture_mode": lambda: False,
+                 "get_schedule": lambda: types.SimpleNamespace(mem_fraction_static=Device.mem_fraction_static)}
+    namespace["get_global_server_args"] = namespace["get_server_args"] = namespace["get_schedule"]
+    methods = ("_mqa_logits_free_mem_fraction", "_get_mqa_logits_budget_bytes", "_should_chunk_mqa_logits")
+    body = _lift(path, methods, namespace, cls="Indexer")
+    constants = {n.targets[0].id: eval(ast.unparse(n.value)) for n in body
+                 if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "").startswith("_MQA_LOGITS_")}
+    rules = IndexerRules(namespace)
+
+    def new_process():
+        cls = type("Indexer", (), {**constants, **{name: namespace[name] for name in methods},
+                                   "_mqa_logits_budget_bytes": {}})
+        cls._mqa_logits_free_mem_fraction = staticmethod(namespace["_mqa_logits_free_mem_fraction"])
+        return cls
+    return rules, new_process, _chunk_walk(path)
+
+
 def _chunk_walk(path):
     """The statements of ``_get_topk_ragged`` that size the chunks (bytes_per_row, max_rows)
     and walk them (``start = 0``; ``while start < q_offset``: ``end = ...`` ... ``start = end``),
@@ -139,8 +183,11 @@ def run_process(utils, indexer_cls, walk, scenario) -> list[dict]:
     for call in scenario["calls"]:
         Device.free_bytes = call["free_bytes"]
         rows, cols = call["rows"], call["cols"]
-        need, budget = utils.mqa_logits_should_chunk(num_rows=rows, num_cols=cols, rocm=rocm,
-                                    get_budget_bytes=lambda: indexer._get_mqa_logits_budget_bytes(0))
+        if hasattr(indexer, "_should_chunk_mqa_logits"):  # before 0.5.21: the Indexer's own test
+            need, budget = indexer._should_chunk_mqa_logits(rows, cols, 0)
+        else:
+            need, budget = utils.mqa_logits_should_chunk(num_rows=rows, num_cols=cols, rocm=rocm,
+                                        get_budget_bytes=lambda: indexer._get_mqa_logits_budget_bytes(0))
         chunks = [[0, rows]]
         if need:
             scope = {"self": indexer, "k_offset": cols, "q_offset": rows,
