@@ -45,8 +45,12 @@ def rocm_refusal(profile: EngineProfile | None, gpu: GpuPreset, model=None) -> s
     if model is None or not (model.kv_ratio != 1 or model.pooled or model.qsa or model.has_candidates):
         return None
     c4 = not (model.pooled or model.qsa or model.has_candidates)  # DeepSeek-V4's compressed K alone
-    if c4 and gpu.arch in (profile.rocm_compressed_arches or ()):
-        return None
+    if c4 and (gpu.arch in (profile.rocm_compressed_arches or ())
+               or profile.compressed_rocm_logits_on(gpu.arch) is not None):
+        return None  # the DSA path's rule, or a C4 path of its own (plan.paths.SglangC4Hip)
+    if c4 and profile.compressed_rocm_arches:  # its own C4 path, read on other architectures than this one
+        return (f"{profile.name} on {where}: its DeepSeek-V4 C4 indexer on ROCm ({profile.compressed_rocm_path}) "
+                f"is modelled on {', '.join(profile.compressed_rocm_arches)} alone; not read for {gpu.arch}")
     if c4 and profile.rocm_compressed_not_modelled is not None:
         return (f"{profile.name} on {where}: {model.name}'s C4 indexer: {profile.rocm_compressed_not_modelled} "
                 f"({modelled}; {model.name} on {_compressed_text()})")
@@ -56,8 +60,8 @@ def rocm_refusal(profile: EngineProfile | None, gpu: GpuPreset, model=None) -> s
 
 def _compressed_text() -> str:
     """The releases whose C4 indexer (DeepSeek-V4) is modelled on ROCm, and where."""
-    text = [f"{p.name} on {', '.join(p.rocm_compressed_arches)}"
-            for p in map(get_engine, engine_names()) if p.rocm_compressed_arches]
+    text = [f"{p.name} on {', '.join(p.rocm_compressed_arches or p.compressed_rocm_arches)}"
+            for p in map(get_engine, engine_names()) if p.rocm_compressed_arches or p.compressed_rocm_arches]
     return "; ".join(text) or "none"
 
 
