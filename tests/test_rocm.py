@@ -356,7 +356,8 @@ def test_sglang_rocm_budget_and_row_chunks_match_its_own_code(release):
     ("sglang==0.5.12", "glm-5", "its ROCm indexer path was not read at this release"),
     ("vllm==0.33.0", "deepseek-v4-flash", "switches DeepSeek-V4's indexer cache to MXFP4 by default"),
     ("vllm==0.33.0", "deepseek-v4-pro", "rocm_paged_mxfp4_indexer.py:206-239"),
-    ("sglang==0.5.22", "deepseek-v4-flash", "only its DSA indexer"),
+    ("sglang==0.5.22", "deepseek-v4-flash", "its C4 indexer path on ROCm (deepseek-v4-flash) was not read"),
+    ("sglang==0.5.19", "deepseek-v4-pro", "the opt-in FP4 indexer, --enable-deepseek-v4-fp4-indexer"),
 ])
 def test_which_releases_and_models_plan_on_the_mi355x(engine, model, why):
     refusal = gpu_refusal(engine, "mi355x", get_model(model))
