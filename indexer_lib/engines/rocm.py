@@ -74,8 +74,10 @@ def rocm_refusal(profile: EngineProfile | None, gpu: GpuPreset, model=None) -> s
 
 def _compressed_text() -> str:
     """The releases whose C4 indexer (DeepSeek-V4) is modelled on ROCm, and where."""
-    text = [f"{p.name} on {', '.join(p.rocm_compressed_arches or p.compressed_rocm_arches)}"
-            for p in map(get_engine, engine_names()) if p.rocm_compressed_arches or p.compressed_rocm_arches]
+    profiles = list(map(get_engine, engine_names()))
+    text = [f"{p.name} on {', '.join(p.rocm_compressed_arches)}" for p in profiles if p.rocm_compressed_arches]
+    text += [f"{p.name} on {', '.join(p.compressed_rocm_arches)} (a C4 path of its own)"
+             for p in profiles if p.compressed_rocm_arches]
     return "; ".join(text) or "none"
 
 
