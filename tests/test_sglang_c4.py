@@ -357,3 +357,17 @@ def test_the_briefs_plan_runs_on_the_mi355x(capsys):
     assert out["largest_logits_bytes"] == 8192 * 65_536 * 4 == 2 * GIB
     assert out["num_chunks"] == 1 and out["budget_bytes"] is None and out["logits_alive"] == 1
     assert "budget_note" not in out
+
+
+def test_sglang_c4_on_rocm_has_no_budget_for_any_caller(capsys):
+    """Every caller of the release's budget (plan, deploy, the sweeps through ``process_budget``)
+    gets none for its C4 path on ROCm (dsv4/metadata.py:205-208: no budget read on HIP), and a
+    deployment plans through it."""
+    total = int(287.98 * GIB)
+    assert EngineBudget(SGLANG, None, total, 0.9, compressed=True, rocm=True).rule == "none"
+    assert process_budget(SGLANG, 20 * GIB, total, compressed=True, rocm=True) is None
+    assert process_budget(SGLANG, 20 * GIB, total, compressed=True) is not None  # CUDA: read every forward
+    argv = ["deploy", "--model", "deepseek-v4-pro", "--engine", SGLANG, "--gpu", "mi355x", "--tp", "8",
+            "--workload", "1x131072x16"]
+    assert main(argv) == 0
+    assert "logits budget none" in capsys.readouterr().out
