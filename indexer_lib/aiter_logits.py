@@ -22,6 +22,8 @@ from __future__ import annotations
 # rule name -> (the rows aiter's logits are aligned to, the columns its fp32 row is aligned to)
 AITER_LOGITS_RULES: dict[str, tuple[int, int]] = {
     "aiter-256": (1, 256),  # ROCm/aiter from c69b84ef0b: [M, align(N, 256)] fp32
-    "aiter-unaligned": (1, 1),  # ROCm/aiter before it: [M, N] fp32
+    # ROCm/aiter before it: [M, N] fp32; the same layout SGLang allocates itself for aiter's paged kernel
+    # on its DeepSeek-V4 C4 path (plan.paths.SglangC4Hip)
+    "aiter-unaligned": (1, 1),
     "aiter-flydsl": (2, 256),  # ROCm/aiter's gfx942 FlyDSL kernel: [align(M, 2), align(N, 256)] fp32
 }

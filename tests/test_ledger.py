@@ -347,6 +347,9 @@ def test_the_ledgers_public_reports_come_out_as_data_field_says():
         assert by[case]["modelled"] == "refused" and why in by[case]["assumptions"][1], case
     amd = by["sglang-37660-mi355x-dsv4-pro-oom"]
     assert (amd["reported"], amd["modelled"], amd["verdict"]) == ("oom", "refused", "not reproduced")
+    # the reporter's opt-in FP4 indexer on a build before 0.5.20: the refusal names it, and what is modelled
+    assert "was not read at this release" in amd["assumptions"][1]
+    assert "--enable-deepseek-v4-fp4-indexer" in amd["assumptions"][1] and "sglang==0.5.23 on gfx950" in amd["assumptions"][1]
     # before SGLang capped its ROCm budget, the second 16,384-row chunk of a 32,768-token prompt
     # asked aiter for 2^31 B in one call, the first at its buffer_store limit
     limit = by["sglang-36960-rocm-aiter-limit-32k"]

@@ -356,7 +356,8 @@ def test_sglang_rocm_budget_and_row_chunks_match_its_own_code(release):
     ("sglang==0.5.12", "glm-5", "its ROCm indexer path was not read at this release"),
     ("vllm==0.33.0", "deepseek-v4-flash", "switches DeepSeek-V4's indexer cache to MXFP4 by default"),
     ("vllm==0.33.0", "deepseek-v4-pro", "rocm_paged_mxfp4_indexer.py:206-239"),
-    ("sglang==0.5.23", "deepseek-v4-flash", "only its DSA indexer"),
+    ("sglang==0.5.22", "deepseek-v4-flash", "its C4 indexer path on ROCm (deepseek-v4-flash) was not read"),
+    ("sglang==0.5.19", "deepseek-v4-pro", "the opt-in FP4 indexer, --enable-deepseek-v4-fp4-indexer"),
 ])
 def test_which_releases_and_models_plan_on_the_mi355x(engine, model, why):
     refusal = gpu_refusal(engine, "mi355x", get_model(model))
@@ -367,6 +368,22 @@ def test_which_releases_and_models_plan_on_the_mi355x(engine, model, why):
         assert why in refusal and "\n" not in refusal and "mi355x (gfx950, ROCm)" in refusal
         with pytest.raises(BadValue, match="not planned"):
             PlanSettings(model, engine, gpu="mi355x")
+
+
+@pytest.mark.parametrize("model", ["deepseek-v4-flash", "deepseek-v4-pro"])
+def test_sglang_0523_plans_deepseek_v4s_c4_path_on_gfx950_alone(model):
+    """SGLang 0.5.23's C4 indexer on ROCm (the FP8 indexer by default, plan.paths.SglangC4Hip):
+    planned on gfx950 with the allocation rule of its own ``torch.empty`` ([rows, cols] fp32,
+    dsv4/indexer.py:148-185); on gfx942, not read, refused in one line naming the path's file."""
+    assert gpu_refusal("sglang==0.5.23", "mi355x", get_model(model)) is None
+    settings = PlanSettings(model, "sglang==0.5.23", gpu="mi355x", temporaries="deepgemm")
+    assert settings.deepgemm == "aiter-unaligned"
+    assert PlanSettings("glm-5", "sglang==0.5.23", gpu="mi355x").deepgemm == "aiter-256"  # its DSA path unchanged
+    why = gpu_refusal("sglang==0.5.23", gfx942(), get_model(model))
+    assert "modelled on gfx950 alone; not read for gfx942" in why and "dsv4/indexer.py:148-185" in why
+    assert "\n" not in why
+    for pooled in ("glm-5.3-flash", "deepseek-v4.1-flash"):  # other compressed indexers stay refused
+        assert "only its DSA indexer" in gpu_refusal("sglang==0.5.23", "mi355x", get_model(pooled))
 
 
 def test_gfx942_by_architecture_alone():

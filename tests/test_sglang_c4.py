@@ -304,3 +304,70 @@ def test_the_frontier_takes_sglangs_mem_fraction_static_and_names_it(tmp_path, c
     assert main(["frontier", "--model", "glm-5", "--mem-fraction-static", "0.8", "--out", str(out)]) == 2
     assert "the grid has no SGLang release (vllm==0.33.0)" in capsys.readouterr().err
     assert not out.exists()
+
+
+# ----------------------------------------------------------------------------- on ROCm (gfx950)
+
+def test_sglang_c4_on_rocm_allocates_as_its_own_code():
+    """0.5.23 on the MI355X, the FP8 indexer (its default): the release's own ``PagedIndexerMetadata``
+    with ``is_hip`` true reads no budget and cuts no rows (dsv4/metadata.py:205-208), its page table
+    is ceil(longest / 256) columns (kernels/ops/attention/dsv4/attn_glue_hip.py:383-385), and its
+    ``_aiter_fp8_paged_mqa_logits`` (dsv4/indexer.py:148-185) allocates ``[rows, cols]`` fp32 with
+    no alignment (``engine_oracles/sglang_c4_hip.py``, on meta tensors); ours: one call, those bytes."""
+    src = sglang_src("0.5.23", "sglang/kernels/ops/attention/dsv4/attn_glue_hip.py")
+    settings = PlanSettings("deepseek-v4-pro", SGLANG, gpu="mi355x", temporaries="deepgemm")
+    cases = [{"requests": c["requests"]} for c in forwards(random.Random(7), 60)]
+    answers = run_oracle(sys.executable, "sglang_c4_hip.py", {"forwards": cases}, src)["results"]
+    unaligned = 0
+    for case, theirs in zip(cases, answers, strict=True):
+        assert (theirs["deep_gemm_metadata"], theirs["rows_per_chunk"], theirs["budget"]) == (None, None, None)
+        assert theirs["dtype"] == "torch.float32"
+        batch = StepBatch.from_lengths([q for _, q in case["requests"]], [c + q for c, q in case["requests"]])
+        plan = make_plan(batch, "engine", None, settings)
+        (chunk,) = plan.chunks
+        assert [chunk.num_rows, chunk.logits_cols] == theirs["shape"], case
+        assert chunk.logits_bytes == theirs["nbytes"], case
+        unaligned += theirs["cols"] % 256 != 0
+    assert unaligned >= 5  # the width is whole pages of 64 entries, not 256 columns
+    with pytest.raises(ValueError, match="reads no logits budget on its C4 path on ROCm"):
+        make_plan(batch, "engine", 2**20, settings)
+
+
+def test_sglang_c4_on_rocm_known_calls_byte_exact():
+    """sglang 0.5.23 dsv4/indexer.py:148-185 ``_aiter_fp8_paged_mqa_logits``: ``torch.empty(rows,
+    max_seq_len)`` fp32, max_seq_len = page_table.shape[1] x 64 (dsv4/metadata.py:322-324), the
+    page table ceil(longest seq_len / 256) columns (attn_glue_hip.py:383-385); every row in one call
+    (indexer.py:1124, metadata.py:205-208)."""
+    settings = PlanSettings("deepseek-v4-pro", SGLANG, gpu="mi355x", temporaries="deepgemm")
+    for rows, seq, cols in ((8192, 262_144, 65_536), (8000, 100_000, 25_024), (1, 1, 64)):
+        (chunk,) = make_plan(StepBatch.from_lengths([rows], [seq]), "engine", None, settings).chunks
+        assert (chunk.num_rows, chunk.logits_cols) == (rows, cols)
+        assert chunk.logits_bytes == rows * cols * 4
+    # 25,024 columns stay unaligned: the CUDA path's DeepGEMM layout would take 25,088
+    (chunk,) = make_plan(StepBatch.from_lengths([8000], [100_000]), "engine", None, settings).chunks
+    assert chunk.logits_bytes == 800_768_000
+
+
+def test_the_briefs_plan_runs_on_the_mi355x(capsys):
+    argv = ["plan", "--model", "deepseek-v4-pro", "--engine", SGLANG, "--gpu", "mi355x", "--budget-free-gib", "20",
+            "--query-lens", "8192", "--seq-lens", "262144", "--json"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    # 8,192 rows x ceil(262,144 / 256) x 64 columns x 4 B in one call, no budget read on ROCm
+    assert out["largest_logits_bytes"] == 8192 * 65_536 * 4 == 2 * GIB
+    assert out["num_chunks"] == 1 and out["budget_bytes"] is None and out["logits_alive"] == 1
+    assert "budget_note" not in out
+
+
+def test_sglang_c4_on_rocm_has_no_budget_for_any_caller(capsys):
+    """Every caller of the release's budget (plan, deploy, the sweeps through ``process_budget``)
+    gets none for its C4 path on ROCm (dsv4/metadata.py:205-208: no budget read on HIP), and a
+    deployment plans through it."""
+    total = int(287.98 * GIB)
+    assert EngineBudget(SGLANG, None, total, 0.9, compressed=True, rocm=True).rule == "none"
+    assert process_budget(SGLANG, 20 * GIB, total, compressed=True, rocm=True) is None
+    assert process_budget(SGLANG, 20 * GIB, total, compressed=True) is not None  # CUDA: read every forward
+    argv = ["deploy", "--model", "deepseek-v4-pro", "--engine", SGLANG, "--gpu", "mi355x", "--tp", "8",
+            "--workload", "1x131072x16"]
+    assert main(argv) == 0
+    assert "logits budget none" in capsys.readouterr().out

@@ -185,7 +185,8 @@ def static_budget_note(args) -> str | None:
     engine = get_engine(args.engine)
     if get_model(args.model).qsa:
         return None  # QSA's paths read no free memory
-    if (get_model(args.model).kv_ratio == 1 or engine.compressed_budget_rule is None or engine.compressed_one_call
+    if (get_model(args.model).kv_ratio == 1 or engine.compressed_budget_rule is None
+            or engine.one_call_for(get_model(args.model), get_gpu(args.gpu))
             or get_model(args.model).has_candidates
             or args.free_gib is not None or args.budget_free_gib is not None
             or args.budget_mb is not None or args.budget_bytes is not None or not get_strategy(args.strategy).own_build):
@@ -198,8 +199,8 @@ def static_budget_note(args) -> str | None:
 def engine_budget_from_args(args, batch: StepBatch) -> int | None:
     engine = get_engine(args.engine)
     reading = args.free_gib if args.budget_free_gib is None else args.budget_free_gib
-    if engine.one_call_for(get_model(args.model)):
-        return None  # its own path reads no budget: SGLang 0.5.12-0.5.20's C4, TensorRT-LLM's kpool
+    if engine.one_call_for(get_model(args.model), get_gpu(args.gpu)):
+        return None  # its own path reads no budget: SGLang 0.5.12-0.5.20's C4 (ROCm: 0.5.23's), TensorRT-LLM's kpool
     if get_model(args.model).has_candidates and engine.v41_path == "torch":
         return None  # SGLang's torch indexer for DeepSeek-V4.1 reads no budget (engines.v41)
     if get_model(args.model).qsa and engine.qsa_budget_mib is not None:

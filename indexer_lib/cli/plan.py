@@ -5,6 +5,7 @@ import json
 
 from ..engines.rocm import rocm_setting
 from ..memory import memory_report
+from ..plan import release_path
 from ..presets import format_bytes
 from .common import add_batch_options, add_server_options, plan_from_args, size_text, static_budget_note, verdict, verdict_code, verdict_line
 from .exits import epilog
@@ -55,7 +56,7 @@ def cmd_plan(args) -> int:
         return verdict_code(v)
     on = f" on {plan.engine}" if plan.engine else ""
     kernel = ("its own QSA kernel, no DeepGEMM" if plan.settings.preset.qsa else
-              f"aiter's fp8_mqa_logits, {plan.deepgemm_version}" if plan.settings.gpu_preset.rocm else
+              f"aiter's {release_path(plan.settings).rocm_kernel}, {plan.deepgemm_version}" if plan.settings.gpu_preset.rocm else
               f"DeepGEMM {plan.deepgemm_version}")
     if plan.settings.v41_path == "torch":
         budget = "budget none (torch scores, rows capped by 1 GiB of bf16 per-head scores; no DeepGEMM)"

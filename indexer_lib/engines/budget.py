@@ -82,6 +82,8 @@ class EngineBudget:
     @property
     def rule(self) -> str:
         """The budget rule in use: the compressed path's own where asked and the release has one."""
+        if self.compressed and self.rocm and self.engine.compressed_rocm_arches:
+            return "none"  # its C4 path on ROCm reads no budget (plan.paths.SglangC4Hip)
         if self.compressed and self.engine.compressed_budget_rule is not None:
             return self.engine.compressed_budget_rule
         return self.engine.budget_rule

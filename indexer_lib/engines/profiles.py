@@ -109,6 +109,12 @@ class EngineProfile:
     compressed_logits_alive: int | None = None
     compressed_page_tokens: int | None = None
     compressed_nonpaged_min_rows: int | None = None
+    # its C4 path on ROCm where read (``plan.paths.SglangC4Hip``): the logits rule of the allocation
+    # the release makes there (``aiter_logits``), the architectures it is modelled on, and one line
+    # with its file and line saying what that path runs (None: not read, and refused)
+    compressed_rocm_logits: str | None = None
+    compressed_rocm_arches: tuple | None = None
+    compressed_rocm_path: str | None = None
     # its prefill path for Qwen's QSA indexer (QSA_PATHS; None: not read, and refused), and that
     # path's own logits budget in MiB where it is a constant of its own (SGLang 0.5.23: 128 MiB;
     # None: the release's ``budget_env``)
@@ -255,6 +261,11 @@ class EngineProfile:
             return dict(self.rocm_logits)[arch]
         return self.rocm_logits
 
+    def compressed_rocm_logits_on(self, arch: str) -> str | None:
+        """The logits rule of the release's C4 path on this ROCm architecture, or None where that
+        path is not modelled there."""
+        return self.compressed_rocm_logits if arch in (self.compressed_rocm_arches or ()) else None
+
     def indexer_decode_threshold(self, speculative_tokens: int) -> int:
         """New tokens up to which a request takes the indexer's decode path, with this many
         draft tokens per decode."""
@@ -273,12 +284,16 @@ class EngineProfile:
         block table's whole pooled width (TensorRT-LLM's ``glm_kpool``)."""
         return self.engine == "trtllm" and self.pooled_kv
 
-    def one_call_for(self, model) -> bool:
+    def one_call_for(self, model, gpu=None) -> bool:
         """Its own path for this model's indexer (a ``presets.ModelPreset``) reads no budget: every
-        row in one call (SGLang 0.5.12-0.5.20's C4 path, TensorRT-LLM's kpool path)."""
+        row in one call (SGLang 0.5.12-0.5.20's C4 path, its C4 path on ROCm where modelled on
+        ``gpu``, TensorRT-LLM's kpool path)."""
         if model.kv_ratio == 1:
             return False
-        return self.pooled_one_call if model.pooled else self.compressed_one_call
+        if model.pooled:
+            return self.pooled_one_call
+        on_rocm = gpu is not None and gpu.rocm and self.compressed_rocm_logits_on(gpu.arch) is not None
+        return self.compressed_one_call or on_rocm
 
     @property
     def has_budget(self) -> bool:
@@ -362,7 +377,7 @@ def _load() -> dict[str, EngineProfile]:
                 facts = {**facts, **overlay[1]}
             values = {k: v["value"] for k, v in facts.items()}
             for name in ("metadata", "workspace_factor_long", "deepgemm_families", "indexer_cuda_majors", "rocm_arches",
-                         "rocm_compressed_arches"):
+                         "rocm_compressed_arches", "compressed_rocm_arches"):
                 if values.get(name) is not None:
                     values[name] = tuple(values[name])
             if isinstance(values.get("rocm_logits"), dict):  # a rule per architecture, hashable

@@ -31,6 +31,13 @@ def rocm_modelled_text() -> str:
     return "; ".join(text) or "none"
 
 
+def _c4_read(engine: str) -> str:
+    """The releases of this engine whose C4 indexer path on ROCm is modelled, with their
+    architectures ("" where none)."""
+    read = [p for p in map(get_engine, engine_names(engine)) if p.compressed_rocm_arches]
+    return "; ".join(f"{p.name} on {', '.join(p.compressed_rocm_arches)}" for p in read)
+
+
 def rocm_refusal(profile: EngineProfile | None, gpu: GpuPreset, model=None) -> str | None:
     """Why no plan is made for this release (and model) on this ROCm GPU, in one line, or None
     where its path is modelled."""
@@ -38,15 +45,26 @@ def rocm_refusal(profile: EngineProfile | None, gpu: GpuPreset, model=None) -> s
     modelled = f"modelled on ROCm: {rocm_modelled_text()}"
     if profile is None:
         return f"{where} has no DeepGEMM: name the engine release whose ROCm path is planned ({modelled})"
+    c4 = model is not None and model.kv_ratio != 1 and not (model.pooled or model.qsa or model.has_candidates)
+    if c4 and profile.compressed_rocm_logits_on(gpu.arch) is None and not profile.compressed_rocm_arches:
+        read = _c4_read(profile.engine)
+        if read:  # another release's C4 path on ROCm was read: this one's was not
+            return (f"{profile.name} on {where}: its C4 indexer path on ROCm ({model.name}) was not read at this "
+                    f"release; modelled for {read}: the FP8 indexer, its default (the opt-in FP4 indexer, "
+                    "--enable-deepseek-v4-fp4-indexer, whose prefill logits share one pooled block at 0.5.23, "
+                    "kernels/ops/attention/dsv4/fp4_indexer_hip.py:62-67, :217-257, is not modelled)")
     path = profile.rocm_path or "its ROCm indexer path was not read at this release"
     if profile.rocm_logits_on(gpu.arch) is None:
         why = profile.rocm_not_modelled or "its logits allocation there is not modelled"
         return f"{profile.name} on {where}: {path}; {why} ({modelled})"
     if model is None or not (model.kv_ratio != 1 or model.pooled or model.qsa or model.has_candidates):
         return None
-    c4 = not (model.pooled or model.qsa or model.has_candidates)  # DeepSeek-V4's compressed K alone
-    if c4 and gpu.arch in (profile.rocm_compressed_arches or ()):
-        return None
+    if c4 and (gpu.arch in (profile.rocm_compressed_arches or ())
+               or profile.compressed_rocm_logits_on(gpu.arch) is not None):
+        return None  # the DSA path's rule, or a C4 path of its own (plan.paths.SglangC4Hip)
+    if c4 and profile.compressed_rocm_arches:  # its own C4 path, read on other architectures than this one
+        return (f"{profile.name} on {where}: its DeepSeek-V4 C4 indexer on ROCm ({profile.compressed_rocm_path}) "
+                f"is modelled on {', '.join(profile.compressed_rocm_arches)} alone; not read for {gpu.arch}")
     if c4 and profile.rocm_compressed_not_modelled is not None:
         return (f"{profile.name} on {where}: {model.name}'s C4 indexer: {profile.rocm_compressed_not_modelled} "
                 f"({modelled}; {model.name} on {_compressed_text()})")
@@ -56,8 +74,10 @@ def rocm_refusal(profile: EngineProfile | None, gpu: GpuPreset, model=None) -> s
 
 def _compressed_text() -> str:
     """The releases whose C4 indexer (DeepSeek-V4) is modelled on ROCm, and where."""
-    text = [f"{p.name} on {', '.join(p.rocm_compressed_arches)}"
-            for p in map(get_engine, engine_names()) if p.rocm_compressed_arches]
+    profiles = list(map(get_engine, engine_names()))
+    text = [f"{p.name} on {', '.join(p.rocm_compressed_arches)}" for p in profiles if p.rocm_compressed_arches]
+    text += [f"{p.name} on {', '.join(p.compressed_rocm_arches)} (a C4 path of its own)"
+             for p in profiles if p.compressed_rocm_arches]
     return "; ".join(text) or "none"
 
 

@@ -33,6 +33,7 @@ class ReleasePath:
 
     name: ClassVar[str]
     budget_read: ClassVar[str] = "given"
+    rocm_kernel: ClassVar[str] = "fp8_mqa_logits"  # the aiter kernel it scores with on ROCm
 
     def split(self, batch, b: Budgeting, build, among=True) -> None:
         raise NotImplementedError
@@ -263,6 +264,33 @@ class SglangC4(ReleasePath):
         per = mqa_logits_row_chunk(b, rows, cols, gate_cols, limit, among)
         build.add_rows(RowSlices(0, len(batch.requests), rows, per, cols, kv=batch.num_kv_tokens, compressed=True),
                        among=among)
+
+
+class SglangC4Hip(ReleasePath):
+    """SGLang 0.5.23's C4 indexer on ROCm by default (the FP8 indexer: the FP4 one is opt-in): every
+    query row of the step in one call against the paged width (``sglang_c4_width``'s paged columns,
+    ``ceil(longest seq_len / 256) x 64``), no non-paged sub-path (``_can_use_nonpaged_indexer``
+    refuses HIP) and no budget read (``PagedIndexerMetadata`` leaves its schedule None on HIP, so
+    ``rows_per_chunk`` stays None).  ``_aiter_fp8_paged_mqa_logits`` allocates the logits itself,
+    ``[rows, cols]`` fp32 unaligned (its rule "aiter-unaligned"), fresh on every layer's call and
+    freed when the call's top-k returns; aiter's paged kernel fills them.  No skip."""
+
+    name = "sglang-c4-hip"
+    budget_read = "none"
+    rocm_kernel = "deepgemm_fp8_paged_mqa_logits"
+
+    def skips(self, batch, settings):
+        return False
+
+    def refusal(self, engine) -> str:
+        return (f"{engine.name} reads no logits budget on its C4 path on ROCm (every query row in one call): "
+                "budget_bytes must be None")
+
+    def split(self, batch, b, build, among=True) -> None:
+        _, _, paged = sglang_c4_width(b.settings.profile, batch)
+        rows = batch.num_rows
+        # compressed=False: the allocation is SGLang's own [rows, cols], not DeepGEMM's aligned layout
+        build.add_rows(RowSlices(0, len(batch.requests), rows, rows, paged, kv=batch.num_kv_tokens), among=among)
 
 
 def sglang_kpool_cols(batch, page_entries: int = KPOOL_INDEX_PAGE_ENTRIES):
@@ -496,6 +524,8 @@ def release_path(settings: PlanSettings) -> ReleasePath:
     if pooled and compressed and profile.pooled_one_call:
         return TrtllmKpool()
     if compressed and profile.engine == "sglang" and profile.compressed_kv and not pooled:
+        if settings.gpu_preset.rocm:
+            return SglangC4Hip()  # rocm.rocm_refusal let through only the architectures it is read for
         return SglangC4(not profile.compressed_one_call)
     if profile.engine == "atom":
         return AtomRows(profile.budget_rule != "none")

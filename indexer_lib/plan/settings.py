@@ -175,13 +175,17 @@ class PlanSettings:
     @property
     def deepgemm(self) -> str:
         """The DeepGEMM build the plan's logits are padded by: the what-if, else the engine's own; on
-        a ROCm GPU, the release's aiter logits rule (``aiter_logits``; check_gpu refused the rest)."""
+        a ROCm GPU, the release's aiter logits rule (``aiter_logits``; check_gpu refused the rest), its
+        C4 path's own for compressed K where the release has one (SGLang's DeepSeek-V4 indexer)."""
         if self.deepgemm_version is not None:
             return self.deepgemm_version
         if self.profile is None:
             return DEFAULT_DEEPGEMM_VERSION
         if self.gpu_preset.rocm:
-            return self.profile.rocm_logits_on(self.gpu_preset.arch)
+            arch = self.gpu_preset.arch
+            if self.preset.kv_ratio != 1 and not self.preset.pooled and self.profile.compressed_rocm_arches:
+                return self.profile.compressed_rocm_logits_on(arch)
+            return self.profile.rocm_logits_on(arch)
         return self.profile.deepgemm_rules
 
     @cached_property  # planners read these for every step of a grid
