@@ -23,7 +23,7 @@ import types
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sglang_chunks import _module, load as load_utils  # noqa: E402
+from sglang_chunks import _module, load as load_utils, stub_eager_forward  # noqa: E402
 
 METADATA = "sglang/srt/layers/attention/dsv4/metadata.py"
 INDEXER = "sglang/srt/layers/attention/dsv4/indexer.py"
@@ -40,15 +40,7 @@ def load(src):
     load_utils(src)  # mqa_logits_utils and environ, with the device stubs
     sys.modules["sglang.srt.utils"].is_hip = lambda: True  # the process runs on ROCm
     torch.cuda.is_current_stream_capturing = lambda: False
-    for name in ("sglang.srt.model_executor", "sglang.srt.model_executor.runner_backend_utils",
-                 "sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph",
-                 "sglang.srt.model_executor.runner_utils", "sglang.srt.layers.attention.dsv4"):
-        _module(name, package=True)
-    _module("sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph.context"
-            ).is_in_breakable_cuda_graph = lambda: False
-    _module("sglang.srt.model_executor.runner_backend_utils.tc_piecewise_cuda_graph"
-            ).is_in_tc_piecewise_cuda_graph = lambda: False
-    _module("sglang.srt.model_executor.runner_utils.capture_mode").get_is_capture_mode = lambda: False
+    stub_eager_forward()
     sys.modules["sglang.srt.utils"].is_sm120_supported = lambda: False
     metadata = _module("sglang.srt.layers.attention.dsv4.metadata", os.path.join(src, METADATA))
 

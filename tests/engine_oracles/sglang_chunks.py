@@ -59,6 +59,20 @@ def _module(name, path=None, package=False):
     return module
 
 
+def stub_eager_forward(*packages) -> None:
+    """The model-executor modules the DeepSeek-V4 metadata imports, as an eager forward sees them:
+    no breakable or piecewise CUDA graph, no capture; ``packages`` are more empty packages."""
+    for name in ("sglang.srt.model_executor", "sglang.srt.model_executor.runner_backend_utils",
+                 "sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph",
+                 "sglang.srt.model_executor.runner_utils", "sglang.srt.layers.attention.dsv4", *packages):
+        _module(name, package=True)
+    _module("sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph.context"
+            ).is_in_breakable_cuda_graph = lambda: False
+    _module("sglang.srt.model_executor.runner_backend_utils.tc_piecewise_cuda_graph"
+            ).is_in_tc_piecewise_cuda_graph = lambda: False
+    _module("sglang.srt.model_executor.runner_utils.capture_mode").get_is_capture_mode = lambda: False
+
+
 def _lift(path, names, namespace, cls=None):
     """Define the named functions of ``path`` (a class's methods with ``cls``) in ``namespace``."""
     tree = ast.parse(open(path).read(), filename=path)
