@@ -90,7 +90,7 @@ class EngineProfile:
     compressed_kv: bool = False
     # on it, the chunker packs a chunk's entries against the undivided workspace (ratio times the K
     # buffer: vLLM 0.20.0-0.31.0), so a chunk may hold more entries than the buffer; its K is sliced
-    # to the buffer, which caps the logits' width (``plan.packing.field_packing``)
+    # to the buffer, which caps the logits' width (``plan.paths._vllm_packing``)
     compressed_pack_undivided: bool = False
     # on it, no logits at all while the step's longest compressed K is at most top-k (vLLM 0.27.0 on)
     compressed_skip_short: bool = True

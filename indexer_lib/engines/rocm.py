@@ -31,11 +31,11 @@ def rocm_modelled_text() -> str:
     return "; ".join(text) or "none"
 
 
-def _c4_read(engine: str) -> str:
-    """The releases of this engine whose C4 indexer path on ROCm is modelled, with their
-    architectures ("" where none)."""
-    read = [p for p in map(get_engine, engine_names(engine)) if p.compressed_rocm_arches]
-    return "; ".join(f"{p.name} on {', '.join(p.compressed_rocm_arches)}" for p in read)
+def _own_c4_paths(engine: str | None = None) -> list[str]:
+    """The releases (of ``engine``, or of every engine) with a C4 indexer path of their own modelled
+    on ROCm, each with its architectures."""
+    return [f"{p.name} on {', '.join(p.compressed_rocm_arches)}" for p in map(get_engine, engine_names(engine))
+            if p.compressed_rocm_arches]
 
 
 def rocm_refusal(profile: EngineProfile | None, gpu: GpuPreset, model=None) -> str | None:
@@ -47,7 +47,7 @@ def rocm_refusal(profile: EngineProfile | None, gpu: GpuPreset, model=None) -> s
         return f"{where} has no DeepGEMM: name the engine release whose ROCm path is planned ({modelled})"
     c4 = model is not None and model.kv_ratio != 1 and not (model.pooled or model.qsa or model.has_candidates)
     if c4 and profile.compressed_rocm_logits_on(gpu.arch) is None and not profile.compressed_rocm_arches:
-        read = _c4_read(profile.engine)
+        read = "; ".join(_own_c4_paths(profile.engine))
         if read:  # another release's C4 path on ROCm was read: this one's was not
             return (f"{profile.name} on {where}: its C4 indexer path on ROCm ({model.name}) was not read at this "
                     f"release; modelled for {read}: the FP8 indexer, its default (the opt-in FP4 indexer, "
@@ -74,10 +74,9 @@ def rocm_refusal(profile: EngineProfile | None, gpu: GpuPreset, model=None) -> s
 
 def _compressed_text() -> str:
     """The releases whose C4 indexer (DeepSeek-V4) is modelled on ROCm, and where."""
-    profiles = list(map(get_engine, engine_names()))
-    text = [f"{p.name} on {', '.join(p.rocm_compressed_arches)}" for p in profiles if p.rocm_compressed_arches]
-    text += [f"{p.name} on {', '.join(p.compressed_rocm_arches)} (a C4 path of its own)"
-             for p in profiles if p.compressed_rocm_arches]
+    text = [f"{p.name} on {', '.join(p.rocm_compressed_arches)}" for p in map(get_engine, engine_names())
+            if p.rocm_compressed_arches]
+    text += [f"{own} (a C4 path of its own)" for own in _own_c4_paths()]
     return "; ".join(text) or "none"
 
 

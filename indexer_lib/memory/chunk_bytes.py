@@ -48,7 +48,7 @@ def kernel_inputs_of(rows, alloc_rows, heads: int, head_dim: int, rules):
     """The inputs a kernel that pads its rows copies to them before allocating its logits, alive
     through its call (``PaddingRules.copies_inputs``: aiter's FlyDSL kernel on gfx942,
     ``aiter/ops/flydsl/kernels/mqa_logits/fp8_mqa_logits.py:528-536`` at e4048607a5: torch.cat of
-    q, weights, ks and ke with zero rows up to an even count).  None where the rows are already
+    q, weights, ks and ke with zero rows up to an even count).  0 where the rows are already
     whole; the kernel sees ``alloc_rows`` where a fixed-shape chunk padded its inputs first."""
     if not rules.copies_inputs:
         return 0
