@@ -94,6 +94,7 @@ def test_a_pack_factor_that_weighs_areas_is_left_to_the_plain_path():
 
 ENGINE_CASES = [("glm-5", "vllm==0.33.0"), ("glm-5", "vllm==0.19.0"), ("glm-5", "vllm==0.15.1"),
                 ("deepseek-v3.2", "vllm==0.11.0"), ("deepseek-v4-flash", "vllm==0.33.0"),
+                ("deepseek-v4-flash", "vllm==0.26.0"), ("deepseek-v4-pro", "vllm==0.32.0"),
                 ("glm-5.3-flash", "vllm==0.33.0"), ("glm-5.2", "vllm==0.33.0"), ("glm-5", "sglang==0.5.23"),
                 ("deepseek-v3.2", "sglang==0.5.3"), ("glm-5.2", "sglang==0.5.9"),
                 ("deepseek-v4-flash", "sglang==0.5.23"), ("deepseek-v4-pro", "sglang==0.5.21"),
