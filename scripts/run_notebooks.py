@@ -2,12 +2,13 @@
 """Execute the notebooks headless with papermill, from a YAML parameter file.
 
     python scripts/run_notebooks.py notebooks/params/default.yaml [--run-name NAME]
-        [--results DIR] [--only 01_oom_frontier]
+        [--results DIR] [--only 01_oom_frontier] [--jobs N]
 
 Writes results/<run-name>/notebooks/*.ipynb (executed), figures/ (PNG + SVG) and
 tables/, then prints where they are and a three-line summary.  Parameters are
 checked before any kernel starts: a bad one is reported in one line, exit 2;
-a notebook that fails is reported in one line, exit 1.
+a notebook that fails is reported in one line, exit 1.  The notebooks run at once, one per
+CPU core (``--jobs``), each in its own kernel.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import logging
 import os
 import sys
 import time
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
 import yaml
@@ -106,9 +108,45 @@ def duplicated_figures(figures: Path, since: float) -> bool:
     return bool(problems)
 
 
-def run(params_file: Path, run_name: str | None, results: Path, only: list[str]) -> int:
+def execute(name: str, params: dict, out_dir: Path, notebooks: Path) -> tuple[float, str | None]:
+    """Executes one notebook headless: (seconds, None) or (seconds, the one-line failure)."""
     import papermill as pm
 
+    t0 = time.perf_counter()
+    try:
+        pm.execute_notebook(notebooks / f"{name}.ipynb", out_dir / "notebooks" / f"{name}.ipynb",
+                            parameters=params, cwd=str(notebooks), kernel_name="python3",
+                            progress_bar=False, log_output=False)
+    except pm.PapermillExecutionError as e:
+        return time.perf_counter() - t0, f"failed in cell {e.exec_count}: {e.ename}: {e.evalue}"
+    return time.perf_counter() - t0, None
+
+
+def execute_all(plan: list[tuple[str, dict]], out_dir: Path, jobs: int) -> int:
+    """Executes the notebooks in order, ``jobs`` at a time (each in its own kernel: they share no
+    state), printing each as it ends.  After a failure no other notebook starts; the ones running
+    finish and keep what they wrote."""
+    waiting, running, failed = list(plan), {}, False
+    with headless_kernels(), ThreadPoolExecutor(jobs) as pool:
+        while running or (waiting and not failed):
+            while waiting and not failed and len(running) < jobs:
+                name, params = waiting.pop(0)
+                running[pool.submit(execute, name, params, out_dir, NOTEBOOKS)] = name
+            ended, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in ended:
+                name = running.pop(future)
+                seconds, failure = future.result()
+                if failure is None:
+                    print(f"{name}: done in {seconds:.1f} s", flush=True)
+                    continue
+                failed = True
+                print(f"{name}: {failure}", file=sys.stderr)
+                print(f"the executed notebook, with the error: {out_dir / 'notebooks' / name}.ipynb",
+                      file=sys.stderr)
+    return 1 if failed else 0
+
+
+def run(params_file: Path, run_name: str | None, results: Path, only: list[str], jobs: int = 1) -> int:
     for logger in ("papermill", "papermill.translators"):
         logging.getLogger(logger).addFilter(_PapermillGuesses())
 
@@ -128,20 +166,8 @@ def run(params_file: Path, run_name: str | None, results: Path, only: list[str])
     for path in set_aside_older(out_dir / "tables"):
         print(f"an older indexer-lab's sweep table, kept: {path}")
     start, started = time.perf_counter(), time.time()
-    for name, params in plan:
-        t0 = time.perf_counter()
-        try:
-            with headless_kernels():
-                pm.execute_notebook(NOTEBOOKS / f"{name}.ipynb", out_dir / "notebooks" / f"{name}.ipynb",
-                                    parameters=params, cwd=str(NOTEBOOKS), kernel_name="python3",
-                                    progress_bar=False, log_output=False)
-        except pm.PapermillExecutionError as e:
-            print(f"{name}: failed in cell {e.exec_count}: {e.ename}: {e.evalue}",
-                  file=sys.stderr)
-            print(f"the executed notebook, with the error: {out_dir / 'notebooks' / name}.ipynb",
-                  file=sys.stderr)
-            return 1
-        print(f"{name}: done in {time.perf_counter() - t0:.1f} s")
+    if execute_all(plan, out_dir, jobs):
+        return 1
     tidy_finished(out_dir / "tables")  # the finished sweeps' journals and locks: tables only
     if duplicated_figures(out_dir / "figures", started - 1):
         return 1
@@ -159,6 +185,12 @@ def run(params_file: Path, run_name: str | None, results: Path, only: list[str])
     return 0
 
 
+def _jobs(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a whole number of notebooks, at least 1")
+    return int(text)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("params", type=Path, help="YAML parameter file (notebooks/params/*.yaml)")
@@ -166,9 +198,11 @@ def main(argv=None) -> int:
     parser.add_argument("--results", type=Path, default=REPO / "results",
                         help="folder that holds the runs (default: results/)")
     parser.add_argument("--only", action="append", default=[], help="run only this notebook")
+    parser.add_argument("--jobs", type=_jobs, default=os.cpu_count() or 1,
+                        help="notebooks executed at once, each in its own kernel (default: one per CPU core)")
     args = parser.parse_args(argv)
     try:
-        return run(args.params, args.run_name, args.results, args.only)
+        return run(args.params, args.run_name, args.results, args.only, args.jobs)
     except ParameterError as e:
         print(f"run_notebooks: parameter error: {e}", file=sys.stderr)
         return 2

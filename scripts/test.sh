@@ -12,7 +12,7 @@ bash scripts/setup_env.sh "test,notebooks,cluster" || exit 1
 bash scripts/install_browser.sh || exit 1
 # vLLM's own scheduler (about a minute): tests/test_vllm_scheduler.py holds the simulator to it
 bash scripts/install_vllm.sh || exit 1
-# the engines' own code (vLLM 0.15.1-0.30.0 as overlays on .venv, SGLang 0.5.23; about a
+# the engines' own code (vLLM 0.15.1 to 0.32.0 as overlays on .venv, SGLang releases; about a
 # minute and a half, 0.7 GB): tests/test_engines.py and tests/test_replay.py hold the model to it
 bash scripts/install_engines.sh || exit 1
 .venv/bin/python -m pytest "$@"
