@@ -162,6 +162,12 @@ class ModelPreset:
         """Whether a kind scores a fixed candidate set (DeepSeek-V4.1's two-level selection)."""
         return any(k.candidates is not None for k in self.indexing_kinds)
 
+    @property
+    def c4(self) -> bool:
+        """Whether its indexer is DeepSeek-V4's C4 one: compressed K, not pooled, not QSA's, no
+        candidate set."""
+        return self.kv_ratio != 1 and not (self.pooled or self.qsa or self.has_candidates)
+
     def for_kind(self, name: str) -> "ModelPreset":
         """The model narrowed to one kind that computes an indexer: its shapes, its K ratio, its rows
         (the same name, so every message names the model)."""

@@ -266,6 +266,14 @@ class EngineProfile:
         path is not modelled there."""
         return self.compressed_rocm_logits if arch in (self.compressed_rocm_arches or ()) else None
 
+    def own_rocm_c4(self, model, gpu) -> bool:
+        """Whether this model's indexer takes the release's own C4 path on this GPU, a ROCm one
+        (``plan.paths.SglangC4Hip``: SGLang's DeepSeek-V4 indexer, on the architectures it was read
+        for).  The one place this is decided: the path, its logits rule, its budget (none) and the
+        refusals follow it."""
+        return (gpu is not None and gpu.rocm and model.c4
+                and self.compressed_rocm_logits_on(gpu.arch) is not None)
+
     def indexer_decode_threshold(self, speculative_tokens: int) -> int:
         """New tokens up to which a request takes the indexer's decode path, with this many
         draft tokens per decode."""
@@ -292,8 +300,7 @@ class EngineProfile:
             return False
         if model.pooled:
             return self.pooled_one_call
-        on_rocm = gpu is not None and gpu.rocm and self.compressed_rocm_logits_on(gpu.arch) is not None
-        return self.compressed_one_call or on_rocm
+        return self.compressed_one_call or self.own_rocm_c4(model, gpu)
 
     @property
     def has_budget(self) -> bool:

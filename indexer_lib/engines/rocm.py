@@ -45,8 +45,8 @@ def rocm_refusal(profile: EngineProfile | None, gpu: GpuPreset, model=None) -> s
     modelled = f"modelled on ROCm: {rocm_modelled_text()}"
     if profile is None:
         return f"{where} has no DeepGEMM: name the engine release whose ROCm path is planned ({modelled})"
-    c4 = model is not None and model.kv_ratio != 1 and not (model.pooled or model.qsa or model.has_candidates)
-    if c4 and profile.compressed_rocm_logits_on(gpu.arch) is None and not profile.compressed_rocm_arches:
+    c4 = model is not None and model.c4
+    if c4 and not profile.compressed_rocm_arches:
         read = "; ".join(_own_c4_paths(profile.engine))
         if read:  # another release's C4 path on ROCm was read: this one's was not
             return (f"{profile.name} on {where}: its C4 indexer path on ROCm ({model.name}) was not read at this "
@@ -59,8 +59,7 @@ def rocm_refusal(profile: EngineProfile | None, gpu: GpuPreset, model=None) -> s
         return f"{profile.name} on {where}: {path}; {why} ({modelled})"
     if model is None or not (model.kv_ratio != 1 or model.pooled or model.qsa or model.has_candidates):
         return None
-    if c4 and (gpu.arch in (profile.rocm_compressed_arches or ())
-               or profile.compressed_rocm_logits_on(gpu.arch) is not None):
+    if c4 and (gpu.arch in (profile.rocm_compressed_arches or ()) or profile.own_rocm_c4(model, gpu)):
         return None  # the DSA path's rule, or a C4 path of its own (plan.paths.SglangC4Hip)
     if c4 and profile.compressed_rocm_arches:  # its own C4 path, read on other architectures than this one
         return (f"{profile.name} on {where}: its DeepSeek-V4 C4 indexer on ROCm ({profile.compressed_rocm_path}) "

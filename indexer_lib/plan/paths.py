@@ -523,9 +523,9 @@ def release_path(settings: PlanSettings) -> ReleasePath:
         return SglangKpool()
     if pooled and compressed and profile.pooled_one_call:
         return TrtllmKpool()
+    if profile.own_rocm_c4(preset, settings.gpu_preset):
+        return SglangC4Hip()
     if compressed and profile.engine == "sglang" and profile.compressed_kv and not pooled:
-        if settings.gpu_preset.rocm:
-            return SglangC4Hip()  # rocm.rocm_refusal let through only the architectures it is read for
         return SglangC4(not profile.compressed_one_call)
     if profile.engine == "atom":
         return AtomRows(profile.budget_rule != "none")

@@ -110,7 +110,7 @@ class PlanSettings:
             raise BadValue("engine", f"{on}: its {path}; modelled on: {releases_text(modelled)}")
         gpu = self.gpu_preset
         if (profile.engine == "sglang" and gpu.cuda_family == 120
-                and not (self.preset.pooled or self.preset.qsa or self.preset.has_candidates)):
+                and self.preset.c4):
             raise BadValue("gpu", f"{profile.name} on {gpu.name} ({gpu.arch}): SGLang's {kind} indexer caps its paged "
                                   "logits at 4,096 rows a call on sm12x (_SM120_INDEXER_M_CHUNK, 0.5.23 "
                                   "layers/attention/dsv4/metadata.py:68-105), which is not modelled; plan on an sm90 "
@@ -183,7 +183,7 @@ class PlanSettings:
             return DEFAULT_DEEPGEMM_VERSION
         if self.gpu_preset.rocm:
             arch = self.gpu_preset.arch
-            if self.preset.kv_ratio != 1 and not self.preset.pooled and self.profile.compressed_rocm_arches:
+            if self.profile.own_rocm_c4(self.preset, self.gpu_preset):
                 return self.profile.compressed_rocm_logits_on(arch)
             return self.profile.rocm_logits_on(arch)
         return self.profile.deepgemm_rules
