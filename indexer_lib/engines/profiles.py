@@ -115,6 +115,9 @@ class EngineProfile:
     compressed_rocm_logits: str | None = None
     compressed_rocm_arches: tuple | None = None
     compressed_rocm_path: str | None = None
+    # what of that path is modelled, said where another release is refused (its default indexer,
+    # and what runs only when asked)
+    compressed_rocm_scope: str | None = None
     # its prefill path for Qwen's QSA indexer (QSA_PATHS; None: not read, and refused), and that
     # path's own logits budget in MiB where it is a constant of its own (SGLang 0.5.23: 128 MiB;
     # None: the release's ``budget_env``)

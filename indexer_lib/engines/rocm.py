@@ -31,11 +31,11 @@ def rocm_modelled_text() -> str:
     return "; ".join(text) or "none"
 
 
-def _own_c4_paths(engine: str | None = None) -> list[str]:
+def _own_c4_paths(engine: str | None = None, scope: bool = False) -> list[str]:
     """The releases (of ``engine``, or of every engine) with a C4 indexer path of their own modelled
-    on ROCm, each with its architectures."""
-    return [f"{p.name} on {', '.join(p.compressed_rocm_arches)}" for p in map(get_engine, engine_names(engine))
-            if p.compressed_rocm_arches]
+    on ROCm, each with its architectures (and, with ``scope``, what of it is modelled)."""
+    return [f"{p.name} on {', '.join(p.compressed_rocm_arches)}" + (f": {p.compressed_rocm_scope}" if scope else "")
+            for p in map(get_engine, engine_names(engine)) if p.compressed_rocm_arches]
 
 
 def rocm_refusal(profile: EngineProfile | None, gpu: GpuPreset, model=None) -> str | None:
@@ -47,12 +47,10 @@ def rocm_refusal(profile: EngineProfile | None, gpu: GpuPreset, model=None) -> s
         return f"{where} has no DeepGEMM: name the engine release whose ROCm path is planned ({modelled})"
     c4 = model is not None and model.c4
     if c4 and not profile.compressed_rocm_arches:
-        read = "; ".join(_own_c4_paths(profile.engine))
+        read = "; ".join(_own_c4_paths(profile.engine, scope=True))
         if read:  # another release's C4 path on ROCm was read: this one's was not
             return (f"{profile.name} on {where}: its C4 indexer path on ROCm ({model.name}) was not read at this "
-                    f"release; modelled for {read}: the FP8 indexer, its default (the opt-in FP4 indexer, "
-                    "--enable-deepseek-v4-fp4-indexer, whose prefill logits share one pooled block at 0.5.23, "
-                    "kernels/ops/attention/dsv4/fp4_indexer_hip.py:62-67, :217-257, is not modelled)")
+                    f"release; modelled for {read}")
     path = profile.rocm_path or "its ROCm indexer path was not read at this release"
     if profile.rocm_logits_on(gpu.arch) is None:
         why = profile.rocm_not_modelled or "its logits allocation there is not modelled"
