@@ -15,8 +15,10 @@ RUNNER = REPO / "scripts" / "run_notebooks.py"
 @pytest.fixture(scope="module")
 def ci_run(tmp_path_factory):
     results = tmp_path_factory.mktemp("results")
+    # one notebook at a time: the suite's workers already keep every core busy
+    # (tests/test_runner_jobs.py runs notebooks side by side)
     proc = subprocess.run([sys.executable, str(RUNNER), str(REPO / "notebooks/params/ci.yaml"),
-                           "--results", str(results)], capture_output=True, text=True, timeout=400)
+                           "--results", str(results), "--jobs", "1"], capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return results / "ci", proc.stdout
 
