@@ -71,12 +71,18 @@ def boot_lines(plan, report, max_model_len: int, worst_decode_tokens: int = 0,
     return lines
 
 
-def rocm_decode_workspace_bytes(profile, rows: int, columns: int) -> int:
+def rocm_decode_columns(settings, max_model_len: int) -> int:
+    """The columns of the decode logits vLLM's ROCm profile run sizes: the indexer's max_model_len,
+    in entries for compressed K (vLLM 0.33.0 deepseek_v4/attention.py:1010-1012)."""
+    return max_model_len // settings.preset.kv_ratio
+
+
+def rocm_decode_workspace_bytes(settings, rows: int, max_model_len: int) -> int:
     """What vLLM's ROCm profile run asks the shared workspace for, for the decode logits:
-    ``rows`` x ``columns`` fp32 (the indexer's max_model_len: in entries for compressed K),
-    rounded up as the workspace manager rounds each buffer (``rocm_decode_workspace`` in the
-    release's profile)."""
-    return align(rows * columns * FP32_BYTES, profile.workspace_align)
+    ``rows`` x ``rocm_decode_columns`` fp32, rounded up as the workspace manager rounds each buffer
+    (``rocm_decode_workspace`` in the release's profile)."""
+    columns = rocm_decode_columns(settings, max_model_len)
+    return align(rows * columns * FP32_BYTES, settings.profile.workspace_align)
 
 
 def _rocm_decode_line(plan, workspace: int, rows: int, max_model_len: int) -> LedgerLine | None:
@@ -87,11 +93,9 @@ def _rocm_decode_line(plan, workspace: int, rows: int, max_model_len: int) -> Le
     profile = settings.profile
     if profile is None or not profile.rocm_decode_workspace or not rows or not settings.gpu_preset.rocm:
         return None
-    # a compressed indexer's max_model_len is in entries (vLLM 0.33.0 deepseek_v4/attention.py:1010-1012)
-    columns = max_model_len // settings.preset.kv_ratio
-    asked = rocm_decode_workspace_bytes(profile, rows, columns)
+    asked = rocm_decode_workspace_bytes(settings, rows, max_model_len)
     return LedgerLine("boot", ROCM_DECODE, max(0, asked - workspace), profile.sources["rocm_decode_workspace"],
-                      f"{rows:,} rows x {columns:,} columns fp32, {asked:,} B asked of the workspace the "
+                      f"{rows:,} rows x {rocm_decode_columns(settings, max_model_len):,} columns fp32, {asked:,} B asked of the workspace the "
                       f"K workspace shares (it keeps the larger): what they add past it")
 
 

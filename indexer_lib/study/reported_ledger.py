@@ -84,9 +84,9 @@ def _rocm_decode_workspace(case: dict) -> tuple[int, int, str]:
         rows = int(rule.removeprefix("decode step of ").removesuffix(" requests")) * (1 + spec)
     else:
         raise ValueError(f"case {case['case']}: reporter_rule {rule!r} is not a ROCm decode rule")
-    own, columns = config.most_decode_tokens, mml // settings.preset.kv_ratio
-    return (rocm_decode_workspace_bytes(settings.profile, rows, columns),
-            rocm_decode_workspace_bytes(settings.profile, own, columns),
+    own = config.most_decode_tokens
+    return (rocm_decode_workspace_bytes(settings, rows, mml),
+            rocm_decode_workspace_bytes(settings, own, mml),
             f"{own:,} rows (min(max_num_batched_tokens {config.max_num_batched_tokens:,}, "
             f"max_num_seqs {config.max_num_seqs:,} x (1 + {spec})))")
 
